@@ -1,0 +1,220 @@
+// The control path between the provider (user-space driver) and the engine (the card):
+// one SOCK_SEQPACKET Unix socket per open device context, one request and one reply
+// per message. This header is the whole contract: both sides include it, nothing else.
+//
+// Versioning: every message starts with MessageHeader; `version` must equal
+// kControlVersion or the engine answers EPROTO. Fields are host byte order (both ends
+// are on one host). Layouts are fixed-size, naturally aligned, and checked below.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace softhca::device_interface {
+
+constexpr uint16_t kControlMagic = 0x5348; // "SH"
+constexpr uint16_t kControlVersion = 1;
+constexpr size_t kMaxControlMessage = 4096;
+
+enum class Opcode : uint16_t {
+    OpenDevice = 1, // names the device this connection serves; must come first
+    QueryDevice = 2,
+    QueryPort = 3,
+    AllocPd = 4,
+    DeallocPd = 5,
+    RegMr = 6,
+    DeregMr = 7,
+    CreateCq = 8,
+    ResizeCq = 9,
+    DestroyCq = 10,
+    EngineStatus = 11, // text report for `softhca status`; allowed without OpenDevice
+};
+
+struct MessageHeader {
+    uint16_t magic;
+    uint16_t version;
+    uint16_t opcode;
+    uint16_t reserved;
+    uint32_t length; // whole message, header included
+    uint32_t sequence;
+};
+static_assert(sizeof(MessageHeader) == 16);
+
+// Every reply starts with this; status is 0 or a positive errno value.
+struct ReplyHeader {
+    MessageHeader header;
+    int32_t status;
+    uint32_t reserved;
+};
+static_assert(sizeof(ReplyHeader) == 24);
+
+// Memory access rights, numerically equal to the verbs access flags.
+enum AccessFlags : uint32_t {
+    kAccessLocalWrite = 1u << 0,
+    kAccessRemoteWrite = 1u << 1,
+    kAccessRemoteRead = 1u << 2,
+    kAccessRemoteAtomic = 1u << 3,
+    kAccessMwBind = 1u << 4,
+    kAccessZeroBased = 1u << 5,
+    kAccessOnDemand = 1u << 6,
+    kAccessHugetlb = 1u << 7,
+    kAccessRelaxedOrdering = 1u << 20, // first of the optional flags
+    kAccessOptionalRange = 0x3ffu << 20,
+};
+
+constexpr uint32_t kMaxDeviceName = 64;
+
+struct OpenDeviceRequest {
+    MessageHeader header;
+    char device_name[kMaxDeviceName];
+    uint32_t provider_abi; // kControlVersion the provider was built with
+    uint32_t reserved;
+};
+static_assert(sizeof(OpenDeviceRequest) == 88);
+
+// Sent with an SCM_RIGHTS fd: the write end of the context's async event pipe. The
+// engine writes 16-byte async event records (element, event_type, reserved) to it.
+struct OpenDeviceReply {
+    ReplyHeader reply;
+    uint32_t context_id;
+    uint32_t phys_port_cnt;
+};
+static_assert(sizeof(OpenDeviceReply) == 32);
+
+struct DeviceAttributes {
+    char fw_ver[64];
+    uint64_t node_guid;      // wire order packed into a number, first byte most significant
+    uint64_t sys_image_guid; // same encoding
+    uint64_t max_mr_size;
+    uint64_t page_size_cap;
+    uint32_t vendor_id;
+    uint32_t vendor_part_id;
+    uint32_t hw_ver;
+    uint32_t max_qp;
+    uint32_t max_qp_wr;
+    uint32_t device_cap_flags;
+    uint32_t max_sge;
+    uint32_t max_sge_rd;
+    uint32_t max_cq;
+    uint32_t max_cqe;
+    uint32_t max_mr;
+    uint32_t max_pd;
+    uint32_t max_qp_rd_atom;
+    uint32_t max_ee_rd_atom;
+    uint32_t max_res_rd_atom;
+    uint32_t max_qp_init_rd_atom;
+    uint32_t atomic_cap; // enum ibv_atomic_cap value
+    uint32_t max_srq;
+    uint32_t max_srq_wr;
+    uint32_t max_srq_sge;
+    uint32_t max_pkeys;
+    uint32_t local_ca_ack_delay;
+    uint32_t phys_port_cnt;
+    uint32_t num_comp_vectors;
+    uint32_t max_inline_data;
+    uint32_t reserved;
+};
+static_assert(sizeof(DeviceAttributes) == 200);
+
+struct QueryDeviceReply {
+    ReplyHeader reply;
+    DeviceAttributes attr;
+};
+
+enum class PortState : uint32_t { Down = 1, Init = 2, Armed = 3, Active = 4 };
+
+struct PortAttributes {
+    uint32_t state;      // PortState
+    uint32_t phys_state; // 5 = LinkUp, 3 = Disabled (IBTA PortInfo PortPhysicalState)
+    uint32_t max_mtu;    // IBTA MTU code 1..5
+    uint32_t active_mtu;
+    uint32_t eth_mtu;
+    uint32_t gid_tbl_len;
+    uint32_t pkey_tbl_len;
+    uint32_t port_cap_flags;
+    uint32_t max_msg_sz;
+    uint32_t active_width; // IBTA encoding: 1=1x 2=4x 4=8x 8=12x
+    uint32_t active_speed; // IBTA encoding: 1=SDR ... 32=EDR, 64=HDR
+    uint32_t link_layer;   // 2 = Ethernet (IBV_LINK_LAYER_ETHERNET)
+    uint32_t ipv4;         // host order
+    uint8_t mac[6];
+    uint8_t reserved[2];
+};
+static_assert(sizeof(PortAttributes) == 60);
+
+struct QueryPortRequest {
+    MessageHeader header;
+    uint32_t port_num;
+    uint32_t reserved;
+};
+
+struct QueryPortReply {
+    ReplyHeader reply;
+    PortAttributes attr;
+    uint32_t reserved;
+};
+static_assert(sizeof(QueryPortReply) == 88);
+
+struct HandleRequest { // DeallocPd, DeregMr, DestroyCq
+    MessageHeader header;
+    uint32_t handle;
+    uint32_t reserved;
+};
+static_assert(sizeof(HandleRequest) == 24);
+
+struct HandleReply { // AllocPd
+    ReplyHeader reply;
+    uint32_t handle;
+    uint32_t reserved;
+};
+static_assert(sizeof(HandleReply) == 32);
+
+struct RegMrRequest {
+    MessageHeader header;
+    uint64_t addr;
+    uint64_t length;
+    uint64_t iova;
+    uint32_t pd_handle;
+    uint32_t access;
+};
+static_assert(sizeof(RegMrRequest) == 48);
+
+struct RegMrReply {
+    ReplyHeader reply;
+    uint32_t mr_handle;
+    uint32_t lkey;
+    uint32_t rkey;
+    uint32_t reserved;
+};
+static_assert(sizeof(RegMrReply) == 40);
+
+struct CreateCqRequest {
+    MessageHeader header;
+    uint64_t user_handle; // returned as the element of CQ async events
+    uint32_t cqe;
+    uint32_t comp_vector;
+};
+static_assert(sizeof(CreateCqRequest) == 32);
+
+// Sent with an SCM_RIGHTS fd: the memfd holding the CQ ring (see cq_ring.hpp).
+struct CreateCqReply {
+    ReplyHeader reply;
+    uint32_t cq_handle;
+    uint32_t cqe;        // usable entries, >= requested
+    uint64_t ring_bytes; // size to map
+};
+static_assert(sizeof(CreateCqReply) == 40);
+
+struct ResizeCqRequest {
+    MessageHeader header;
+    uint32_t cq_handle;
+    uint32_t cqe;
+};
+static_assert(sizeof(ResizeCqRequest) == 24);
+
+using ResizeCqReply = CreateCqReply; // same fields, new ring fd attached
+
+// EngineStatus reply: ReplyHeader followed by UTF-8 text (not NUL terminated) up to
+// the end of the message.
+
+} // namespace softhca::device_interface

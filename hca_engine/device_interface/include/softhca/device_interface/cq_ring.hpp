@@ -1,0 +1,58 @@
+// The completion queue as the card and the driver share it: a memfd the engine creates
+// and both map. The engine is the only producer and the provider the only consumer.
+// Layout: CqRingHeader, then `slots` CompletionEntry records (slots is a power of two).
+// An entry at index i (mod slots) is valid when i < producer; the provider advances
+// consumer after reading, which gives the slot back to the engine.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace softhca::device_interface {
+
+constexpr uint32_t kCqRingMagic = 0x53484351; // "SHCQ"
+constexpr uint32_t kCqRingVersion = 1;
+
+struct alignas(64) CqRingHeader {
+    uint32_t magic;
+    uint32_t version;
+    uint32_t slots; // power of two
+    uint32_t entry_size;
+    alignas(64) std::atomic<uint64_t> producer; // written by the engine
+    alignas(64) std::atomic<uint64_t> consumer; // written by the provider
+    alignas(64) std::atomic<uint32_t> overrun;  // engine sets when it found the ring full
+};
+static_assert(sizeof(CqRingHeader) == 256);
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+
+// One work completion, in the fields of struct ibv_wc.
+struct CompletionEntry {
+    uint64_t wr_id;
+    uint32_t status; // enum ibv_wc_status
+    uint32_t opcode; // enum ibv_wc_opcode
+    uint32_t vendor_err;
+    uint32_t byte_len;
+    uint32_t imm_data; // network order, as ibv_wc carries it
+    uint32_t qp_num;
+    uint32_t src_qp;
+    uint32_t wc_flags;
+    uint16_t pkey_index;
+    uint16_t slid;
+    uint8_t sl;
+    uint8_t dlid_path_bits;
+    uint16_t reserved0;
+    uint64_t reserved1[2];
+};
+static_assert(sizeof(CompletionEntry) == 64);
+
+constexpr size_t cq_ring_bytes(uint32_t slots) {
+    return sizeof(CqRingHeader) + size_t{slots} * sizeof(CompletionEntry);
+}
+
+inline CompletionEntry* cq_ring_entries(CqRingHeader* header) {
+    return reinterpret_cast<CompletionEntry*>(reinterpret_cast<char*>(header) +
+                                              sizeof(CqRingHeader));
+}
+
+} // namespace softhca::device_interface

@@ -1,0 +1,374 @@
+#include "control_server.hpp"
+
+#include "softhca/device_interface/async_event.hpp"
+#include "softhca/device_interface/socket_io.hpp"
+#include "softhca/transport/path_mtu.hpp"
+#include "softhca/transport/roce_address.hpp"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <utility>
+
+namespace softhca::engine {
+
+namespace di = device_interface;
+
+namespace {
+
+std::string read_command_name(pid_t pid) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
+    std::string name;
+    std::getline(in, name);
+    return name.empty() ? "?" : name;
+}
+
+template <typename T> const T* as(const void* message, size_t size) {
+    return size == sizeof(T) ? static_cast<const T*>(message) : nullptr;
+}
+
+di::MessageHeader reply_header(const di::MessageHeader& request, uint32_t length) {
+    di::MessageHeader h{};
+    h.magic = di::kControlMagic;
+    h.version = di::kControlVersion;
+    h.opcode = request.opcode;
+    h.length = length;
+    h.sequence = request.sequence;
+    return h;
+}
+
+} // namespace
+
+ControlServer::ControlServer(const std::string& socket_path, const std::vector<Device>& devices,
+                             const PortSet& ports, std::string status_title)
+    : socket_path_(socket_path), devices_(devices), ports_(ports),
+      status_title_(std::move(status_title)) {
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    if (socket_path.size() >= sizeof(addr.sun_path))
+        throw std::runtime_error("socket path too long: " + socket_path);
+    std::strcpy(addr.sun_path, socket_path.c_str());
+    listen_fd_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (listen_fd_ < 0)
+        throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
+    ::unlink(socket_path.c_str());
+    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        ::listen(listen_fd_, 64) != 0)
+        throw std::runtime_error("cannot listen on " + socket_path + ": " + std::strerror(errno));
+    // Any local user may open the device, as /dev/infiniband/uverbs* allows.
+    ::chmod(socket_path.c_str(), 0666);
+}
+
+ControlServer::~ControlServer() {
+    for (auto& [fd, connection] : connections_)
+        close_connection(connection);
+    if (listen_fd_ >= 0)
+        ::close(listen_fd_);
+    ::unlink(socket_path_.c_str());
+}
+
+std::vector<int> ControlServer::accept_pending() {
+    std::vector<int> accepted;
+    for (;;) {
+        int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            break;
+        ucred cred{};
+        socklen_t len = sizeof(cred);
+        if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+            ::close(fd);
+            continue;
+        }
+        Connection c;
+        c.fd = fd;
+        c.pid = cred.pid;
+        c.uid = cred.uid;
+        c.command = read_command_name(cred.pid);
+        connections_.emplace(fd, std::move(c));
+        accepted.push_back(fd);
+    }
+    return accepted;
+}
+
+void ControlServer::close_connection(Connection& connection) {
+    connection.resources.reset(); // destroys every object of the context
+    if (connection.async_fd >= 0)
+        ::close(connection.async_fd);
+    ::close(connection.fd);
+    connection.async_fd = -1;
+    connection.fd = -1;
+}
+
+bool ControlServer::handle_input(int fd) {
+    auto it = connections_.find(fd);
+    if (it == connections_.end())
+        return false;
+    Connection& c = it->second;
+    alignas(8) char buffer[di::kMaxControlMessage];
+    for (;;) {
+        di::ReceivedMessage m = di::receive_message(fd, buffer, sizeof(buffer), MSG_DONTWAIT);
+        if (m.size < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return true;
+        if (m.size <= 0) {
+            close_connection(c);
+            connections_.erase(it);
+            return false;
+        }
+        if (m.truncated) {
+            // Larger than any valid message: answer as garbage.
+            if (m.fd >= 0)
+                ::close(m.fd);
+            di::MessageHeader none{};
+            reply_status(c, none, EMSGSIZE);
+            continue;
+        }
+        dispatch(c, buffer, static_cast<size_t>(m.size), m.fd);
+    }
+}
+
+void ControlServer::reply(Connection& c, const void* message, size_t size, int fd_to_pass) {
+    // A client that stopped reading only hurts itself; its socket buffer is ample for
+    // one outstanding reply, so a failure here means it is going away.
+    di::send_message(c.fd, message, size, fd_to_pass);
+}
+
+void ControlServer::reply_status(Connection& c, const di::MessageHeader& request, int status) {
+    di::ReplyHeader r{};
+    r.header = reply_header(request, sizeof(r));
+    r.status = status;
+    reply(c, &r, sizeof(r));
+}
+
+void ControlServer::dispatch(Connection& c, const void* message, size_t size, int received_fd) {
+    // Any descriptor not consumed below is closed on the way out.
+    struct FdGuard {
+        int fd;
+        ~FdGuard() {
+            if (fd >= 0)
+                ::close(fd);
+        }
+    } guard{received_fd};
+
+    di::MessageHeader header{};
+    if (size < sizeof(header)) {
+        reply_status(c, header, EBADMSG);
+        return;
+    }
+    std::memcpy(&header, message, sizeof(header));
+    if (header.magic != di::kControlMagic || header.length != size) {
+        reply_status(c, header, EBADMSG);
+        return;
+    }
+    if (header.version != di::kControlVersion) {
+        reply_status(c, header, EPROTO);
+        return;
+    }
+    const auto opcode = static_cast<di::Opcode>(header.opcode);
+
+    if (opcode == di::Opcode::EngineStatus) {
+        std::string text = status_report();
+        std::vector<char> out(sizeof(di::ReplyHeader) + text.size());
+        if (out.size() > di::kMaxControlMessage * 64)
+            out.resize(di::kMaxControlMessage * 64);
+        di::ReplyHeader r{};
+        r.header = reply_header(header, static_cast<uint32_t>(out.size()));
+        std::memcpy(out.data(), &r, sizeof(r));
+        std::memcpy(out.data() + sizeof(r), text.data(), out.size() - sizeof(r));
+        reply(c, out.data(), out.size());
+        return;
+    }
+
+    if (opcode == di::Opcode::OpenDevice) {
+        const auto* request = as<di::OpenDeviceRequest>(message, size);
+        if (!request) {
+            reply_status(c, header, EBADMSG);
+            return;
+        }
+        if (c.device >= 0) {
+            reply_status(c, header, EEXIST);
+            return;
+        }
+        if (request->provider_abi != di::kControlVersion) {
+            reply_status(c, header, EPROTO);
+            return;
+        }
+        const std::string name(request->device_name,
+                               strnlen(request->device_name, sizeof(request->device_name)));
+        int index = -1;
+        for (size_t i = 0; i < devices_.size(); ++i)
+            if (devices_[i].name == name)
+                index = static_cast<int>(i);
+        if (index < 0) {
+            reply_status(c, header, ENODEV);
+            return;
+        }
+        if (guard.fd < 0 || ::fcntl(guard.fd, F_SETFL, O_NONBLOCK) != 0) {
+            reply_status(c, header, EBADF); // the async event pipe must come along
+            return;
+        }
+        c.device = index;
+        c.async_fd = std::exchange(guard.fd, -1);
+        c.context_id = next_context_id_++;
+        c.resources = std::make_unique<ContextResources>(c.pid, keys_);
+        di::OpenDeviceReply r{};
+        r.reply.header = reply_header(header, sizeof(r));
+        r.context_id = c.context_id;
+        r.phys_port_cnt = 1;
+        reply(c, &r, sizeof(r));
+        return;
+    }
+
+    if (c.device < 0) {
+        reply_status(c, header, ENODEV); // nothing else before the device is open
+        return;
+    }
+    const Device& device = devices_[static_cast<size_t>(c.device)];
+    ContextResources& res = *c.resources;
+
+    switch (opcode) {
+    case di::Opcode::QueryDevice: {
+        if (size != sizeof(di::MessageHeader))
+            break;
+        di::QueryDeviceReply r{};
+        r.reply.header = reply_header(header, sizeof(r));
+        r.attr = device_attributes(device);
+        reply(c, &r, sizeof(r));
+        return;
+    }
+    case di::Opcode::QueryPort: {
+        const auto* request = as<di::QueryPortRequest>(message, size);
+        if (!request)
+            break;
+        if (request->port_num != 1) {
+            reply_status(c, header, EINVAL);
+            return;
+        }
+        di::QueryPortReply r{};
+        r.reply.header = reply_header(header, sizeof(r));
+        r.attr = port_attributes(ports_.info(device.port_index));
+        reply(c, &r, sizeof(r));
+        return;
+    }
+    case di::Opcode::AllocPd: {
+        if (size != sizeof(di::MessageHeader))
+            break;
+        di::HandleReply r{};
+        r.reply.header = reply_header(header, sizeof(r));
+        r.reply.status = res.alloc_pd(r.handle);
+        reply(c, &r, sizeof(r));
+        return;
+    }
+    case di::Opcode::DeallocPd:
+    case di::Opcode::DeregMr:
+    case di::Opcode::DestroyCq: {
+        const auto* request = as<di::HandleRequest>(message, size);
+        if (!request)
+            break;
+        int status = opcode == di::Opcode::DeallocPd ? res.dealloc_pd(request->handle)
+                     : opcode == di::Opcode::DeregMr ? res.dereg_mr(request->handle)
+                                                     : res.destroy_cq(request->handle);
+        reply_status(c, header, status);
+        return;
+    }
+    case di::Opcode::RegMr: {
+        const auto* request = as<di::RegMrRequest>(message, size);
+        if (!request)
+            break;
+        RegisteredMr mr{};
+        di::RegMrReply r{};
+        r.reply.header = reply_header(header, sizeof(r));
+        r.reply.status = res.reg_mr(*request, mr);
+        r.mr_handle = mr.handle;
+        r.lkey = mr.lkey;
+        r.rkey = mr.rkey;
+        reply(c, &r, sizeof(r));
+        return;
+    }
+    case di::Opcode::CreateCq:
+    case di::Opcode::ResizeCq: {
+        const CompletionQueue* cq = nullptr;
+        di::CreateCqReply r{};
+        r.reply.header = reply_header(header, sizeof(r));
+        if (opcode == di::Opcode::CreateCq) {
+            const auto* request = as<di::CreateCqRequest>(message, size);
+            if (!request)
+                break;
+            r.reply.status = res.create_cq(request->cqe, request->comp_vector, request->user_handle,
+                                           r.cq_handle, cq);
+        } else {
+            const auto* request = as<di::ResizeCqRequest>(message, size);
+            if (!request)
+                break;
+            r.cq_handle = request->cq_handle;
+            r.reply.status = res.resize_cq(request->cq_handle, request->cqe, cq);
+        }
+        if (cq) {
+            r.cqe = cq->cqe;
+            r.ring_bytes = cq->ring.bytes();
+        }
+        reply(c, &r, sizeof(r), cq ? cq->ring.fd() : -1);
+        return;
+    }
+    default:
+        reply_status(c, header, EOPNOTSUPP);
+        return;
+    }
+    reply_status(c, header, EBADMSG); // right opcode, wrong size
+}
+
+void ControlServer::raise_device_event(size_t device_index, uint64_t element, uint32_t event_type) {
+    di::AsyncEventRecord record{element, event_type, 0};
+    for (auto& [fd, c] : connections_) {
+        if (c.device != static_cast<int>(device_index) || c.async_fd < 0)
+            continue;
+        // Non-blocking: a process that never reads its events cannot stall the card.
+        [[maybe_unused]] ssize_t n = ::write(c.async_fd, &record, sizeof(record));
+    }
+}
+
+std::string ControlServer::status_report() const {
+    std::ostringstream out;
+    out << status_title_ << "\n";
+    for (size_t i = 0; i < devices_.size(); ++i) {
+        const Device& d = devices_[i];
+        const PortInfo& p = ports_.info(d.port_index);
+        const auto attr = port_attributes(p);
+        char mac[20];
+        std::snprintf(mac, sizeof(mac), "%02x:%02x:%02x:%02x:%02x:%02x", p.mac[0], p.mac[1],
+                      p.mac[2], p.mac[3], p.mac[4], p.mac[5]);
+        out << "device " << d.name << " port 1: " << (p.link_up ? "ACTIVE" : "DOWN") << " ipv4 "
+            << transport::ipv4_to_string(p.ipv4) << " mac " << mac << " mtu " << p.eth_mtu
+            << " active_mtu "
+            << transport::path_mtu_bytes(static_cast<transport::PathMtu>(attr.active_mtu))
+            << " pmd " << p.pmd << (p.devargs.empty() ? " (built-in wire)" : " " + p.devargs)
+            << "\n";
+        out << "  counters: rx_packets " << p.counters.rx_packets << " rx_bytes "
+            << p.counters.rx_bytes << " tx_packets " << p.counters.tx_packets << " tx_bytes "
+            << p.counters.tx_bytes << " rx_unhandled " << p.counters.rx_unhandled << "\n";
+    }
+    size_t pds = 0, mrs = 0, cqs = 0, contexts = 0;
+    for (const auto& [fd, c] : connections_) {
+        if (!c.resources)
+            continue;
+        ++contexts;
+        pds += c.resources->pd_count();
+        mrs += c.resources->mr_count();
+        cqs += c.resources->cq_count();
+        out << "context " << c.context_id << " pid " << c.pid << " (" << c.command << ") device "
+            << devices_[static_cast<size_t>(c.device)].name << ": pd " << c.resources->pd_count()
+            << " mr " << c.resources->mr_count() << " cq " << c.resources->cq_count() << "\n";
+    }
+    out << "contexts " << contexts << "\n";
+    out << "objects: pd " << pds << " mr " << mrs << " cq " << cqs << "\n";
+    return out.str();
+}
+
+} // namespace softhca::engine

@@ -1,0 +1,68 @@
+// The control path: a listening SOCK_SEQPACKET Unix socket, one connection per open
+// device context, one request and one reply per message (layouts in
+// device_interface/control.hpp). A connection's resources die with it, so a process
+// that exits or is killed leaves nothing behind, as closing the uverbs fd does.
+#pragma once
+
+#include "device_model.hpp"
+#include "resource_tables.hpp"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <sys/types.h>
+#include <vector>
+
+namespace softhca::engine {
+
+class ControlServer {
+  public:
+    ControlServer(const std::string& socket_path, const std::vector<Device>& devices,
+                  const PortSet& ports, std::string status_title);
+    ~ControlServer();
+    ControlServer(const ControlServer&) = delete;
+    ControlServer& operator=(const ControlServer&) = delete;
+
+    int listen_fd() const { return listen_fd_; }
+
+    // Accepts pending connections; returns the new fds (to be watched for input).
+    std::vector<int> accept_pending();
+    // Handles input on a connection. Returns false when the connection is gone and
+    // its fd was closed (the caller stops watching it).
+    bool handle_input(int fd);
+
+    // Writes an async event record to every context open on the device.
+    void raise_device_event(size_t device_index, uint64_t element, uint32_t event_type);
+
+    size_t connection_count() const { return connections_.size(); }
+
+  private:
+    struct Connection {
+        int fd = -1;
+        pid_t pid = 0;
+        uid_t uid = 0;
+        std::string command;
+        uint32_t context_id = 0;
+        int device = -1;   // index into devices_, -1 until OpenDevice
+        int async_fd = -1; // write end of the provider's async event pipe
+        std::unique_ptr<ContextResources> resources;
+    };
+
+    void close_connection(Connection& connection);
+    void dispatch(Connection& c, const void* message, size_t size, int received_fd);
+    void reply(Connection& c, const void* message, size_t size, int fd_to_pass = -1);
+    void reply_status(Connection& c, const device_interface::MessageHeader& request, int status);
+    std::string status_report() const;
+
+    int listen_fd_ = -1;
+    std::string socket_path_;
+    const std::vector<Device>& devices_;
+    const PortSet& ports_;
+    std::string status_title_;
+    KeySpace keys_;
+    uint32_t next_context_id_ = 1;
+    std::map<int, Connection> connections_;
+};
+
+} // namespace softhca::engine

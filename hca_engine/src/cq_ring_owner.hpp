@@ -1,0 +1,43 @@
+// The engine's side of a completion queue ring: the memfd it creates, maps, and hands
+// to the provider (layout in device_interface/cq_ring.hpp).
+#pragma once
+
+#include "softhca/device_interface/cq_ring.hpp"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace softhca::engine {
+
+class CqRingOwner {
+  public:
+    CqRingOwner() = default;
+    ~CqRingOwner();
+    CqRingOwner(CqRingOwner&& other) noexcept;
+    CqRingOwner& operator=(CqRingOwner&& other) noexcept;
+    CqRingOwner(const CqRingOwner&) = delete;
+    CqRingOwner& operator=(const CqRingOwner&) = delete;
+
+    // Creates a ring with `slots` entries (a power of two). Returns 0 or an errno.
+    int create(uint32_t slots);
+
+    int fd() const { return fd_; }
+    size_t bytes() const { return bytes_; }
+    uint32_t slots() const { return header_ ? header_->slots : 0; }
+    uint64_t pending() const;
+
+    // Moves the entries the consumer has not read yet into `target` (which must be new
+    // and large enough). Used by resize.
+    void move_pending_to(CqRingOwner& target);
+
+    // Appends one completion; returns false (and marks overrun) when the ring is full.
+    bool push(const device_interface::CompletionEntry& entry);
+
+  private:
+    void release();
+    int fd_ = -1;
+    size_t bytes_ = 0;
+    device_interface::CqRingHeader* header_ = nullptr;
+};
+
+} // namespace softhca::engine

@@ -1,0 +1,109 @@
+#include "engine_config.hpp"
+
+#include "softhca/transport/roce_address.hpp"
+
+#include <cstdlib>
+#include <string_view>
+
+namespace softhca::engine {
+
+const char* engine_usage() {
+    return "usage: softhca-engine --run-dir DIR --provider-prefix PATH [--prefix NAME]\n"
+           "                      [--mtu BYTES] [--memory-mb MB] [--driver-dir DIR]\n"
+           "                      [--cdev-dir DIR] [--port DEVARGS@IPV4[%NETDEV]]...\n"
+           "Without --port: two devices wired back to back inside the engine,\n"
+           "198.18.0.1 and 198.18.0.2.\n";
+}
+
+namespace {
+
+// DEVARGS@IPV4 or DEVARGS@IPV4%NETDEV
+bool parse_port(std::string_view text, PortConfig& port, std::string& error) {
+    auto at = text.rfind('@');
+    if (at == std::string_view::npos || at == 0) {
+        error = "--port needs DEVARGS@IPV4, got '" + std::string(text) + "'";
+        return false;
+    }
+    port.devargs = std::string(text.substr(0, at));
+    std::string_view addr = text.substr(at + 1);
+    if (auto pct = addr.find('%'); pct != std::string_view::npos) {
+        port.netdev = std::string(addr.substr(pct + 1));
+        addr = addr.substr(0, pct);
+    }
+    auto ip = transport::parse_ipv4(addr);
+    if (!ip) {
+        error = "bad IPv4 address '" + std::string(addr) + "'";
+        return false;
+    }
+    port.ipv4 = *ip;
+    return true;
+}
+
+bool parse_number(const char* text, uint32_t min, uint32_t max, uint32_t& out) {
+    char* end = nullptr;
+    unsigned long value = std::strtoul(text, &end, 10);
+    if (!*text || *end || value < min || value > max)
+        return false;
+    out = static_cast<uint32_t>(value);
+    return true;
+}
+
+} // namespace
+
+std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string& error) {
+    EngineConfig config;
+    for (int i = 1; i < argc; ++i) {
+        std::string_view arg = argv[i];
+        auto value = [&]() -> const char* {
+            if (i + 1 >= argc) {
+                error = std::string(arg) + " needs a value";
+                return nullptr;
+            }
+            return argv[++i];
+        };
+        const char* v = nullptr;
+        if (arg == "--run-dir" && (v = value()))
+            config.run_dir = v;
+        else if (arg == "--provider-prefix" && (v = value()))
+            config.provider_prefix = v;
+        else if (arg == "--prefix" && (v = value()))
+            config.prefix = v;
+        else if (arg == "--driver-dir" && (v = value()))
+            config.driver_dir = v;
+        else if (arg == "--cdev-dir" && (v = value()))
+            config.cdev_dir = v;
+        else if (arg == "--mtu" && (v = value())) {
+            if (!parse_number(v, 576, 9600, config.eth_mtu)) {
+                error = "--mtu must be 576..9600";
+                return std::nullopt;
+            }
+        } else if (arg == "--memory-mb" && (v = value())) {
+            if (!parse_number(v, 64, 65536, config.memory_mb)) {
+                error = "--memory-mb must be 64..65536";
+                return std::nullopt;
+            }
+        } else if (arg == "--port" && (v = value())) {
+            PortConfig port;
+            if (!parse_port(v, port, error))
+                return std::nullopt;
+            config.ports.push_back(port);
+        } else {
+            if (error.empty())
+                error = "unknown argument '" + std::string(arg) + "'";
+            return std::nullopt;
+        }
+    }
+    if (config.run_dir.empty() || config.provider_prefix.empty()) {
+        error = "--run-dir and --provider-prefix are required";
+        return std::nullopt;
+    }
+    if (config.prefix.empty() || config.prefix.size() > 32 ||
+        config.prefix.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") !=
+            std::string::npos) {
+        error = "--prefix must be 1..32 characters of [a-z0-9_]";
+        return std::nullopt;
+    }
+    return config;
+}
+
+} // namespace softhca::engine

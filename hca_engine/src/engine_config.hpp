@@ -1,0 +1,41 @@
+// What one engine instance serves: its name prefix, where it keeps its files, and the
+// ports (one device per port). Parsed from the command line of softhca-engine.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace softhca::engine {
+
+struct PortConfig {
+    // DPDK device arguments (e.g. "net_af_packet0,iface=veth0"); empty for one end
+    // of the built-in back-to-back wire.
+    std::string devargs;
+    uint32_t ipv4 = 0;  // host order
+    std::string netdev; // kernel interface behind the port, for the GID's ndev
+};
+
+struct EngineConfig {
+    std::string prefix = "softhca"; // devices are <prefix>0, <prefix>1, ...
+    std::string run_dir;            // socket, pid file, manifest, device tree
+    std::string provider_prefix;    // path libibverbs loads (+ "-rdmav34.so")
+    std::string driver_dir = "/etc/libibverbs.d";
+    std::string cdev_dir = "/dev/infiniband";
+    uint32_t eth_mtu = 9000;
+    uint32_t memory_mb = 256;
+    std::vector<PortConfig> ports; // empty: the built-in wire with two devices
+
+    std::string socket_path() const { return run_dir + "/engine.sock"; }
+    std::string sysfs_root() const { return run_dir + "/sysfs"; }
+    std::string manifest_path() const { return run_dir + "/manifest"; }
+    std::string pid_path() const { return run_dir + "/engine.pid"; }
+};
+
+// Parses argv; on error returns nullopt and fills `error`.
+std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string& error);
+
+const char* engine_usage();
+
+} // namespace softhca::engine

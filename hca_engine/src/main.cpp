@@ -1,0 +1,152 @@
+// softhca-engine: the adapter card. One process per host (per instance prefix) owns the
+// ports, the resource tables and the polling loop, and serves every process that opens
+// one of its devices.
+#include "control_server.hpp"
+#include "device_model.hpp"
+#include "engine_config.hpp"
+#include "ports.hpp"
+
+#include "softhca/device_interface/async_event.hpp"
+#include "softhca/kernel_shim/registration.hpp"
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+using namespace softhca;
+using namespace softhca::engine;
+
+namespace {
+
+// While nothing needs the wire (no queue pairs exist yet) the loop sleeps in epoll and
+// wakes this often to service the ports (drain receive rings, read link state).
+constexpr int kIdleWakeMs = 200;
+constexpr int kLinkCheckMs = 1000;
+
+uint64_t now_ms() {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
+}
+
+kernel_shim::InstanceRegistration make_registration(const EngineConfig& config,
+                                                    const std::vector<Device>& devices,
+                                                    const PortSet& ports) {
+    kernel_shim::InstanceRegistration reg;
+    reg.sysfs_root = config.sysfs_root();
+    reg.cdev_dir = config.cdev_dir;
+    reg.driver_file = config.driver_dir + "/" + config.prefix + ".driver";
+    reg.provider_prefix = config.provider_prefix;
+    for (const auto& device : devices) {
+        const PortInfo& port = ports.info(device.port_index);
+        kernel_shim::DeviceRegistration d;
+        d.ibdev_name = device.name;
+        d.uverbs_name = device.name + "_uverbs";
+        d.node_guid = device.node_guid;
+        d.fw_ver = kFirmwareVersion;
+        d.engine_socket = config.socket_path();
+        d.ports.push_back({transport::gid_from_ipv4(port.ipv4), port.netdev});
+        reg.devices.push_back(d);
+    }
+    return reg;
+}
+
+int run(const EngineConfig& config) {
+    ::mkdir(config.run_dir.c_str(), 0755);
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGTERM);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGHUP);
+    sigprocmask(SIG_BLOCK, &signals, nullptr);
+    std::signal(SIGPIPE, SIG_IGN);
+
+    PortSet ports(config);
+    std::vector<Device> devices;
+    for (size_t i = 0; i < ports.size(); ++i)
+        devices.push_back(
+            {config.prefix + std::to_string(i), i, transport::guid_from_mac(ports.info(i).mac)});
+
+    ControlServer server(config.socket_path(), devices, ports,
+                         "engine pid " + std::to_string(getpid()) + " prefix " + config.prefix);
+
+    kernel_shim::Manifest manifest(config.manifest_path());
+    manifest.remove_all(); // leftovers of an engine that died without cleaning up
+    kernel_shim::register_instance(make_registration(config, devices, ports), manifest);
+    {
+        std::ofstream pid(config.pid_path());
+        pid << getpid() << "\n";
+    }
+    std::fprintf(stderr, "softhca-engine: serving %zu devices on %s\n", devices.size(),
+                 config.socket_path().c_str());
+
+    int epfd = epoll_create1(EPOLL_CLOEXEC);
+    int sigfd = signalfd(-1, &signals, SFD_CLOEXEC | SFD_NONBLOCK);
+    auto watch = [&](int fd) {
+        epoll_event ev{};
+        ev.events = EPOLLIN;
+        ev.data.fd = fd;
+        epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
+    };
+    watch(sigfd);
+    watch(server.listen_fd());
+
+    uint64_t next_link_check = now_ms() + kLinkCheckMs;
+    bool stop = false;
+    while (!stop) {
+        epoll_event events[32];
+        int n = epoll_wait(epfd, events, 32, kIdleWakeMs);
+        for (int i = 0; i < n; ++i) {
+            const int fd = events[i].data.fd;
+            if (fd == sigfd) {
+                stop = true;
+            } else if (fd == server.listen_fd()) {
+                for (int accepted : server.accept_pending())
+                    watch(accepted);
+            } else if (!server.handle_input(fd)) {
+                epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
+            }
+        }
+        ports.poll_rx();
+        if (now_ms() >= next_link_check) {
+            next_link_check = now_ms() + kLinkCheckMs;
+            for (size_t port : ports.refresh_links()) {
+                const bool up = ports.info(port).link_up;
+                server.raise_device_event(port, 1,
+                                          up ? device_interface::kEventPortActive
+                                             : device_interface::kEventPortErr);
+            }
+        }
+    }
+    std::fprintf(stderr, "softhca-engine: shutting down\n");
+    manifest.remove_all();
+    ::unlink(config.pid_path().c_str());
+    ::close(sigfd);
+    ::close(epfd);
+    return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    std::string error;
+    auto config = parse_engine_args(argc, argv, error);
+    if (!config) {
+        std::fprintf(stderr, "softhca-engine: %s\n%s", error.c_str(), engine_usage());
+        return 2;
+    }
+    try {
+        return run(*config);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "softhca-engine: %s\n", e.what());
+        kernel_shim::Manifest(config->manifest_path()).remove_all();
+        return 1;
+    }
+}

@@ -1,0 +1,19 @@
+// Checks that a range of another process's address space is mapped with the rights a
+// memory registration needs, as the kernel's pinning of user pages would (ib_umem_get:
+// EFAULT for unmapped or inaccessible pages, write access needed for writable MRs).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <sys/types.h>
+
+namespace softhca::engine {
+
+// Returns 0, or EFAULT when some page of [addr, addr+length) is unmapped, not
+// readable, or (need_write) not writable; ESRCH when the process is gone.
+int check_user_range(pid_t pid, uint64_t addr, uint64_t length, bool need_write);
+
+// The same check against a maps text (the format of /proc/PID/maps), for tests.
+int check_range_in_maps(const std::string& maps, uint64_t addr, uint64_t length, bool need_write);
+
+} // namespace softhca::engine

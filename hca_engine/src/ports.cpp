@@ -1,0 +1,191 @@
+#include "ports.hpp"
+
+#include <rte_eal.h>
+#include <rte_eth_ring.h>
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+#include <rte_ring.h>
+
+#include <stdexcept>
+#include <unistd.h>
+
+namespace softhca::engine {
+
+namespace {
+constexpr uint16_t kRxDescriptors = 1024;
+constexpr uint16_t kTxDescriptors = 1024;
+constexpr unsigned kPoolMbufs = 4095;
+constexpr uint16_t kBurst = 32;
+
+// Locally administered unicast MACs for the built-in wire: 02:53:48:xx:yy:NN.
+transport::MacAddress builtin_mac(uint32_t instance_tag, size_t index) {
+    return {0x02,
+            0x53,
+            0x48,
+            static_cast<uint8_t>(instance_tag >> 8),
+            static_cast<uint8_t>(instance_tag),
+            static_cast<uint8_t>(index + 1)};
+}
+} // namespace
+
+struct PortSet::Dpdk {
+    std::vector<rte_mempool*> pools;
+    std::vector<rte_ring*> rings;
+    bool eal_up = false;
+};
+
+PortSet::PortSet(const EngineConfig& config) : dpdk_(std::make_unique<Dpdk>()) {
+    const std::string file_prefix = "softhca-" + config.prefix + "-" + std::to_string(getpid());
+    const std::string memory = std::to_string(config.memory_mb);
+    // No hugepages, no shared config, no PCI scan (--in-memory cannot be combined with
+    // --no-huge, so each engine gets its own --file-prefix instead).
+    std::vector<std::string> args = {
+        "softhca-engine", "--no-huge",     "-m",        memory,        "--no-shconf", "--no-pci",
+        "--no-telemetry", "--file-prefix", file_prefix, "--log-level", "*:warning"};
+    for (const auto& port : config.ports) {
+        if (!port.devargs.empty()) {
+            args.push_back("--vdev");
+            args.push_back(port.devargs);
+        }
+    }
+    std::vector<char*> argv;
+    for (auto& a : args)
+        argv.push_back(a.data());
+    if (rte_eal_init(static_cast<int>(argv.size()), argv.data()) < 0)
+        throw std::runtime_error(std::string("DPDK EAL init failed: ") + rte_strerror(rte_errno));
+    dpdk_->eal_up = true;
+
+    const uint32_t tag = static_cast<uint32_t>(getpid()) & 0xffff;
+    std::vector<PortInfo> wanted;
+    if (config.ports.empty()) {
+        // The built-in wire: port 0 transmits into ring a->b, which port 1 receives.
+        const std::string base = "shw" + std::to_string(getpid());
+        rte_ring* ab = rte_ring_create((base + "ab").c_str(), 4096, SOCKET_ID_ANY,
+                                       RING_F_SP_ENQ | RING_F_SC_DEQ);
+        rte_ring* ba = rte_ring_create((base + "ba").c_str(), 4096, SOCKET_ID_ANY,
+                                       RING_F_SP_ENQ | RING_F_SC_DEQ);
+        if (!ab || !ba)
+            throw std::runtime_error("cannot create the built-in wire rings");
+        dpdk_->rings = {ab, ba};
+        int p0 = rte_eth_from_rings((base + "p0").c_str(), &ba, 1, &ab, 1, SOCKET_ID_ANY);
+        int p1 = rte_eth_from_rings((base + "p1").c_str(), &ab, 1, &ba, 1, SOCKET_ID_ANY);
+        if (p0 < 0 || p1 < 0)
+            throw std::runtime_error("cannot create the built-in wire ports");
+        for (int i = 0; i < 2; ++i) {
+            PortInfo info;
+            info.dpdk_port = static_cast<uint16_t>(i == 0 ? p0 : p1);
+            info.ipv4 = (198u << 24) | (18u << 16) | static_cast<uint32_t>(i + 1);
+            info.mac = builtin_mac(tag, static_cast<size_t>(i));
+            wanted.push_back(info);
+        }
+    } else {
+        for (const auto& port : config.ports) {
+            std::string name = port.devargs.substr(0, port.devargs.find(','));
+            uint16_t id = 0;
+            if (rte_eth_dev_get_port_by_name(name.c_str(), &id) != 0)
+                throw std::runtime_error("DPDK has no port named '" + name + "' (devargs '" +
+                                         port.devargs + "')");
+            PortInfo info;
+            info.dpdk_port = id;
+            info.devargs = port.devargs;
+            info.ipv4 = port.ipv4;
+            info.netdev = port.netdev;
+            rte_ether_addr mac{};
+            rte_eth_macaddr_get(id, &mac);
+            for (int b = 0; b < 6; ++b)
+                info.mac[static_cast<size_t>(b)] = mac.addr_bytes[b];
+            wanted.push_back(info);
+        }
+    }
+
+    for (auto& info : wanted) {
+        const uint16_t id = info.dpdk_port;
+        rte_eth_dev_info dev_info{};
+        if (rte_eth_dev_info_get(id, &dev_info) != 0)
+            throw std::runtime_error("cannot query DPDK port " + std::to_string(id));
+        info.pmd = dev_info.driver_name ? dev_info.driver_name : "?";
+        info.max_eth_mtu = dev_info.max_mtu;
+        info.eth_mtu = std::min<uint32_t>(config.eth_mtu, dev_info.max_mtu);
+
+        const uint32_t frame = info.eth_mtu + RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN;
+        const std::string pool_name = "shp" + std::to_string(getpid()) + "_" + std::to_string(id);
+        rte_mempool* pool = rte_pktmbuf_pool_create(
+            pool_name.c_str(), kPoolMbufs, 256, 0,
+            static_cast<uint16_t>(std::min<uint32_t>(frame + RTE_PKTMBUF_HEADROOM, 65535)),
+            static_cast<int>(rte_socket_id()));
+        if (!pool)
+            throw std::runtime_error("cannot create the packet pool for port " +
+                                     std::to_string(id) + ": " + rte_strerror(rte_errno));
+        dpdk_->pools.push_back(pool);
+
+        rte_eth_conf conf{};
+        if (rte_eth_dev_configure(id, 1, 1, &conf) != 0 ||
+            rte_eth_rx_queue_setup(id, 0, kRxDescriptors, rte_eth_dev_socket_id(id), nullptr,
+                                   pool) != 0 ||
+            rte_eth_tx_queue_setup(id, 0, kTxDescriptors, rte_eth_dev_socket_id(id), nullptr) != 0)
+            throw std::runtime_error("cannot configure DPDK port " + std::to_string(id));
+        if (info.devargs.empty()) {
+            rte_ether_addr mac{};
+            for (int b = 0; b < 6; ++b)
+                mac.addr_bytes[b] = info.mac[static_cast<size_t>(b)];
+            rte_eth_dev_default_mac_addr_set(id, &mac);
+        } else {
+            // Best effort: PMDs bound to a kernel interface may refuse an MTU change.
+            rte_eth_dev_set_mtu(id, static_cast<uint16_t>(info.eth_mtu));
+            uint16_t mtu = 0;
+            if (rte_eth_dev_get_mtu(id, &mtu) == 0 && mtu)
+                info.eth_mtu = mtu;
+        }
+        if (rte_eth_dev_start(id) != 0)
+            throw std::runtime_error("cannot start DPDK port " + std::to_string(id));
+        rte_eth_link link{};
+        rte_eth_link_get_nowait(id, &link);
+        info.link_up = link.link_status == RTE_ETH_LINK_UP;
+        info.link_speed_mbps = link.link_speed;
+        ports_.push_back(info);
+    }
+}
+
+PortSet::~PortSet() {
+    for (const auto& info : ports_) {
+        rte_eth_dev_stop(info.dpdk_port);
+        rte_eth_dev_close(info.dpdk_port);
+    }
+    if (dpdk_->eal_up)
+        rte_eal_cleanup();
+}
+
+std::vector<size_t> PortSet::refresh_links() {
+    std::vector<size_t> changed;
+    for (size_t i = 0; i < ports_.size(); ++i) {
+        rte_eth_link link{};
+        if (rte_eth_link_get_nowait(ports_[i].dpdk_port, &link) != 0)
+            continue;
+        const bool up = link.link_status == RTE_ETH_LINK_UP;
+        if (up != ports_[i].link_up) {
+            ports_[i].link_up = up;
+            changed.push_back(i);
+        }
+        if (up)
+            ports_[i].link_speed_mbps = link.link_speed;
+    }
+    return changed;
+}
+
+size_t PortSet::poll_rx() {
+    size_t total = 0;
+    rte_mbuf* burst[kBurst];
+    for (auto& info : ports_) {
+        const uint16_t n = rte_eth_rx_burst(info.dpdk_port, 0, burst, kBurst);
+        for (uint16_t i = 0; i < n; ++i) {
+            info.counters.rx_bytes += rte_pktmbuf_pkt_len(burst[i]);
+            rte_pktmbuf_free(burst[i]);
+        }
+        info.counters.rx_packets += n;
+        info.counters.rx_unhandled += n;
+        total += n;
+    }
+    return total;
+}
+
+} // namespace softhca::engine

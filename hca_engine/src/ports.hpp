@@ -1,0 +1,62 @@
+// The engine's ports: DPDK ethdevs, one per device. This file and ports.cpp are the
+// only place DPDK appears. The default is a back-to-back pair joined by two rte_rings
+// (the built-in wire); any other PMD is named by its device arguments.
+#pragma once
+
+#include "engine_config.hpp"
+#include "softhca/transport/roce_address.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace softhca::engine {
+
+struct PortCounters {
+    uint64_t rx_packets = 0;
+    uint64_t rx_bytes = 0;
+    uint64_t tx_packets = 0;
+    uint64_t tx_bytes = 0;
+    uint64_t rx_unhandled = 0; // received but no consumer for it yet
+};
+
+struct PortInfo {
+    uint16_t dpdk_port = 0;
+    std::string pmd;     // driver name as DPDK reports it
+    std::string devargs; // empty for the built-in wire
+    transport::MacAddress mac{};
+    uint32_t ipv4 = 0;
+    std::string netdev;
+    uint32_t eth_mtu = 1500;
+    uint32_t max_eth_mtu = 1500;
+    uint32_t link_speed_mbps = 0;
+    bool link_up = false;
+    PortCounters counters;
+};
+
+class PortSet {
+  public:
+    // Initialises the DPDK EAL without hugepages and brings every configured port up.
+    // Throws std::runtime_error with a readable message on failure.
+    explicit PortSet(const EngineConfig& config);
+    ~PortSet();
+    PortSet(const PortSet&) = delete;
+    PortSet& operator=(const PortSet&) = delete;
+
+    size_t size() const { return ports_.size(); }
+    const PortInfo& info(size_t index) const { return ports_[index]; }
+
+    // Reads link state without waiting; returns the indices whose state changed.
+    std::vector<size_t> refresh_links();
+
+    // Receives one burst per port. Returns the number of packets seen.
+    size_t poll_rx();
+
+  private:
+    struct Dpdk;
+    std::unique_ptr<Dpdk> dpdk_;
+    std::vector<PortInfo> ports_;
+};
+
+} // namespace softhca::engine

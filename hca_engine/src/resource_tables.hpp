@@ -1,0 +1,87 @@
+// The card's resource tables for one open context (one process's ibv_context): its
+// PDs, MRs and CQs, each known by a handle local to the context. Every request is
+// validated here; errors are the errno values the kernel's uverbs would return.
+// Keys (lkey/rkey) and device-wide limits live in KeySpace, shared by all contexts.
+#pragma once
+
+#include "cq_ring_owner.hpp"
+#include "softhca/device_interface/control.hpp"
+
+#include <cstdint>
+#include <map>
+#include <sys/types.h>
+
+namespace softhca::engine {
+
+// Device-wide accounting: unique MR keys and the max_pd / max_mr / max_cq limits.
+class KeySpace {
+  public:
+    uint32_t next_key();
+    uint32_t pds = 0, mrs = 0, cqs = 0;
+
+  private:
+    uint32_t next_index_ = 1;
+    uint32_t tag_ = 0x5a;
+};
+
+struct ProtectionDomain {
+    uint32_t mr_count = 0;
+};
+
+struct MemoryRegion {
+    uint32_t pd_handle = 0;
+    uint64_t addr = 0;
+    uint64_t length = 0;
+    uint64_t iova = 0;
+    uint32_t access = 0;
+    uint32_t lkey = 0;
+    uint32_t rkey = 0;
+};
+
+struct CompletionQueue {
+    uint64_t user_handle = 0;
+    uint32_t cqe = 0;
+    uint32_t comp_vector = 0;
+    CqRingOwner ring;
+};
+
+struct RegisteredMr {
+    uint32_t handle, lkey, rkey;
+};
+
+class ContextResources {
+  public:
+    ContextResources(pid_t owner, KeySpace& keys) : owner_(owner), keys_(keys) {}
+    ~ContextResources();
+    ContextResources(const ContextResources&) = delete;
+    ContextResources& operator=(const ContextResources&) = delete;
+
+    int alloc_pd(uint32_t& handle);
+    int dealloc_pd(uint32_t handle);
+    int reg_mr(const device_interface::RegMrRequest& request, RegisteredMr& out);
+    int dereg_mr(uint32_t handle);
+    // On success `cq` points at the new CQ (its ring fd is sent to the provider).
+    int create_cq(uint32_t cqe, uint32_t comp_vector, uint64_t user_handle, uint32_t& handle,
+                  const CompletionQueue*& cq);
+    int resize_cq(uint32_t handle, uint32_t cqe, const CompletionQueue*& cq);
+    int destroy_cq(uint32_t handle);
+
+    size_t pd_count() const { return pds_.size(); }
+    size_t mr_count() const { return mrs_.size(); }
+    size_t cq_count() const { return cqs_.size(); }
+    pid_t owner() const { return owner_; }
+
+  private:
+    pid_t owner_;
+    KeySpace& keys_;
+    uint32_t next_handle_ = 1;
+    std::map<uint32_t, ProtectionDomain> pds_;
+    std::map<uint32_t, MemoryRegion> mrs_;
+    std::map<uint32_t, CompletionQueue> cqs_;
+};
+
+// The slot count for a CQ of at least `cqe` usable entries (one slot stays spare, as
+// a hardware CQ of 2^n entries reports 2^n - 1). Returns 0 when out of range.
+uint32_t cq_slots_for(uint32_t cqe);
+
+} // namespace softhca::engine

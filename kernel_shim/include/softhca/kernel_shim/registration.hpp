@@ -1,0 +1,53 @@
+// Device registration: everything libibverbs reads to find, open and describe a device
+// when there is no kernel RDMA stack (rdma-core 44: libibverbs/init.c, sysfs.c,
+// cmd_device.c read these paths under $SYSFS_PATH).
+#pragma once
+
+#include "softhca/kernel_shim/manifest.hpp"
+#include "softhca/transport/roce_address.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace softhca::kernel_shim {
+
+// Device number of /dev/full: opening it works, every write to it fails with ENOSPC,
+// so a verb that libibverbs still sends "to the kernel" fails cleanly.
+constexpr unsigned kCmdDeviceMajor = 1;
+constexpr unsigned kCmdDeviceMinor = 7;
+
+// uverbs ABI version the kernel would report (ib_user_verbs.h IB_USER_VERBS_ABI_VERSION).
+constexpr int kUverbsAbiVersion = 6;
+
+// File in the device directory naming the engine's control socket; the provider reads
+// it, and its presence is how the provider recognises a softhca device.
+constexpr const char* kEngineSocketFile = "softhca_engine_socket";
+
+struct PortRegistration {
+    transport::Gid gid; // GID index 0, RoCE v2
+    std::string netdev; // kernel interface behind the port, empty for a built-in wire
+};
+
+struct DeviceRegistration {
+    std::string ibdev_name;  // softhca0
+    std::string uverbs_name; // softhca0_uverbs (node under /dev/infiniband)
+    uint64_t node_guid = 0;
+    std::string fw_ver;
+    std::string engine_socket;
+    std::vector<PortRegistration> ports;
+};
+
+struct InstanceRegistration {
+    std::string sysfs_root;      // what SYSFS_PATH is set to
+    std::string cdev_dir;        // /dev/infiniband
+    std::string driver_file;     // /etc/libibverbs.d/<prefix>.driver
+    std::string provider_prefix; // absolute path, libibverbs appends -rdmav34.so
+    std::vector<DeviceRegistration> devices;
+};
+
+// Creates the tree, nodes and driver file, recording each in the manifest. Throws
+// std::system_error on failure (whatever was already created stays recorded).
+void register_instance(const InstanceRegistration& instance, Manifest& manifest);
+
+} // namespace softhca::kernel_shim

@@ -1,0 +1,116 @@
+#include "softhca/kernel_shim/registration.hpp"
+
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <system_error>
+#include <unistd.h>
+
+namespace softhca::kernel_shim {
+namespace {
+
+namespace fs = std::filesystem;
+
+[[noreturn]] void fail(const std::string& what) {
+    throw std::system_error(errno, std::generic_category(), what);
+}
+
+void write_file(const fs::path& path, const std::string& content) {
+    std::ofstream out(path, std::ios::trunc);
+    out << content;
+    out.close();
+    if (!out)
+        fail("writing " + path.string());
+}
+
+// Creates every missing directory on the way to `dir`, recording each one created.
+void make_dirs(const fs::path& dir, Manifest& manifest, Manifest::Kind kind) {
+    std::vector<fs::path> missing;
+    for (fs::path p = dir; !p.empty() && !fs::exists(p); p = p.parent_path())
+        missing.push_back(p);
+    for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+        if (::mkdir(it->c_str(), 0755) != 0 && errno != EEXIST)
+            fail("mkdir " + it->string());
+        manifest.record(kind, *it);
+    }
+}
+
+void write_port(const fs::path& port_dir, const PortRegistration& port) {
+    fs::create_directories(port_dir / "gids");
+    fs::create_directories(port_dir / "gid_attrs" / "types");
+    fs::create_directories(port_dir / "gid_attrs" / "ndevs");
+    fs::create_directories(port_dir / "pkeys");
+    // One GID per port: index 0, RoCE v2, IPv4-mapped from the port address.
+    write_file(port_dir / "gids" / "0", transport::gid_to_sysfs_string(port.gid) + "\n");
+    write_file(port_dir / "gid_attrs" / "types" / "0", "RoCE v2\n");
+    // An empty ndev means "no kernel netdev" to libibverbs (ndev_ifindex 0).
+    write_file(port_dir / "gid_attrs" / "ndevs" / "0",
+               port.netdev.empty() ? std::string() : port.netdev + "\n");
+    // The default partition key, full membership (IBTA 10.9.1.2).
+    write_file(port_dir / "pkeys" / "0", "0xffff\n");
+    write_file(port_dir / "link_layer", "Ethernet\n");
+    write_file(port_dir / "state", "4: ACTIVE\n");
+    write_file(port_dir / "phys_state", "5: LinkUp\n");
+    write_file(port_dir / "lid", "0x0\n");
+    write_file(port_dir / "sm_lid", "0x0\n");
+    write_file(port_dir / "lid_mask_count", "0\n");
+    write_file(port_dir / "sm_sl", "0\n");
+    write_file(port_dir / "rate", "10 Gb/sec (1X QDR)\n");
+}
+
+void write_device(const InstanceRegistration& instance, const DeviceRegistration& device,
+                  Manifest& manifest) {
+    const fs::path root(instance.sysfs_root);
+    const fs::path verbs_dir = root / "class" / "infiniband_verbs" / device.uverbs_name;
+    const fs::path ib_dir = root / "class" / "infiniband" / device.ibdev_name;
+    fs::create_directories(verbs_dir);
+    fs::create_directories(ib_dir / "ports");
+
+    const std::string dev =
+        std::to_string(kCmdDeviceMajor) + ":" + std::to_string(kCmdDeviceMinor) + "\n";
+    write_file(verbs_dir / "ibdev", device.ibdev_name + "\n");
+    write_file(verbs_dir / "dev", dev);
+    write_file(verbs_dir / "abi_version", std::to_string(kUverbsAbiVersion) + "\n");
+
+    write_file(ib_dir / "node_type", "1: CA\n");
+    write_file(ib_dir / "node_guid", transport::guid_to_sysfs_string(device.node_guid) + "\n");
+    write_file(ib_dir / "sys_image_guid", transport::guid_to_sysfs_string(device.node_guid) + "\n");
+    write_file(ib_dir / "fw_ver", device.fw_ver + "\n");
+    write_file(ib_dir / "hca_type", "softhca\n");
+    write_file(ib_dir / "hw_rev", "0\n");
+    write_file(ib_dir / "board_id", "softhca\n");
+    write_file(ib_dir / "node_desc", device.ibdev_name + " softhca\n");
+    write_file(ib_dir / kEngineSocketFile, device.engine_socket + "\n");
+    for (size_t i = 0; i < device.ports.size(); ++i)
+        write_port(ib_dir / "ports" / std::to_string(i + 1), device.ports[i]);
+
+    // The character node libibverbs opens as cmd_fd; its number must match `dev`.
+    const fs::path node = fs::path(instance.cdev_dir) / device.uverbs_name;
+    ::unlink(node.c_str());
+    if (::mknod(node.c_str(), S_IFCHR | 0666, makedev(kCmdDeviceMajor, kCmdDeviceMinor)) != 0)
+        fail("mknod " + node.string());
+    manifest.record(Manifest::Kind::File, node);
+}
+
+} // namespace
+
+void register_instance(const InstanceRegistration& instance, Manifest& manifest) {
+    const fs::path root(instance.sysfs_root);
+    if (fs::exists(root))
+        fs::remove_all(root);
+    make_dirs(root / "class" / "infiniband_verbs", manifest, Manifest::Kind::Directory);
+    manifest.record(Manifest::Kind::Tree, root);
+    write_file(root / "class" / "infiniband_verbs" / "abi_version",
+               std::to_string(kUverbsAbiVersion) + "\n");
+    make_dirs(instance.cdev_dir, manifest, Manifest::Kind::Directory);
+    for (const auto& device : instance.devices)
+        write_device(instance, device, manifest);
+
+    make_dirs(fs::path(instance.driver_file).parent_path(), manifest, Manifest::Kind::Directory);
+    write_file(instance.driver_file, "driver " + instance.provider_prefix + "\n");
+    manifest.record(Manifest::Kind::File, instance.driver_file);
+}
+
+} // namespace softhca::kernel_shim

@@ -1,0 +1,47 @@
+// The provider's end of the control socket: one request, one reply, serialized by a
+// mutex (verbs may be called from many threads). After the engine is gone every call
+// fails with EIO and never blocks.
+#pragma once
+
+#include "softhca/device_interface/control.hpp"
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+namespace softhca::provider {
+
+class ControlChannel {
+  public:
+    ControlChannel() = default;
+    ~ControlChannel();
+    ControlChannel(const ControlChannel&) = delete;
+    ControlChannel& operator=(const ControlChannel&) = delete;
+
+    // Connects to the engine's socket. Returns 0 or an errno.
+    int connect(const std::string& socket_path);
+
+    // Sends `request` (whose header is filled in here from `opcode` and `size`) with an
+    // optional descriptor, and receives the reply into `reply` (at least a ReplyHeader,
+    // at most reply_capacity bytes). Returns the reply status, or an errno when the
+    // exchange itself failed. A descriptor in the reply is stored in *received_fd.
+    int call(device_interface::Opcode opcode, void* request, size_t size, void* reply,
+             size_t reply_capacity, int fd_to_pass = -1, int* received_fd = nullptr);
+
+    // A call with a bare header and a reply that is just a status.
+    int call_simple(device_interface::Opcode opcode);
+
+    int fd() const { return fd_; }
+    bool dead() const { return dead_.load(std::memory_order_acquire); }
+    void mark_dead() { dead_.store(true, std::memory_order_release); }
+
+  private:
+    int fd_ = -1;
+    uint32_t sequence_ = 0;
+    std::atomic<bool> dead_{false};
+    std::mutex mutex_;
+};
+
+} // namespace softhca::provider

@@ -1,0 +1,154 @@
+// Completion queues: the engine produces completions into a shared-memory ring; the
+// provider consumes them in poll_cq without any system call.
+#include "provider.hpp"
+
+#include <cstdlib>
+#include <new>
+#include <sys/mman.h>
+#include <unistd.h>
+
+namespace softhca::provider {
+
+namespace di = device_interface;
+
+namespace {
+
+// Maps the ring the engine sent and checks it is one. Returns nullptr on failure.
+di::CqRingHeader* map_ring(int fd, size_t bytes) {
+    if (fd < 0 || bytes < sizeof(di::CqRingHeader))
+        return nullptr;
+    void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (map == MAP_FAILED)
+        return nullptr;
+    auto* ring = static_cast<di::CqRingHeader*>(map);
+    if (ring->magic != di::kCqRingMagic || ring->version != di::kCqRingVersion ||
+        di::cq_ring_bytes(ring->slots) > bytes) {
+        ::munmap(map, bytes);
+        return nullptr;
+    }
+    return ring;
+}
+
+void to_wc(const di::CompletionEntry& e, ibv_wc& wc) {
+    wc = {};
+    wc.wr_id = e.wr_id;
+    wc.status = static_cast<ibv_wc_status>(e.status);
+    wc.opcode = static_cast<ibv_wc_opcode>(e.opcode);
+    wc.vendor_err = e.vendor_err;
+    wc.byte_len = e.byte_len;
+    wc.imm_data = e.imm_data;
+    wc.qp_num = e.qp_num;
+    wc.src_qp = e.src_qp;
+    wc.wc_flags = e.wc_flags;
+    wc.pkey_index = e.pkey_index;
+    wc.slid = e.slid;
+    wc.sl = e.sl;
+    wc.dlid_path_bits = e.dlid_path_bits;
+}
+
+} // namespace
+
+ibv_cq* create_cq(ibv_context* context, int cqe, ibv_comp_channel* channel, int comp_vector) {
+    if (channel)
+        return fail_with<ibv_cq>(EOPNOTSUPP); // completion channels: not yet
+    if (cqe < 1 || comp_vector < 0)
+        return fail_with<ibv_cq>(EINVAL);
+    auto* cq = new (std::nothrow) Cq{};
+    if (!cq)
+        return fail_with<ibv_cq>(ENOMEM);
+    di::CreateCqRequest request{};
+    request.user_handle = reinterpret_cast<uintptr_t>(&cq->vcq.cq);
+    request.cqe = static_cast<uint32_t>(cqe);
+    request.comp_vector = static_cast<uint32_t>(comp_vector);
+    di::CreateCqReply reply{};
+    int ring_fd = -1;
+    int err = state_of(context).control.call(di::Opcode::CreateCq, &request, sizeof(request),
+                                             &reply, sizeof(reply), -1, &ring_fd);
+    if (!err) {
+        cq->ring = map_ring(ring_fd, reply.ring_bytes);
+        if (!cq->ring) {
+            di::HandleRequest destroy{};
+            destroy.handle = reply.cq_handle;
+            di::ReplyHeader ignored{};
+            state_of(context).control.call(di::Opcode::DestroyCq, &destroy, sizeof(destroy),
+                                           &ignored, sizeof(ignored));
+            err = ENOMEM;
+        }
+    } else if (ring_fd >= 0) {
+        ::close(ring_fd);
+    }
+    if (err) {
+        delete cq;
+        return fail_with<ibv_cq>(err);
+    }
+    cq->handle = reply.cq_handle;
+    cq->ring_bytes = reply.ring_bytes;
+    cq->vcq.cq.cqe = static_cast<int>(reply.cqe);
+    return &cq->vcq.cq;
+}
+
+int poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
+    Cq* cq = to_cq(ibcq);
+    std::lock_guard<std::mutex> lock(cq->lock);
+    di::CqRingHeader* ring = cq->ring;
+    const uint64_t producer = ring->producer.load(std::memory_order_acquire);
+    uint64_t consumer = ring->consumer.load(std::memory_order_relaxed);
+    const di::CompletionEntry* entries = di::cq_ring_entries(ring);
+    int polled = 0;
+    while (polled < num_entries && consumer != producer) {
+        to_wc(entries[consumer & (ring->slots - 1)], wc[polled]);
+        ++consumer;
+        ++polled;
+    }
+    ring->consumer.store(consumer, std::memory_order_release);
+    return polled;
+}
+
+int resize_cq(ibv_cq* ibcq, int cqe) {
+    if (cqe < 1)
+        return EINVAL;
+    Cq* cq = to_cq(ibcq);
+    std::lock_guard<std::mutex> lock(cq->lock);
+    di::ResizeCqRequest request{};
+    request.cq_handle = cq->handle;
+    request.cqe = static_cast<uint32_t>(cqe);
+    di::CreateCqReply reply{};
+    int ring_fd = -1;
+    if (int err = state_of(ibcq->context)
+                      .control.call(di::Opcode::ResizeCq, &request, sizeof(request), &reply,
+                                    sizeof(reply), -1, &ring_fd)) {
+        if (ring_fd >= 0)
+            ::close(ring_fd);
+        return err;
+    }
+    di::CqRingHeader* ring = map_ring(ring_fd, reply.ring_bytes);
+    if (!ring)
+        return ENOMEM;
+    ::munmap(cq->ring, cq->ring_bytes);
+    cq->ring = ring;
+    cq->ring_bytes = reply.ring_bytes;
+    ibcq->cqe = static_cast<int>(reply.cqe);
+    return 0;
+}
+
+int destroy_cq(ibv_cq* ibcq) {
+    Cq* cq = to_cq(ibcq);
+    di::HandleRequest request{};
+    request.handle = cq->handle;
+    di::ReplyHeader reply{};
+    int err =
+        state_of(ibcq->context)
+            .control.call(di::Opcode::DestroyCq, &request, sizeof(request), &reply, sizeof(reply));
+    if (err && err != EIO)
+        return err;
+    ::munmap(cq->ring, cq->ring_bytes);
+    delete cq; // EIO: the engine is gone and the CQ with it
+    return 0;
+}
+
+int req_notify_cq(ibv_cq* /*cq*/, int /*solicited_only*/) {
+    return EOPNOTSUPP; // needs completion channels (a later issue)
+}
+
+} // namespace softhca::provider

@@ -1,0 +1,159 @@
+// Registration with libibverbs and the device/context lifecycle.
+#include "provider.hpp"
+
+#include "softhca/device_interface/socket_io.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <new>
+#include <unistd.h>
+
+namespace softhca::provider {
+namespace {
+
+namespace di = device_interface;
+
+// File in the device directory of the tree that names the engine socket (written by
+// kernel_shim); its presence marks a device as ours.
+constexpr const char* kEngineSocketFile = "softhca_engine_socket";
+
+bool read_engine_socket(const char* ibdev_path, char* out, size_t capacity) {
+    char path[IBV_SYSFS_PATH_MAX + 64];
+    std::snprintf(path, sizeof(path), "%s/%s", ibdev_path, kEngineSocketFile);
+    FILE* f = std::fopen(path, "re");
+    if (!f)
+        return false;
+    bool ok = std::fgets(out, static_cast<int>(capacity), f) != nullptr;
+    std::fclose(f);
+    if (!ok)
+        return false;
+    out[std::strcspn(out, "\n")] = '\0';
+    return out[0] != '\0';
+}
+
+bool match_device(verbs_sysfs_dev* sysfs_dev) {
+    char socket_path[108];
+    return read_engine_socket(sysfs_dev->ibdev_path, socket_path, sizeof(socket_path));
+}
+
+verbs_device* alloc_device(verbs_sysfs_dev* sysfs_dev) {
+    auto* device = static_cast<Device*>(std::calloc(1, sizeof(Device)));
+    if (!device)
+        return nullptr;
+    if (!read_engine_socket(sysfs_dev->ibdev_path, device->engine_socket,
+                            sizeof(device->engine_socket))) {
+        std::free(device);
+        return nullptr;
+    }
+    return &device->vdev;
+}
+
+void uninit_device(verbs_device* vdev) {
+    std::free(reinterpret_cast<Device*>(vdev));
+}
+
+void free_context(ibv_context* ibctx);
+
+const verbs_context_ops kContextOps = [] {
+    verbs_context_ops ops{};
+    ops.alloc_pd = alloc_pd;
+    ops.create_cq = create_cq;
+    ops.dealloc_pd = dealloc_pd;
+    ops.dereg_mr = dereg_mr;
+    ops.destroy_cq = destroy_cq;
+    ops.free_context = free_context;
+    ops.poll_cq = poll_cq;
+    ops.query_device_ex = query_device_ex;
+    ops.query_port = query_port;
+    ops.reg_mr = reg_mr;
+    ops.req_notify_cq = req_notify_cq;
+    ops.resize_cq = resize_cq;
+    // Everything else stays libibverbs' default, which fails with EOPNOTSUPP.
+    return ops;
+}();
+
+// Opens the engine connection for one context. Returns 0 or an errno.
+int open_engine_context(Device& device, Context& context, ContextState& state) {
+    if (int err = state.control.connect(device.engine_socket))
+        return err;
+    int pipe_fds[2];
+    if (::pipe2(pipe_fds, O_CLOEXEC) != 0)
+        return errno;
+    context.vctx.context.async_fd = pipe_fds[0]; // closed by verbs_uninit_context
+    state.async_write_fd = pipe_fds[1];
+
+    di::OpenDeviceRequest open{};
+    std::snprintf(open.device_name, sizeof(open.device_name), "%s", device.vdev.device.name);
+    open.provider_abi = di::kControlVersion;
+    di::OpenDeviceReply opened{};
+    if (int err = state.control.call(di::Opcode::OpenDevice, &open, sizeof(open), &opened,
+                                     sizeof(opened), state.async_write_fd))
+        return err;
+    state.context_id = opened.context_id;
+
+    di::MessageHeader query{};
+    di::QueryDeviceReply attrs{};
+    if (int err = state.control.call(di::Opcode::QueryDevice, &query, sizeof(query), &attrs,
+                                     sizeof(attrs)))
+        return err;
+    state.attributes = attrs.attr;
+    context.vctx.context.num_comp_vectors = static_cast<int>(attrs.attr.num_comp_vectors);
+    return start_async_events(state);
+}
+
+verbs_context* alloc_context(ibv_device* ibdev, int cmd_fd, void* /*private_data*/) {
+    auto* context = static_cast<Context*>(_verbs_init_and_alloc_context(
+        ibdev, cmd_fd, sizeof(Context), reinterpret_cast<verbs_context*>(offsetof(Context, vctx)),
+        SOFTHCA_RDMA_DRIVER_UNKNOWN));
+    if (!context)
+        return nullptr;
+    auto* state = new (std::nothrow) ContextState;
+    if (!state) {
+        verbs_uninit_context(&context->vctx);
+        std::free(context);
+        errno = ENOMEM;
+        return nullptr;
+    }
+    context->state = state;
+    auto* device = reinterpret_cast<Device*>(ibdev);
+    if (int err = open_engine_context(*device, *context, *state)) {
+        free_context(&context->vctx.context);
+        errno = err;
+        return nullptr;
+    }
+    verbs_set_ops(&context->vctx, &kContextOps);
+    return &context->vctx;
+}
+
+void free_context(ibv_context* ibctx) {
+    Context* context = to_context(ibctx);
+    ContextState* state = context->state;
+    stop_async_events(*state);
+    if (state->async_write_fd >= 0)
+        ::close(state->async_write_fd);
+    delete state; // closes the control socket: the engine frees what is left
+    verbs_uninit_context(&context->vctx);
+    std::free(context);
+}
+
+const verbs_device_ops kDeviceOps = {
+    .name = "softhca",
+    .match_min_abi_version = 1,
+    .match_max_abi_version = 6,
+    .match_table = nullptr,
+    .static_providers = nullptr,
+    .match_device = match_device,
+    .alloc_context = alloc_context,
+    .import_context = nullptr,
+    .alloc_device = alloc_device,
+    .uninit_device = uninit_device,
+};
+
+__attribute__((constructor)) void register_provider() {
+    verbs_register_driver_34(&kDeviceOps);
+}
+
+} // namespace
+} // namespace softhca::provider

@@ -1,0 +1,83 @@
+// Protection domains and memory regions: the engine validates and keeps them; the
+// provider only wraps the handles and keys it returns.
+#include "provider.hpp"
+
+#include <cstdlib>
+#include <new>
+
+namespace softhca::provider {
+
+namespace di = device_interface;
+
+ibv_pd* alloc_pd(ibv_context* context) {
+    auto* pd = static_cast<Pd*>(std::calloc(1, sizeof(Pd)));
+    if (!pd)
+        return fail_with<ibv_pd>(ENOMEM);
+    di::MessageHeader request{};
+    di::HandleReply reply{};
+    if (int err = state_of(context).control.call(di::Opcode::AllocPd, &request, sizeof(request),
+                                                 &reply, sizeof(reply))) {
+        std::free(pd);
+        return fail_with<ibv_pd>(err);
+    }
+    pd->handle = reply.handle;
+    return &pd->ibv;
+}
+
+int dealloc_pd(ibv_pd* ibpd) {
+    Pd* pd = to_pd(ibpd);
+    di::HandleRequest request{};
+    request.handle = pd->handle;
+    di::ReplyHeader reply{};
+    int err =
+        state_of(ibpd->context)
+            .control.call(di::Opcode::DeallocPd, &request, sizeof(request), &reply, sizeof(reply));
+    if (err && err != EIO)
+        return err; // EBUSY while MRs still use it: the PD stays valid
+    // With the engine gone (EIO) the PD died with it: destroying succeeds, as it does
+    // on a disassociated uverbs device, so the application can clean up.
+    std::free(pd);
+    return 0;
+}
+
+ibv_mr* reg_mr(ibv_pd* ibpd, void* addr, size_t length, uint64_t hca_va, int access) {
+    auto* mr = static_cast<Mr*>(std::calloc(1, sizeof(Mr)));
+    if (!mr)
+        return fail_with<ibv_mr>(ENOMEM);
+    di::RegMrRequest request{};
+    request.addr = reinterpret_cast<uintptr_t>(addr);
+    request.length = length;
+    request.iova = hca_va;
+    request.pd_handle = to_pd(ibpd)->handle;
+    request.access = static_cast<uint32_t>(access);
+    di::RegMrReply reply{};
+    if (int err = state_of(ibpd->context)
+                      .control.call(di::Opcode::RegMr, &request, sizeof(request), &reply,
+                                    sizeof(reply))) {
+        std::free(mr);
+        return fail_with<ibv_mr>(err);
+    }
+    mr->handle = reply.mr_handle;
+    mr->vmr.mr_type = SOFTHCA_IBV_MR_TYPE_MR;
+    mr->vmr.access = access;
+    mr->vmr.ibv_mr.lkey = reply.lkey;
+    mr->vmr.ibv_mr.rkey = reply.rkey;
+    mr->vmr.ibv_mr.handle = reply.mr_handle;
+    return &mr->vmr.ibv_mr;
+}
+
+int dereg_mr(verbs_mr* vmr) {
+    Mr* mr = reinterpret_cast<Mr*>(vmr);
+    di::HandleRequest request{};
+    request.handle = mr->handle;
+    di::ReplyHeader reply{};
+    int err =
+        state_of(vmr->ibv_mr.context)
+            .control.call(di::Opcode::DeregMr, &request, sizeof(request), &reply, sizeof(reply));
+    if (err && err != EIO)
+        return err;
+    std::free(mr); // EIO: the engine is gone and the MR with it
+    return 0;
+}
+
+} // namespace softhca::provider

@@ -1,0 +1,94 @@
+// The provider's objects: each wraps the libibverbs object it hands out (first member,
+// so the public pointer converts back), plus what the driver keeps beside it.
+#pragma once
+
+#include "../abi/verbs_private_abi34.h"
+#include "control_channel.hpp"
+#include "softhca/device_interface/control.hpp"
+#include "softhca/device_interface/cq_ring.hpp"
+
+#include <cerrno>
+#include <cstddef>
+#include <mutex>
+#include <pthread.h>
+
+namespace softhca::provider {
+
+struct Device {
+    verbs_device vdev; // must be first: libibverbs owns the ibv_device inside
+    char engine_socket[108];
+};
+
+struct ContextState {
+    ControlChannel control;
+    device_interface::DeviceAttributes attributes{};
+    uint32_t context_id = 0;
+    int async_write_fd = -1; // our copy, for DEVICE_FATAL when the engine dies
+    int wake_fd = -1;        // eventfd that stops the watchdog thread
+    pthread_t watchdog{};
+    bool watchdog_running = false;
+};
+
+struct Context {
+    verbs_context vctx; // must be first (allocated by _verbs_init_and_alloc_context)
+    ContextState* state;
+};
+static_assert(offsetof(Context, vctx) == 0);
+
+struct Pd {
+    ibv_pd ibv;
+    uint32_t handle;
+};
+
+struct Mr {
+    verbs_mr vmr;
+    uint32_t handle;
+};
+
+struct Cq {
+    verbs_cq vcq;
+    uint32_t handle;
+    std::mutex lock; // poll and resize exclude each other
+    device_interface::CqRingHeader* ring = nullptr;
+    size_t ring_bytes = 0;
+};
+
+inline Context* to_context(ibv_context* ibctx) {
+    return reinterpret_cast<Context*>(reinterpret_cast<char*>(ibctx) -
+                                      offsetof(verbs_context, context));
+}
+inline ContextState& state_of(ibv_context* ibctx) {
+    return *to_context(ibctx)->state;
+}
+inline Pd* to_pd(ibv_pd* pd) {
+    return reinterpret_cast<Pd*>(pd);
+}
+inline Cq* to_cq(ibv_cq* cq) {
+    return reinterpret_cast<Cq*>(cq);
+}
+
+// Sets errno and returns nullptr: how a verb that creates something reports failure.
+template <typename T> T* fail_with(int err) {
+    errno = err;
+    return nullptr;
+}
+
+// The operations, one group per file.
+int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input,
+                    ibv_device_attr_ex* attr, size_t attr_size);
+int query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* port_attr);
+ibv_pd* alloc_pd(ibv_context* context);
+int dealloc_pd(ibv_pd* pd);
+ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t hca_va, int access);
+int dereg_mr(verbs_mr* vmr);
+ibv_cq* create_cq(ibv_context* context, int cqe, ibv_comp_channel* channel, int comp_vector);
+int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc);
+int resize_cq(ibv_cq* cq, int cqe);
+int destroy_cq(ibv_cq* cq);
+int req_notify_cq(ibv_cq* cq, int solicited_only);
+
+// Async events: the watchdog thread that turns the engine's death into DEVICE_FATAL.
+int start_async_events(ContextState& state);
+void stop_async_events(ContextState& state);
+
+} // namespace softhca::provider

@@ -1,0 +1,30 @@
+// One engine instance as the command line sees it: its prefix, its run directory, and
+// the files in there. Instances are independent: tests run their own beside the
+// default one.
+#pragma once
+
+#include <string>
+#include <sys/types.h>
+
+namespace softhca::tools {
+
+struct Instance {
+    std::string prefix;  // device names are <prefix>0, <prefix>1, ...
+    std::string run_dir; // /run/softhca/<prefix> unless SOFTHCA_RUN_ROOT says otherwise
+
+    static Instance named(const std::string& prefix);
+
+    std::string socket_path() const { return run_dir + "/engine.sock"; }
+    std::string sysfs_root() const { return run_dir + "/sysfs"; }
+    std::string manifest_path() const { return run_dir + "/manifest"; }
+    std::string pid_path() const { return run_dir + "/engine.pid"; }
+    std::string log_path() const { return run_dir + "/engine.log"; }
+
+    // The engine's pid if its pid file names a live softhca-engine, else 0.
+    pid_t running_engine() const;
+};
+
+// Asks the engine for its status report. Returns 0 and fills `text`, or an errno.
+int query_engine_status(const Instance& instance, std::string& text);
+
+} // namespace softhca::tools

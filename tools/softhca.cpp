@@ -1,0 +1,238 @@
+// softhca: the command line for software HCAs.
+//
+//   softhca up [--prefix P] [--port DEVARGS@IPV4[%NETDEV]]... [--mtu N] [--memory-mb MB]
+//   softhca down [--prefix P]
+//   softhca status [--prefix P]
+//   softhca env [--prefix P]
+//   softhca exec [--prefix P] -- CMD [ARGS...]
+//
+// The prefix defaults to $SOFTHCA_PREFIX, else "softhca" (devices softhca0, softhca1).
+#include "instance.hpp"
+
+#include "softhca/kernel_shim/manifest.hpp"
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <string>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+using namespace softhca::tools;
+namespace fs = std::filesystem;
+
+namespace {
+
+int usage() {
+    std::cerr << "usage: softhca up [--prefix P] [--port DEVARGS@IPV4[%NETDEV]]... [--mtu N]\n"
+                 "                  [--memory-mb MB]\n"
+                 "       softhca down [--prefix P]\n"
+                 "       softhca status [--prefix P]\n"
+                 "       softhca env [--prefix P]\n"
+                 "       softhca exec [--prefix P] -- CMD [ARGS...]\n"
+                 "Without --port, up creates two devices wired back to back inside the\n"
+                 "engine (P0 at 198.18.0.1, P1 at 198.18.0.2).\n";
+    return 2;
+}
+
+std::string self_dir() {
+    std::error_code ec;
+    return fs::read_symlink("/proc/self/exe", ec).parent_path();
+}
+
+// The first of the candidates that exists (the build tree first, then the install).
+std::string locate(const std::vector<std::string>& candidates, const char* suffix = "") {
+    for (const auto& c : candidates)
+        if (fs::exists(c + suffix))
+            return c;
+    return {};
+}
+
+std::string engine_binary() {
+    return locate({SOFTHCA_BUILD_ENGINE, self_dir() + "/../libexec/softhca/softhca-engine",
+                   SOFTHCA_INSTALL_ENGINE});
+}
+
+std::string provider_prefix() {
+    return locate({SOFTHCA_BUILD_PROVIDER_PREFIX, self_dir() + "/../lib/softhca/libsofthca",
+                   SOFTHCA_INSTALL_PROVIDER_PREFIX},
+                  "-rdmav34.so");
+}
+
+bool wait_for(const std::function<bool()>& condition, std::chrono::milliseconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+        if (condition())
+            return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return condition();
+}
+
+void print_log_tail(const Instance& instance) {
+    std::ifstream log(instance.log_path());
+    std::string line;
+    while (std::getline(log, line))
+        std::cerr << "  engine: " << line << "\n";
+}
+
+int cmd_up(const Instance& instance, const std::vector<std::string>& engine_args) {
+    if (pid_t pid = instance.running_engine()) {
+        std::string text;
+        if (query_engine_status(instance, text) == 0) {
+            std::cout << "softhca: " << instance.prefix << " is already up (engine pid " << pid
+                      << ")\n";
+            return 0;
+        }
+    }
+    const std::string engine = engine_binary();
+    const std::string provider = provider_prefix();
+    if (engine.empty() || provider.empty()) {
+        std::cerr << "softhca: cannot find " << (engine.empty() ? "softhca-engine" : "the provider")
+                  << " (build the project first)\n";
+        return 1;
+    }
+    fs::create_directories(instance.run_dir);
+    softhca::kernel_shim::Manifest(instance.manifest_path()).remove_all();
+    ::unlink(instance.pid_path().c_str());
+
+    std::vector<std::string> args = {engine,   "--run-dir", instance.run_dir, "--provider-prefix",
+                                     provider, "--prefix",  instance.prefix};
+    args.insert(args.end(), engine_args.begin(), engine_args.end());
+    pid_t child = ::fork();
+    if (child < 0) {
+        std::perror("softhca: fork");
+        return 1;
+    }
+    if (child == 0) {
+        ::setsid();
+        int log = ::open(instance.log_path().c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int null = ::open("/dev/null", O_RDONLY);
+        ::dup2(null, 0);
+        ::dup2(log, 1);
+        ::dup2(log, 2);
+        std::vector<char*> argv;
+        for (auto& a : args)
+            argv.push_back(a.data());
+        argv.push_back(nullptr);
+        ::execv(argv[0], argv.data());
+        std::perror("exec softhca-engine");
+        ::_exit(127);
+    }
+    int status = 0;
+    bool exited = false;
+    bool ready = wait_for(
+        [&] {
+            if (::waitpid(child, &status, WNOHANG) == child) {
+                exited = true;
+                return true;
+            }
+            std::string text;
+            return instance.running_engine() == child && query_engine_status(instance, text) == 0;
+        },
+        std::chrono::seconds(30));
+    if (!ready || exited) {
+        std::cerr << "softhca: the engine did not come up\n";
+        print_log_tail(instance);
+        if (!exited) {
+            ::kill(child, SIGKILL);
+            ::waitpid(child, nullptr, 0);
+        }
+        softhca::kernel_shim::Manifest(instance.manifest_path()).remove_all();
+        return 1;
+    }
+    std::string text;
+    query_engine_status(instance, text);
+    std::cout << text;
+    return 0;
+}
+
+int cmd_down(const Instance& instance) {
+    if (pid_t pid = instance.running_engine()) {
+        ::kill(pid, SIGTERM);
+        auto gone = [&] { return ::kill(pid, 0) != 0 && errno == ESRCH; };
+        if (!wait_for(gone, std::chrono::seconds(10))) {
+            ::kill(pid, SIGKILL);
+            wait_for(gone, std::chrono::seconds(5));
+        }
+    }
+    // Whatever the engine did not remove itself (it may have been killed).
+    int failures = softhca::kernel_shim::Manifest(instance.manifest_path()).remove_all();
+    std::error_code ec;
+    fs::remove_all(instance.run_dir, ec);
+    ::rmdir(fs::path(instance.run_dir).parent_path().c_str()); // only when empty
+    if (failures || ec) {
+        std::cerr << "softhca: could not remove everything of " << instance.prefix << "\n";
+        return 1;
+    }
+    std::cout << "softhca: " << instance.prefix << " is down\n";
+    return 0;
+}
+
+int cmd_status(const Instance& instance) {
+    std::string text;
+    if (int err = query_engine_status(instance, text)) {
+        std::cerr << "softhca: " << instance.prefix << " is not up (" << std::strerror(err)
+                  << ")\n";
+        return 1;
+    }
+    std::cout << text;
+    return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 2)
+        return usage();
+    const std::string command = argv[1];
+    const char* env_prefix = std::getenv("SOFTHCA_PREFIX");
+    std::string prefix = env_prefix && *env_prefix ? env_prefix : "softhca";
+    std::vector<std::string> rest;
+    int i = 2;
+    for (; i < argc; ++i) {
+        const std::string arg = argv[i];
+        if (arg == "--") {
+            ++i;
+            break;
+        }
+        if (arg == "--prefix" && i + 1 < argc)
+            prefix = argv[++i];
+        else
+            rest.push_back(arg);
+    }
+    const Instance instance = Instance::named(prefix);
+
+    if (command == "up")
+        return cmd_up(instance, rest);
+    if (!rest.empty() && command != "exec")
+        return usage();
+    if (command == "down")
+        return cmd_down(instance);
+    if (command == "status")
+        return cmd_status(instance);
+    if (command == "env") {
+        std::cout << "export SYSFS_PATH=" << instance.sysfs_root() << "\n";
+        return 0;
+    }
+    if (command == "exec") {
+        if (i >= argc || !rest.empty())
+            return usage();
+        ::setenv("SYSFS_PATH", instance.sysfs_root().c_str(), 1);
+        ::execvp(argv[i], argv + i);
+        std::cerr << "softhca: cannot run " << argv[i] << ": " << std::strerror(errno) << "\n";
+        return 127;
+    }
+    return usage();
+}
