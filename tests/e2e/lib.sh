@@ -1,0 +1,30 @@
+# Shared helpers for the end-to-end shell tests. Each test sources this file.
+# SOFTHCA (the CLI) and SOFTHCA_PREFIX come from CTest's environment.
+set -euo pipefail
+
+: "${SOFTHCA:?SOFTHCA must name the softhca binary}"
+: "${SOFTHCA_PREFIX:?SOFTHCA_PREFIX must name the instance}"
+
+fail() {
+    echo "FAIL: $*" >&2
+    exit 1
+}
+
+# The engine's pid, read from the instance's pid file.
+engine_pid() {
+    cat "${SOFTHCA_RUN_ROOT:-/run/softhca}/$SOFTHCA_PREFIX/engine.pid"
+}
+
+# Prints "pd mr cq" totals from `softhca status`.
+object_counts() {
+    "$SOFTHCA" status | awk '/^objects:/ {print $3, $5, $7}'
+}
+
+# Waits up to $2 seconds (default 10) for the command in $1 to succeed.
+wait_until() {
+    local deadline=$((SECONDS + ${2:-10}))
+    until eval "$1"; do
+        [ $SECONDS -lt $deadline ] || return 1
+        sleep 0.1
+    done
+}

@@ -1,0 +1,318 @@
+// End to end through the system libibverbs: what a verbs program sees from a softhca
+// device, including the errno of every kind of bad input, and that the engine keeps
+// serving afterwards. Runs under `softhca exec` against a running engine.
+#define CATCH_CONFIG_MAIN
+#include "softhca/device_interface/control.hpp"
+#include "softhca/device_interface/socket_io.hpp"
+#include "test_device.hpp"
+
+#include <catch2/catch.hpp>
+#include <cerrno>
+#include <cstdint>
+#include <fstream>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <vector>
+
+namespace di = softhca::device_interface;
+
+namespace {
+
+ibv_context* context() {
+    static ibv_context* ctx = open_test_device(test_device_name());
+    REQUIRE(ctx != nullptr);
+    return ctx;
+}
+
+struct Pd {
+    ibv_pd* pd = ibv_alloc_pd(context());
+    ~Pd() {
+        if (pd)
+            ibv_dealloc_pd(pd);
+    }
+};
+
+const long kPage = sysconf(_SC_PAGESIZE);
+
+void* map_pages(size_t pages, int prot) {
+    void* p = mmap(nullptr, pages * kPage, prot, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(p != MAP_FAILED);
+    return p;
+}
+
+// The engine still answers: a new PD can be allocated and freed.
+void require_engine_serving() {
+    ibv_pd* pd = ibv_alloc_pd(context());
+    REQUIRE(pd != nullptr);
+    REQUIRE(ibv_dealloc_pd(pd) == 0);
+}
+
+std::string engine_socket_path() {
+    const char* sysfs = std::getenv("SYSFS_PATH");
+    REQUIRE(sysfs != nullptr);
+    std::ifstream in(std::string(sysfs) + "/class/infiniband/" + test_device_name() +
+                     "/softhca_engine_socket");
+    std::string path;
+    std::getline(in, path);
+    REQUIRE(!path.empty());
+    return path;
+}
+
+int connect_raw() {
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", engine_socket_path().c_str());
+    REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    timeval timeout{5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    return fd;
+}
+
+// Sends raw bytes and returns the status of the engine's reply.
+int raw_exchange(int fd, const void* bytes, size_t size) {
+    REQUIRE(di::send_message(fd, bytes, size) == static_cast<ssize_t>(size));
+    std::vector<char> reply(1 << 18);
+    di::ReceivedMessage m = di::receive_message(fd, reply.data(), reply.size());
+    REQUIRE(m.size >= static_cast<ssize_t>(sizeof(di::ReplyHeader)));
+    di::ReplyHeader header;
+    std::memcpy(&header, reply.data(), sizeof(header));
+    return header.status;
+}
+
+di::MessageHeader header_for(di::Opcode opcode, uint32_t length) {
+    return {di::kControlMagic, di::kControlVersion, static_cast<uint16_t>(opcode), 0, length, 7};
+}
+
+} // namespace
+
+TEST_CASE("the device describes itself honestly") {
+    ibv_device_attr attr{};
+    REQUIRE(ibv_query_device(context(), &attr) == 0);
+    CHECK(attr.vendor_id != 0x02c9); // not Mellanox
+    CHECK(attr.phys_port_cnt == 1);
+    CHECK(attr.max_pd > 0);
+    CHECK(attr.max_cqe > 0);
+    CHECK(context()->num_comp_vectors >= 1);
+    ibv_device_attr_ex ex{};
+    REQUIRE(ibv_query_device_ex(context(), nullptr, &ex) == 0);
+    CHECK(ex.orig_attr.vendor_id == attr.vendor_id);
+    CHECK(ex.orig_attr.node_guid != 0);
+
+    ibv_port_attr port{};
+    REQUIRE(ibv_query_port(context(), 1, &port) == 0);
+    CHECK(port.state == IBV_PORT_ACTIVE);
+    CHECK(port.link_layer == IBV_LINK_LAYER_ETHERNET);
+    CHECK(port.active_mtu >= IBV_MTU_1024);
+    CHECK(port.gid_tbl_len >= 1);
+    CHECK(ibv_query_port(context(), 2, &port) != 0);
+
+    union ibv_gid gid {};
+    REQUIRE(ibv_query_gid(context(), 1, 0, &gid) == 0);
+    CHECK(gid.raw[10] == 0xff);
+    CHECK(gid.raw[11] == 0xff);
+    CHECK(gid.raw[12] == 198);
+}
+
+TEST_CASE("reg_mr of an unmapped range fails with EFAULT") {
+    Pd pd;
+    REQUIRE(pd.pd);
+    void* p = map_pages(4, PROT_READ | PROT_WRITE);
+    munmap(p, 4 * kPage);
+    errno = 0;
+    CHECK(ibv_reg_mr(pd.pd, p, 4 * kPage, IBV_ACCESS_LOCAL_WRITE) == nullptr);
+    CHECK(errno == EFAULT);
+    require_engine_serving();
+}
+
+TEST_CASE("reg_mr of memory the process cannot read fails with EFAULT") {
+    Pd pd;
+    void* p = map_pages(2, PROT_NONE);
+    errno = 0;
+    CHECK(ibv_reg_mr(pd.pd, p, 2 * kPage, 0) == nullptr);
+    CHECK(errno == EFAULT);
+    munmap(p, 2 * kPage);
+    require_engine_serving();
+}
+
+TEST_CASE("a writable MR over read-only memory fails with EFAULT; a read-only one works") {
+    Pd pd;
+    void* p = map_pages(2, PROT_READ);
+    errno = 0;
+    CHECK(ibv_reg_mr(pd.pd, p, 2 * kPage, IBV_ACCESS_LOCAL_WRITE) == nullptr);
+    CHECK(errno == EFAULT);
+    ibv_mr* mr = ibv_reg_mr(pd.pd, p, 2 * kPage, IBV_ACCESS_REMOTE_READ);
+    REQUIRE(mr != nullptr);
+    CHECK(ibv_dereg_mr(mr) == 0);
+    munmap(p, 2 * kPage);
+}
+
+TEST_CASE("REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE is EINVAL") {
+    Pd pd;
+    static char buffer[4096];
+    errno = 0;
+    CHECK(ibv_reg_mr(pd.pd, buffer, sizeof(buffer), IBV_ACCESS_REMOTE_WRITE) == nullptr);
+    CHECK(errno == EINVAL);
+    errno = 0;
+    CHECK(ibv_reg_mr(pd.pd, buffer, sizeof(buffer), IBV_ACCESS_REMOTE_ATOMIC) == nullptr);
+    CHECK(errno == EINVAL);
+    require_engine_serving();
+}
+
+TEST_CASE("zero-length and wrapping ranges are EINVAL") {
+    Pd pd;
+    static char buffer[4096];
+    errno = 0;
+    CHECK(ibv_reg_mr(pd.pd, buffer, 0, IBV_ACCESS_LOCAL_WRITE) == nullptr);
+    CHECK(errno == EINVAL);
+    errno = 0;
+    CHECK(ibv_reg_mr(pd.pd, reinterpret_cast<void*>(UINTPTR_MAX - 100), 4096, 0) == nullptr);
+    CHECK(errno == EINVAL);
+    require_engine_serving();
+}
+
+TEST_CASE("an MR's keys come from the engine and it can be deregistered") {
+    Pd pd;
+    std::vector<char> buffer(1 << 20);
+    ibv_mr* mr =
+        ibv_reg_mr(pd.pd, buffer.data(), buffer.size(),
+                   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+    REQUIRE(mr != nullptr);
+    CHECK(mr->lkey != 0);
+    CHECK(mr->rkey == mr->lkey);
+    CHECK(mr->addr == buffer.data());
+    CHECK(mr->length == buffer.size());
+    ibv_mr* other = ibv_reg_mr(pd.pd, buffer.data(), 4096, IBV_ACCESS_LOCAL_WRITE);
+    REQUIRE(other != nullptr);
+    CHECK(other->lkey != mr->lkey);
+    CHECK(ibv_dereg_mr(other) == 0);
+    CHECK(ibv_dereg_mr(mr) == 0);
+}
+
+TEST_CASE("dealloc_pd while an MR uses the PD is EBUSY, then succeeds") {
+    ibv_pd* pd = ibv_alloc_pd(context());
+    REQUIRE(pd);
+    static char buffer[8192];
+    ibv_mr* mr = ibv_reg_mr(pd, buffer, sizeof(buffer), IBV_ACCESS_LOCAL_WRITE);
+    REQUIRE(mr);
+    CHECK(ibv_dealloc_pd(pd) == EBUSY);
+    CHECK(ibv_dereg_mr(mr) == 0);
+    CHECK(ibv_dealloc_pd(pd) == 0);
+}
+
+TEST_CASE("CQs are created, resized, polled and destroyed; bad sizes are EINVAL") {
+    ibv_device_attr attr{};
+    REQUIRE(ibv_query_device(context(), &attr) == 0);
+    ibv_cq* cq = ibv_create_cq(context(), 100, nullptr, nullptr, 0);
+    REQUIRE(cq != nullptr);
+    CHECK(cq->cqe >= 100);
+    ibv_wc wc[8];
+    CHECK(ibv_poll_cq(cq, 8, wc) == 0);
+    CHECK(ibv_resize_cq(cq, 1000) == 0);
+    CHECK(cq->cqe >= 1000);
+    CHECK(ibv_poll_cq(cq, 8, wc) == 0);
+    CHECK(ibv_resize_cq(cq, 0) == EINVAL);
+    CHECK(ibv_destroy_cq(cq) == 0);
+
+    errno = 0;
+    CHECK(ibv_create_cq(context(), 0, nullptr, nullptr, 0) == nullptr);
+    CHECK(errno == EINVAL);
+    errno = 0;
+    CHECK(ibv_create_cq(context(), attr.max_cqe + 1, nullptr, nullptr, 0) == nullptr);
+    CHECK(errno == EINVAL);
+    errno = 0;
+    CHECK(ibv_create_cq(context(), 10, nullptr, nullptr, context()->num_comp_vectors) == nullptr);
+    CHECK(errno == EINVAL);
+    require_engine_serving();
+}
+
+TEST_CASE("verbs not implemented yet fail with EOPNOTSUPP") {
+    Pd pd;
+    ibv_cq* cq = ibv_create_cq(context(), 16, nullptr, nullptr, 0);
+    REQUIRE(cq);
+    ibv_qp_init_attr init{};
+    init.send_cq = cq;
+    init.recv_cq = cq;
+    init.qp_type = IBV_QPT_RC;
+    init.cap = {16, 16, 1, 1, 0};
+    errno = 0;
+    CHECK(ibv_create_qp(pd.pd, &init) == nullptr);
+    CHECK(errno == EOPNOTSUPP);
+    ibv_srq_init_attr srq{};
+    srq.attr = {16, 1, 0};
+    errno = 0;
+    CHECK(ibv_create_srq(pd.pd, &srq) == nullptr);
+    CHECK(errno == EOPNOTSUPP);
+    errno = 0;
+    CHECK(ibv_alloc_mw(pd.pd, IBV_MW_TYPE_1) == nullptr);
+    CHECK(errno == EOPNOTSUPP);
+    CHECK(ibv_req_notify_cq(cq, 0) == EOPNOTSUPP);
+    CHECK(ibv_destroy_cq(cq) == 0);
+}
+
+TEST_CASE("garbage and truncated control messages get error replies; the engine serves on") {
+    int fd = connect_raw();
+    const char junk[] = "\x01\x02\x03\x04\x05\x06\x07";
+    CHECK(raw_exchange(fd, junk, sizeof(junk)) == EBADMSG);
+
+    std::vector<char> noise(200, '\x5a');
+    CHECK(raw_exchange(fd, noise.data(), noise.size()) == EBADMSG);
+
+    // A header that promises more than was sent: truncated.
+    di::MessageHeader h = header_for(di::Opcode::RegMr, sizeof(di::RegMrRequest));
+    CHECK(raw_exchange(fd, &h, sizeof(h)) == EBADMSG);
+
+    // The right length field but a body too short for the opcode.
+    h = header_for(di::Opcode::QueryPort, sizeof(h));
+    CHECK(raw_exchange(fd, &h, sizeof(h)) == ENODEV); // nothing before OpenDevice
+
+    // A message larger than any the engine accepts.
+    std::vector<char> huge(64 * 1024, '\0');
+    CHECK(raw_exchange(fd, huge.data(), huge.size()) == EMSGSIZE);
+
+    // Wrong version.
+    h = header_for(di::Opcode::AllocPd, sizeof(h));
+    h.version = 99;
+    CHECK(raw_exchange(fd, &h, sizeof(h)) == EPROTO);
+
+    // OpenDevice without the async event pipe, and for a device that does not exist.
+    di::OpenDeviceRequest open{};
+    open.header = header_for(di::Opcode::OpenDevice, sizeof(open));
+    open.provider_abi = di::kControlVersion;
+    std::snprintf(open.device_name, sizeof(open.device_name), "%s", test_device_name().c_str());
+    CHECK(raw_exchange(fd, &open, sizeof(open)) == EBADF);
+    std::snprintf(open.device_name, sizeof(open.device_name), "nosuchdevice9");
+    CHECK(raw_exchange(fd, &open, sizeof(open)) == ENODEV);
+
+    // Unknown opcode after a proper open.
+    int pipe_fds[2];
+    REQUIRE(pipe(pipe_fds) == 0);
+    std::snprintf(open.device_name, sizeof(open.device_name), "%s", test_device_name().c_str());
+    REQUIRE(di::send_message(fd, &open, sizeof(open), pipe_fds[1]) ==
+            static_cast<ssize_t>(sizeof(open)));
+    std::vector<char> reply(256);
+    REQUIRE(di::receive_message(fd, reply.data(), reply.size()).size ==
+            sizeof(di::OpenDeviceReply));
+    h = header_for(static_cast<di::Opcode>(999), sizeof(h));
+    CHECK(raw_exchange(fd, &h, sizeof(h)) == EOPNOTSUPP);
+    di::HandleRequest bad_handle{};
+    bad_handle.header = header_for(di::Opcode::DeallocPd, sizeof(bad_handle));
+    bad_handle.handle = 12345;
+    CHECK(raw_exchange(fd, &bad_handle, sizeof(bad_handle)) == EINVAL);
+
+    // The same connection still answers a good request...
+    h = header_for(di::Opcode::AllocPd, sizeof(h));
+    CHECK(raw_exchange(fd, &h, sizeof(h)) == 0);
+    close(fd);
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+
+    // ...and a connection that sends half a message and hangs up hurts nobody.
+    int fd2 = connect_raw();
+    REQUIRE(send(fd2, "\x48\x53", 2, MSG_NOSIGNAL) == 2);
+    close(fd2);
+    require_engine_serving();
+}

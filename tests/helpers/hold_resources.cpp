@@ -1,0 +1,26 @@
+// Opens a device, allocates PDs, MRs and CQs, says "ready" and waits to be killed.
+// Used to check that the engine frees everything of a process that dies.
+#include "test_device.hpp"
+
+#include <unistd.h>
+#include <vector>
+
+int main(int argc, char** argv) {
+    const std::string name = argc > 1 ? argv[1] : test_device_name();
+    ibv_context* context = open_test_device(name);
+    if (!context)
+        return 1;
+    static char buffers[4][65536];
+    for (int i = 0; i < 3; ++i) {
+        ibv_pd* pd = ibv_alloc_pd(context);
+        if (!pd || !ibv_create_cq(context, 64, nullptr, nullptr, 0))
+            return 1;
+        if (!ibv_reg_mr(pd, buffers[i], sizeof(buffers[i]),
+                        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE))
+            return 1;
+    }
+    std::printf("ready\n");
+    std::fflush(stdout);
+    for (;;)
+        pause();
+}

@@ -1,0 +1,52 @@
+// Engine: registration range checks against a process's mappings.
+#include "memory_map.hpp"
+
+#include <catch2/catch.hpp>
+#include <cerrno>
+#include <sys/mman.h>
+#include <unistd.h>
+
+using softhca::engine::check_range_in_maps;
+using softhca::engine::check_user_range;
+
+namespace {
+const char* kMaps = "00400000-00401000 r-xp 00000000 08:01 1 /bin/x\n"
+                    "00401000-00403000 rw-p 00000000 00:00 0\n"
+                    "00403000-00404000 ---p 00000000 00:00 0\n"
+                    "00500000-00502000 r--p 00000000 00:00 0\n";
+}
+
+TEST_CASE("a range inside one readable mapping is accepted") {
+    CHECK(check_range_in_maps(kMaps, 0x401000, 0x2000, true) == 0);
+    CHECK(check_range_in_maps(kMaps, 0x400800, 0x100, false) == 0);
+}
+
+TEST_CASE("a range spanning adjacent mappings is accepted when all allow it") {
+    CHECK(check_range_in_maps(kMaps, 0x400800, 0x1000, false) == 0);
+    CHECK(check_range_in_maps(kMaps, 0x400800, 0x1000, true) == EFAULT); // r-x part
+}
+
+TEST_CASE("holes, PROT_NONE and missing write rights are EFAULT") {
+    CHECK(check_range_in_maps(kMaps, 0x404000, 0x10, false) == EFAULT);     // unmapped
+    CHECK(check_range_in_maps(kMaps, 0x402f00, 0x200, false) == EFAULT);    // into ---p
+    CHECK(check_range_in_maps(kMaps, 0x403ff0, 0x200000, false) == EFAULT); // across a hole
+    CHECK(check_range_in_maps(kMaps, 0x500000, 0x1000, true) == EFAULT);    // read-only
+    CHECK(check_range_in_maps(kMaps, 0x500000, 0x1000, false) == 0);
+    CHECK(check_range_in_maps(kMaps, 0x501000, 0x2000, false) == EFAULT); // runs past the end
+}
+
+TEST_CASE("the live check sees this process's own mappings") {
+    const long page = sysconf(_SC_PAGESIZE);
+    auto* p = static_cast<char*>(
+        mmap(nullptr, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    REQUIRE(p != MAP_FAILED);
+    const auto addr = reinterpret_cast<uintptr_t>(p);
+    CHECK(check_user_range(getpid(), addr, 3 * page, true) == 0);
+    REQUIRE(mprotect(p + page, page, PROT_NONE) == 0);
+    CHECK(check_user_range(getpid(), addr, 3 * page, false) == EFAULT);
+    REQUIRE(mprotect(p + page, page, PROT_READ) == 0);
+    CHECK(check_user_range(getpid(), addr, 3 * page, false) == 0);
+    CHECK(check_user_range(getpid(), addr, 3 * page, true) == EFAULT);
+    munmap(p, 3 * page);
+    CHECK(check_user_range(getpid(), addr, page, false) == EFAULT);
+}

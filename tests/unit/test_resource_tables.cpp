@@ -1,0 +1,159 @@
+// Engine: resource tables of one context (PD, MR, CQ) and the CQ ring.
+#include "device_model.hpp"
+#include "resource_tables.hpp"
+
+#include <catch2/catch.hpp>
+#include <cerrno>
+#include <set>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <vector>
+
+namespace di = softhca::device_interface;
+using namespace softhca::engine;
+
+namespace {
+
+struct Buffer {
+    std::vector<char> bytes = std::vector<char>(8192);
+    uint64_t addr() const { return reinterpret_cast<uintptr_t>(bytes.data()); }
+};
+
+di::RegMrRequest mr_request(uint32_t pd, uint64_t addr, uint64_t length, uint32_t access) {
+    di::RegMrRequest r{};
+    r.pd_handle = pd;
+    r.addr = addr;
+    r.iova = addr;
+    r.length = length;
+    r.access = access;
+    return r;
+}
+
+} // namespace
+
+TEST_CASE("a PD in use by an MR cannot be deallocated (EBUSY) until the MR is gone") {
+    KeySpace keys;
+    ContextResources ctx(getpid(), keys);
+    Buffer buf;
+    uint32_t pd = 0;
+    REQUIRE(ctx.alloc_pd(pd) == 0);
+    RegisteredMr mr{};
+    REQUIRE(ctx.reg_mr(mr_request(pd, buf.addr(), 4096, di::kAccessLocalWrite), mr) == 0);
+    CHECK(ctx.dealloc_pd(pd) == EBUSY);
+    CHECK(ctx.dereg_mr(mr.handle) == 0);
+    CHECK(ctx.dereg_mr(mr.handle) == EINVAL);
+    CHECK(ctx.dealloc_pd(pd) == 0);
+    CHECK(ctx.dealloc_pd(pd) == EINVAL);
+}
+
+TEST_CASE("reg_mr validates the PD, the access flags and the range") {
+    KeySpace keys;
+    ContextResources ctx(getpid(), keys);
+    Buffer buf;
+    uint32_t pd = 0;
+    REQUIRE(ctx.alloc_pd(pd) == 0);
+    RegisteredMr mr{};
+    CHECK(ctx.reg_mr(mr_request(pd + 100, buf.addr(), 64, 0), mr) == EINVAL);
+    CHECK(ctx.reg_mr(mr_request(pd, buf.addr(), 64, di::kAccessRemoteWrite), mr) == EINVAL);
+    CHECK(ctx.reg_mr(mr_request(pd, buf.addr(), 64, di::kAccessRemoteAtomic), mr) == EINVAL);
+    CHECK(ctx.reg_mr(mr_request(pd, buf.addr(), 64, 1u << 15), mr) == EINVAL);
+    CHECK(ctx.reg_mr(mr_request(pd, buf.addr(), 64, di::kAccessOnDemand), mr) == EOPNOTSUPP);
+    CHECK(ctx.reg_mr(mr_request(pd, buf.addr(), 0, 0), mr) == EINVAL);
+    CHECK(ctx.reg_mr(mr_request(pd, ~0ull - 10, 64, 0), mr) == EINVAL);
+    CHECK(ctx.reg_mr(mr_request(pd, 0, 4096, 0), mr) == EFAULT);
+    CHECK(ctx.mr_count() == 0);
+    CHECK(ctx.reg_mr(mr_request(pd, buf.addr(), 64,
+                                di::kAccessLocalWrite | di::kAccessRemoteWrite |
+                                    di::kAccessRemoteRead | di::kAccessRelaxedOrdering),
+                     mr) == 0);
+    CHECK(mr.lkey == mr.rkey);
+}
+
+TEST_CASE("MR keys are unique across contexts") {
+    KeySpace keys;
+    ContextResources a(getpid(), keys), b(getpid(), keys);
+    Buffer buf;
+    uint32_t pda = 0, pdb = 0;
+    REQUIRE(a.alloc_pd(pda) == 0);
+    REQUIRE(b.alloc_pd(pdb) == 0);
+    std::set<uint32_t> seen;
+    for (int i = 0; i < 200; ++i) {
+        RegisteredMr mr{};
+        ContextResources& ctx = i % 2 ? a : b;
+        REQUIRE(ctx.reg_mr(mr_request(i % 2 ? pda : pdb, buf.addr(), 128, 0), mr) == 0);
+        CHECK(seen.insert(mr.lkey).second);
+    }
+    CHECK(keys.mrs == 200);
+}
+
+TEST_CASE("destroying a context releases its share of the device limits") {
+    KeySpace keys;
+    {
+        ContextResources ctx(getpid(), keys);
+        uint32_t pd = 0, cq = 0;
+        const CompletionQueue* q = nullptr;
+        REQUIRE(ctx.alloc_pd(pd) == 0);
+        REQUIRE(ctx.create_cq(10, 0, 0, cq, q) == 0);
+        CHECK(keys.pds == 1);
+        CHECK(keys.cqs == 1);
+    }
+    CHECK(keys.pds == 0);
+    CHECK(keys.cqs == 0);
+}
+
+TEST_CASE("CQ sizes round up to 2^n - 1 and are bounded") {
+    CHECK(cq_slots_for(1) == 2);
+    CHECK(cq_slots_for(15) == 16);
+    CHECK(cq_slots_for(16) == 32);
+    CHECK(cq_slots_for(0) == 0);
+    CHECK(cq_slots_for(DeviceLimits::kMaxCqe) == DeviceLimits::kMaxCqe + 1);
+    CHECK(cq_slots_for(DeviceLimits::kMaxCqe + 1) == 0);
+
+    KeySpace keys;
+    ContextResources ctx(getpid(), keys);
+    uint32_t handle = 0;
+    const CompletionQueue* cq = nullptr;
+    CHECK(ctx.create_cq(0, 0, 0, handle, cq) == EINVAL);
+    CHECK(ctx.create_cq(10, 1, 0, handle, cq) == EINVAL); // comp_vector out of range
+    REQUIRE(ctx.create_cq(100, 0, 0, handle, cq) == 0);
+    CHECK(cq->cqe == 127);
+    CHECK(cq->ring.bytes() == di::cq_ring_bytes(128));
+}
+
+TEST_CASE("resize keeps unpolled completions and refuses to drop any") {
+    KeySpace keys;
+    ContextResources ctx(getpid(), keys);
+    uint32_t handle = 0;
+    const CompletionQueue* cq = nullptr;
+    REQUIRE(ctx.create_cq(7, 0, 0, handle, cq) == 0);
+    auto& ring = const_cast<CqRingOwner&>(cq->ring);
+    for (uint64_t i = 0; i < 7; ++i) {
+        di::CompletionEntry e{};
+        e.wr_id = 1000 + i;
+        REQUIRE(ring.push(e));
+    }
+    CHECK(ctx.resize_cq(handle, 3, cq) == EINVAL);
+    REQUIRE(ctx.resize_cq(handle, 20, cq) == 0);
+    CHECK(cq->cqe == 31);
+    CHECK(cq->ring.pending() == 7);
+
+    // Read the new ring as the provider would, through its own mapping.
+    void* map = mmap(nullptr, cq->ring.bytes(), PROT_READ, MAP_SHARED, cq->ring.fd(), 0);
+    REQUIRE(map != MAP_FAILED);
+    auto* header = static_cast<di::CqRingHeader*>(map);
+    CHECK(header->magic == di::kCqRingMagic);
+    CHECK(header->slots == 32);
+    for (uint64_t i = 0; i < 7; ++i)
+        CHECK(di::cq_ring_entries(header)[i].wr_id == 1000 + i);
+    munmap(map, cq->ring.bytes());
+}
+
+TEST_CASE("a full CQ ring refuses a completion and flags the overrun") {
+    CqRingOwner ring;
+    REQUIRE(ring.create(4) == 0);
+    di::CompletionEntry e{};
+    for (int i = 0; i < 4; ++i)
+        REQUIRE(ring.push(e));
+    CHECK_FALSE(ring.push(e));
+    CHECK(ring.pending() == 4);
+}

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package that building softhca, its tests and the quick
+# start need. Run as root. Safe to run again.
+set -euo pipefail
+
+packages=(
+    # Build
+    cmake g++ make pkg-config clang-format
+    # The verbs ABI we implement and the system libibverbs that loads our provider
+    libibverbs-dev ibverbs-providers
+    # The engine's ports (EAL, ethdev, ring/af_packet/memif/tap PMDs)
+    libdpdk-dev
+    # Tests: Catch2, real verbs programs and rdma-core's Python bindings
+    catch2 ibverbs-utils python3-pyverbs
+    # Tests and scripts: network namespaces and process inspection
+    iproute2 procps
+)
+
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+    echo "install-deps: all ${#packages[@]} packages present"
+    exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+apt-get install -y -q --no-install-recommends "${missing[@]}"
