@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -36,13 +37,13 @@ pid_t Instance::running_engine() const {
     return static_cast<pid_t>(pid);
 }
 
-int query_engine_status(const Instance& instance, std::string& text) {
+int engine_request(const Instance& instance, const void* request, size_t size, std::string& body) {
     int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return errno;
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
-    std::strncpy(addr.sun_path, instance.socket_path().c_str(), sizeof(addr.sun_path) - 1);
+    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", instance.socket_path().c_str());
     if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
         int err = errno;
         ::close(fd);
@@ -50,15 +51,9 @@ int query_engine_status(const Instance& instance, std::string& text) {
     }
     timeval timeout{5, 0};
     ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-    di::MessageHeader request{di::kControlMagic,
-                              di::kControlVersion,
-                              static_cast<uint16_t>(di::Opcode::EngineStatus),
-                              0,
-                              sizeof(di::MessageHeader),
-                              1};
     std::vector<char> buffer(di::kMaxControlMessage * 64);
     int err = 0;
-    if (di::send_message(fd, &request, sizeof(request)) != sizeof(request)) {
+    if (di::send_message(fd, request, size) != static_cast<ssize_t>(size)) {
         err = errno;
     } else {
         di::ReceivedMessage m = di::receive_message(fd, buffer.data(), buffer.size());
@@ -70,11 +65,32 @@ int query_engine_status(const Instance& instance, std::string& text) {
             di::ReplyHeader reply;
             std::memcpy(&reply, buffer.data(), sizeof(reply));
             err = reply.status;
-            text.assign(buffer.data() + sizeof(reply), static_cast<size_t>(m.size) - sizeof(reply));
+            body.assign(buffer.data() + sizeof(reply), static_cast<size_t>(m.size) - sizeof(reply));
         }
     }
     ::close(fd);
     return err;
+}
+
+namespace {
+di::MessageHeader admin_header(di::Opcode opcode, uint32_t length) {
+    return {di::kControlMagic, di::kControlVersion, static_cast<uint16_t>(opcode), 0, length, 1};
+}
+} // namespace
+
+int query_engine_status(const Instance& instance, std::string& text) {
+    di::MessageHeader request = admin_header(di::Opcode::EngineStatus, sizeof(di::MessageHeader));
+    return engine_request(instance, &request, sizeof(request), text);
+}
+
+int set_port_state(const Instance& instance, const std::string& device, bool up) {
+    di::SetPortStateRequest request{};
+    request.header = admin_header(di::Opcode::SetPortState, sizeof(request));
+    std::snprintf(request.device_name, sizeof(request.device_name), "%s", device.c_str());
+    request.port_num = 1;
+    request.up = up ? 1 : 0;
+    std::string ignored;
+    return engine_request(instance, &request, sizeof(request), ignored);
 }
 
 } // namespace softhca::tools

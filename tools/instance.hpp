@@ -24,7 +24,15 @@ struct Instance {
     pid_t running_engine() const;
 };
 
+// Sends one administrative request (a complete control message) to the engine and
+// waits for the reply. Returns the reply's status or an errno; the reply's body, if
+// any, goes to `body`.
+int engine_request(const Instance& instance, const void* request, size_t size, std::string& body);
+
 // Asks the engine for its status report. Returns 0 and fills `text`, or an errno.
 int query_engine_status(const Instance& instance, std::string& text);
+
+// Takes port 1 of `device` administratively down or up. Returns 0 or an errno.
+int set_port_state(const Instance& instance, const std::string& device, bool up);
 
 } // namespace softhca::tools

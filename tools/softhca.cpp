@@ -5,6 +5,7 @@
 //   softhca status [--prefix P]
 //   softhca env [--prefix P]
 //   softhca exec [--prefix P] -- CMD [ARGS...]
+//   softhca port [--prefix P] DEVICE down|up
 //
 // The prefix defaults to $SOFTHCA_PREFIX, else "softhca" (devices softhca0, softhca1).
 #include "instance.hpp"
@@ -41,6 +42,7 @@ int usage() {
                  "       softhca status [--prefix P]\n"
                  "       softhca env [--prefix P]\n"
                  "       softhca exec [--prefix P] -- CMD [ARGS...]\n"
+                 "       softhca port [--prefix P] DEVICE down|up\n"
                  "Without --port, up creates two devices wired back to back inside the\n"
                  "engine (P0 at 198.18.0.1, P1 at 198.18.0.2).\n";
     return 2;
@@ -216,6 +218,17 @@ int main(int argc, char** argv) {
 
     if (command == "up")
         return cmd_up(instance, rest);
+    if (command == "port") {
+        if (rest.size() != 2 || (rest[1] != "up" && rest[1] != "down"))
+            return usage();
+        if (int err = set_port_state(instance, rest[0], rest[1] == "up")) {
+            std::cerr << "softhca: port " << rest[0] << " " << rest[1] << ": " << std::strerror(err)
+                      << "\n";
+            return 1;
+        }
+        std::cout << "softhca: " << rest[0] << " port 1 " << rest[1] << "\n";
+        return 0;
+    }
     if (!rest.empty() && command != "exec")
         return usage();
     if (command == "down")

@@ -48,7 +48,7 @@ di::MessageHeader reply_header(const di::MessageHeader& request, uint32_t length
 } // namespace
 
 ControlServer::ControlServer(const std::string& socket_path, const std::vector<Device>& devices,
-                             const PortSet& ports, std::string status_title)
+                             PortSet& ports, std::string status_title)
     : socket_path_(socket_path), devices_(devices), ports_(ports),
       status_title_(std::move(status_title)) {
     sockaddr_un addr{};
@@ -183,6 +183,11 @@ void ControlServer::dispatch(Connection& c, const void* message, size_t size, in
         std::memcpy(out.data(), &r, sizeof(r));
         std::memcpy(out.data() + sizeof(r), text.data(), out.size() - sizeof(r));
         reply(c, out.data(), out.size());
+        return;
+    }
+
+    if (opcode == di::Opcode::SetPortState) {
+        set_port_state(c, message, size);
         return;
     }
 
@@ -324,6 +329,35 @@ void ControlServer::dispatch(Connection& c, const void* message, size_t size, in
     reply_status(c, header, EBADMSG); // right opcode, wrong size
 }
 
+void ControlServer::set_port_state(Connection& c, const void* message, size_t size) {
+    const auto* request = as<di::SetPortStateRequest>(message, size);
+    if (!request) {
+        reply_status(c, *static_cast<const di::MessageHeader*>(message), EBADMSG);
+        return;
+    }
+    if (c.uid != 0 && c.uid != ::geteuid()) {
+        reply_status(c, request->header, EPERM);
+        return;
+    }
+    const std::string name(request->device_name,
+                           strnlen(request->device_name, sizeof(request->device_name)));
+    for (size_t i = 0; i < devices_.size(); ++i) {
+        if (devices_[i].name != name)
+            continue;
+        if (request->port_num != 1 || request->up > 1) {
+            reply_status(c, request->header, EINVAL);
+            return;
+        }
+        const size_t port = devices_[i].port_index;
+        if (ports_.set_admin_state(port, request->up != 0))
+            raise_device_event(
+                i, 1, ports_.info(port).link_up ? di::kEventPortActive : di::kEventPortErr);
+        reply_status(c, request->header, 0);
+        return;
+    }
+    reply_status(c, request->header, ENODEV);
+}
+
 void ControlServer::raise_device_event(size_t device_index, uint64_t element, uint32_t event_type) {
     di::AsyncEventRecord record{element, event_type, 0};
     for (auto& [fd, c] : connections_) {
@@ -344,9 +378,12 @@ std::string ControlServer::status_report() const {
         char mac[20];
         std::snprintf(mac, sizeof(mac), "%02x:%02x:%02x:%02x:%02x:%02x", p.mac[0], p.mac[1],
                       p.mac[2], p.mac[3], p.mac[4], p.mac[5]);
-        out << "device " << d.name << " port 1: " << (p.link_up ? "ACTIVE" : "DOWN") << " ipv4 "
-            << transport::ipv4_to_string(p.ipv4) << " mac " << mac << " mtu " << p.eth_mtu
-            << " active_mtu "
+        out << "device " << d.name << " port 1: "
+            << (p.link_up    ? "ACTIVE"
+                : p.admin_up ? "DOWN"
+                             : "DOWN (admin)")
+            << " ipv4 " << transport::ipv4_to_string(p.ipv4) << " mac " << mac << " mtu "
+            << p.eth_mtu << " active_mtu "
             << transport::path_mtu_bytes(static_cast<transport::PathMtu>(attr.active_mtu))
             << " pmd " << p.pmd << (p.devargs.empty() ? " (built-in wire)" : " " + p.devargs)
             << "\n";

@@ -19,7 +19,7 @@ namespace softhca::engine {
 class ControlServer {
   public:
     ControlServer(const std::string& socket_path, const std::vector<Device>& devices,
-                  const PortSet& ports, std::string status_title);
+                  PortSet& ports, std::string status_title);
     ~ControlServer();
     ControlServer(const ControlServer&) = delete;
     ControlServer& operator=(const ControlServer&) = delete;
@@ -54,11 +54,12 @@ class ControlServer {
     void reply(Connection& c, const void* message, size_t size, int fd_to_pass = -1);
     void reply_status(Connection& c, const device_interface::MessageHeader& request, int status);
     std::string status_report() const;
+    void set_port_state(Connection& c, const void* message, size_t size);
 
     int listen_fd_ = -1;
     std::string socket_path_;
     const std::vector<Device>& devices_;
-    const PortSet& ports_;
+    PortSet& ports_;
     std::string status_title_;
     KeySpace keys_;
     uint32_t next_context_id_ = 1;

@@ -161,7 +161,7 @@ std::vector<size_t> PortSet::refresh_links() {
         rte_eth_link link{};
         if (rte_eth_link_get_nowait(ports_[i].dpdk_port, &link) != 0)
             continue;
-        const bool up = link.link_status == RTE_ETH_LINK_UP;
+        const bool up = link.link_status == RTE_ETH_LINK_UP && ports_[i].admin_up;
         if (up != ports_[i].link_up) {
             ports_[i].link_up = up;
             changed.push_back(i);
@@ -169,6 +169,21 @@ std::vector<size_t> PortSet::refresh_links() {
         if (up)
             ports_[i].link_speed_mbps = link.link_speed;
     }
+    return changed;
+}
+
+bool PortSet::set_admin_state(size_t index, bool up) {
+    PortInfo& port = ports_[index];
+    port.admin_up = up;
+    if (up)
+        rte_eth_dev_set_link_up(port.dpdk_port);
+    else
+        rte_eth_dev_set_link_down(port.dpdk_port);
+    rte_eth_link link{};
+    rte_eth_link_get_nowait(port.dpdk_port, &link);
+    const bool link_up = up && link.link_status == RTE_ETH_LINK_UP;
+    const bool changed = link_up != port.link_up;
+    port.link_up = link_up;
     return changed;
 }
 

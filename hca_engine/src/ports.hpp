@@ -31,7 +31,8 @@ struct PortInfo {
     uint32_t eth_mtu = 1500;
     uint32_t max_eth_mtu = 1500;
     uint32_t link_speed_mbps = 0;
-    bool link_up = false;
+    bool link_up = false; // the link as DPDK reports it, and the port administratively up
+    bool admin_up = true;
     PortCounters counters;
 };
 
@@ -49,6 +50,10 @@ class PortSet {
 
     // Reads link state without waiting; returns the indices whose state changed.
     std::vector<size_t> refresh_links();
+
+    // Takes a port administratively down or up (the PMD's link is set down or up where
+    // it supports that). Returns true when the port's link state changed.
+    bool set_admin_state(size_t index, bool up);
 
     // Receives one burst per port. Returns the number of packets seen.
     size_t poll_rx();

@@ -28,6 +28,7 @@ enum class Opcode : uint16_t {
     ResizeCq = 9,
     DestroyCq = 10,
     EngineStatus = 11, // text report for `softhca status`; allowed without OpenDevice
+    SetPortState = 12, // administrator takes a port down or up; allowed without OpenDevice
 };
 
 struct MessageHeader {
@@ -213,6 +214,17 @@ struct ResizeCqRequest {
 static_assert(sizeof(ResizeCqRequest) == 24);
 
 using ResizeCqReply = CreateCqReply; // same fields, new ring fd attached
+
+// SetPortState: only the engine's own user or root may send it (EPERM otherwise).
+// The reply is a bare ReplyHeader. Open contexts of the device get PORT_ERR or
+// PORT_ACTIVE when the state changes.
+struct SetPortStateRequest {
+    MessageHeader header;
+    char device_name[kMaxDeviceName];
+    uint32_t port_num;
+    uint32_t up; // 0 = down, 1 = up
+};
+static_assert(sizeof(SetPortStateRequest) == 88);
 
 // EngineStatus reply: ReplyHeader followed by UTF-8 text (not NUL terminated) up to
 // the end of the message.
