@@ -2,6 +2,7 @@
 
 #include "softhca/transport/roce_address.hpp"
 
+#include <cstdio>
 #include <cstdlib>
 #include <string_view>
 
@@ -26,9 +27,19 @@ bool parse_port(std::string_view text, PortConfig& port, std::string& error) {
     }
     port.devargs = std::string(text.substr(0, at));
     std::string_view addr = text.substr(at + 1);
+    if (port.devargs.find_first_of(" \t\n") != std::string::npos) {
+        error = "--port devargs must not contain white space";
+        return false;
+    }
     if (auto pct = addr.find('%'); pct != std::string_view::npos) {
         port.netdev = std::string(addr.substr(pct + 1));
         addr = addr.substr(0, pct);
+    }
+    if (port.netdev.empty()) {
+        // PMDs bound to a kernel interface name it in their devargs (af_packet, af_xdp).
+        if (auto iface = port.devargs.find("iface="); iface != std::string::npos)
+            port.netdev =
+                port.devargs.substr(iface + 6, port.devargs.find(',', iface) - (iface + 6));
     }
     auto ip = transport::parse_ipv4(addr);
     if (!ip) {
@@ -49,6 +60,15 @@ bool parse_number(const char* text, uint32_t min, uint32_t max, uint32_t& out) {
 }
 
 } // namespace
+
+bool is_pci_devargs(const std::string& devargs) {
+    const std::string id = devargs.substr(0, devargs.find(','));
+    unsigned domain = 0, bus = 0, device = 0, function = 0;
+    char tail = 0;
+    if (std::sscanf(id.c_str(), "%4x:%2x:%2x.%1x%c", &domain, &bus, &device, &function, &tail) == 4)
+        return true;
+    return std::sscanf(id.c_str(), "%2x:%2x.%1x%c", &bus, &device, &function, &tail) == 3;
+}
 
 std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string& error) {
     EngineConfig config;

@@ -33,6 +33,10 @@ struct EngineConfig {
     std::string pid_path() const { return run_dir + "/engine.pid"; }
 };
 
+// True when devargs name a PCI device (DDDD:BB:DD.F or BB:DD.F, optionally followed by
+// ",key=value"): those are allowed by the EAL with -a instead of created with --vdev.
+bool is_pci_devargs(const std::string& devargs);
+
 // Parses argv; on error returns nullopt and fills `error`.
 std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string& error);
 

@@ -43,10 +43,14 @@ PortSet::PortSet(const EngineConfig& config) : dpdk_(std::make_unique<Dpdk>()) {
         "softhca-engine", "--no-huge",     "-m",        memory,        "--no-shconf", "--no-pci",
         "--no-telemetry", "--file-prefix", file_prefix, "--log-level", "*:warning"};
     for (const auto& port : config.ports) {
-        if (!port.devargs.empty()) {
+        if (is_pci_devargs(port.devargs)) {
+            // A real NIC: let the EAL scan just that PCI device.
+            std::erase(args, std::string("--no-pci"));
+            args.push_back("-a");
+        } else {
             args.push_back("--vdev");
-            args.push_back(port.devargs);
         }
+        args.push_back(port.devargs);
     }
     std::vector<char*> argv;
     for (auto& a : args)
