@@ -65,6 +65,7 @@ ControlServer::ControlServer(const std::string& socket_path, const std::vector<D
         throw std::runtime_error("cannot listen on " + socket_path + ": " + std::strerror(errno));
     // Any local user may open the device, as /dev/infiniband/uverbs* allows.
     ::chmod(socket_path.c_str(), 0666);
+    spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
 ControlServer::~ControlServer() {
@@ -72,6 +73,8 @@ ControlServer::~ControlServer() {
         close_connection(connection);
     if (listen_fd_ >= 0)
         ::close(listen_fd_);
+    if (spare_fd_ >= 0)
+        ::close(spare_fd_);
     ::unlink(socket_path_.c_str());
 }
 
@@ -79,8 +82,21 @@ std::vector<int> ControlServer::accept_pending() {
     std::vector<int> accepted;
     for (;;) {
         int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0)
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE) {
+                // Out of descriptors: refuse the waiting client (with the descriptor
+                // kept in reserve for this) rather than spin on a listening socket
+                // that stays readable.
+                ::close(spare_fd_);
+                int refused = ::accept(listen_fd_, nullptr, nullptr);
+                if (refused >= 0)
+                    ::close(refused);
+                spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+                ++refused_connections_;
+                continue;
+            }
             break;
+        }
         ucred cred{};
         socklen_t len = sizeof(cred);
         if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
@@ -403,7 +419,8 @@ std::string ControlServer::status_report() const {
             << devices_[static_cast<size_t>(c.device)].name << ": pd " << c.resources->pd_count()
             << " mr " << c.resources->mr_count() << " cq " << c.resources->cq_count() << "\n";
     }
-    out << "contexts " << contexts << "\n";
+    out << "contexts " << contexts << " (refused for lack of descriptors: " << refused_connections_
+        << ")\n";
     out << "objects: pd " << pds << " mr " << mrs << " cq " << cqs << "\n";
     return out.str();
 }

@@ -63,6 +63,8 @@ class ControlServer {
     std::string status_title_;
     KeySpace keys_;
     uint32_t next_context_id_ = 1;
+    uint64_t refused_connections_ = 0;
+    int spare_fd_ = -1; // reserve descriptor, see accept_pending()
     std::map<int, Connection> connections_;
 };
 

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <fstream>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -67,6 +68,13 @@ int run(const EngineConfig& config) {
     sigaddset(&signals, SIGHUP);
     sigprocmask(SIG_BLOCK, &signals, nullptr);
     std::signal(SIGPIPE, SIG_IGN);
+    // One descriptor per open context (plus its async pipe): allow as many as the
+    // hard limit permits, as a card serves as many contexts as it has resources.
+    rlimit files{};
+    if (getrlimit(RLIMIT_NOFILE, &files) == 0) {
+        files.rlim_cur = files.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &files);
+    }
 
     PortSet ports(config);
     std::vector<Device> devices;
