@@ -1,0 +1,74 @@
+// RoCEv2 framing (IBTA Annex A17): Ethernet, IPv4 or IPv6, UDP to port 4791, the IB
+// transport packet, and the invariant CRC (A17.4.2: CRC-32 over the IP and UDP headers
+// and the IB packet with the variant fields masked, preceded by 64 bits of ones).
+#pragma once
+
+#include "softhca/transport/roce_address.hpp"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace softhca::transport {
+
+constexpr uint16_t kRoceV2UdpPort = 4791;
+constexpr uint16_t kEtherTypeIpv4 = 0x0800;
+constexpr uint16_t kEtherTypeIpv6 = 0x86dd;
+constexpr uint16_t kEtherTypeArp = 0x0806;
+constexpr size_t kEthernetHeaderBytes = 14;
+constexpr size_t kIpv4HeaderBytes = 20;
+constexpr size_t kIpv6HeaderBytes = 40;
+constexpr size_t kUdpHeaderBytes = 8;
+constexpr size_t kIcrcBytes = 4;
+
+// IPv4-mapped GIDs travel as IPv4, all others as IPv6 (A17.4.5).
+inline bool gid_is_ipv4_mapped(const Gid& gid) {
+    for (int i = 0; i < 10; ++i)
+        if (gid[static_cast<size_t>(i)])
+            return false;
+    return gid[10] == 0xff && gid[11] == 0xff;
+}
+
+struct FrameAddressing {
+    MacAddress src_mac{};
+    MacAddress dst_mac{};
+    Gid src_gid{};
+    Gid dst_gid{};
+    uint16_t udp_src_port = 0xc000; // per-QP entropy (A17.4.5.1)
+    uint8_t traffic_class = 0;      // IPv4 DSCP/ECN byte or IPv6 traffic class
+    uint8_t hop_limit = 64;
+    uint32_t flow_label = 0; // IPv6 only
+};
+
+// Bytes in front of the IB packet for this addressing (Ethernet + IP + UDP).
+size_t roce_header_bytes(const FrameAddressing& addressing);
+
+// Writes Ethernet, IP and UDP headers in front of an IB packet of ib_length bytes that
+// already sits at frame + roce_header_bytes(), then appends the ICRC after it. Returns
+// the whole frame length.
+size_t finish_roce_frame(uint8_t* frame, const FrameAddressing& addressing, size_t ib_length,
+                         uint16_t ipv4_id = 0);
+
+struct ParsedFrame {
+    FrameAddressing addressing; // as found (src/dst swapped as seen by the receiver)
+    const uint8_t* ib = nullptr;
+    size_t ib_length = 0; // BTH to end of pad, ICRC excluded
+};
+
+enum class FrameError : uint8_t {
+    None,
+    NotRoce,     // not IPv4/IPv6 UDP to 4791 (ARP and the like are not errors of ours)
+    Malformed,   // lengths or header fields inconsistent
+    BadChecksum, // IPv4 header checksum
+    BadIcrc,
+};
+
+FrameError parse_roce_frame(const uint8_t* frame, size_t length, ParsedFrame& out);
+
+// The ICRC of a RoCEv2 frame's IP packet (ip points at the IP header, ip_length runs
+// to the end of the IB packet without the ICRC). The value is sent little-endian.
+uint32_t compute_icrc(const uint8_t* ip, size_t ip_length);
+
+// Internet checksum (RFC 1071) of an IPv4 header.
+uint16_t ipv4_header_checksum(const uint8_t* header, size_t length);
+
+} // namespace softhca::transport

@@ -1,0 +1,191 @@
+#include "softhca/transport/roce_frame.hpp"
+
+#include "softhca/transport/byte_order.hpp"
+
+#include <array>
+#include <cstring>
+
+namespace softhca::transport {
+
+namespace {
+
+// CRC-32 (IEEE 802.3 polynomial, reflected), table driven.
+constexpr std::array<uint32_t, 256> make_crc_table() {
+    std::array<uint32_t, 256> table{};
+    for (uint32_t i = 0; i < 256; ++i) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; ++k)
+            c = (c & 1) ? 0xedb88320u ^ (c >> 1) : c >> 1;
+        table[i] = c;
+    }
+    return table;
+}
+constexpr std::array<uint32_t, 256> kCrcTable = make_crc_table();
+
+uint32_t crc32_update(uint32_t crc, const uint8_t* p, size_t n) {
+    for (size_t i = 0; i < n; ++i)
+        crc = kCrcTable[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
+    return crc;
+}
+
+} // namespace
+
+uint16_t ipv4_header_checksum(const uint8_t* header, size_t length) {
+    uint32_t sum = 0;
+    for (size_t i = 0; i + 1 < length; i += 2)
+        sum += load_be16(header + i);
+    while (sum >> 16)
+        sum = (sum & 0xffff) + (sum >> 16);
+    return static_cast<uint16_t>(~sum);
+}
+
+uint32_t compute_icrc(const uint8_t* ip, size_t ip_length) {
+    // A17.4.2: 64 bits of ones stand in for the LRH, then the IP, UDP and BTH headers
+    // with their variant fields set to ones, then the rest of the IB packet.
+    const bool v4 = (ip[0] >> 4) == 4;
+    const size_t ip_header = v4 ? static_cast<size_t>(ip[0] & 0xf) * 4 : kIpv6HeaderBytes;
+    const size_t masked_length = ip_header + kUdpHeaderBytes + 12;
+    uint8_t masked[kIpv6HeaderBytes + kUdpHeaderBytes + 12 + 40];
+    std::memcpy(masked, ip, masked_length);
+    if (v4) {
+        masked[1] = 0xff;  // type of service
+        masked[8] = 0xff;  // time to live
+        masked[10] = 0xff; // header checksum
+        masked[11] = 0xff;
+    } else {
+        masked[0] |= 0x0f; // traffic class and flow label
+        masked[1] = 0xff;
+        masked[2] = 0xff;
+        masked[3] = 0xff;
+        masked[7] = 0xff; // hop limit
+    }
+    masked[ip_header + 6] = 0xff; // UDP checksum
+    masked[ip_header + 7] = 0xff;
+    masked[ip_header + kUdpHeaderBytes + 4] = 0xff; // BTH: FECN, BECN, reserved
+    static constexpr uint8_t ones[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+    uint32_t crc = crc32_update(0xffffffffu, ones, sizeof(ones));
+    crc = crc32_update(crc, masked, masked_length);
+    crc = crc32_update(crc, ip + masked_length, ip_length - masked_length);
+    return ~crc;
+}
+
+size_t roce_header_bytes(const FrameAddressing& a) {
+    return kEthernetHeaderBytes +
+           (gid_is_ipv4_mapped(a.dst_gid) ? kIpv4HeaderBytes : kIpv6HeaderBytes) + kUdpHeaderBytes;
+}
+
+size_t finish_roce_frame(uint8_t* frame, const FrameAddressing& a, size_t ib_length,
+                         uint16_t ipv4_id) {
+    const bool v4 = gid_is_ipv4_mapped(a.dst_gid);
+    uint8_t* eth = frame;
+    std::memcpy(eth, a.dst_mac.data(), 6);
+    std::memcpy(eth + 6, a.src_mac.data(), 6);
+    store_be16(eth + 12, v4 ? kEtherTypeIpv4 : kEtherTypeIpv6);
+    uint8_t* ip = eth + kEthernetHeaderBytes;
+    const size_t ip_header = v4 ? kIpv4HeaderBytes : kIpv6HeaderBytes;
+    const size_t udp_length = kUdpHeaderBytes + ib_length + kIcrcBytes;
+    if (v4) {
+        ip[0] = 0x45;
+        ip[1] = a.traffic_class;
+        store_be16(ip + 2, static_cast<uint16_t>(ip_header + udp_length));
+        store_be16(ip + 4, ipv4_id);
+        store_be16(ip + 6, 0x4000); // don't fragment
+        ip[8] = a.hop_limit;
+        ip[9] = 17; // UDP
+        store_be16(ip + 10, 0);
+        std::memcpy(ip + 12, a.src_gid.data() + 12, 4);
+        std::memcpy(ip + 16, a.dst_gid.data() + 12, 4);
+        store_be16(ip + 10, ipv4_header_checksum(ip, kIpv4HeaderBytes));
+    } else {
+        store_be32(ip, 6u << 28 | static_cast<uint32_t>(a.traffic_class) << 20 |
+                           (a.flow_label & 0xfffff));
+        store_be16(ip + 4, static_cast<uint16_t>(udp_length));
+        ip[6] = 17;
+        ip[7] = a.hop_limit;
+        std::memcpy(ip + 8, a.src_gid.data(), 16);
+        std::memcpy(ip + 24, a.dst_gid.data(), 16);
+    }
+    uint8_t* udp = ip + ip_header;
+    store_be16(udp, a.udp_src_port);
+    store_be16(udp + 2, kRoceV2UdpPort);
+    store_be16(udp + 4, static_cast<uint16_t>(udp_length));
+    store_be16(udp + 6, 0); // RoCEv2 sends a zero UDP checksum (A17.4.3)
+    const size_t ip_length = ip_header + kUdpHeaderBytes + ib_length;
+    const uint32_t icrc = compute_icrc(ip, ip_length);
+    uint8_t* tail = ip + ip_length;
+    tail[0] = static_cast<uint8_t>(icrc);
+    tail[1] = static_cast<uint8_t>(icrc >> 8);
+    tail[2] = static_cast<uint8_t>(icrc >> 16);
+    tail[3] = static_cast<uint8_t>(icrc >> 24);
+    return kEthernetHeaderBytes + ip_length + kIcrcBytes;
+}
+
+FrameError parse_roce_frame(const uint8_t* frame, size_t length, ParsedFrame& out) {
+    if (length < kEthernetHeaderBytes)
+        return FrameError::Malformed;
+    out = ParsedFrame{};
+    FrameAddressing& a = out.addressing;
+    std::memcpy(a.dst_mac.data(), frame, 6);
+    std::memcpy(a.src_mac.data(), frame + 6, 6);
+    const uint16_t ethertype = load_be16(frame + 12);
+    const uint8_t* ip = frame + kEthernetHeaderBytes;
+    const size_t available = length - kEthernetHeaderBytes;
+    size_t ip_header = 0;
+    size_t ip_total = 0;
+    if (ethertype == kEtherTypeIpv4) {
+        if (available < kIpv4HeaderBytes || (ip[0] >> 4) != 4)
+            return FrameError::Malformed;
+        ip_header = static_cast<size_t>(ip[0] & 0xf) * 4;
+        ip_total = load_be16(ip + 2);
+        if (ip_header < kIpv4HeaderBytes || ip_total < ip_header || ip_total > available)
+            return FrameError::Malformed;
+        if (ip[9] != 17)
+            return FrameError::NotRoce;
+        if (ipv4_header_checksum(ip, ip_header) != 0)
+            return FrameError::BadChecksum;
+        if ((load_be16(ip + 6) & 0x3fff) != 0)
+            return FrameError::Malformed; // fragments are not RoCE
+        a.traffic_class = ip[1];
+        a.hop_limit = ip[8];
+        a.src_gid = gid_from_ipv4(load_be32(ip + 12));
+        a.dst_gid = gid_from_ipv4(load_be32(ip + 16));
+    } else if (ethertype == kEtherTypeIpv6) {
+        if (available < kIpv6HeaderBytes || (ip[0] >> 4) != 6)
+            return FrameError::Malformed;
+        ip_header = kIpv6HeaderBytes;
+        ip_total = kIpv6HeaderBytes + load_be16(ip + 4);
+        if (ip_total > available)
+            return FrameError::Malformed;
+        if (ip[6] != 17)
+            return FrameError::NotRoce;
+        const uint32_t first = load_be32(ip);
+        a.traffic_class = static_cast<uint8_t>(first >> 20);
+        a.flow_label = first & 0xfffff;
+        a.hop_limit = ip[7];
+        std::memcpy(a.src_gid.data(), ip + 8, 16);
+        std::memcpy(a.dst_gid.data(), ip + 24, 16);
+    } else {
+        return FrameError::NotRoce;
+    }
+    if (ip_total < ip_header + kUdpHeaderBytes)
+        return FrameError::Malformed;
+    const uint8_t* udp = ip + ip_header;
+    if (load_be16(udp + 2) != kRoceV2UdpPort)
+        return FrameError::NotRoce;
+    const size_t udp_length = load_be16(udp + 4);
+    if (udp_length != ip_total - ip_header || udp_length < kUdpHeaderBytes + 12 + kIcrcBytes)
+        return FrameError::Malformed;
+    a.udp_src_port = load_be16(udp);
+    const size_t ip_length = ip_total - kIcrcBytes;
+    const uint8_t* tail = ip + ip_length;
+    const uint32_t carried = static_cast<uint32_t>(tail[0]) | static_cast<uint32_t>(tail[1]) << 8 |
+                             static_cast<uint32_t>(tail[2]) << 16 |
+                             static_cast<uint32_t>(tail[3]) << 24;
+    if (compute_icrc(ip, ip_length) != carried)
+        return FrameError::BadIcrc;
+    out.ib = udp + kUdpHeaderBytes;
+    out.ib_length = udp_length - kUdpHeaderBytes - kIcrcBytes;
+    return FrameError::None;
+}
+
+} // namespace softhca::transport
