@@ -1,0 +1,453 @@
+// Transport protocol layer: RC queue pairs over a simulated wire that drops,
+// duplicates, reorders and corrupts. Every byte and every completion is checked.
+#include "sim_wire.hpp"
+
+#include <catch2/catch.hpp>
+#include <deque>
+
+using namespace sim;
+using namespace softhca::transport;
+
+namespace {
+
+constexpr uint32_t kAllRemote = access::kRemoteWrite | access::kRemoteRead | access::kRemoteAtomic;
+constexpr uint32_t kRegionRights = access::kLocalWrite | kAllRemote;
+
+uint8_t pattern(uint64_t message, uint64_t offset) {
+    return static_cast<uint8_t>((message * 131 + offset * 7 + (offset >> 8)) ^ 0x5a);
+}
+
+// The first offset where `bytes` differs from message's pattern, or -1.
+int64_t first_mismatch(const uint8_t* bytes, uint64_t message, uint32_t length) {
+    for (uint32_t i = 0; i < length; ++i)
+        if (bytes[i] != pattern(message, i))
+            return i;
+    return -1;
+}
+
+// Drives mixed traffic from A to B and checks it. Returns the number of messages.
+struct MixedTraffic {
+    Link& link;
+    std::mt19937_64 rng;
+    uint32_t a_src, a_dst, b_recv, b_target, b_counter;
+    uint64_t expected_counter = 0;
+    uint64_t message = 0;
+    struct Posted {
+        WrOpcode op;
+        uint64_t id;
+        uint32_t length;
+        uint64_t offset; // within the region used
+        uint64_t add = 0;
+    };
+    std::deque<Posted> in_flight;
+    std::deque<Posted> recvs_expected;
+
+    MixedTraffic(Link& l, uint64_t seed) : link(l), rng(seed) {
+        a_src = link.a().memory.add_region(1 << 20, kRegionRights);
+        a_dst = link.a().memory.add_region(1 << 20, kRegionRights);
+        b_recv = link.b().memory.add_region(1 << 20, kRegionRights);
+        b_target = link.b().memory.add_region(1 << 20, kRegionRights);
+        b_counter = link.b().memory.add_region(64, kRegionRights);
+    }
+
+    uint64_t addr(HostMemory& m, uint32_t key, uint64_t offset) {
+        return m.region(key).addr + offset;
+    }
+
+    void post_one(uint32_t max_length) {
+        HostMemory& am = link.a().memory;
+        HostMemory& bm = link.b().memory;
+        std::uniform_int_distribution<uint32_t> pick(0, 99);
+        std::uniform_int_distribution<uint32_t> len(0, max_length);
+        const uint32_t kind = pick(rng);
+        const uint64_t id = ++message;
+        const uint64_t slot = (id % 64) * 16384; // distinct buffers per outstanding message
+        SendWqe w;
+        w.wr_id = id;
+        w.signaled = true;
+        Posted p{WrOpcode::Send, id, 0, slot};
+        if (kind < 8) {
+            w.opcode = WrOpcode::AtomicFetchAdd;
+            w.compare_add = id;
+            w.remote_addr = addr(bm, b_counter, 8);
+            w.rkey = b_counter;
+            w.length = 8;
+            w.num_sge = 1;
+            w.sge[0] = {addr(am, a_dst, slot), 8, a_dst};
+            p = {w.opcode, id, 8, slot, id};
+            expected_counter += id;
+        } else {
+            const uint32_t length = len(rng);
+            p.length = length;
+            // Fill the source with this message's pattern, split over up to 3 SGEs.
+            for (uint32_t i = 0; i < length; ++i)
+                *am.at(a_src, addr(am, a_src, slot + i)) = pattern(id, i);
+            w.length = length;
+            const uint32_t cut1 = length / 3, cut2 = 2 * length / 3;
+            w.num_sge = 3;
+            w.sge[0] = {addr(am, a_src, slot), cut1, a_src};
+            w.sge[1] = {addr(am, a_src, slot + cut1), cut2 - cut1, a_src};
+            w.sge[2] = {addr(am, a_src, slot + cut2), length - cut2, a_src};
+            if (kind < 40) {
+                w.opcode = kind % 2 ? WrOpcode::SendWithImm : WrOpcode::Send;
+                w.imm_data = static_cast<uint32_t>(id);
+                RecvWqe r;
+                r.wr_id = id;
+                r.num_sge = 1;
+                r.length = 16384;
+                r.sge[0] = {addr(bm, b_recv, slot), 16384, b_recv};
+                REQUIRE(link.b().qp.post_recv(r));
+                p.op = w.opcode;
+                recvs_expected.push_back(p);
+            } else if (kind < 75) {
+                w.opcode = kind % 5 == 0 ? WrOpcode::RdmaWriteWithImm : WrOpcode::RdmaWrite;
+                w.remote_addr = addr(bm, b_target, slot);
+                w.rkey = b_target;
+                w.imm_data = static_cast<uint32_t>(id);
+                if (w.opcode == WrOpcode::RdmaWriteWithImm) {
+                    RecvWqe r;
+                    r.wr_id = id;
+                    REQUIRE(link.b().qp.post_recv(r));
+                    p.op = w.opcode;
+                    recvs_expected.push_back(p);
+                }
+            } else {
+                // Read back what B holds in its target region.
+                w.opcode = WrOpcode::RdmaRead;
+                for (uint32_t i = 0; i < length; ++i)
+                    *bm.at(b_target, addr(bm, b_target, slot + i)) = pattern(id, i);
+                w.remote_addr = addr(bm, b_target, slot);
+                w.rkey = b_target;
+                w.sge[0] = {addr(am, a_dst, slot), cut1, a_dst};
+                w.sge[1] = {addr(am, a_dst, slot + cut1), cut2 - cut1, a_dst};
+                w.sge[2] = {addr(am, a_dst, slot + cut2), length - cut2, a_dst};
+            }
+        }
+        p.op = w.opcode;
+        REQUIRE(link.a().qp.post_send(w));
+        in_flight.push_back(p);
+    }
+
+    void check_send_completion(const Completion& c) {
+        REQUIRE(!in_flight.empty());
+        const Posted p = in_flight.front();
+        in_flight.pop_front();
+        INFO("message " << p.id << " op " << int(p.op));
+        REQUIRE(c.status == WcStatus::Success);
+        REQUIRE(c.wr_id == p.id);
+        HostMemory& am = link.a().memory;
+        HostMemory& bm = link.b().memory;
+        switch (p.op) {
+        case WrOpcode::RdmaWrite:
+        case WrOpcode::RdmaWriteWithImm:
+            CHECK(c.opcode == WcOpcode::RdmaWrite);
+            REQUIRE(first_mismatch(bm.at(b_target, addr(bm, b_target, p.offset)), p.id, p.length) ==
+                    -1);
+            break;
+        case WrOpcode::RdmaRead:
+            CHECK(c.opcode == WcOpcode::RdmaRead);
+            CHECK(c.byte_len == p.length);
+            REQUIRE(first_mismatch(am.at(a_dst, addr(am, a_dst, p.offset)), p.id, p.length) == -1);
+            break;
+        case WrOpcode::AtomicFetchAdd: {
+            CHECK(c.opcode == WcOpcode::FetchAdd);
+            uint64_t original;
+            std::memcpy(&original, am.at(a_dst, addr(am, a_dst, p.offset)), 8);
+            CHECK(original < expected_counter); // a value the counter really had
+            break;
+        }
+        default:
+            CHECK(c.opcode == WcOpcode::Send);
+            break;
+        }
+    }
+
+    void check_recv_completion(const Completion& c) {
+        REQUIRE(!recvs_expected.empty());
+        const Posted p = recvs_expected.front();
+        recvs_expected.pop_front();
+        INFO("receive for message " << p.id);
+        REQUIRE(c.status == WcStatus::Success);
+        REQUIRE(c.wr_id == p.id);
+        CHECK(c.src_qp == link.a().qp.qp_num());
+        CHECK(c.qp_num == link.b().qp.qp_num());
+        const bool imm = p.op == WrOpcode::SendWithImm || p.op == WrOpcode::RdmaWriteWithImm;
+        CHECK(c.with_imm == imm);
+        if (imm)
+            CHECK(c.imm_data == static_cast<uint32_t>(p.id));
+        CHECK(c.byte_len == p.length);
+        if (p.op == WrOpcode::RdmaWriteWithImm) {
+            CHECK(c.opcode == WcOpcode::RecvRdmaWithImm);
+            return;
+        }
+        CHECK(c.opcode == WcOpcode::Recv);
+        HostMemory& bm = link.b().memory;
+        REQUIRE(first_mismatch(bm.at(b_recv, addr(bm, b_recv, p.offset)), p.id, p.length) == -1);
+    }
+
+    // Posts `count` messages keeping up to `window` outstanding, checking as they complete.
+    void run(uint64_t count, uint32_t window, uint32_t max_length) {
+        uint64_t posted = 0;
+        size_t sends_seen = 0, recvs_seen = 0;
+        auto& sends = link.a().sink.sends;
+        auto& recvs = link.b().sink.recvs;
+        while (posted < count || !in_flight.empty()) {
+            while (posted < count && in_flight.size() < window) {
+                post_one(max_length);
+                ++posted;
+            }
+            const size_t before = sends.size();
+            REQUIRE(link.run_until([&] { return sends.size() > before; }));
+            for (; sends_seen < sends.size(); ++sends_seen)
+                check_send_completion(sends[sends_seen]);
+            for (; recvs_seen < recvs.size(); ++recvs_seen)
+                check_recv_completion(recvs[recvs_seen]);
+        }
+        REQUIRE(link.run_until([&] { return recvs.size() == recvs_seen + recvs_expected.size(); }));
+        for (; recvs_seen < recvs.size(); ++recvs_seen)
+            check_recv_completion(recvs[recvs_seen]);
+        uint64_t counter;
+        std::memcpy(&counter, link.b().memory.at(b_counter, addr(link.b().memory, b_counter, 8)),
+                    8);
+        CHECK(counter == expected_counter);
+        CHECK(link.a().sink.errors.empty());
+        CHECK(link.b().sink.errors.empty());
+    }
+};
+
+} // namespace
+
+TEST_CASE("RC: mixed traffic over a clean wire completes in order with every byte right") {
+    Link link(1, {0, 0, 0, 0});
+    link.connect(PathMtu::Mtu1024, kAllRemote);
+    MixedTraffic traffic(link, 1);
+    traffic.run(2000, 16, 5000);
+    const RcCounters& c = link.a().qp.counters();
+    INFO("timeouts " << c.timeouts << " naks " << c.naks_received << " rnr " << c.rnr_naks_received
+                     << " ooo " << c.out_of_sequence << " b.dup "
+                     << link.b().qp.counters().duplicates);
+    CHECK(c.retransmitted_packets == 0);
+}
+
+TEST_CASE("RC: 100000 messages over lossy, duplicating, reordering, corrupting wires") {
+    uint64_t total = 0, retransmits = 0, rejected = 0;
+    for (uint64_t seed = 1; seed <= 20; ++seed) {
+        INFO("seed " << seed);
+        WireFaults faults{0.01 * static_cast<double>(seed % 4), 0.02, 0.005, 1500};
+        Link link(seed, faults);
+        const PathMtu mtus[] = {PathMtu::Mtu256, PathMtu::Mtu1024, PathMtu::Mtu4096};
+        link.connect(mtus[seed % 3], kAllRemote, static_cast<uint8_t>(1 + seed % 8));
+        MixedTraffic traffic(link, seed * 7919);
+        const uint32_t max_length = seed % 3 == 0 ? 1500 : seed % 2 ? 600 : 9000;
+        traffic.run(5000, 1 + static_cast<uint32_t>(seed % 24), max_length);
+        total += 5000;
+        retransmits += link.a().qp.counters().retransmitted_packets;
+        rejected += link.rejected_frames;
+    }
+    CHECK(total == 100000);
+    CHECK(retransmits > 0);
+    CHECK(rejected > 0); // corrupted frames were caught by the ICRC, never delivered
+}
+
+TEST_CASE("RC: a receive too small gives LOC_LEN_ERR there and REM_INV_REQ_ERR here") {
+    Link link(3, {});
+    link.connect(PathMtu::Mtu1024, kAllRemote);
+    HostMemory& am = link.a().memory;
+    HostMemory& bm = link.b().memory;
+    const uint32_t src = am.add_region(4096, kRegionRights);
+    const uint32_t dst = bm.add_region(4096, kRegionRights);
+    RecvWqe r;
+    r.wr_id = 9;
+    r.num_sge = 1;
+    r.length = 100;
+    r.sge[0] = {bm.region(dst).addr, 100, dst};
+    REQUIRE(link.b().qp.post_recv(r));
+    SendWqe w;
+    w.wr_id = 1;
+    w.opcode = WrOpcode::Send;
+    w.length = 2000;
+    w.num_sge = 1;
+    w.sge[0] = {am.region(src).addr, 2000, src};
+    SendWqe w2 = w;
+    w2.wr_id = 2;
+    REQUIRE(link.a().qp.post_send(w));
+    REQUIRE(link.a().qp.post_send(w2));
+    REQUIRE(link.run_until([&] { return link.a().sink.sends.size() == 2; }));
+    CHECK(link.a().sink.sends[0].status == WcStatus::RemoteInvalidRequestError);
+    CHECK(link.a().sink.sends[1].status == WcStatus::WrFlushError);
+    REQUIRE(link.b().sink.recvs.size() == 1);
+    CHECK(link.b().sink.recvs[0].status == WcStatus::LocalLengthError);
+    CHECK(link.a().qp.state() == QpState::Error);
+    CHECK(link.b().qp.state() == QpState::Error);
+}
+
+TEST_CASE("RC: a bad rkey, a read-only target and a bad lkey give the IBTA statuses") {
+    Link link(4, {});
+    link.connect(PathMtu::Mtu1024, kAllRemote);
+    HostMemory& am = link.a().memory;
+    HostMemory& bm = link.b().memory;
+    const uint32_t src = am.add_region(4096, kRegionRights);
+    const uint32_t read_only = bm.add_region(4096, access::kRemoteRead);
+    SendWqe w;
+    w.wr_id = 1;
+    w.signaled = true;
+    w.opcode = WrOpcode::RdmaWrite;
+    w.length = 64;
+    w.num_sge = 1;
+    w.sge[0] = {am.region(src).addr, 64, src};
+
+    SECTION("bad rkey") {
+        w.rkey = 0xdead;
+        w.remote_addr = bm.region(read_only).addr;
+    }
+    SECTION("write into a read-only MR") {
+        w.rkey = read_only;
+        w.remote_addr = bm.region(read_only).addr;
+    }
+    REQUIRE(link.a().qp.post_send(w));
+    REQUIRE(link.run_until([&] { return !link.a().sink.sends.empty(); }));
+    CHECK(link.a().sink.sends[0].status == WcStatus::RemoteAccessError);
+    CHECK(link.a().qp.state() == QpState::Error);
+}
+
+TEST_CASE("RC: a bad lkey is a local protection error") {
+    Link link(5, {});
+    link.connect(PathMtu::Mtu1024, kAllRemote);
+    HostMemory& bm = link.b().memory;
+    const uint32_t dst = bm.add_region(4096, kRegionRights);
+    SendWqe w;
+    w.wr_id = 1;
+    w.opcode = WrOpcode::RdmaWrite;
+    w.length = 64;
+    w.num_sge = 1;
+    w.sge[0] = {0x1234, 64, 0xbad};
+    w.rkey = dst;
+    w.remote_addr = bm.region(dst).addr;
+    REQUIRE(link.a().qp.post_send(w));
+    REQUIRE(link.run_until([&] { return !link.a().sink.sends.empty(); }));
+    CHECK(link.a().sink.sends[0].status == WcStatus::LocalProtectionError);
+}
+
+TEST_CASE("RC: RNR with rnr_retry 0 fails with RNR_RETRY_EXC_ERR; with 7 it waits") {
+    Link link(6, {});
+    link.connect(PathMtu::Mtu1024, kAllRemote);
+    HostMemory& am = link.a().memory;
+    HostMemory& bm = link.b().memory;
+    const uint32_t src = am.add_region(4096, kRegionRights);
+    const uint32_t dst = bm.add_region(4096, kRegionRights);
+    SendWqe w;
+    w.wr_id = 1;
+    w.signaled = true;
+    w.opcode = WrOpcode::Send;
+    w.length = 64;
+    w.num_sge = 1;
+    w.sge[0] = {am.region(src).addr, 64, src};
+
+    SECTION("rnr_retry 7 waits for the receive") {
+        REQUIRE(link.a().qp.post_send(w));
+        link.run(3000);
+        CHECK(link.a().sink.sends.empty());
+        CHECK(link.a().qp.counters().rnr_naks_received > 3);
+        RecvWqe r;
+        r.wr_id = 5;
+        r.num_sge = 1;
+        r.length = 64;
+        r.sge[0] = {bm.region(dst).addr, 64, dst};
+        REQUIRE(link.b().qp.post_recv(r));
+        REQUIRE(link.run_until([&] { return !link.a().sink.sends.empty(); }));
+        CHECK(link.a().sink.sends[0].status == WcStatus::Success);
+    }
+    SECTION("rnr_retry 0") {
+        link.a().qp.attributes().rnr_retry = 0;
+        link.a().qp.set_state(QpState::Rts, link.now()); // RTS -> RTS keeps counters
+        REQUIRE(link.a().qp.post_send(w));
+        REQUIRE(link.run_until([&] { return !link.a().sink.sends.empty(); }));
+        CHECK(link.a().sink.sends[0].status == WcStatus::RnrRetryExceededError);
+    }
+}
+
+TEST_CASE("RC: retries run out when the peer is gone: RETRY_EXC_ERR") {
+    Link link(7, {1.0, 0, 0, 0}); // everything dropped
+    link.connect(PathMtu::Mtu1024, kAllRemote);
+    HostMemory& am = link.a().memory;
+    const uint32_t src = am.add_region(4096, kRegionRights);
+    SendWqe w;
+    w.wr_id = 1;
+    w.opcode = WrOpcode::RdmaWrite;
+    w.length = 64;
+    w.num_sge = 1;
+    w.sge[0] = {am.region(src).addr, 64, src};
+    REQUIRE(link.a().qp.post_send(w));
+    REQUIRE(link.run_until([&] { return !link.a().sink.sends.empty(); }));
+    CHECK(link.a().sink.sends[0].status == WcStatus::RetryExceededError);
+    CHECK(link.a().qp.counters().timeouts == 8); // retry_cnt 7: first try + 7 retries
+}
+
+TEST_CASE("RC: an atomic on an unaligned address is a remote invalid request") {
+    Link link(8, {});
+    link.connect(PathMtu::Mtu1024, kAllRemote);
+    HostMemory& am = link.a().memory;
+    HostMemory& bm = link.b().memory;
+    const uint32_t local = am.add_region(64, kRegionRights);
+    const uint32_t remote = bm.add_region(64, kRegionRights);
+    SendWqe w;
+    w.wr_id = 1;
+    w.opcode = WrOpcode::AtomicCompareSwap;
+    w.length = 8;
+    w.num_sge = 1;
+    w.sge[0] = {am.region(local).addr, 8, local};
+    w.remote_addr = bm.region(remote).addr + 4;
+    w.rkey = remote;
+    REQUIRE(link.a().qp.post_send(w));
+    REQUIRE(link.run_until([&] { return !link.a().sink.sends.empty(); }));
+    CHECK(link.a().sink.sends[0].status == WcStatus::RemoteInvalidRequestError);
+}
+
+TEST_CASE("RC: entering ERR flushes every outstanding work request") {
+    Link link(9, {1.0, 0, 0, 0});
+    link.connect(PathMtu::Mtu1024, kAllRemote);
+    for (uint64_t i = 0; i < 5; ++i) {
+        SendWqe w;
+        w.wr_id = i;
+        w.opcode = WrOpcode::Send; // unsignaled: flushes are reported all the same
+        REQUIRE(link.a().qp.post_send(w));
+        RecvWqe r;
+        r.wr_id = 100 + i;
+        REQUIRE(link.a().qp.post_recv(r));
+    }
+    link.run(10);
+    link.a().qp.set_state(QpState::Error, link.now());
+    REQUIRE(link.a().sink.sends.size() == 5);
+    REQUIRE(link.a().sink.recvs.size() == 5);
+    for (uint64_t i = 0; i < 5; ++i) {
+        CHECK(link.a().sink.sends[i].wr_id == i);
+        CHECK(link.a().sink.sends[i].status == WcStatus::WrFlushError);
+        CHECK(link.a().sink.recvs[i].wr_id == 100 + i);
+        CHECK(link.a().sink.recvs[i].status == WcStatus::WrFlushError);
+    }
+    CHECK(link.a().sink.retired == 5);
+}
+
+TEST_CASE("QP state transitions follow the IBTA table") {
+    using namespace qp_attr;
+    const uint32_t init = kState | kPkeyIndex | kPort | kAccessFlags;
+    const uint32_t rtr =
+        kState | kAv | kPathMtu | kDestQpn | kRqPsn | kMaxDestRdAtomic | kMinRnrTimer;
+    const uint32_t rts = kState | kSqPsn | kTimeout | kRetryCnt | kRnrRetry | kMaxQpRdAtomic;
+    CHECK(modify_qp_allowed(QpType::RC, QpState::Reset, QpState::Init, init));
+    CHECK_FALSE(modify_qp_allowed(QpType::RC, QpState::Reset, QpState::Init, init & ~kPort));
+    CHECK_FALSE(modify_qp_allowed(QpType::RC, QpState::Reset, QpState::Rtr, rtr));
+    CHECK(modify_qp_allowed(QpType::RC, QpState::Init, QpState::Rtr, rtr));
+    CHECK_FALSE(modify_qp_allowed(QpType::RC, QpState::Init, QpState::Rtr, rtr & ~kDestQpn));
+    CHECK_FALSE(modify_qp_allowed(QpType::RC, QpState::Init, QpState::Rtr, rtr | kSqPsn));
+    CHECK(modify_qp_allowed(QpType::RC, QpState::Rtr, QpState::Rts, rts));
+    CHECK_FALSE(modify_qp_allowed(QpType::RC, QpState::Rtr, QpState::Rts, rts & ~kTimeout));
+    CHECK(modify_qp_allowed(QpType::UC, QpState::Rtr, QpState::Rts, kState | kSqPsn));
+    CHECK(modify_qp_allowed(QpType::RC, QpState::Rts, QpState::Error, kState));
+    CHECK(modify_qp_allowed(QpType::RC, QpState::Error, QpState::Reset, kState));
+    CHECK_FALSE(modify_qp_allowed(QpType::RC, QpState::Error, QpState::Rts, kState));
+    CHECK(modify_qp_allowed(QpType::RC, QpState::Rts, QpState::Sqd, kState));
+    CHECK(modify_qp_allowed(QpType::RC, QpState::Rts, QpState::Rts, kAccessFlags));
+    CHECK(modify_qp_allowed(QpType::UD, QpState::Reset, QpState::Init,
+                            kState | kPkeyIndex | kPort | kQkey));
+}

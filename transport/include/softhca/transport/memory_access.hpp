@@ -1,0 +1,50 @@
+// How the transport touches registered memory: through this interface only, so the
+// transport does no I/O itself. The engine implements it over other processes' memory;
+// tests implement it over local buffers. Every call checks the key, the rights and the
+// bounds (IBTA 10.6, memory protection) before touching anything.
+#pragma once
+
+#include "softhca/transport/work_requests.hpp"
+
+#include <cstdint>
+
+namespace softhca::transport {
+
+enum class MemoryStatus : uint8_t {
+    Ok,
+    BadKey,     // no such key, or a key of another PD
+    NoAccess,   // the region lacks the rights asked for
+    OutOfRange, // outside the region
+    Fault,      // the memory behind the region is gone
+};
+
+// Rights asked for, numerically the verbs access flags.
+namespace access {
+constexpr uint32_t kLocalWrite = 1;
+constexpr uint32_t kRemoteWrite = 2;
+constexpr uint32_t kRemoteRead = 4;
+constexpr uint32_t kRemoteAtomic = 8;
+} // namespace access
+
+class MemoryAccess {
+  public:
+    virtual ~MemoryAccess() = default;
+    // `remote` selects rkey (true) or lkey (false) lookup.
+    virtual MemoryStatus check(uint32_t key, bool remote, uint32_t rights, uint64_t addr,
+                               uint64_t length) = 0;
+    virtual MemoryStatus read(uint32_t key, bool remote, uint32_t rights, uint64_t addr, void* dst,
+                              uint32_t length) = 0;
+    virtual MemoryStatus write(uint32_t key, bool remote, uint32_t rights, uint64_t addr,
+                               const void* src, uint32_t length) = 0;
+    // 8-byte atomic at an 8-byte aligned remote address; returns the original value.
+    virtual MemoryStatus atomic(uint32_t rkey, uint64_t addr, bool compare_swap,
+                                uint64_t compare_add, uint64_t swap, uint64_t& original) = 0;
+};
+
+// Copies `length` bytes starting `offset` bytes into a scatter/gather list.
+MemoryStatus gather(MemoryAccess& memory, const Sge* sge, uint32_t num_sge, uint64_t offset,
+                    uint8_t* dst, uint32_t length);
+MemoryStatus scatter(MemoryAccess& memory, const Sge* sge, uint32_t num_sge, uint64_t offset,
+                     const uint8_t* src, uint32_t length);
+
+} // namespace softhca::transport

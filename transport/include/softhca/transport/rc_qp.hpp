@@ -1,0 +1,209 @@
+// A reliable-connected queue pair (IBTA chapter 9), sans I/O. It takes work requests,
+// packets and the time; it produces packets (pulled with transmit()), completions and
+// memory accesses (through the sinks it was given) and a timer deadline.
+//
+// Like Linux rxe it keeps one sub-state per role:
+//   requester  work requests -> request packets (segmentation, PSNs, retransmission)
+//   completer  ACKs, NAKs, read responses and atomic ACKs -> send completions
+//   responder  request packets -> memory, receive completions, ACK/NAK and responses
+#pragma once
+
+#include "softhca/transport/ib_packet.hpp"
+#include "softhca/transport/memory_access.hpp"
+#include "softhca/transport/path_mtu.hpp"
+#include "softhca/transport/qp_state.hpp"
+#include "softhca/transport/work_requests.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace softhca::transport {
+
+// Where completions and QP-level events go.
+class CompletionSink {
+  public:
+    virtual ~CompletionSink() = default;
+    virtual void send_completion(const Completion& completion) = 0;
+    virtual void recv_completion(const Completion& completion) = 0;
+    // One send queue entry finished (signaled or not), oldest first.
+    virtual void send_wqe_retired() = 0;
+    // The QP entered the error state by itself (a transport error).
+    virtual void qp_error(WcStatus cause) = 0;
+};
+
+struct RcAttributes {
+    uint32_t dest_qp = 0;
+    PathMtu mtu = PathMtu::Mtu1024;
+    uint32_t sq_psn = 0;            // first PSN the requester sends
+    uint32_t rq_psn = 0;            // first PSN the responder expects
+    uint8_t timeout = 14;           // local ACK timeout: 4.096 us * 2^timeout, 0 = infinite
+    uint8_t retry_cnt = 7;          // transport retries
+    uint8_t rnr_retry = 7;          // RNR retries, 7 = infinite
+    uint8_t min_rnr_timer = 12;     // RNR NAK timer code we send (9.7.5.2.8)
+    uint8_t max_rd_atomic = 1;      // reads/atomics we may have outstanding
+    uint8_t max_dest_rd_atomic = 1; // reads/atomics we accept outstanding
+    uint32_t access = 0;            // remote rights the QP grants (access::kRemote*)
+    uint16_t pkey = 0xffff;
+};
+
+struct RcCounters {
+    uint64_t packets_sent = 0;
+    uint64_t packets_received = 0;
+    uint64_t retransmitted_packets = 0;
+    uint64_t timeouts = 0;
+    uint64_t naks_sent = 0;
+    uint64_t naks_received = 0;
+    uint64_t rnr_naks_sent = 0;
+    uint64_t rnr_naks_received = 0;
+    uint64_t duplicates = 0;
+    uint64_t out_of_sequence = 0;
+    uint64_t dropped = 0; // packets that could not be processed in the current state
+};
+
+// Time in nanoseconds, from any fixed origin.
+using Nanoseconds = uint64_t;
+constexpr Nanoseconds kNoDeadline = UINT64_MAX;
+
+// RNR NAK timer codes to nanoseconds (IBTA 9.7.5.2.8, table 45).
+Nanoseconds rnr_timer_ns(uint8_t code);
+// Local ACK timeout exponent to nanoseconds (4.096 us * 2^exp), 0 = no timeout.
+Nanoseconds ack_timeout_ns(uint8_t exponent);
+// The AETH credit code for a number of available receive WQEs (9.7.7.2, table 46).
+uint8_t credit_code(uint32_t available);
+
+class RcQueuePair {
+  public:
+    RcQueuePair(uint32_t qp_num, uint32_t sq_depth, uint32_t rq_depth, MemoryAccess& memory,
+                CompletionSink& sink);
+
+    uint32_t qp_num() const { return qp_num_; }
+    QpState state() const { return state_; }
+    RcAttributes& attributes() { return attr_; }
+    const RcAttributes& attributes() const { return attr_; }
+    const RcCounters& counters() const { return counters_; }
+
+    // Applies a state change already validated with modify_qp_allowed(). Entering RTR
+    // loads rq_psn, entering RTS loads sq_psn; entering ERR flushes every work request.
+    void set_state(QpState state, Nanoseconds now);
+
+    // Work requests. Return false when the queue is full. In the error state the
+    // request completes at once with WR_FLUSH_ERR.
+    bool post_send(const SendWqe& wqe);
+    bool post_recv(const RecvWqe& wqe);
+    uint32_t send_queue_used() const { return sq_tail_ - sq_head_; }
+    uint32_t recv_queue_used() const { return rq_tail_ - rq_head_; }
+
+    // One packet from the peer (dest QP already matched to this QP).
+    void receive(const IbPacket& packet, Nanoseconds now);
+
+    // Builds the next packet to send into `buffer` (BTH onwards, pad included, no
+    // ICRC) and returns its length, or 0 when there is nothing to send now.
+    size_t transmit(uint8_t* buffer, size_t capacity, Nanoseconds now);
+
+    // True when transmit() may produce something without new input.
+    bool wants_transmit(Nanoseconds now) const;
+
+    Nanoseconds next_deadline() const;
+    void on_timer(Nanoseconds now);
+
+  private:
+    // ---- requester / completer: the send queue ----
+    struct SendEntry {
+        SendWqe wqe;
+        uint32_t first_psn = 0;
+        uint32_t packets = 0;     // PSNs the message occupies
+        uint32_t next_packet = 0; // next packet to (re)send, 0..packets (read: 0 or packets)
+        bool started = false;
+        bool acked = false;            // sends/writes: covered by an ACK; reads/atomics: answered
+        uint32_t received_packets = 0; // read response packets received in order
+    };
+    SendEntry& sq_at(uint32_t index) { return sq_[index % sq_.size()]; }
+    bool is_read_or_atomic(const SendWqe& wqe) const;
+    bool start_entry(SendEntry& entry);
+    size_t build_request(SendEntry& entry, uint8_t* buffer, size_t capacity);
+    void rewind_to(uint32_t psn);
+    void handle_ack_psn(uint32_t psn, Nanoseconds now); // everything up to psn is acked
+    void retire_completed();
+    void complete_send_error(SendEntry& entry, WcStatus status);
+    void on_response(const IbPacket& packet, Nanoseconds now);
+    void on_read_response(const IbPacket& packet, Nanoseconds now);
+    void on_atomic_ack(const IbPacket& packet, Nanoseconds now);
+    void on_nak(uint32_t psn, uint8_t syndrome, Nanoseconds now);
+    void arm_retry_timer(Nanoseconds now);
+    bool retries_exhausted(WcStatus status);
+
+    // ---- responder ----
+    struct ResponderResource { // an accepted RDMA READ or atomic (9.7.5.1.5)
+        bool read = true;
+        uint32_t first_psn = 0;
+        uint32_t packets = 0;
+        uint32_t next_packet = 0; // next response packet to send
+        uint64_t va = 0;
+        uint32_t rkey = 0;
+        uint32_t length = 0;
+        uint64_t atomic_original = 0;
+        bool active = false; // responses still to send
+        bool replay = false; // answering a duplicate request again
+    };
+    void on_request(const IbPacket& packet, Nanoseconds now);
+    void on_duplicate_request(const IbPacket& packet);
+    bool accept_send(const IbPacket& packet, uint32_t psn);
+    bool accept_write(const IbPacket& packet, uint32_t psn);
+    bool accept_read(const IbPacket& packet, uint32_t psn);
+    bool accept_atomic(const IbPacket& packet, uint32_t psn);
+    void responder_nak(uint8_t code, uint32_t psn, bool fatal);
+    bool consume_recv(const IbPacket& packet, uint32_t byte_len);
+    size_t build_response(uint8_t* buffer, size_t capacity);
+    uint8_t ack_syndrome() const;
+
+    // ---- state ----
+    void enter_error(WcStatus cause);
+    void flush_all();
+
+    uint32_t qp_num_;
+    QpState state_ = QpState::Reset;
+    RcAttributes attr_;
+    RcCounters counters_;
+    MemoryAccess& memory_;
+    CompletionSink& sink_;
+
+    std::vector<SendEntry> sq_;
+    uint32_t sq_head_ = 0; // oldest not retired
+    uint32_t sq_send_ = 0; // entry being transmitted
+    uint32_t sq_tail_ = 0; // next free
+    uint32_t next_psn_ = 0;
+    uint32_t acked_psn_ = 0; // highest PSN the responder has acknowledged
+    uint32_t outstanding_rd_atomic_ = 0;
+    uint32_t retry_left_ = 0;
+    uint32_t rnr_left_ = 0;
+    Nanoseconds retry_deadline_ = kNoDeadline;
+    Nanoseconds rnr_wait_until_ = 0;
+    bool gap_rewound_ = false; // already asked again for the responses from gap_psn_
+    uint32_t gap_psn_ = 0;
+
+    std::vector<RecvWqe> rq_;
+    uint32_t rq_head_ = 0;
+    uint32_t rq_tail_ = 0;
+
+    uint32_t epsn_ = 0; // next PSN the responder expects
+    uint32_t msn_ = 0;  // messages completed by the responder (24 bits)
+    bool nak_sequence_sent_ = false;
+    OpKind in_progress_ = OpKind::Invalid; // multi-packet message being received
+    uint32_t message_offset_ = 0;
+    bool recv_taken_ = false; // the RQ head belongs to the message in progress
+    uint64_t write_va_ = 0;
+    uint32_t write_rkey_ = 0;
+    uint32_t write_remaining_ = 0;
+    uint32_t write_length_ = 0;
+    std::vector<ResponderResource> resources_;
+    uint32_t resource_next_ = 0; // ring position for the next accepted read/atomic
+    // ACK/NAK waiting to be sent (one at a time: a newer ACK replaces an older one)
+    bool ack_pending_ = false;
+    uint32_t ack_psn_ = 0;
+    uint8_t ack_syndrome_override_ = 0; // nonzero: a NAK or RNR NAK syndrome
+    bool error_after_nak_ = false;      // the pending NAK ends the connection
+    WcStatus nak_error_cause_ = WcStatus::Success;
+};
+
+} // namespace softhca::transport

@@ -1,0 +1,92 @@
+// Work requests and completions as the transport sees them. Enumerations carry the
+// numeric values of the verbs API (ibv_wr_opcode, ibv_wc_status, ibv_wc_opcode) so the
+// engine passes them through unchanged; the names are the IBTA's.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+namespace softhca::transport {
+
+constexpr uint32_t kMaxSge = 16;
+constexpr uint32_t kMaxInlineData = 256;
+
+enum class WrOpcode : uint8_t {
+    RdmaWrite = 0,
+    RdmaWriteWithImm = 1,
+    Send = 2,
+    SendWithImm = 3,
+    RdmaRead = 4,
+    AtomicCompareSwap = 5,
+    AtomicFetchAdd = 6,
+};
+
+enum class WcStatus : uint8_t {
+    Success = 0,
+    LocalLengthError = 1,
+    LocalQpOperationError = 2,
+    LocalProtectionError = 4,
+    WrFlushError = 5,
+    BadResponseError = 7,
+    LocalAccessError = 8,
+    RemoteInvalidRequestError = 9,
+    RemoteAccessError = 10,
+    RemoteOperationError = 11,
+    RetryExceededError = 12,
+    RnrRetryExceededError = 13,
+    GeneralError = 21,
+};
+
+enum class WcOpcode : uint8_t {
+    Send = 0,
+    RdmaWrite = 1,
+    RdmaRead = 2,
+    CompareSwap = 3,
+    FetchAdd = 4,
+    Recv = 128,
+    RecvRdmaWithImm = 129,
+};
+
+struct Sge {
+    uint64_t addr = 0;
+    uint32_t length = 0;
+    uint32_t lkey = 0;
+};
+
+struct SendWqe {
+    uint64_t wr_id = 0;
+    WrOpcode opcode = WrOpcode::Send;
+    bool signaled = false;
+    bool fence = false;
+    bool solicited = false;
+    bool inline_data = false; // payload in inline_bytes, not in memory
+    uint32_t imm_data = 0;    // network byte order, as the verbs carry it
+    uint64_t remote_addr = 0;
+    uint32_t rkey = 0;
+    uint64_t compare_add = 0;
+    uint64_t swap = 0;
+    uint32_t num_sge = 0;
+    uint32_t length = 0; // total bytes of the message
+    std::array<Sge, kMaxSge> sge{};
+    std::array<uint8_t, kMaxInlineData> inline_bytes{};
+};
+
+struct RecvWqe {
+    uint64_t wr_id = 0;
+    uint32_t num_sge = 0;
+    uint32_t length = 0; // total room
+    std::array<Sge, kMaxSge> sge{};
+};
+
+struct Completion {
+    uint64_t wr_id = 0;
+    WcStatus status = WcStatus::Success;
+    WcOpcode opcode = WcOpcode::Send;
+    uint32_t byte_len = 0;
+    uint32_t imm_data = 0; // network byte order
+    bool with_imm = false;
+    uint32_t qp_num = 0;
+    uint32_t src_qp = 0;
+};
+
+} // namespace softhca::transport

@@ -1,0 +1,252 @@
+// RC queue pair: construction, state changes, posting, the transmit schedule, timers
+// and flushing. The roles live in rc_requester.cpp, rc_completer.cpp, rc_responder.cpp.
+#include "softhca/transport/rc_qp.hpp"
+
+#include "softhca/transport/psn.hpp"
+
+#include <algorithm>
+
+namespace softhca::transport {
+
+Nanoseconds rnr_timer_ns(uint8_t code) {
+    // IBTA 9.7.5.2.8 table 45, in units of 10 microseconds; code 0 is 655.36 ms.
+    static constexpr uint32_t k10us[32] = {65536, 1,    2,    3,     4,     6,     8,     12,
+                                           16,    24,   32,   48,    64,    96,    128,   192,
+                                           256,   384,  512,  768,   1024,  1536,  2048,  3072,
+                                           4096,  6144, 8192, 12288, 16384, 24576, 32768, 49152};
+    return Nanoseconds{k10us[code & 31]} * 10000;
+}
+
+Nanoseconds ack_timeout_ns(uint8_t exponent) {
+    if (exponent == 0)
+        return kNoDeadline;
+    return Nanoseconds{4096} << std::min<uint8_t>(exponent, 31);
+}
+
+uint8_t credit_code(uint32_t available) {
+    // IBTA 9.7.7.2 table 46: code n stands for this many credits.
+    static constexpr uint32_t kCredits[31] = {0,    1,    2,    3,     4,     6,     8,    12,
+                                              16,   24,   32,   48,    64,    96,    128,  192,
+                                              256,  384,  512,  768,   1024,  1536,  2048, 3072,
+                                              4096, 6144, 8192, 12288, 16384, 24576, 32768};
+    uint8_t code = 0;
+    while (code < 30 && kCredits[code + 1] <= available)
+        ++code;
+    return code;
+}
+
+RcQueuePair::RcQueuePair(uint32_t qp_num, uint32_t sq_depth, uint32_t rq_depth,
+                         MemoryAccess& memory, CompletionSink& sink)
+    : qp_num_(qp_num), memory_(memory), sink_(sink), sq_(std::max<uint32_t>(sq_depth, 1)),
+      rq_(std::max<uint32_t>(rq_depth, 1)) {}
+
+void RcQueuePair::set_state(QpState state, Nanoseconds now) {
+    (void)now;
+    const QpState old = state_;
+    state_ = state;
+    switch (state) {
+    case QpState::Reset:
+        sq_head_ = sq_send_ = sq_tail_ = 0;
+        rq_head_ = rq_tail_ = 0;
+        outstanding_rd_atomic_ = 0;
+        retry_deadline_ = kNoDeadline;
+        ack_pending_ = false;
+        error_after_nak_ = false;
+        in_progress_ = OpKind::Invalid;
+        recv_taken_ = false;
+        resources_.clear();
+        counters_ = {};
+        break;
+    case QpState::Rtr:
+        if (old != QpState::Rtr) {
+            epsn_ = attr_.rq_psn & kPsnMask;
+            msn_ = 0;
+            nak_sequence_sent_ = false;
+            // Keep more answered resources than may be outstanding, so duplicates of
+            // recent reads and atomics can still be replayed (9.7.5.1.5).
+            resources_.assign(std::max<size_t>(16, attr_.max_dest_rd_atomic), {});
+            resource_next_ = 0;
+        }
+        break;
+    case QpState::Rts:
+        if (old == QpState::Rtr) {
+            next_psn_ = attr_.sq_psn & kPsnMask;
+            acked_psn_ = psn_add(next_psn_, -1);
+            retry_left_ = attr_.retry_cnt;
+            rnr_left_ = attr_.rnr_retry;
+        }
+        break;
+    case QpState::Error:
+        flush_all();
+        break;
+    default:
+        break;
+    }
+}
+
+bool RcQueuePair::post_send(const SendWqe& wqe) {
+    if (sq_tail_ - sq_head_ >= sq_.size())
+        return false;
+    SendEntry& entry = sq_at(sq_tail_++);
+    entry = SendEntry{};
+    entry.wqe = wqe;
+    if (state_ == QpState::Error)
+        flush_all();
+    return true;
+}
+
+bool RcQueuePair::post_recv(const RecvWqe& wqe) {
+    if (rq_tail_ - rq_head_ >= rq_.size())
+        return false;
+    rq_[rq_tail_++ % rq_.size()] = wqe;
+    if (state_ == QpState::Error)
+        flush_all();
+    return true;
+}
+
+void RcQueuePair::receive(const IbPacket& packet, Nanoseconds now) {
+    ++counters_.packets_received;
+    // P_Key check (10.9.3): the low 15 bits must match; mismatches are silently dropped.
+    if (packet.info->service != Service::RC ||
+        (packet.bth->pkey() & 0x7fff) != (attr_.pkey & 0x7fff)) {
+        ++counters_.dropped;
+        return;
+    }
+    if (packet.info->request)
+        on_request(packet, now);
+    else
+        on_response(packet, now);
+}
+
+bool RcQueuePair::wants_transmit(Nanoseconds now) const {
+    if (state_ == QpState::Reset || state_ == QpState::Init || state_ == QpState::Error)
+        return false;
+    if (ack_pending_)
+        return true;
+    for (const auto& r : resources_)
+        if (r.active)
+            return true;
+    if (state_ == QpState::Rtr || now < rnr_wait_until_)
+        return false;
+    return sq_send_ != sq_tail_;
+}
+
+size_t RcQueuePair::transmit(uint8_t* buffer, size_t capacity, Nanoseconds now) {
+    if (state_ == QpState::Reset || state_ == QpState::Init || state_ == QpState::Error)
+        return 0;
+    if (size_t n = build_response(buffer, capacity)) {
+        ++counters_.packets_sent;
+        return n;
+    }
+    if ((state_ != QpState::Rts && state_ != QpState::Sqd) || now < rnr_wait_until_)
+        return 0;
+    while (sq_send_ != sq_tail_ && state_ != QpState::Error) {
+        SendEntry& entry = sq_at(sq_send_);
+        if (!entry.started) {
+            if (state_ == QpState::Sqd || !start_entry(entry))
+                return 0;
+        }
+        const bool more = is_read_or_atomic(entry.wqe) ? entry.next_packet == 0
+                                                       : entry.next_packet < entry.packets;
+        if (!more) {
+            ++sq_send_;
+            continue;
+        }
+        const size_t n = build_request(entry, buffer, capacity);
+        if (n) {
+            ++counters_.packets_sent;
+            if (retry_deadline_ == kNoDeadline)
+                arm_retry_timer(now);
+        }
+        return n;
+    }
+    return 0;
+}
+
+Nanoseconds RcQueuePair::next_deadline() const {
+    Nanoseconds deadline = retry_deadline_;
+    if (rnr_wait_until_ && sq_send_ != sq_tail_)
+        deadline = std::min(deadline, rnr_wait_until_);
+    return deadline;
+}
+
+void RcQueuePair::arm_retry_timer(Nanoseconds now) {
+    const Nanoseconds timeout = ack_timeout_ns(attr_.timeout);
+    retry_deadline_ = timeout == kNoDeadline ? kNoDeadline : now + timeout;
+}
+
+void RcQueuePair::on_timer(Nanoseconds now) {
+    if (now >= rnr_wait_until_)
+        rnr_wait_until_ = 0;
+    if (now < retry_deadline_ || state_ == QpState::Error)
+        return;
+    retry_deadline_ = kNoDeadline;
+    // Local ACK timeout (9.7.6.1.3): resend from the oldest unacknowledged request.
+    for (uint32_t i = sq_head_; i != sq_tail_; ++i) {
+        SendEntry& entry = sq_at(i);
+        if (!entry.started)
+            break;
+        if (entry.acked)
+            continue;
+        ++counters_.timeouts;
+        if (retries_exhausted(WcStatus::RetryExceededError))
+            return;
+        uint32_t from = psn_add(entry.first_psn, entry.received_packets);
+        // Packets of a message already acknowledged need not go again.
+        const uint32_t last = psn_add(entry.first_psn, entry.packets - 1);
+        if (!is_read_or_atomic(entry.wqe) && psn_diff(acked_psn_, from) >= 0 &&
+            psn_diff(acked_psn_, last) < 0)
+            from = psn_add(acked_psn_, 1);
+        rewind_to(from);
+        return;
+    }
+}
+
+bool RcQueuePair::retries_exhausted(WcStatus status) {
+    uint32_t& left = status == WcStatus::RnrRetryExceededError ? rnr_left_ : retry_left_;
+    if (status == WcStatus::RnrRetryExceededError && attr_.rnr_retry == 7)
+        return false; // 7 means retry for ever (9.7.5.2.8)
+    if (left == 0) {
+        complete_send_error(sq_at(sq_head_), status);
+        return true;
+    }
+    --left;
+    return false;
+}
+
+void RcQueuePair::enter_error(WcStatus cause) {
+    if (state_ == QpState::Error)
+        return;
+    state_ = QpState::Error;
+    flush_all();
+    sink_.qp_error(cause);
+}
+
+void RcQueuePair::flush_all() {
+    // 10.7.2.3 / 11.4.1.1: in the error state every outstanding work request completes
+    // with a flush error, signaled or not.
+    for (; sq_head_ != sq_tail_; ++sq_head_) {
+        const SendWqe& wqe = sq_at(sq_head_).wqe;
+        Completion c;
+        c.wr_id = wqe.wr_id;
+        c.status = WcStatus::WrFlushError;
+        c.qp_num = qp_num_;
+        sink_.send_completion(c);
+        sink_.send_wqe_retired();
+    }
+    sq_send_ = sq_head_;
+    for (; rq_head_ != rq_tail_; ++rq_head_) {
+        Completion c;
+        c.wr_id = rq_[rq_head_ % rq_.size()].wr_id;
+        c.status = WcStatus::WrFlushError;
+        c.opcode = WcOpcode::Recv;
+        c.qp_num = qp_num_;
+        sink_.recv_completion(c);
+    }
+    outstanding_rd_atomic_ = 0;
+    retry_deadline_ = kNoDeadline;
+    recv_taken_ = false;
+    in_progress_ = OpKind::Invalid;
+}
+
+} // namespace softhca::transport

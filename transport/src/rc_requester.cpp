@@ -1,0 +1,160 @@
+// RC requester (IBTA 9.7.4, 9.7.6): turns send work requests into request packets,
+// segmented by the path MTU, with PSNs; resends from a PSN on NAK or timeout.
+#include "softhca/transport/psn.hpp"
+#include "softhca/transport/rc_qp.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace softhca::transport {
+
+bool RcQueuePair::is_read_or_atomic(const SendWqe& wqe) const {
+    return wqe.opcode == WrOpcode::RdmaRead || wqe.opcode == WrOpcode::AtomicCompareSwap ||
+           wqe.opcode == WrOpcode::AtomicFetchAdd;
+}
+
+bool RcQueuePair::start_entry(SendEntry& entry) {
+    const SendWqe& wqe = entry.wqe;
+    const bool rd_atomic = is_read_or_atomic(wqe);
+    // Fence (10.8.3.3): wait for every earlier read and atomic to complete.
+    if (wqe.fence && outstanding_rd_atomic_ > 0)
+        return false;
+    // 9.7.4.1.4: no more outstanding reads/atomics than the responder accepts.
+    if (rd_atomic && outstanding_rd_atomic_ >= std::max<uint32_t>(1, attr_.max_rd_atomic))
+        return false;
+    const uint32_t mtu = path_mtu_bytes(attr_.mtu);
+    const bool atomic =
+        wqe.opcode == WrOpcode::AtomicCompareSwap || wqe.opcode == WrOpcode::AtomicFetchAdd;
+    entry.packets = atomic ? 1 : std::max<uint32_t>(1, (wqe.length + mtu - 1) / mtu);
+    entry.first_psn = next_psn_;
+    entry.next_packet = 0;
+    entry.received_packets = 0;
+    entry.started = true;
+    next_psn_ = psn_add(next_psn_, entry.packets);
+    if (rd_atomic)
+        ++outstanding_rd_atomic_;
+    return true;
+}
+
+namespace {
+
+uint8_t request_opcode(WrOpcode opcode, uint32_t packet, uint32_t packets) {
+    const bool only = packets == 1;
+    const bool first = packet == 0;
+    const bool last = packet + 1 == packets;
+    switch (opcode) {
+    case WrOpcode::Send:
+        return only    ? op::kSendOnly
+               : first ? op::kSendFirst
+               : last  ? op::kSendLast
+                       : op::kSendMiddle;
+    case WrOpcode::SendWithImm:
+        return only    ? op::kSendOnlyImm
+               : first ? op::kSendFirst
+               : last  ? op::kSendLastImm
+                       : op::kSendMiddle;
+    case WrOpcode::RdmaWrite:
+        return only    ? op::kWriteOnly
+               : first ? op::kWriteFirst
+               : last  ? op::kWriteLast
+                       : op::kWriteMiddle;
+    case WrOpcode::RdmaWriteWithImm:
+        return only    ? op::kWriteOnlyImm
+               : first ? op::kWriteFirst
+               : last  ? op::kWriteLastImm
+                       : op::kWriteMiddle;
+    case WrOpcode::RdmaRead:
+        return op::kReadRequest;
+    case WrOpcode::AtomicCompareSwap:
+        return op::kCompareSwap;
+    case WrOpcode::AtomicFetchAdd:
+        return op::kFetchAdd;
+    }
+    return op::kSendOnly;
+}
+
+} // namespace
+
+size_t RcQueuePair::build_request(SendEntry& entry, uint8_t* buffer, size_t capacity) {
+    const SendWqe& wqe = entry.wqe;
+    const uint32_t mtu = path_mtu_bytes(attr_.mtu);
+    const bool rd_atomic = is_read_or_atomic(wqe);
+    // A read resumes after the response packets already received (9.7.6.1.2).
+    const uint32_t packet = rd_atomic ? entry.received_packets : entry.next_packet;
+    const uint8_t opcode = op::rc(request_opcode(wqe.opcode, packet, entry.packets));
+    const OpcodeInfo& info = opcode_info(opcode);
+    const HeaderOffsets o = header_offsets(info);
+
+    uint32_t payload = 0;
+    if (info.payload) {
+        const uint32_t offset = packet * mtu;
+        payload = std::min(mtu, wqe.length - std::min(wqe.length, offset));
+    }
+    const uint32_t pad = (4 - payload % 4) % 4;
+    const size_t length = o.payload + payload + pad;
+    if (length > capacity)
+        return 0;
+
+    const bool last = info.ends_message();
+    auto* bth = reinterpret_cast<Bth*>(buffer);
+    bth->set(opcode, wqe.solicited && last, static_cast<uint8_t>(pad), attr_.pkey, attr_.dest_qp,
+             last || rd_atomic, psn_add(entry.first_psn, packet));
+    if (info.has(header_flag::kReth)) {
+        auto* reth = reinterpret_cast<Reth*>(buffer + o.reth);
+        if (wqe.opcode == WrOpcode::RdmaRead)
+            reth->set(wqe.remote_addr + uint64_t{packet} * mtu, wqe.rkey,
+                      wqe.length - std::min(wqe.length, packet * mtu));
+        else
+            reth->set(wqe.remote_addr, wqe.rkey, wqe.length);
+    }
+    if (info.has(header_flag::kAtomicEth)) {
+        auto* atomic = reinterpret_cast<AtomicEth*>(buffer + o.atomic);
+        if (wqe.opcode == WrOpcode::AtomicCompareSwap)
+            atomic->set(wqe.remote_addr, wqe.rkey, wqe.swap, wqe.compare_add);
+        else
+            atomic->set(wqe.remote_addr, wqe.rkey, wqe.compare_add, 0);
+    }
+    if (info.has(header_flag::kImmDt))
+        std::memcpy(buffer + o.imm, &wqe.imm_data, 4);
+    if (payload) {
+        uint8_t* data = buffer + o.payload;
+        const uint32_t offset = packet * mtu;
+        if (wqe.inline_data) {
+            std::memcpy(data, wqe.inline_bytes.data() + offset, payload);
+        } else if (gather(memory_, wqe.sge.data(), wqe.num_sge, offset, data, payload) !=
+                   MemoryStatus::Ok) {
+            // A bad lkey or an SGE outside its MR: local protection error (10.7.3.1).
+            complete_send_error(entry, WcStatus::LocalProtectionError);
+            return 0;
+        }
+    }
+    if (pad)
+        std::memset(buffer + o.payload + payload, 0, pad);
+    entry.next_packet = rd_atomic ? entry.packets : entry.next_packet + 1;
+    return length;
+}
+
+void RcQueuePair::rewind_to(uint32_t psn) {
+    // Go back N (9.7.6.1): every started request from the one holding `psn` is sent
+    // again with the PSNs it had.
+    bool found = false;
+    for (uint32_t i = sq_head_; i != sq_tail_; ++i) {
+        SendEntry& entry = sq_at(i);
+        if (!entry.started)
+            break;
+        const int32_t into = psn_diff(psn, entry.first_psn);
+        if (!found && into >= 0 && into < static_cast<int32_t>(entry.packets)) {
+            found = true;
+            sq_send_ = i;
+            if (is_read_or_atomic(entry.wqe))
+                entry.next_packet = 0;
+            else
+                entry.next_packet = static_cast<uint32_t>(into);
+            ++counters_.retransmitted_packets;
+        } else if (found) {
+            entry.next_packet = 0;
+        }
+    }
+}
+
+} // namespace softhca::transport
