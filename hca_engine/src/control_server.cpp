@@ -1,5 +1,7 @@
 #include "control_server.hpp"
 
+#include "clock.hpp"
+#include "engine_qp.hpp"
 #include "softhca/device_interface/async_event.hpp"
 #include "softhca/device_interface/socket_io.hpp"
 #include "softhca/transport/path_mtu.hpp"
@@ -48,9 +50,10 @@ di::MessageHeader reply_header(const di::MessageHeader& request, uint32_t length
 } // namespace
 
 ControlServer::ControlServer(const std::string& socket_path, const std::vector<Device>& devices,
-                             PortSet& ports, std::string status_title)
+                             PortSet& ports, std::string status_title, int doorbell_fd)
     : socket_path_(socket_path), devices_(devices), ports_(ports),
-      status_title_(std::move(status_title)) {
+      status_title_(std::move(status_title)), doorbell_fd_(doorbell_fd) {
+    keys_.qps_by_device.resize(devices.size());
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     if (socket_path.size() >= sizeof(addr.sun_path))
@@ -238,12 +241,12 @@ void ControlServer::dispatch(Connection& c, const void* message, size_t size, in
         c.device = index;
         c.async_fd = std::exchange(guard.fd, -1);
         c.context_id = next_context_id_++;
-        c.resources = std::make_unique<ContextResources>(c.pid, keys_);
+        c.resources = std::make_unique<ContextResources>(c.pid, keys_, static_cast<size_t>(index));
         di::OpenDeviceReply r{};
         r.reply.header = reply_header(header, sizeof(r));
         r.context_id = c.context_id;
         r.phys_port_cnt = 1;
-        reply(c, &r, sizeof(r));
+        reply(c, &r, sizeof(r), doorbell_fd_);
         return;
     }
 
@@ -253,6 +256,9 @@ void ControlServer::dispatch(Connection& c, const void* message, size_t size, in
     }
     const Device& device = devices_[static_cast<size_t>(c.device)];
     ContextResources& res = *c.resources;
+
+    if (dispatch_qp(c, header, message, size))
+        return;
 
     switch (opcode) {
     case di::Opcode::QueryDevice: {
@@ -345,6 +351,63 @@ void ControlServer::dispatch(Connection& c, const void* message, size_t size, in
     reply_status(c, header, EBADMSG); // right opcode, wrong size
 }
 
+bool ControlServer::dispatch_qp(Connection& c, const di::MessageHeader& header, const void* message,
+                                size_t size) {
+    ContextResources& res = *c.resources;
+    switch (static_cast<di::Opcode>(header.opcode)) {
+    case di::Opcode::CreateQp: {
+        const auto* request = as<di::CreateQpRequest>(message, size);
+        if (!request)
+            break;
+        EngineQp* qp = nullptr;
+        di::CreateQpReply r{};
+        r.reply.header = reply_header(header, sizeof(r));
+        r.reply.status = res.create_qp(*request, qp);
+        if (qp) {
+            r.qp_handle = qp->handle();
+            r.qp_num = qp->qp_num();
+            r.caps = qp->caps();
+            r.ring_bytes = qp->ring_bytes();
+        }
+        reply(c, &r, sizeof(r), qp ? qp->ring_fd() : -1);
+        return true;
+    }
+    case di::Opcode::ModifyQp: {
+        const auto* request = as<di::ModifyQpRequest>(message, size);
+        if (!request)
+            break;
+        EngineQp* qp = res.find_qp(request->qp_handle);
+        const PortInfo& port = ports_.info(devices_[static_cast<size_t>(c.device)].port_index);
+        reply_status(c, header, qp ? qp->modify(*request, port, monotonic_ns()) : EINVAL);
+        return true;
+    }
+    case di::Opcode::QueryQp: {
+        const auto* request = as<di::QueryQpRequest>(message, size);
+        if (!request)
+            break;
+        di::QueryQpReply r{};
+        r.reply.header = reply_header(header, sizeof(r));
+        if (EngineQp* qp = res.find_qp(request->qp_handle))
+            qp->query(r);
+        else
+            r.reply.status = EINVAL;
+        reply(c, &r, sizeof(r));
+        return true;
+    }
+    case di::Opcode::DestroyQp: {
+        const auto* request = as<di::HandleRequest>(message, size);
+        if (!request)
+            break;
+        reply_status(c, header, res.destroy_qp(request->handle));
+        return true;
+    }
+    default:
+        return false;
+    }
+    reply_status(c, header, EBADMSG);
+    return true;
+}
+
 void ControlServer::set_port_state(Connection& c, const void* message, size_t size) {
     const auto* request = as<di::SetPortStateRequest>(message, size);
     if (!request) {
@@ -403,11 +466,14 @@ std::string ControlServer::status_report() const {
             << transport::path_mtu_bytes(static_cast<transport::PathMtu>(attr.active_mtu))
             << " pmd " << p.pmd << (p.devargs.empty() ? " (built-in wire)" : " " + p.devargs)
             << "\n";
-        out << "  counters: rx_packets " << p.counters.rx_packets << " rx_bytes "
-            << p.counters.rx_bytes << " tx_packets " << p.counters.tx_packets << " tx_bytes "
-            << p.counters.tx_bytes << " rx_unhandled " << p.counters.rx_unhandled << "\n";
+        const PortCounters& k = p.counters;
+        out << "  counters: rx_packets " << k.rx_packets << " rx_bytes " << k.rx_bytes
+            << " tx_packets " << k.tx_packets << " tx_bytes " << k.tx_bytes << " tx_dropped "
+            << k.tx_dropped << " rx_unhandled " << k.rx_unhandled << " rx_bad_icrc "
+            << k.rx_bad_icrc << " rx_malformed " << k.rx_malformed << " rx_no_qp " << k.rx_no_qp
+            << " arp_requests " << k.arp_requests << " arp_replies " << k.arp_replies << "\n";
     }
-    size_t pds = 0, mrs = 0, cqs = 0, contexts = 0;
+    size_t pds = 0, mrs = 0, cqs = 0, qps = 0, contexts = 0;
     for (const auto& [fd, c] : connections_) {
         if (!c.resources)
             continue;
@@ -421,7 +487,7 @@ std::string ControlServer::status_report() const {
     }
     out << "contexts " << contexts << " (refused for lack of descriptors: " << refused_connections_
         << ")\n";
-    out << "objects: pd " << pds << " mr " << mrs << " cq " << cqs << "\n";
+    out << "objects: pd " << pds << " mr " << mrs << " cq " << cqs << " qp " << qps << "\n";
     return out.str();
 }
 

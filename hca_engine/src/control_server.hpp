@@ -19,7 +19,7 @@ namespace softhca::engine {
 class ControlServer {
   public:
     ControlServer(const std::string& socket_path, const std::vector<Device>& devices,
-                  PortSet& ports, std::string status_title);
+                  PortSet& ports, std::string status_title, int doorbell_fd);
     ~ControlServer();
     ControlServer(const ControlServer&) = delete;
     ControlServer& operator=(const ControlServer&) = delete;
@@ -36,6 +36,7 @@ class ControlServer {
     void raise_device_event(size_t device_index, uint64_t element, uint32_t event_type);
 
     size_t connection_count() const { return connections_.size(); }
+    KeySpace& tables() { return keys_; }
 
   private:
     struct Connection {
@@ -55,6 +56,8 @@ class ControlServer {
     void reply_status(Connection& c, const device_interface::MessageHeader& request, int status);
     std::string status_report() const;
     void set_port_state(Connection& c, const void* message, size_t size);
+    bool dispatch_qp(Connection& c, const device_interface::MessageHeader& header,
+                     const void* message, size_t size);
 
     int listen_fd_ = -1;
     std::string socket_path_;
@@ -65,6 +68,7 @@ class ControlServer {
     uint32_t next_context_id_ = 1;
     uint64_t refused_connections_ = 0;
     int spare_fd_ = -1; // reserve descriptor, see accept_pending()
+    int doorbell_fd_;   // eventfd every context rings when the engine sleeps
     std::map<int, Connection> connections_;
 };
 

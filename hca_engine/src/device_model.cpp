@@ -1,5 +1,6 @@
 #include "device_model.hpp"
 
+#include "engine_qp.hpp"
 #include "softhca/transport/path_mtu.hpp"
 
 #include <cstring>
@@ -18,13 +19,22 @@ di::DeviceAttributes device_attributes(const Device& device) {
     a.vendor_id = kVendorId;
     a.vendor_part_id = kVendorPartId;
     a.hw_ver = 1;
-    // IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_PORT_ACTIVE_EVENT
-    a.device_cap_flags = (1u << 11) | (1u << 10);
+    // IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_RC_RNR_NAK_GEN
+    a.device_cap_flags = (1u << 11) | (1u << 10) | (1u << 12);
+    a.max_qp = QpLimits::kMaxQp;
+    a.max_qp_wr = QpLimits::kMaxQpWr;
+    a.max_sge = QpLimits::kMaxSge;
+    a.max_sge_rd = QpLimits::kMaxSge;
+    a.max_qp_rd_atom = QpLimits::kMaxRdAtomic;
+    a.max_qp_init_rd_atom = QpLimits::kMaxRdAtomic;
+    a.max_res_rd_atom = QpLimits::kMaxRdAtomic * QpLimits::kMaxQp;
+    a.max_inline_data = QpLimits::kMaxInline;
     a.max_cq = DeviceLimits::kMaxCq;
     a.max_cqe = DeviceLimits::kMaxCqe;
     a.max_mr = DeviceLimits::kMaxMr;
     a.max_pd = DeviceLimits::kMaxPd;
-    a.atomic_cap = 0; // IBV_ATOMIC_NONE until the transport executes atomics
+    // Atomics are atomic among all operations of the engine, not against the CPU.
+    a.atomic_cap = 1; // IBV_ATOMIC_HCA
     a.max_pkeys = 1;
     a.local_ca_ack_delay = 15;
     a.phys_port_cnt = 1;

@@ -9,8 +9,9 @@
 
 namespace softhca::engine {
 
-// Limits of the resources this engine implements. Queue pairs, SRQs and atomics are
-// not implemented yet, so the device honestly reports none of them.
+// Limits of the resources this engine implements (queue pair limits: QpLimits).
+// SRQs, memory windows and address handles are not implemented yet, so the device
+// honestly reports none of them.
 struct DeviceLimits {
     static constexpr uint32_t kMaxPd = 1u << 16;
     static constexpr uint32_t kMaxMr = 1u << 20;

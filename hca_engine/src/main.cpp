@@ -1,7 +1,9 @@
 // softhca-engine: the adapter card. One process per host (per instance prefix) owns the
 // ports, the resource tables and the polling loop, and serves every process that opens
 // one of its devices.
+#include "clock.hpp"
 #include "control_server.hpp"
+#include "datapath.hpp"
 #include "device_model.hpp"
 #include "engine_config.hpp"
 #include "ports.hpp"
@@ -9,12 +11,14 @@
 #include "softhca/device_interface/async_event.hpp"
 #include "softhca/kernel_shim/registration.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -26,16 +30,14 @@ using namespace softhca::engine;
 
 namespace {
 
-// While nothing needs the wire (no queue pairs exist yet) the loop sleeps in epoll and
-// wakes this often to service the ports (drain receive rings, read link state).
+// With no queue pair the loop sleeps in epoll and wakes this often to service the
+// ports (answer ARP, read link state).
 constexpr int kIdleWakeMs = 200;
-constexpr int kLinkCheckMs = 1000;
-
-uint64_t now_ms() {
-    timespec ts{};
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
-}
+constexpr uint64_t kLinkCheckMs = 1000;
+// After the last activity the loop keeps spinning this long before it sleeps.
+constexpr uint64_t kSpinNs = 200'000;
+// While spinning, the control sockets are looked at every this many rounds.
+constexpr unsigned kControlCheckEvery = 256;
 
 kernel_shim::InstanceRegistration make_registration(const EngineConfig& config,
                                                     const std::vector<Device>& devices,
@@ -82,8 +84,12 @@ int run(const EngineConfig& config) {
         devices.push_back(
             {config.prefix + std::to_string(i), i, transport::guid_from_mac(ports.info(i).mac)});
 
+    // Providers write this eventfd after posting when the engine said it sleeps.
+    const int doorbell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     ControlServer server(config.socket_path(), devices, ports,
-                         "engine pid " + std::to_string(getpid()) + " prefix " + config.prefix);
+                         "engine pid " + std::to_string(getpid()) + " prefix " + config.prefix,
+                         doorbell);
+    Datapath datapath(ports, devices, server.tables());
 
     kernel_shim::Manifest manifest(config.manifest_path());
     manifest.remove_all(); // leftovers of an engine that died without cleaning up
@@ -105,26 +111,64 @@ int run(const EngineConfig& config) {
     };
     watch(sigfd);
     watch(server.listen_fd());
+    watch(doorbell);
+    bool external_ports = false;
+    for (size_t i = 0; i < ports.size(); ++i)
+        external_ports |= !ports.info(i).devargs.empty();
 
-    uint64_t next_link_check = now_ms() + kLinkCheckMs;
+    uint64_t next_link_check = monotonic_ns() + kLinkCheckMs * 1'000'000ull;
+    uint64_t last_busy = 0;
+    unsigned spins = 0;
     bool stop = false;
     while (!stop) {
+        uint64_t now = monotonic_ns();
+        if (datapath.poll(now))
+            last_busy = now;
+        // Adaptive polling: spin while there is traffic, look at the control sockets
+        // every so often, and sleep once idle for a while (an idle engine must not
+        // burn a core). Sleeping arms the doorbells, then looks once more so that a
+        // post racing with the decision is not missed.
+        int timeout_ms = 0;
+        if (!datapath.has_qps()) {
+            timeout_ms = kIdleWakeMs;
+        } else if (now - last_busy < kSpinNs) {
+            if (++spins % kControlCheckEvery != 0)
+                continue;
+        } else {
+            datapath.arm_doorbells();
+            if (datapath.poll(now)) {
+                last_busy = now;
+            } else {
+                const uint64_t deadline = datapath.next_deadline();
+                const uint64_t wake_ms = external_ports ? 1 : kIdleWakeMs;
+                timeout_ms = static_cast<int>(
+                    deadline <= now
+                        ? 0
+                        : std::min<uint64_t>(wake_ms, (deadline - now) / 1'000'000 + 1));
+            }
+        }
         epoll_event events[32];
-        int n = epoll_wait(epfd, events, 32, kIdleWakeMs);
+        int n = epoll_wait(epfd, events, 32, timeout_ms);
         for (int i = 0; i < n; ++i) {
             const int fd = events[i].data.fd;
             if (fd == sigfd) {
                 stop = true;
+            } else if (fd == doorbell) {
+                uint64_t rings = 0;
+                [[maybe_unused]] ssize_t r = read(doorbell, &rings, sizeof(rings));
+                last_busy = monotonic_ns();
             } else if (fd == server.listen_fd()) {
                 for (int accepted : server.accept_pending())
                     watch(accepted);
             } else if (!server.handle_input(fd)) {
                 epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
             }
+            if (fd != sigfd)
+                last_busy = monotonic_ns();
         }
-        ports.poll_rx();
-        if (now_ms() >= next_link_check) {
-            next_link_check = now_ms() + kLinkCheckMs;
+        now = monotonic_ns();
+        if (now >= next_link_check) {
+            next_link_check = now + kLinkCheckMs * 1'000'000ull;
             for (size_t port : ports.refresh_links()) {
                 const bool up = ports.info(port).link_up;
                 server.raise_device_event(port, 1,

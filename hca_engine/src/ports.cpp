@@ -6,6 +6,7 @@
 #include <rte_mbuf.h>
 #include <rte_ring.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <unistd.h>
 
@@ -31,6 +32,11 @@ transport::MacAddress builtin_mac(uint32_t instance_tag, size_t index) {
 struct PortSet::Dpdk {
     std::vector<rte_mempool*> pools;
     std::vector<rte_ring*> rings;
+    struct TxQueue {
+        rte_mbuf* burst[kBurst];
+        uint16_t count = 0;
+    };
+    std::vector<TxQueue> tx;
     bool eal_up = false;
 };
 
@@ -148,6 +154,7 @@ PortSet::PortSet(const EngineConfig& config) : dpdk_(std::make_unique<Dpdk>()) {
         info.link_speed_mbps = link.link_speed;
         ports_.push_back(info);
     }
+    dpdk_->tx.resize(ports_.size());
 }
 
 PortSet::~PortSet() {
@@ -191,20 +198,73 @@ bool PortSet::set_admin_state(size_t index, bool up) {
     return changed;
 }
 
-size_t PortSet::poll_rx() {
-    size_t total = 0;
+size_t PortSet::receive(size_t index, RxFrame* frames, size_t max) {
+    PortInfo& info = ports_[index];
     rte_mbuf* burst[kBurst];
-    for (auto& info : ports_) {
-        const uint16_t n = rte_eth_rx_burst(info.dpdk_port, 0, burst, kBurst);
-        for (uint16_t i = 0; i < n; ++i) {
-            info.counters.rx_bytes += rte_pktmbuf_pkt_len(burst[i]);
-            rte_pktmbuf_free(burst[i]);
+    const uint16_t n = rte_eth_rx_burst(info.dpdk_port, 0, burst,
+                                        static_cast<uint16_t>(std::min<size_t>(max, kBurst)));
+    size_t kept = 0;
+    for (uint16_t i = 0; i < n; ++i) {
+        rte_mbuf* m = burst[i];
+        info.counters.rx_bytes += rte_pktmbuf_pkt_len(m);
+        if (m->nb_segs != 1) {
+            // Frames larger than one buffer are never RoCE of our MTU: drop them.
+            ++info.counters.rx_malformed;
+            rte_pktmbuf_free(m);
+            continue;
         }
-        info.counters.rx_packets += n;
-        info.counters.rx_unhandled += n;
-        total += n;
+        frames[kept++] = {rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m), m};
     }
-    return total;
+    info.counters.rx_packets += n;
+    return kept;
+}
+
+void PortSet::release(void* handle) {
+    rte_pktmbuf_free(static_cast<rte_mbuf*>(handle));
+}
+
+bool PortSet::tx_alloc(size_t index, TxFrame& frame) {
+    rte_mbuf* m = rte_pktmbuf_alloc(dpdk_->pools[index]);
+    if (!m)
+        return false;
+    frame.data = rte_pktmbuf_mtod(m, uint8_t*);
+    frame.capacity = rte_pktmbuf_tailroom(m);
+    frame.handle = m;
+    return true;
+}
+
+void PortSet::tx_abort(TxFrame& frame) {
+    rte_pktmbuf_free(static_cast<rte_mbuf*>(frame.handle));
+    frame.handle = nullptr;
+}
+
+void PortSet::tx_queue(size_t index, TxFrame& frame, uint32_t length) {
+    auto* m = static_cast<rte_mbuf*>(frame.handle);
+    m->data_len = static_cast<uint16_t>(length);
+    m->pkt_len = length;
+    auto& queue = dpdk_->tx[index];
+    queue.burst[queue.count++] = m;
+    ports_[index].counters.tx_bytes += length;
+    frame.handle = nullptr;
+    if (queue.count == kBurst)
+        flush();
+}
+
+size_t PortSet::flush() {
+    size_t sent = 0;
+    for (size_t i = 0; i < ports_.size(); ++i) {
+        auto& queue = dpdk_->tx[i];
+        if (!queue.count)
+            continue;
+        const uint16_t n = rte_eth_tx_burst(ports_[i].dpdk_port, 0, queue.burst, queue.count);
+        for (uint16_t k = n; k < queue.count; ++k)
+            rte_pktmbuf_free(queue.burst[k]); // the wire is full: a drop, as on a NIC
+        ports_[i].counters.tx_packets += n;
+        ports_[i].counters.tx_dropped += queue.count - n;
+        sent += n;
+        queue.count = 0;
+    }
+    return sent;
 }
 
 } // namespace softhca::engine

@@ -18,7 +18,25 @@ struct PortCounters {
     uint64_t rx_bytes = 0;
     uint64_t tx_packets = 0;
     uint64_t tx_bytes = 0;
-    uint64_t rx_unhandled = 0; // received but no consumer for it yet
+    uint64_t tx_dropped = 0;   // the PMD refused them (queue full)
+    uint64_t rx_unhandled = 0; // not RoCE and not ARP for us
+    uint64_t rx_bad_icrc = 0;  // failed the ICRC: dropped
+    uint64_t rx_malformed = 0; // bad lengths, IP checksum, unknown opcode: dropped
+    uint64_t rx_no_qp = 0;     // no such destination QP: dropped
+    uint64_t arp_requests = 0; // sent
+    uint64_t arp_replies = 0;  // sent
+};
+
+struct RxFrame {
+    const uint8_t* data = nullptr;
+    uint32_t length = 0;
+    void* handle = nullptr; // give back with PortSet::release()
+};
+
+struct TxFrame {
+    uint8_t* data = nullptr;
+    uint32_t capacity = 0;
+    void* handle = nullptr;
 };
 
 struct PortInfo {
@@ -55,8 +73,20 @@ class PortSet {
     // it supports that). Returns true when the port's link state changed.
     bool set_admin_state(size_t index, bool up);
 
-    // Receives one burst per port. Returns the number of packets seen.
-    size_t poll_rx();
+    PortCounters& counters(size_t index) { return ports_[index].counters; }
+
+    // Receives up to `max` frames from a port.
+    size_t receive(size_t index, RxFrame* frames, size_t max);
+    void release(void* handle);
+
+    // A buffer for one outgoing frame of up to the port's frame size; false when the
+    // packet pool is exhausted.
+    bool tx_alloc(size_t index, TxFrame& frame);
+    // Queues a filled frame; queued frames go out in bursts (flush()).
+    void tx_queue(size_t index, TxFrame& frame, uint32_t length);
+    void tx_abort(TxFrame& frame);
+    // Sends everything queued. Returns the number of frames handed to the PMDs.
+    size_t flush();
 
   private:
     struct Dpdk;

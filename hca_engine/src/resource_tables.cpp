@@ -1,8 +1,10 @@
 #include "resource_tables.hpp"
 
 #include "device_model.hpp"
+#include "engine_qp.hpp"
 #include "memory_map.hpp"
 
+#include <algorithm>
 #include <cerrno>
 
 namespace softhca::engine {
@@ -18,6 +20,19 @@ uint32_t KeySpace::next_key() {
     return key;
 }
 
+uint32_t KeySpace::next_qp_num() {
+    // 24-bit QP numbers, skipping ones in use (a long-lived engine wraps around).
+    for (;;) {
+        const uint32_t qpn = next_qpn_;
+        next_qpn_ = next_qpn_ >= 0xffffff ? 0x11 : next_qpn_ + 1;
+        bool used = false;
+        for (const auto& device : qps_by_device)
+            used = used || device.count(qpn);
+        if (!used)
+            return qpn;
+    }
+}
+
 uint32_t cq_slots_for(uint32_t cqe) {
     if (cqe < 1 || cqe > DeviceLimits::kMaxCqe)
         return 0;
@@ -27,7 +42,13 @@ uint32_t cq_slots_for(uint32_t cqe) {
     return slots;
 }
 
+ContextResources::ContextResources(pid_t owner, KeySpace& keys, size_t device)
+    : owner_(owner), keys_(keys), device_(device) {}
+
 ContextResources::~ContextResources() {
+    // QPs go first: they point at this context's CQs and MRs.
+    while (!qps_.empty())
+        destroy_qp(qps_.begin()->first);
     keys_.pds -= static_cast<uint32_t>(pds_.size());
     keys_.mrs -= static_cast<uint32_t>(mrs_.size());
     keys_.cqs -= static_cast<uint32_t>(cqs_.size());
@@ -46,7 +67,7 @@ int ContextResources::dealloc_pd(uint32_t handle) {
     auto it = pds_.find(handle);
     if (it == pds_.end())
         return EINVAL;
-    if (it->second.mr_count)
+    if (it->second.mr_count || it->second.qp_count)
         return EBUSY; // objects still use it (ib_uverbs: ib_dealloc_pd refuses)
     pds_.erase(it);
     --keys_.pds;
@@ -91,7 +112,7 @@ int ContextResources::reg_mr(const di::RegMrRequest& request, RegisteredMr& out)
     mr.lkey = keys_.next_key();
     mr.rkey = mr.lkey;
     const uint32_t handle = next_handle_++;
-    mrs_.emplace(handle, mr);
+    mrs_by_key_[mr.lkey] = &mrs_.emplace(handle, mr).first->second;
     ++pd->second.mr_count;
     ++keys_.mrs;
     out = {handle, mr.lkey, mr.rkey};
@@ -103,6 +124,7 @@ int ContextResources::dereg_mr(uint32_t handle) {
     if (it == mrs_.end())
         return EINVAL;
     --pds_.at(it->second.pd_handle).mr_count;
+    mrs_by_key_.erase(it->second.lkey);
     mrs_.erase(it);
     --keys_.mrs;
     return 0;
@@ -145,9 +167,86 @@ int ContextResources::resize_cq(uint32_t handle, uint32_t cqe, const CompletionQ
 }
 
 int ContextResources::destroy_cq(uint32_t handle) {
-    if (!cqs_.erase(handle))
+    auto it = cqs_.find(handle);
+    if (it == cqs_.end())
         return EINVAL;
+    if (it->second.qp_count)
+        return EBUSY; // a QP still completes into it
+    cqs_.erase(it);
     --keys_.cqs;
+    return 0;
+}
+
+const MemoryRegion* ContextResources::find_mr_by_key(uint32_t key) const {
+    auto it = mrs_by_key_.find(key);
+    return it == mrs_by_key_.end() ? nullptr : it->second;
+}
+
+EngineQp* ContextResources::find_qp(uint32_t handle) {
+    auto it = qps_.find(handle);
+    return it == qps_.end() ? nullptr : it->second.get();
+}
+
+int ContextResources::create_qp(const di::CreateQpRequest& request, EngineQp*& qp) {
+    constexpr uint32_t kIbvQptRc = 2;
+    if (request.qp_type != kIbvQptRc)
+        return EOPNOTSUPP; // UC, UD and XRC come with their own issue
+    auto pd = pds_.find(request.pd_handle);
+    auto send_cq = cqs_.find(request.send_cq_handle);
+    auto recv_cq = cqs_.find(request.recv_cq_handle);
+    if (pd == pds_.end() || send_cq == cqs_.end() || recv_cq == cqs_.end())
+        return EINVAL;
+    const di::QpCaps& asked = request.caps;
+    if (asked.max_send_wr < 1 || asked.max_send_wr > QpLimits::kMaxQpWr || asked.max_recv_wr < 1 ||
+        asked.max_recv_wr > QpLimits::kMaxQpWr || asked.max_send_sge > QpLimits::kMaxSge ||
+        asked.max_recv_sge > QpLimits::kMaxSge || asked.max_inline_data > QpLimits::kMaxInline)
+        return EINVAL;
+    if (keys_.qps >= QpLimits::kMaxQp)
+        return ENOMEM;
+    auto pow2 = [](uint32_t v) {
+        uint32_t p = 1;
+        while (p < v)
+            p <<= 1;
+        return p;
+    };
+    di::QpCaps caps{};
+    caps.max_send_wr = pow2(asked.max_send_wr);
+    caps.max_recv_wr = pow2(asked.max_recv_wr);
+    caps.max_send_sge = std::max<uint32_t>(asked.max_send_sge, 1);
+    caps.max_recv_sge = std::max<uint32_t>(asked.max_recv_sge, 1);
+    // Inline data shares the slot with the SGEs: report all the room there is.
+    caps.max_inline_data = std::max<uint32_t>(
+        asked.max_inline_data, std::min<uint32_t>(QpLimits::kMaxInline, caps.max_send_sge * 16));
+    const uint32_t handle = next_handle_++;
+    const uint32_t qpn = keys_.next_qp_num();
+    auto created = std::make_unique<EngineQp>(handle, qpn, device_, owner_, *this,
+                                              request.pd_handle, &send_cq->second, &recv_cq->second,
+                                              caps, request.sq_sig_all != 0, request.user_handle);
+    if (int err = created->create_ring())
+        return err;
+    qp = created.get();
+    qps_.emplace(handle, std::move(created));
+    if (keys_.qps_by_device.size() <= device_)
+        keys_.qps_by_device.resize(device_ + 1);
+    keys_.qps_by_device[device_][qpn] = qp;
+    ++pd->second.qp_count;
+    ++send_cq->second.qp_count;
+    ++recv_cq->second.qp_count;
+    ++keys_.qps;
+    return 0;
+}
+
+int ContextResources::destroy_qp(uint32_t handle) {
+    auto it = qps_.find(handle);
+    if (it == qps_.end())
+        return EINVAL;
+    EngineQp& qp = *it->second;
+    keys_.qps_by_device[device_].erase(qp.qp_num());
+    --pds_.at(qp.pd_handle()).qp_count;
+    --qp.send_cq()->qp_count;
+    --qp.recv_cq()->qp_count;
+    qps_.erase(it);
+    --keys_.qps;
     return 0;
 }
 

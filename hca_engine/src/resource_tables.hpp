@@ -9,23 +9,34 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <sys/types.h>
+#include <unordered_map>
+#include <vector>
 
 namespace softhca::engine {
 
-// Device-wide accounting: unique MR keys and the max_pd / max_mr / max_cq limits.
+class EngineQp;
+
+// Engine-wide accounting: unique MR keys, QP numbers, the QPs of each device by number
+// (where arriving packets find them) and the max_pd / max_mr / max_cq / max_qp limits.
 class KeySpace {
   public:
     uint32_t next_key();
-    uint32_t pds = 0, mrs = 0, cqs = 0;
+    uint32_t next_qp_num();
+    uint32_t pds = 0, mrs = 0, cqs = 0, qps = 0;
+    // device index -> QP number -> QP
+    std::vector<std::unordered_map<uint32_t, EngineQp*>> qps_by_device;
 
   private:
     uint32_t next_index_ = 1;
     uint32_t tag_ = 0x5a;
+    uint32_t next_qpn_ = 0x11; // QP0 and QP1 are the special QPs (IBTA 3.5.3)
 };
 
 struct ProtectionDomain {
     uint32_t mr_count = 0;
+    uint32_t qp_count = 0;
 };
 
 struct MemoryRegion {
@@ -42,6 +53,7 @@ struct CompletionQueue {
     uint64_t user_handle = 0;
     uint32_t cqe = 0;
     uint32_t comp_vector = 0;
+    uint32_t qp_count = 0; // QPs that complete into it
     CqRingOwner ring;
 };
 
@@ -51,7 +63,7 @@ struct RegisteredMr {
 
 class ContextResources {
   public:
-    ContextResources(pid_t owner, KeySpace& keys) : owner_(owner), keys_(keys) {}
+    ContextResources(pid_t owner, KeySpace& keys, size_t device = 0);
     ~ContextResources();
     ContextResources(const ContextResources&) = delete;
     ContextResources& operator=(const ContextResources&) = delete;
@@ -65,19 +77,29 @@ class ContextResources {
                   const CompletionQueue*& cq);
     int resize_cq(uint32_t handle, uint32_t cqe, const CompletionQueue*& cq);
     int destroy_cq(uint32_t handle);
+    // On success `qp` points at the new QP (its ring fd is sent to the provider).
+    int create_qp(const device_interface::CreateQpRequest& request, EngineQp*& qp);
+    int destroy_qp(uint32_t handle);
+    EngineQp* find_qp(uint32_t handle);
+    const MemoryRegion* find_mr_by_key(uint32_t key) const;
+    const std::map<uint32_t, std::unique_ptr<EngineQp>>& qps() const { return qps_; }
 
     size_t pd_count() const { return pds_.size(); }
     size_t mr_count() const { return mrs_.size(); }
     size_t cq_count() const { return cqs_.size(); }
+    size_t qp_count() const { return qps_.size(); }
     pid_t owner() const { return owner_; }
 
   private:
     pid_t owner_;
     KeySpace& keys_;
+    size_t device_;
     uint32_t next_handle_ = 1;
     std::map<uint32_t, ProtectionDomain> pds_;
     std::map<uint32_t, MemoryRegion> mrs_;
+    std::unordered_map<uint32_t, const MemoryRegion*> mrs_by_key_;
     std::map<uint32_t, CompletionQueue> cqs_;
+    std::map<uint32_t, std::unique_ptr<EngineQp>> qps_;
 };
 
 // The slot count for a CQ of at least `cqe` usable entries (one slot stays spare, as

@@ -60,6 +60,12 @@ const verbs_context_ops kContextOps = [] {
     verbs_context_ops ops{};
     ops.alloc_pd = alloc_pd;
     ops.create_cq = create_cq;
+    ops.create_qp = create_qp;
+    ops.destroy_qp = destroy_qp;
+    ops.modify_qp = modify_qp;
+    ops.post_recv = post_recv;
+    ops.post_send = post_send;
+    ops.query_qp = query_qp;
     ops.dealloc_pd = dealloc_pd;
     ops.dereg_mr = dereg_mr;
     ops.destroy_cq = destroy_cq;
@@ -89,7 +95,7 @@ int open_engine_context(Device& device, Context& context, ContextState& state) {
     open.provider_abi = di::kControlVersion;
     di::OpenDeviceReply opened{};
     if (int err = state.control.call(di::Opcode::OpenDevice, &open, sizeof(open), &opened,
-                                     sizeof(opened), state.async_write_fd))
+                                     sizeof(opened), state.async_write_fd, &state.doorbell_fd))
         return err;
     state.context_id = opened.context_id;
 
@@ -133,6 +139,8 @@ void free_context(ibv_context* ibctx) {
     stop_async_events(*state);
     if (state->async_write_fd >= 0)
         ::close(state->async_write_fd);
+    if (state->doorbell_fd >= 0)
+        ::close(state->doorbell_fd);
     delete state; // closes the control socket: the engine frees what is left
     verbs_uninit_context(&context->vctx);
     std::free(context);

@@ -6,6 +6,7 @@
 #include "control_channel.hpp"
 #include "softhca/device_interface/control.hpp"
 #include "softhca/device_interface/cq_ring.hpp"
+#include "softhca/device_interface/qp_ring.hpp"
 
 #include <cerrno>
 #include <cstddef>
@@ -24,6 +25,7 @@ struct ContextState {
     device_interface::DeviceAttributes attributes{};
     uint32_t context_id = 0;
     int async_write_fd = -1; // our copy, for DEVICE_FATAL when the engine dies
+    int doorbell_fd = -1;    // the engine's eventfd, written when it sleeps
     int wake_fd = -1;        // eventfd that stops the watchdog thread
     pthread_t watchdog{};
     bool watchdog_running = false;
@@ -43,6 +45,19 @@ struct Pd {
 struct Mr {
     verbs_mr vmr;
     uint32_t handle;
+};
+
+struct Qp {
+    verbs_qp vqp; // must be first
+    uint32_t handle = 0;
+    device_interface::QpRingHeader* ring = nullptr;
+    size_t ring_bytes = 0;
+    device_interface::QpCaps caps{};
+    int doorbell_fd = -1;
+    std::mutex sq_lock;
+    std::mutex rq_lock;
+    uint64_t sq_next = 0; // producer indices, published to the ring after each post
+    uint64_t rq_next = 0;
 };
 
 struct Cq {
@@ -86,6 +101,12 @@ int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc);
 int resize_cq(ibv_cq* cq, int cqe);
 int destroy_cq(ibv_cq* cq);
 int req_notify_cq(ibv_cq* cq, int solicited_only);
+ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr);
+int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask);
+int query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* init_attr);
+int destroy_qp(ibv_qp* qp);
+int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr);
+int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 
 // Async events: the watchdog thread that turns the engine's death into DEVICE_FATAL.
 int start_async_events(ContextState& state);

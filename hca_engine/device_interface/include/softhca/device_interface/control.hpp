@@ -29,6 +29,10 @@ enum class Opcode : uint16_t {
     DestroyCq = 10,
     EngineStatus = 11, // text report for `softhca status`; allowed without OpenDevice
     SetPortState = 12, // administrator takes a port down or up; allowed without OpenDevice
+    CreateQp = 13,
+    ModifyQp = 14,
+    QueryQp = 15,
+    DestroyQp = 16,
 };
 
 struct MessageHeader {
@@ -75,6 +79,7 @@ static_assert(sizeof(OpenDeviceRequest) == 88);
 
 // Sent with an SCM_RIGHTS fd: the write end of the context's async event pipe. The
 // engine writes 16-byte async event records (element, event_type, reserved) to it.
+// The reply carries the context's doorbell eventfd (see qp_ring.hpp).
 struct OpenDeviceReply {
     ReplyHeader reply;
     uint32_t context_id;
@@ -214,6 +219,98 @@ struct ResizeCqRequest {
 static_assert(sizeof(ResizeCqRequest) == 24);
 
 using ResizeCqReply = CreateCqReply; // same fields, new ring fd attached
+
+struct QpCaps {
+    uint32_t max_send_wr;
+    uint32_t max_recv_wr;
+    uint32_t max_send_sge;
+    uint32_t max_recv_sge;
+    uint32_t max_inline_data;
+    uint32_t reserved;
+};
+static_assert(sizeof(QpCaps) == 24);
+
+struct CreateQpRequest {
+    MessageHeader header;
+    uint64_t user_handle; // the ibv_qp, element of QP async events
+    uint32_t pd_handle;
+    uint32_t send_cq_handle;
+    uint32_t recv_cq_handle;
+    uint32_t qp_type; // enum ibv_qp_type
+    uint32_t sq_sig_all;
+    uint32_t reserved;
+    QpCaps caps;
+};
+static_assert(sizeof(CreateQpRequest) == 72);
+
+// Sent with an SCM_RIGHTS fd: the memfd with the work queues (qp_ring.hpp).
+struct CreateQpReply {
+    ReplyHeader reply;
+    uint32_t qp_handle;
+    uint32_t qp_num;
+    QpCaps caps; // what was granted (>= what was asked)
+    uint64_t ring_bytes;
+};
+static_assert(sizeof(CreateQpReply) == 64);
+
+// The fields of ibv_qp_attr that exist in RoCE, with the ibv_qp_attr_mask that says
+// which are set.
+struct QpAttributes {
+    uint32_t qp_state;
+    uint32_t cur_qp_state;
+    uint32_t path_mtu;
+    uint32_t qkey;
+    uint32_t rq_psn;
+    uint32_t sq_psn;
+    uint32_t dest_qp_num;
+    uint32_t qp_access_flags;
+    uint16_t pkey_index;
+    uint8_t port_num;
+    uint8_t sq_draining;
+    uint8_t max_rd_atomic;
+    uint8_t max_dest_rd_atomic;
+    uint8_t min_rnr_timer;
+    uint8_t timeout;
+    uint8_t retry_cnt;
+    uint8_t rnr_retry;
+    uint8_t en_sqd_async_notify;
+    uint8_t reserved0;
+    // Address vector (ibv_ah_attr with its GRH)
+    uint8_t dgid[16];
+    uint32_t flow_label;
+    uint8_t sgid_index;
+    uint8_t hop_limit;
+    uint8_t traffic_class;
+    uint8_t sl;
+    uint8_t is_global;
+    uint8_t ah_port_num;
+    uint16_t dlid;
+    uint32_t reserved1;
+};
+static_assert(sizeof(QpAttributes) == 76);
+
+struct ModifyQpRequest {
+    MessageHeader header;
+    uint32_t qp_handle;
+    uint32_t attr_mask;
+    QpAttributes attr;
+};
+static_assert(sizeof(ModifyQpRequest) == 100);
+
+struct QueryQpRequest {
+    MessageHeader header;
+    uint32_t qp_handle;
+    uint32_t reserved;
+};
+
+struct QueryQpReply {
+    ReplyHeader reply;
+    QpAttributes attr;
+    QpCaps caps;
+    uint32_t sq_sig_all;
+    uint32_t reserved;
+};
+static_assert(sizeof(QueryQpReply) == 132);
 
 // SetPortState: only the engine's own user or root may send it (EPERM otherwise).
 // The reply is a bare ReplyHeader. Open contexts of the device get PORT_ERR or

@@ -1,0 +1,81 @@
+// A queue pair's work queues as the card and the driver share them: one memfd the
+// engine creates and both map. Layout: QpRingHeader, the send queue slots, then the
+// receive queue slots (offsets in the header). The provider produces work requests and
+// rings the doorbell by advancing a producer index; the engine consumes them and
+// advances `completed` as work requests retire, which frees their slots.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace softhca::device_interface {
+
+constexpr uint32_t kQpRingMagic = 0x53485150; // "SHQP"
+constexpr uint32_t kQpRingVersion = 1;
+
+struct alignas(64) QpRingHeader {
+    uint32_t magic;
+    uint32_t version;
+    uint32_t sq_slots; // power of two
+    uint32_t sq_slot_size;
+    uint32_t rq_slots; // power of two
+    uint32_t rq_slot_size;
+    uint64_t sq_offset; // from the start of the mapping
+    uint64_t rq_offset;
+    alignas(64) std::atomic<uint64_t> sq_producer;  // provider
+    alignas(64) std::atomic<uint64_t> sq_completed; // engine: retired, slot reusable
+    alignas(64) std::atomic<uint64_t> rq_producer;  // provider
+    alignas(64) std::atomic<uint64_t> rq_completed; // engine
+    // Set by the engine before it sleeps; a provider that finds it set after posting
+    // clears it and writes the context's doorbell eventfd.
+    alignas(64) std::atomic<uint32_t> doorbell_armed;
+};
+static_assert(sizeof(QpRingHeader) == 384);
+
+enum SendFlags : uint8_t {
+    kSendSignaled = 1 << 0,
+    kSendFence = 1 << 1,
+    kSendSolicited = 1 << 2,
+    kSendInline = 1 << 3,
+};
+
+struct WireSge {
+    uint64_t addr;
+    uint32_t length;
+    uint32_t lkey;
+};
+static_assert(sizeof(WireSge) == 16);
+
+// A send work request; followed in its slot by num_sge WireSge, or by `length` bytes
+// of inline data when kSendInline is set.
+struct SendWqeHeader {
+    uint64_t wr_id;
+    uint8_t opcode; // enum ibv_wr_opcode
+    uint8_t flags;  // SendFlags
+    uint8_t num_sge;
+    uint8_t reserved0;
+    uint32_t imm_data; // network order
+    uint32_t length;   // total bytes (computed by the provider)
+    uint32_t rkey;
+    uint64_t remote_addr;
+    uint64_t compare_add;
+    uint64_t swap;
+};
+static_assert(sizeof(SendWqeHeader) == 48);
+
+// A receive work request; followed in its slot by num_sge WireSge.
+struct RecvWqeHeader {
+    uint64_t wr_id;
+    uint32_t num_sge;
+    uint32_t reserved;
+};
+static_assert(sizeof(RecvWqeHeader) == 16);
+
+inline uint8_t* qp_ring_slot(QpRingHeader* h, bool send, uint64_t index) {
+    auto* base = reinterpret_cast<uint8_t*>(h);
+    return send ? base + h->sq_offset + (index & (h->sq_slots - 1)) * h->sq_slot_size
+                : base + h->rq_offset + (index & (h->rq_slots - 1)) * h->rq_slot_size;
+}
+
+} // namespace softhca::device_interface

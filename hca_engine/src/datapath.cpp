@@ -1,0 +1,194 @@
+#include "datapath.hpp"
+
+#include "engine_qp.hpp"
+#include "softhca/transport/ib_packet.hpp"
+#include "softhca/transport/roce_frame.hpp"
+
+#include <algorithm>
+
+namespace softhca::engine {
+
+namespace tp = transport;
+
+namespace {
+constexpr size_t kRxBurst = 32;
+constexpr int kTxBudgetPerQp = 32; // packets one QP may send per round
+} // namespace
+
+Datapath::Datapath(PortSet& ports, const std::vector<Device>& devices, KeySpace& tables)
+    : ports_(ports), devices_(devices), tables_(tables), neighbors_(ports.size()),
+      loopback_(16384) {}
+
+bool Datapath::poll(uint64_t now) {
+    bool busy = false;
+    for (auto& device : tables_.qps_by_device)
+        for (auto& [qpn, qp] : device)
+            busy |= qp->pull_work(now);
+    for (size_t port = 0; port < ports_.size(); ++port) {
+        const uint64_t before = ports_.info(port).counters.rx_packets;
+        receive(port, now);
+        busy |= ports_.info(port).counters.rx_packets != before;
+    }
+    for (auto& device : tables_.qps_by_device) {
+        for (auto& [qpn, qp] : device) {
+            if (qp->rc().next_deadline() <= now)
+                qp->rc().on_timer(now);
+            busy |= transmit(*qp, now);
+        }
+    }
+    busy |= ports_.flush() > 0;
+    return busy;
+}
+
+uint64_t Datapath::next_deadline() const {
+    uint64_t deadline = UINT64_MAX;
+    for (const auto& device : tables_.qps_by_device)
+        for (const auto& [qpn, qp] : device)
+            deadline = std::min(deadline, qp->rc().next_deadline());
+    return deadline;
+}
+
+void Datapath::arm_doorbells() {
+    for (auto& device : tables_.qps_by_device)
+        for (auto& [qpn, qp] : device)
+            qp->arm_doorbell();
+}
+
+void Datapath::receive(size_t port, uint64_t now) {
+    RxFrame frames[kRxBurst];
+    const size_t n = ports_.receive(port, frames, kRxBurst);
+    for (size_t i = 0; i < n; ++i) {
+        handle_frame(port, frames[i].data, frames[i].length, now);
+        ports_.release(frames[i].handle);
+    }
+}
+
+void Datapath::handle_arp(size_t port, const ArpMessage& arp) {
+    const PortInfo& info = ports_.info(port);
+    if (arp.sender_ip)
+        neighbors_[port].learn(arp.sender_ip, arp.sender_mac);
+    if (!arp.request || arp.target_ip != info.ipv4)
+        return;
+    TxFrame frame;
+    if (!ports_.tx_alloc(port, frame))
+        return;
+    ArpMessage reply;
+    reply.request = false;
+    reply.sender_mac = info.mac;
+    reply.sender_ip = info.ipv4;
+    reply.target_mac = arp.sender_mac;
+    reply.target_ip = arp.sender_ip;
+    ports_.tx_queue(port, frame, static_cast<uint32_t>(build_arp(frame.data, reply)));
+    ++ports_.counters(port).arp_replies;
+}
+
+void Datapath::handle_frame(size_t port, const uint8_t* data, uint32_t length, uint64_t now) {
+    PortCounters& counters = ports_.counters(port);
+    ArpMessage arp;
+    if (parse_arp(data, length, arp)) {
+        handle_arp(port, arp);
+        return;
+    }
+    tp::ParsedFrame frame;
+    switch (tp::parse_roce_frame(data, length, frame)) {
+    case tp::FrameError::None:
+        break;
+    case tp::FrameError::BadIcrc:
+        ++counters.rx_bad_icrc; // A17.4.2: a packet failing the ICRC is silently dropped
+        return;
+    case tp::FrameError::NotRoce:
+        ++counters.rx_unhandled;
+        return;
+    default:
+        ++counters.rx_malformed;
+        return;
+    }
+    const uint32_t dst_ip = tp::load_be32(frame.addressing.dst_gid.data() + 12);
+    if (!tp::gid_is_ipv4_mapped(frame.addressing.dst_gid) || dst_ip != ports_.info(port).ipv4) {
+        ++counters.rx_unhandled; // not addressed to this port
+        return;
+    }
+    tp::IbPacket packet;
+    if (tp::parse_ib_packet(frame.ib, frame.ib_length, packet) != tp::PacketError::None) {
+        ++counters.rx_malformed;
+        return;
+    }
+    auto& qps = tables_.qps_by_device[port];
+    auto it = qps.find(packet.bth->dest_qp());
+    if (it == qps.end()) {
+        ++counters.rx_no_qp;
+        return;
+    }
+    // The source address teaches us the peer's MAC for the way back.
+    if (tp::gid_is_ipv4_mapped(frame.addressing.src_gid))
+        neighbors_[port].learn(tp::load_be32(frame.addressing.src_gid.data() + 12),
+                               frame.addressing.src_mac);
+    it->second->rc().receive(packet, now);
+}
+
+bool Datapath::transmit(EngineQp& qp, uint64_t now) {
+    tp::RcQueuePair& rc = qp.rc();
+    if (!rc.wants_transmit(now))
+        return false;
+    const size_t port = devices_[qp.device()].port_index;
+    const PortInfo& info = ports_.info(port);
+    if (!info.link_up)
+        return false; // the link is down: requests wait, timers run (and may expire)
+    tp::FrameAddressing& addressing = qp.addressing();
+    const bool local = qp.dest_ip() == info.ipv4;
+    if (!local) {
+        const tp::MacAddress* mac = neighbors_[port].lookup(qp.dest_ip());
+        if (!mac) {
+            // Resolve first; the QP's packets wait in the transport meanwhile.
+            if (neighbors_[port].may_request(qp.dest_ip(), now)) {
+                TxFrame frame;
+                if (ports_.tx_alloc(port, frame)) {
+                    ArpMessage request;
+                    request.request = true;
+                    request.sender_mac = info.mac;
+                    request.sender_ip = info.ipv4;
+                    request.target_ip = qp.dest_ip();
+                    ports_.tx_queue(port, frame,
+                                    static_cast<uint32_t>(build_arp(frame.data, request)));
+                    ++ports_.counters(port).arp_requests;
+                }
+            }
+            return false;
+        }
+        addressing.dst_mac = *mac;
+    } else {
+        addressing.dst_mac = info.mac;
+    }
+    const size_t front = tp::roce_header_bytes(addressing);
+    bool sent = false;
+    for (int i = 0; i < kTxBudgetPerQp; ++i) {
+        if (local) {
+            // A destination on this very port (a QP connected to itself or to another
+            // QP of this device): the frame goes straight to our own receive path.
+            const size_t n = rc.transmit(loopback_.data() + front,
+                                         loopback_.size() - front - tp::kIcrcBytes, now);
+            if (!n)
+                break;
+            const size_t length =
+                tp::finish_roce_frame(loopback_.data(), addressing, n, ipv4_id_++);
+            handle_frame(port, loopback_.data(), static_cast<uint32_t>(length), now);
+            sent = true;
+            continue;
+        }
+        TxFrame frame;
+        if (!ports_.tx_alloc(port, frame))
+            break;
+        const size_t n =
+            rc.transmit(frame.data + front, frame.capacity - front - tp::kIcrcBytes, now);
+        if (!n) {
+            ports_.tx_abort(frame);
+            break;
+        }
+        const size_t length = tp::finish_roce_frame(frame.data, addressing, n, ipv4_id_++);
+        ports_.tx_queue(port, frame, static_cast<uint32_t>(length));
+        sent = true;
+    }
+    return sent;
+}
+
+} // namespace softhca::engine

@@ -1,0 +1,291 @@
+#include "engine_qp.hpp"
+
+#include "ports.hpp"
+#include "resource_tables.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <sys/mman.h>
+#include <unistd.h>
+
+namespace softhca::engine {
+
+namespace di = device_interface;
+namespace tp = transport;
+
+namespace {
+
+constexpr uint32_t kIbvWcWithImm = 1u << 1; // IBV_WC_WITH_IMM
+
+} // namespace
+
+EngineQp::EngineQp(uint32_t handle, uint32_t qp_num, size_t device, pid_t owner,
+                   const ContextResources& context, uint32_t pd_handle, CompletionQueue* send_cq,
+                   CompletionQueue* recv_cq, const di::QpCaps& caps, bool sq_sig_all,
+                   uint64_t user_handle)
+    : handle_(handle), qp_num_(qp_num), device_(device), pd_handle_(pd_handle), send_cq_(send_cq),
+      recv_cq_(recv_cq), caps_(caps), sq_sig_all_(sq_sig_all), user_handle_(user_handle),
+      memory_(owner, context, pd_handle),
+      rc_(qp_num, caps.max_send_wr, caps.max_recv_wr, memory_, *this) {
+    // UDP source port: per-QP entropy in the range RoCEv2 uses (A17.4.5.1).
+    addressing_.udp_src_port = static_cast<uint16_t>(0xc000 | (qp_num & 0x3fff));
+}
+
+EngineQp::~EngineQp() {
+    if (ring_)
+        ::munmap(ring_, ring_bytes_);
+    if (ring_fd_ >= 0)
+        ::close(ring_fd_);
+}
+
+int EngineQp::create_ring() {
+    const uint32_t sq_slot =
+        (sizeof(di::SendWqeHeader) +
+         std::max(caps_.max_send_sge * sizeof(di::WireSge), size_t{caps_.max_inline_data}) + 63) /
+        64 * 64;
+    const uint32_t rq_slot =
+        (sizeof(di::RecvWqeHeader) + caps_.max_recv_sge * sizeof(di::WireSge) + 63) / 64 * 64;
+    const uint64_t sq_offset = sizeof(di::QpRingHeader);
+    const uint64_t rq_offset = sq_offset + uint64_t{sq_slot} * caps_.max_send_wr;
+    ring_bytes_ = rq_offset + uint64_t{rq_slot} * caps_.max_recv_wr;
+    ring_fd_ = ::memfd_create("softhca-qp", MFD_CLOEXEC);
+    if (ring_fd_ < 0)
+        return errno;
+    if (::ftruncate(ring_fd_, static_cast<off_t>(ring_bytes_)) != 0)
+        return errno;
+    void* map = ::mmap(nullptr, ring_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, ring_fd_, 0);
+    if (map == MAP_FAILED)
+        return errno;
+    ring_ = new (map) di::QpRingHeader{};
+    ring_->magic = di::kQpRingMagic;
+    ring_->version = di::kQpRingVersion;
+    ring_->sq_slots = caps_.max_send_wr;
+    ring_->sq_slot_size = sq_slot;
+    ring_->rq_slots = caps_.max_recv_wr;
+    ring_->rq_slot_size = rq_slot;
+    ring_->sq_offset = sq_offset;
+    ring_->rq_offset = rq_offset;
+    return 0;
+}
+
+int EngineQp::modify(const di::ModifyQpRequest& request, const PortInfo& port,
+                     tp::Nanoseconds now) {
+    using namespace tp::qp_attr;
+    const uint32_t mask = request.attr_mask;
+    const di::QpAttributes& a = request.attr;
+    const tp::QpState current = rc_.state();
+    if ((mask & kState) && a.qp_state > static_cast<uint32_t>(tp::QpState::Error))
+        return EINVAL;
+    if ((mask & kCurState) && a.cur_qp_state != static_cast<uint32_t>(current))
+        return EINVAL;
+    const tp::QpState next = mask & kState ? static_cast<tp::QpState>(a.qp_state) : current;
+    if (!tp::modify_qp_allowed(tp::QpType::RC, current, next, mask))
+        return EINVAL;
+    if (mask & ~(kState | kCurState | kEnSqdAsyncNotify | kAccessFlags | kPkeyIndex | kPort |
+                 kQkey | kAv | kPathMtu | kTimeout | kRetryCnt | kRnrRetry | kRqPsn |
+                 kMaxQpRdAtomic | kMinRnrTimer | kSqPsn | kMaxDestRdAtomic | kDestQpn))
+        return EOPNOTSUPP; // alternate paths, rate limits, ...
+
+    // Values (IBTA 11.2.5.2): each must be one the device supports.
+    const uint32_t remote_rights = tp::access::kLocalWrite | tp::access::kRemoteWrite |
+                                   tp::access::kRemoteRead | tp::access::kRemoteAtomic;
+    if (((mask & kPort) && a.port_num != 1) || ((mask & kPkeyIndex) && a.pkey_index != 0) ||
+        ((mask & kAccessFlags) && (a.qp_access_flags & ~remote_rights)) ||
+        ((mask & kPathMtu) && (a.path_mtu < 1 || a.path_mtu > 5)) ||
+        ((mask & kTimeout) && a.timeout > 31) || ((mask & kRetryCnt) && a.retry_cnt > 7) ||
+        ((mask & kRnrRetry) && a.rnr_retry > 7) ||
+        ((mask & kMinRnrTimer) && a.min_rnr_timer > 31) ||
+        ((mask & kMaxQpRdAtomic) && a.max_rd_atomic > QpLimits::kMaxRdAtomic) ||
+        ((mask & kMaxDestRdAtomic) && a.max_dest_rd_atomic > QpLimits::kMaxRdAtomic) ||
+        ((mask & kDestQpn) && a.dest_qp_num > tp::kPsnMask))
+        return EINVAL;
+    if (mask & kPathMtu) {
+        const auto active = tp::path_mtu_for_ethernet_mtu(port.eth_mtu);
+        if (!active || a.path_mtu > static_cast<uint32_t>(*active))
+            return EINVAL; // larger than the port can carry
+    }
+    tp::Gid dgid{};
+    if (mask & kAv) {
+        std::memcpy(dgid.data(), a.dgid, 16);
+        // RoCE needs a GRH (A17.3.1); our GID table has one IPv4-mapped entry.
+        if (!a.is_global || a.sgid_index != 0 || !tp::gid_is_ipv4_mapped(dgid) ||
+            (a.ah_port_num && a.ah_port_num != 1))
+            return EINVAL;
+    }
+
+    tp::RcAttributes& r = rc_.attributes();
+    if (mask & kAccessFlags) {
+        r.access = a.qp_access_flags;
+        attr_.qp_access_flags = a.qp_access_flags;
+    }
+    if (mask & kPathMtu) {
+        r.mtu = static_cast<tp::PathMtu>(a.path_mtu);
+        attr_.path_mtu = a.path_mtu;
+    }
+    if (mask & kDestQpn) {
+        r.dest_qp = a.dest_qp_num;
+        attr_.dest_qp_num = a.dest_qp_num;
+    }
+    if (mask & kRqPsn) {
+        r.rq_psn = a.rq_psn & tp::kPsnMask;
+        attr_.rq_psn = r.rq_psn;
+    }
+    if (mask & kSqPsn) {
+        r.sq_psn = a.sq_psn & tp::kPsnMask;
+        attr_.sq_psn = r.sq_psn;
+    }
+    if (mask & kTimeout)
+        r.timeout = attr_.timeout = a.timeout;
+    if (mask & kRetryCnt)
+        r.retry_cnt = attr_.retry_cnt = a.retry_cnt;
+    if (mask & kRnrRetry)
+        r.rnr_retry = attr_.rnr_retry = a.rnr_retry;
+    if (mask & kMinRnrTimer)
+        r.min_rnr_timer = attr_.min_rnr_timer = a.min_rnr_timer;
+    if (mask & kMaxQpRdAtomic)
+        r.max_rd_atomic = attr_.max_rd_atomic = a.max_rd_atomic;
+    if (mask & kMaxDestRdAtomic)
+        r.max_dest_rd_atomic = attr_.max_dest_rd_atomic = a.max_dest_rd_atomic;
+    if (mask & kPort)
+        attr_.port_num = a.port_num;
+    if (mask & kAv) {
+        std::memcpy(attr_.dgid, a.dgid, 16);
+        attr_.is_global = 1;
+        attr_.sgid_index = a.sgid_index;
+        attr_.hop_limit = a.hop_limit;
+        attr_.traffic_class = a.traffic_class;
+        attr_.flow_label = a.flow_label;
+        attr_.sl = a.sl;
+        attr_.ah_port_num = 1;
+        addressing_.dst_gid = dgid;
+        addressing_.src_gid = tp::gid_from_ipv4(port.ipv4);
+        addressing_.src_mac = port.mac;
+        addressing_.hop_limit = a.hop_limit ? a.hop_limit : 64;
+        addressing_.traffic_class = a.traffic_class;
+        dest_ip_ = tp::load_be32(dgid.data() + 12);
+    }
+    if (next == tp::QpState::Reset && current != tp::QpState::Reset && ring_) {
+        // RESET empties both work queues (10.3.1): what was posted is discarded.
+        sq_pulled_ = ring_->sq_producer.load(std::memory_order_acquire);
+        rq_pulled_ = ring_->rq_producer.load(std::memory_order_acquire);
+        ring_->sq_completed.store(sq_pulled_, std::memory_order_release);
+        ring_->rq_completed.store(rq_pulled_, std::memory_order_release);
+    }
+    if (mask & kState)
+        rc_.set_state(next, now);
+    attr_.qp_state = static_cast<uint32_t>(rc_.state());
+    return 0;
+}
+
+void EngineQp::query(di::QueryQpReply& reply) const {
+    reply.attr = attr_;
+    reply.attr.qp_state = static_cast<uint32_t>(rc_.state());
+    reply.attr.cur_qp_state = reply.attr.qp_state;
+    reply.attr.sq_draining = 0;
+    reply.caps = caps_;
+    reply.sq_sig_all = sq_sig_all_;
+}
+
+bool EngineQp::pull_work(tp::Nanoseconds now) {
+    (void)now;
+    bool any = false;
+    const uint64_t sq_producer = ring_->sq_producer.load(std::memory_order_acquire);
+    while (sq_pulled_ != sq_producer && sq_producer - sq_pulled_ <= caps_.max_send_wr) {
+        const uint8_t* slot = di::qp_ring_slot(ring_, true, sq_pulled_);
+        di::SendWqeHeader h;
+        std::memcpy(&h, slot, sizeof(h));
+        tp::SendWqe w;
+        w.wr_id = h.wr_id;
+        w.opcode = static_cast<tp::WrOpcode>(std::min<uint8_t>(h.opcode, 6));
+        w.signaled = sq_sig_all_ || (h.flags & di::kSendSignaled);
+        w.fence = h.flags & di::kSendFence;
+        w.solicited = h.flags & di::kSendSolicited;
+        w.inline_data = h.flags & di::kSendInline;
+        w.imm_data = h.imm_data;
+        w.remote_addr = h.remote_addr;
+        w.rkey = h.rkey;
+        w.compare_add = h.compare_add;
+        w.swap = h.swap;
+        // The provider validated the request; the engine clamps, never trusts, sizes.
+        if (w.inline_data) {
+            w.length = std::min(h.length, caps_.max_inline_data);
+            std::memcpy(w.inline_bytes.data(), slot + sizeof(h), w.length);
+        } else {
+            w.num_sge = std::min<uint32_t>(h.num_sge, caps_.max_send_sge);
+            uint64_t total = 0;
+            for (uint32_t i = 0; i < w.num_sge; ++i) {
+                di::WireSge s;
+                std::memcpy(&s, slot + sizeof(h) + i * sizeof(s), sizeof(s));
+                w.sge[i] = {s.addr, s.length, s.lkey};
+                total += s.length;
+            }
+            w.length = static_cast<uint32_t>(std::min<uint64_t>(total, 1ull << 31));
+            if (w.opcode == tp::WrOpcode::AtomicCompareSwap ||
+                w.opcode == tp::WrOpcode::AtomicFetchAdd)
+                w.length = 8;
+        }
+        if (!rc_.post_send(w))
+            break;
+        ++sq_pulled_;
+        any = true;
+    }
+    const uint64_t rq_producer = ring_->rq_producer.load(std::memory_order_acquire);
+    while (rq_pulled_ != rq_producer && rq_producer - rq_pulled_ <= caps_.max_recv_wr) {
+        const uint8_t* slot = di::qp_ring_slot(ring_, false, rq_pulled_);
+        di::RecvWqeHeader h;
+        std::memcpy(&h, slot, sizeof(h));
+        tp::RecvWqe r;
+        r.wr_id = h.wr_id;
+        r.num_sge = std::min<uint32_t>(h.num_sge, caps_.max_recv_sge);
+        uint64_t total = 0;
+        for (uint32_t i = 0; i < r.num_sge; ++i) {
+            di::WireSge s;
+            std::memcpy(&s, slot + sizeof(h) + i * sizeof(s), sizeof(s));
+            r.sge[i] = {s.addr, s.length, s.lkey};
+            total += s.length;
+        }
+        r.length = static_cast<uint32_t>(std::min<uint64_t>(total, 1ull << 31));
+        if (!rc_.post_recv(r))
+            break;
+        ++rq_pulled_;
+        any = true;
+    }
+    return any;
+}
+
+void EngineQp::arm_doorbell() {
+    ring_->doorbell_armed.store(1, std::memory_order_seq_cst);
+}
+
+void EngineQp::push_completion(CompletionQueue* cq, const tp::Completion& c) {
+    di::CompletionEntry e{};
+    e.wr_id = c.wr_id;
+    e.status = static_cast<uint32_t>(c.status);
+    e.opcode = static_cast<uint32_t>(c.opcode);
+    e.byte_len = c.byte_len;
+    e.imm_data = c.imm_data;
+    e.qp_num = c.qp_num;
+    e.src_qp = c.src_qp;
+    e.wc_flags = c.with_imm ? kIbvWcWithImm : 0;
+    if (!cq->ring.push(e))
+        ++cq_overruns_; // CQ overrun: the completion is lost (11.4.2.1)
+}
+
+void EngineQp::send_completion(const tp::Completion& c) {
+    push_completion(send_cq_, c);
+}
+
+void EngineQp::recv_completion(const tp::Completion& c) {
+    push_completion(recv_cq_, c);
+    ring_->rq_completed.fetch_add(1, std::memory_order_release);
+}
+
+void EngineQp::send_wqe_retired() {
+    ring_->sq_completed.fetch_add(1, std::memory_order_release);
+}
+
+void EngineQp::qp_error(tp::WcStatus) {}
+
+} // namespace softhca::engine

@@ -1,0 +1,99 @@
+// A queue pair inside the engine: the shared-memory work queues the provider fills,
+// the transport's RC state machine that executes them, the memory it reaches, and the
+// completion queues it reports to. One per ibv_qp.
+#pragma once
+
+#include "cq_ring_owner.hpp"
+#include "process_memory.hpp"
+#include "softhca/device_interface/control.hpp"
+#include "softhca/device_interface/qp_ring.hpp"
+#include "softhca/transport/psn.hpp"
+#include "softhca/transport/rc_qp.hpp"
+#include "softhca/transport/roce_frame.hpp"
+
+#include <cstdint>
+#include <memory>
+
+namespace softhca::engine {
+
+struct CompletionQueue;
+struct PortInfo;
+
+// Device-wide limits for queue pairs.
+struct QpLimits {
+    static constexpr uint32_t kMaxQp = 16384;
+    static constexpr uint32_t kMaxQpWr = 16384;
+    static constexpr uint32_t kMaxSge = transport::kMaxSge;
+    static constexpr uint32_t kMaxInline = transport::kMaxInlineData;
+    static constexpr uint32_t kMaxRdAtomic = 16;
+};
+
+class EngineQp : public transport::CompletionSink {
+  public:
+    EngineQp(uint32_t handle, uint32_t qp_num, size_t device, pid_t owner,
+             const ContextResources& context, uint32_t pd_handle, CompletionQueue* send_cq,
+             CompletionQueue* recv_cq, const device_interface::QpCaps& caps, bool sq_sig_all,
+             uint64_t user_handle);
+    ~EngineQp() override;
+
+    // Creates the shared work queues; returns 0 or an errno.
+    int create_ring();
+    int ring_fd() const { return ring_fd_; }
+    size_t ring_bytes() const { return ring_bytes_; }
+    const device_interface::QpCaps& caps() const { return caps_; }
+
+    // ibv_modify_qp and ibv_query_qp, validated as the IBTA and the verbs say.
+    int modify(const device_interface::ModifyQpRequest& request, const PortInfo& port,
+               transport::Nanoseconds now);
+    void query(device_interface::QueryQpReply& reply) const;
+
+    // Data path: takes newly posted work requests off the shared rings. Returns true
+    // when there were any.
+    bool pull_work(transport::Nanoseconds now);
+    void arm_doorbell();
+
+    transport::RcQueuePair& rc() { return rc_; }
+    const transport::RcQueuePair& rc() const { return rc_; }
+    uint32_t handle() const { return handle_; }
+    uint32_t qp_num() const { return qp_num_; }
+    size_t device() const { return device_; }
+    uint32_t pd_handle() const { return pd_handle_; }
+    CompletionQueue* send_cq() const { return send_cq_; }
+    CompletionQueue* recv_cq() const { return recv_cq_; }
+    uint32_t dest_ip() const { return dest_ip_; }
+    const transport::FrameAddressing& addressing() const { return addressing_; }
+    transport::FrameAddressing& addressing() { return addressing_; }
+    uint64_t cq_overruns() const { return cq_overruns_; }
+
+    // transport::CompletionSink
+    void send_completion(const transport::Completion& completion) override;
+    void recv_completion(const transport::Completion& completion) override;
+    void send_wqe_retired() override;
+    void qp_error(transport::WcStatus cause) override;
+
+  private:
+    void push_completion(CompletionQueue* cq, const transport::Completion& completion);
+
+    uint32_t handle_;
+    uint32_t qp_num_;
+    size_t device_;
+    uint32_t pd_handle_;
+    CompletionQueue* send_cq_;
+    CompletionQueue* recv_cq_;
+    device_interface::QpCaps caps_;
+    bool sq_sig_all_;
+    uint64_t user_handle_;
+    ProcessMemory memory_;
+    transport::RcQueuePair rc_;
+    device_interface::QpAttributes attr_{}; // as last set, for query
+    transport::FrameAddressing addressing_;
+    uint32_t dest_ip_ = 0;
+    int ring_fd_ = -1;
+    size_t ring_bytes_ = 0;
+    device_interface::QpRingHeader* ring_ = nullptr;
+    uint64_t sq_pulled_ = 0;
+    uint64_t rq_pulled_ = 0;
+    uint64_t cq_overruns_ = 0;
+};
+
+} // namespace softhca::engine

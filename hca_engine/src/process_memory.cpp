@@ -1,0 +1,73 @@
+#include "process_memory.hpp"
+
+#include <sys/uio.h>
+
+namespace softhca::engine {
+
+using transport::MemoryStatus;
+
+MemoryStatus ProcessMemory::resolve(uint32_t key, bool remote, uint32_t rights, uint64_t addr,
+                                    uint64_t length, uint64_t& process_addr) {
+    const MemoryRegion* mr = context_.find_mr_by_key(key);
+    // The key must name an MR of this QP's PD (10.6.3.1); lkey and rkey are equal here.
+    if (!mr || mr->pd_handle != pd_)
+        return MemoryStatus::BadKey;
+    if ((mr->access & rights) != rights)
+        return MemoryStatus::NoAccess;
+    if (addr < mr->iova || addr + length < addr || addr + length > mr->iova + mr->length)
+        return MemoryStatus::OutOfRange;
+    (void)remote;
+    process_addr = mr->addr + (addr - mr->iova);
+    return MemoryStatus::Ok;
+}
+
+MemoryStatus ProcessMemory::check(uint32_t key, bool remote, uint32_t rights, uint64_t addr,
+                                  uint64_t length) {
+    uint64_t ignored;
+    return resolve(key, remote, rights, addr, length, ignored);
+}
+
+MemoryStatus ProcessMemory::read(uint32_t key, bool remote, uint32_t rights, uint64_t addr,
+                                 void* dst, uint32_t length) {
+    uint64_t at = 0;
+    if (MemoryStatus s = resolve(key, remote, rights, addr, length, at); s != MemoryStatus::Ok)
+        return s;
+    iovec local{dst, length};
+    iovec far{reinterpret_cast<void*>(at), length};
+    if (::process_vm_readv(pid_, &local, 1, &far, 1, 0) != static_cast<ssize_t>(length)) {
+        ++faults_;
+        return MemoryStatus::Fault;
+    }
+    return MemoryStatus::Ok;
+}
+
+MemoryStatus ProcessMemory::write(uint32_t key, bool remote, uint32_t rights, uint64_t addr,
+                                  const void* src, uint32_t length) {
+    uint64_t at = 0;
+    if (MemoryStatus s = resolve(key, remote, rights, addr, length, at); s != MemoryStatus::Ok)
+        return s;
+    iovec local{const_cast<void*>(src), length};
+    iovec far{reinterpret_cast<void*>(at), length};
+    if (::process_vm_writev(pid_, &local, 1, &far, 1, 0) != static_cast<ssize_t>(length)) {
+        ++faults_;
+        return MemoryStatus::Fault;
+    }
+    return MemoryStatus::Ok;
+}
+
+MemoryStatus ProcessMemory::atomic(uint32_t rkey, uint64_t addr, bool compare_swap,
+                                   uint64_t compare_add, uint64_t swap, uint64_t& original) {
+    // Atomic with respect to every other operation of this engine, which runs them one
+    // at a time (IBV_ATOMIC_HCA), not with respect to the application's CPU accesses.
+    uint64_t value = 0;
+    if (MemoryStatus s = read(rkey, true, transport::access::kRemoteAtomic, addr, &value, 8);
+        s != MemoryStatus::Ok)
+        return s;
+    original = value;
+    value = compare_swap ? (value == compare_add ? swap : value) : value + compare_add;
+    if (compare_swap && original != compare_add)
+        return MemoryStatus::Ok;
+    return write(rkey, true, transport::access::kRemoteAtomic, addr, &value, 8);
+}
+
+} // namespace softhca::engine

@@ -1,0 +1,379 @@
+// Queue pairs: the engine owns the transport state; the provider writes work requests
+// into the shared work queues and rings the doorbell, with no system call unless the
+// engine has said it sleeps.
+#include "provider.hpp"
+
+#include "softhca/device_interface/qp_ring.hpp"
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <new>
+#include <sys/mman.h>
+#include <unistd.h>
+
+namespace softhca::provider {
+
+namespace di = device_interface;
+
+namespace {
+
+Qp* to_qp(ibv_qp* qp) {
+    return reinterpret_cast<Qp*>(qp);
+}
+
+di::QpRingHeader* map_qp_ring(int fd, size_t bytes) {
+    if (fd < 0 || bytes < sizeof(di::QpRingHeader))
+        return nullptr;
+    void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (map == MAP_FAILED)
+        return nullptr;
+    auto* ring = static_cast<di::QpRingHeader*>(map);
+    if (ring->magic != di::kQpRingMagic || ring->version != di::kQpRingVersion) {
+        ::munmap(map, bytes);
+        return nullptr;
+    }
+    return ring;
+}
+
+void ring_doorbell(Qp& qp) {
+    // Publish, then look whether the engine sleeps: the fence pairs with the engine's
+    // arm-then-recheck so a post is never left unseen.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (qp.ring->doorbell_armed.load(std::memory_order_relaxed) &&
+        qp.ring->doorbell_armed.exchange(0)) {
+        const uint64_t one = 1;
+        [[maybe_unused]] ssize_t n = ::write(qp.doorbell_fd, &one, sizeof(one));
+    }
+}
+
+bool supported_send_opcode(ibv_wr_opcode opcode) {
+    switch (opcode) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM:
+    case IBV_WR_RDMA_READ:
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+        return true;
+    default:
+        return false;
+    }
+}
+
+// Checks one send work request against the QP; returns 0 or the errno to report.
+int validate_send(const Qp& qp, const ibv_send_wr& wr) {
+    if (!supported_send_opcode(wr.opcode) || wr.num_sge < 0)
+        return EINVAL;
+    const bool atomic =
+        wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+    if (wr.send_flags & IBV_SEND_INLINE) {
+        if (wr.opcode == IBV_WR_RDMA_READ || atomic)
+            return EINVAL; // nothing to send inline
+        uint64_t total = 0;
+        for (int i = 0; i < wr.num_sge; ++i)
+            total += wr.sg_list[i].length;
+        if (total > qp.caps.max_inline_data)
+            return EINVAL;
+        return 0;
+    }
+    if (static_cast<uint32_t>(wr.num_sge) > qp.caps.max_send_sge)
+        return EINVAL;
+    if (atomic && (wr.num_sge != 1 || wr.sg_list[0].length != 8))
+        return EINVAL; // an atomic returns exactly 8 bytes into one SGE
+    return 0;
+}
+
+void fill_attributes(const ibv_qp_attr& in, int mask, di::QpAttributes& out) {
+    out = {};
+    out.qp_state = in.qp_state;
+    out.cur_qp_state = in.cur_qp_state;
+    out.path_mtu = in.path_mtu;
+    out.qkey = in.qkey;
+    out.rq_psn = in.rq_psn;
+    out.sq_psn = in.sq_psn;
+    out.dest_qp_num = in.dest_qp_num;
+    out.qp_access_flags = static_cast<uint32_t>(in.qp_access_flags);
+    out.pkey_index = in.pkey_index;
+    out.port_num = in.port_num;
+    out.max_rd_atomic = in.max_rd_atomic;
+    out.max_dest_rd_atomic = in.max_dest_rd_atomic;
+    out.min_rnr_timer = in.min_rnr_timer;
+    out.timeout = in.timeout;
+    out.retry_cnt = in.retry_cnt;
+    out.rnr_retry = in.rnr_retry;
+    out.en_sqd_async_notify = in.en_sqd_async_notify;
+    if (mask & IBV_QP_AV) {
+        std::memcpy(out.dgid, in.ah_attr.grh.dgid.raw, 16);
+        out.flow_label = in.ah_attr.grh.flow_label;
+        out.sgid_index = in.ah_attr.grh.sgid_index;
+        out.hop_limit = in.ah_attr.grh.hop_limit;
+        out.traffic_class = in.ah_attr.grh.traffic_class;
+        out.sl = in.ah_attr.sl;
+        out.is_global = in.ah_attr.is_global;
+        out.ah_port_num = in.ah_attr.port_num;
+        out.dlid = in.ah_attr.dlid;
+    }
+}
+
+} // namespace
+
+ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
+    if (!attr || !attr->send_cq || !attr->recv_cq)
+        return fail_with<ibv_qp>(EINVAL);
+    if (attr->srq)
+        return fail_with<ibv_qp>(EOPNOTSUPP); // shared receive queues: a later issue
+    if (attr->qp_type != IBV_QPT_RC)
+        return fail_with<ibv_qp>(EOPNOTSUPP); // UC, UD, XRC: a later issue
+    if (attr->send_cq->context != pd->context || attr->recv_cq->context != pd->context)
+        return fail_with<ibv_qp>(EINVAL);
+    ContextState& state = state_of(pd->context);
+    auto* qp = new (std::nothrow) Qp{};
+    if (!qp)
+        return fail_with<ibv_qp>(ENOMEM);
+    di::CreateQpRequest request{};
+    request.user_handle = reinterpret_cast<uintptr_t>(&qp->vqp.qp);
+    request.pd_handle = to_pd(pd)->handle;
+    request.send_cq_handle = to_cq(attr->send_cq)->handle;
+    request.recv_cq_handle = to_cq(attr->recv_cq)->handle;
+    request.qp_type = attr->qp_type;
+    request.sq_sig_all = attr->sq_sig_all ? 1 : 0;
+    request.caps = {attr->cap.max_send_wr,  attr->cap.max_recv_wr,     attr->cap.max_send_sge,
+                    attr->cap.max_recv_sge, attr->cap.max_inline_data, 0};
+    di::CreateQpReply reply{};
+    int ring_fd = -1;
+    int err = state.control.call(di::Opcode::CreateQp, &request, sizeof(request), &reply,
+                                 sizeof(reply), -1, &ring_fd);
+    if (!err) {
+        qp->ring = map_qp_ring(ring_fd, reply.ring_bytes);
+        if (!qp->ring) {
+            di::HandleRequest destroy{};
+            destroy.handle = reply.qp_handle;
+            di::ReplyHeader ignored{};
+            state.control.call(di::Opcode::DestroyQp, &destroy, sizeof(destroy), &ignored,
+                               sizeof(ignored));
+            err = ENOMEM;
+        }
+    } else if (ring_fd >= 0) {
+        ::close(ring_fd);
+    }
+    if (err) {
+        delete qp;
+        return fail_with<ibv_qp>(err);
+    }
+    qp->handle = reply.qp_handle;
+    qp->ring_bytes = reply.ring_bytes;
+    qp->caps = reply.caps;
+    qp->doorbell_fd = state.doorbell_fd;
+    // The verbs report what was granted back through the caller's attributes.
+    attr->cap.max_send_wr = reply.caps.max_send_wr;
+    attr->cap.max_recv_wr = reply.caps.max_recv_wr;
+    attr->cap.max_send_sge = reply.caps.max_send_sge;
+    attr->cap.max_recv_sge = reply.caps.max_recv_sge;
+    attr->cap.max_inline_data = reply.caps.max_inline_data;
+
+    ibv_qp& q = qp->vqp.qp;
+    q.context = pd->context;
+    q.qp_context = attr->qp_context;
+    q.pd = pd;
+    q.send_cq = attr->send_cq;
+    q.recv_cq = attr->recv_cq;
+    q.srq = nullptr;
+    q.handle = reply.qp_handle;
+    q.qp_num = reply.qp_num;
+    q.state = IBV_QPS_RESET;
+    q.qp_type = attr->qp_type;
+    pthread_mutex_init(&q.mutex, nullptr);
+    pthread_cond_init(&q.cond, nullptr);
+    q.events_completed = 0;
+    return &q;
+}
+
+int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int attr_mask) {
+    Qp* qp = to_qp(ibqp);
+    di::ModifyQpRequest request{};
+    request.qp_handle = qp->handle;
+    request.attr_mask = static_cast<uint32_t>(attr_mask);
+    fill_attributes(*attr, attr_mask, request.attr);
+    di::ReplyHeader reply{};
+    return state_of(ibqp->context)
+        .control.call(di::Opcode::ModifyQp, &request, sizeof(request), &reply, sizeof(reply));
+}
+
+int query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int /*attr_mask*/, ibv_qp_init_attr* init_attr) {
+    Qp* qp = to_qp(ibqp);
+    di::QueryQpRequest request{};
+    request.qp_handle = qp->handle;
+    di::QueryQpReply reply{};
+    if (int err = state_of(ibqp->context)
+                      .control.call(di::Opcode::QueryQp, &request, sizeof(request), &reply,
+                                    sizeof(reply)))
+        return err;
+    const di::QpAttributes& a = reply.attr;
+    *attr = {};
+    attr->qp_state = static_cast<ibv_qp_state>(a.qp_state);
+    attr->cur_qp_state = static_cast<ibv_qp_state>(a.cur_qp_state);
+    attr->path_mtu = static_cast<ibv_mtu>(a.path_mtu);
+    attr->path_mig_state = IBV_MIG_MIGRATED;
+    attr->qkey = a.qkey;
+    attr->rq_psn = a.rq_psn;
+    attr->sq_psn = a.sq_psn;
+    attr->dest_qp_num = a.dest_qp_num;
+    attr->qp_access_flags = static_cast<int>(a.qp_access_flags);
+    attr->cap = {reply.caps.max_send_wr, reply.caps.max_recv_wr, reply.caps.max_send_sge,
+                 reply.caps.max_recv_sge, reply.caps.max_inline_data};
+    std::memcpy(attr->ah_attr.grh.dgid.raw, a.dgid, 16);
+    attr->ah_attr.grh.flow_label = a.flow_label;
+    attr->ah_attr.grh.sgid_index = a.sgid_index;
+    attr->ah_attr.grh.hop_limit = a.hop_limit;
+    attr->ah_attr.grh.traffic_class = a.traffic_class;
+    attr->ah_attr.is_global = a.is_global;
+    attr->ah_attr.sl = a.sl;
+    attr->ah_attr.port_num = a.ah_port_num;
+    attr->pkey_index = a.pkey_index;
+    attr->sq_draining = a.sq_draining;
+    attr->max_rd_atomic = a.max_rd_atomic;
+    attr->max_dest_rd_atomic = a.max_dest_rd_atomic;
+    attr->min_rnr_timer = a.min_rnr_timer;
+    attr->port_num = a.port_num ? a.port_num : 1;
+    attr->timeout = a.timeout;
+    attr->retry_cnt = a.retry_cnt;
+    attr->rnr_retry = a.rnr_retry;
+    if (init_attr) {
+        *init_attr = {};
+        init_attr->qp_context = ibqp->qp_context;
+        init_attr->send_cq = ibqp->send_cq;
+        init_attr->recv_cq = ibqp->recv_cq;
+        init_attr->srq = ibqp->srq;
+        init_attr->cap = attr->cap;
+        init_attr->qp_type = ibqp->qp_type;
+        init_attr->sq_sig_all = static_cast<int>(reply.sq_sig_all);
+    }
+    return 0;
+}
+
+int destroy_qp(ibv_qp* ibqp) {
+    Qp* qp = to_qp(ibqp);
+    di::HandleRequest request{};
+    request.handle = qp->handle;
+    di::ReplyHeader reply{};
+    int err =
+        state_of(ibqp->context)
+            .control.call(di::Opcode::DestroyQp, &request, sizeof(request), &reply, sizeof(reply));
+    if (err && err != EIO)
+        return err;
+    ::munmap(qp->ring, qp->ring_bytes);
+    delete qp; // EIO: the engine is gone and the QP with it
+    return 0;
+}
+
+int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+    Qp* qp = to_qp(ibqp);
+    // Sends are accepted from RTS on (and queue while the send queue is drained).
+    if (ibqp->state != IBV_QPS_RTS && ibqp->state != IBV_QPS_SQD && ibqp->state != IBV_QPS_ERR) {
+        *bad_wr = wr;
+        return EINVAL;
+    }
+    std::lock_guard<std::mutex> lock(qp->sq_lock);
+    di::QpRingHeader* ring = qp->ring;
+    const uint64_t completed = ring->sq_completed.load(std::memory_order_acquire);
+    int err = 0;
+    for (; wr; wr = wr->next) {
+        if ((err = validate_send(*qp, *wr)))
+            break;
+        if (qp->sq_next - completed >= ring->sq_slots) {
+            err = ENOMEM; // the send queue is full
+            break;
+        }
+        uint8_t* slot = di::qp_ring_slot(ring, true, qp->sq_next);
+        di::SendWqeHeader h{};
+        h.wr_id = wr->wr_id;
+        h.opcode = static_cast<uint8_t>(wr->opcode);
+        h.flags =
+            static_cast<uint8_t>(((wr->send_flags & IBV_SEND_SIGNALED) ? di::kSendSignaled : 0) |
+                                 ((wr->send_flags & IBV_SEND_FENCE) ? di::kSendFence : 0) |
+                                 ((wr->send_flags & IBV_SEND_SOLICITED) ? di::kSendSolicited : 0) |
+                                 ((wr->send_flags & IBV_SEND_INLINE) ? di::kSendInline : 0));
+        h.imm_data = wr->imm_data;
+        if (wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+            h.remote_addr = wr->wr.atomic.remote_addr;
+            h.rkey = wr->wr.atomic.rkey;
+            h.compare_add = wr->wr.atomic.compare_add;
+            h.swap = wr->wr.atomic.swap;
+        } else {
+            h.remote_addr = wr->wr.rdma.remote_addr;
+            h.rkey = wr->wr.rdma.rkey;
+        }
+        uint8_t* payload = slot + sizeof(h);
+        if (wr->send_flags & IBV_SEND_INLINE) {
+            // Inline data is copied now: the buffer may be reused as soon as we return.
+            uint32_t at = 0;
+            for (int i = 0; i < wr->num_sge; ++i) {
+                std::memcpy(payload + at, reinterpret_cast<const void*>(wr->sg_list[i].addr),
+                            wr->sg_list[i].length);
+                at += wr->sg_list[i].length;
+            }
+            h.length = at;
+        } else {
+            h.num_sge = static_cast<uint8_t>(wr->num_sge);
+            uint64_t total = 0;
+            for (int i = 0; i < wr->num_sge; ++i) {
+                const di::WireSge s{wr->sg_list[i].addr, wr->sg_list[i].length,
+                                    wr->sg_list[i].lkey};
+                std::memcpy(payload + i * sizeof(s), &s, sizeof(s));
+                total += s.length;
+            }
+            if (total > (1ull << 31)) {
+                err = EINVAL; // larger than a message may be (max_msg_sz)
+                break;
+            }
+            h.length = static_cast<uint32_t>(total);
+        }
+        std::memcpy(slot, &h, sizeof(h));
+        ++qp->sq_next;
+    }
+    ring->sq_producer.store(qp->sq_next, std::memory_order_release);
+    ring_doorbell(*qp);
+    if (err)
+        *bad_wr = wr;
+    return err;
+}
+
+int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+    Qp* qp = to_qp(ibqp);
+    if (ibqp->state == IBV_QPS_RESET) {
+        *bad_wr = wr;
+        return EINVAL; // receives may be posted from INIT on
+    }
+    std::lock_guard<std::mutex> lock(qp->rq_lock);
+    di::QpRingHeader* ring = qp->ring;
+    const uint64_t completed = ring->rq_completed.load(std::memory_order_acquire);
+    int err = 0;
+    for (; wr; wr = wr->next) {
+        if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->caps.max_recv_sge) {
+            err = EINVAL;
+            break;
+        }
+        if (qp->rq_next - completed >= ring->rq_slots) {
+            err = ENOMEM;
+            break;
+        }
+        uint8_t* slot = di::qp_ring_slot(ring, false, qp->rq_next);
+        di::RecvWqeHeader h{wr->wr_id, static_cast<uint32_t>(wr->num_sge), 0};
+        std::memcpy(slot, &h, sizeof(h));
+        for (int i = 0; i < wr->num_sge; ++i) {
+            const di::WireSge s{wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey};
+            std::memcpy(slot + sizeof(h) + i * sizeof(s), &s, sizeof(s));
+        }
+        ++qp->rq_next;
+    }
+    ring->rq_producer.store(qp->rq_next, std::memory_order_release);
+    ring_doorbell(*qp);
+    if (err)
+        *bad_wr = wr;
+    return err;
+}
+
+} // namespace softhca::provider
