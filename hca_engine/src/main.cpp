@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
@@ -132,6 +133,10 @@ int run(const EngineConfig& config) {
         if (!datapath.has_qps()) {
             timeout_ms = kIdleWakeMs;
         } else if (now - last_busy < kSpinNs) {
+            // Spinning with nothing to do: let the applications (which share the
+            // cores) run; they are who will give us work.
+            if (last_busy != now)
+                sched_yield();
             if (++spins % kControlCheckEvery != 0)
                 continue;
         } else {

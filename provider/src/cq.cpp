@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <new>
+#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -12,6 +13,8 @@ namespace softhca::provider {
 namespace di = device_interface;
 
 namespace {
+
+constexpr uint32_t kEmptyPollsPerYield = 16;
 
 // Maps the ring the engine sent and checks it is one. Returns nullptr on failure.
 di::CqRingHeader* map_ring(int fd, size_t bytes) {
@@ -102,6 +105,13 @@ int poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
         ++polled;
     }
     ring->consumer.store(consumer, std::memory_order_release);
+    // The card is a process that shares the CPUs with the application: an application
+    // that spins on an empty CQ gives it a turn now and then, or on a machine with few
+    // cores it would be polling for completions the engine has no CPU to produce.
+    if (polled == 0 && ++cq->empty_polls % kEmptyPollsPerYield == 0)
+        sched_yield();
+    else if (polled)
+        cq->empty_polls = 0;
     return polled;
 }
 

@@ -66,6 +66,7 @@ struct Cq {
     std::mutex lock; // poll and resize exclude each other
     device_interface::CqRingHeader* ring = nullptr;
     size_t ring_bytes = 0;
+    uint32_t empty_polls = 0; // consecutive polls that found nothing
 };
 
 inline Context* to_context(ibv_context* ibctx) {
