@@ -36,19 +36,21 @@ void RcQueuePair::retire_completed() {
         SendEntry& entry = sq_at(sq_head_);
         if (!entry.started || !entry.acked)
             break;
-        if (entry.wqe.signaled) {
-            Completion c;
-            c.wr_id = entry.wqe.wr_id;
-            c.status = WcStatus::Success;
-            c.opcode = completion_opcode(entry.wqe.opcode);
-            c.byte_len = entry.wqe.length;
-            c.qp_num = qp_num_;
-            sink_.send_completion(c);
-        }
+        Completion c;
+        c.wr_id = entry.wqe.wr_id;
+        c.status = WcStatus::Success;
+        c.opcode = completion_opcode(entry.wqe.opcode);
+        c.byte_len = entry.wqe.length;
+        c.qp_num = qp_num_;
+        const bool signaled = entry.wqe.signaled;
         if (sq_send_ == sq_head_)
             ++sq_send_;
         ++sq_head_;
+        // The slot is free before the completion is seen: an application that posts
+        // again on seeing it must find room (as many outstanding as max_send_wr).
         sink_.send_wqe_retired();
+        if (signaled)
+            sink_.send_completion(c);
     }
 }
 
@@ -71,9 +73,9 @@ void RcQueuePair::complete_send_error(SendEntry& entry, WcStatus status) {
             done.status = WcStatus::WrFlushError;
             done.opcode = completion_opcode(head.wqe.opcode);
         }
-        sink_.send_completion(done);
         ++sq_head_;
         sink_.send_wqe_retired();
+        sink_.send_completion(done);
         if (&head == &entry)
             break;
     }

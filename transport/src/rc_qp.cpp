@@ -231,8 +231,8 @@ void RcQueuePair::flush_all() {
         c.wr_id = wqe.wr_id;
         c.status = WcStatus::WrFlushError;
         c.qp_num = qp_num_;
-        sink_.send_completion(c);
         sink_.send_wqe_retired();
+        sink_.send_completion(c);
     }
     sq_send_ = sq_head_;
     for (; rq_head_ != rq_tail_; ++rq_head_) {
