@@ -236,7 +236,7 @@ TEST_CASE("verbs not implemented yet fail with EOPNOTSUPP") {
     ibv_qp_init_attr init{};
     init.send_cq = cq;
     init.recv_cq = cq;
-    init.qp_type = IBV_QPT_RC;
+    init.qp_type = IBV_QPT_UD;
     init.cap = {16, 16, 1, 1, 0};
     errno = 0;
     CHECK(ibv_create_qp(pd.pd, &init) == nullptr);
@@ -251,6 +251,114 @@ TEST_CASE("verbs not implemented yet fail with EOPNOTSUPP") {
     CHECK(errno == EOPNOTSUPP);
     CHECK(ibv_req_notify_cq(cq, 0) == EOPNOTSUPP);
     CHECK(ibv_destroy_cq(cq) == 0);
+}
+
+TEST_CASE("QP creation, the state machine and posting reject bad input") {
+    ibv_pd* pd = ibv_alloc_pd(context());
+    REQUIRE(pd);
+    ibv_cq* cq = ibv_create_cq(context(), 64, nullptr, nullptr, 0);
+    REQUIRE(cq);
+    ibv_device_attr dev{};
+    REQUIRE(ibv_query_device(context(), &dev) == 0);
+    ibv_qp_init_attr init{};
+    init.send_cq = cq;
+    init.recv_cq = cq;
+    init.qp_type = IBV_QPT_RC;
+    init.cap = {static_cast<uint32_t>(dev.max_qp_wr) + 1, 16, 1, 1, 0};
+    errno = 0;
+    CHECK(ibv_create_qp(pd, &init) == nullptr);
+    CHECK(errno == EINVAL);
+    init.cap = {16, 16, static_cast<uint32_t>(dev.max_sge) + 1, 1, 0};
+    errno = 0;
+    CHECK(ibv_create_qp(pd, &init) == nullptr);
+    CHECK(errno == EINVAL);
+
+    init.cap = {10, 10, 2, 2, 64};
+    ibv_qp* qp = ibv_create_qp(pd, &init);
+    REQUIRE(qp);
+    CHECK(init.cap.max_send_wr >= 10);
+    CHECK(init.cap.max_inline_data >= 64);
+    CHECK(qp->state == IBV_QPS_RESET);
+
+    // Resources in use cannot go away.
+    CHECK(ibv_destroy_cq(cq) == EBUSY);
+    CHECK(ibv_dealloc_pd(pd) == EBUSY);
+
+    // Posting a send before RTS, or a receive in RESET, is EINVAL.
+    static char buffer[64];
+    ibv_sge sge{reinterpret_cast<uintptr_t>(buffer), 8, 0};
+    ibv_send_wr wr{};
+    wr.opcode = IBV_WR_SEND;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_send_wr* bad = nullptr;
+    CHECK(ibv_post_send(qp, &wr, &bad) == EINVAL);
+    CHECK(bad == &wr);
+    ibv_recv_wr rwr{};
+    ibv_recv_wr* rbad = nullptr;
+    CHECK(ibv_post_recv(qp, &rwr, &rbad) == EINVAL);
+
+    // RESET -> RTR is not a transition; RESET -> INIT needs its attributes.
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_RTR;
+    CHECK(ibv_modify_qp(qp, &attr, IBV_QP_STATE) == EINVAL);
+    attr.qp_state = IBV_QPS_INIT;
+    CHECK(ibv_modify_qp(qp, &attr, IBV_QP_STATE) == EINVAL);
+    attr.pkey_index = 0;
+    attr.port_num = 2;
+    attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+    CHECK(ibv_modify_qp(qp, &attr,
+                        IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) ==
+          EINVAL);
+    attr.port_num = 1;
+    REQUIRE(ibv_modify_qp(qp, &attr,
+                          IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) ==
+            0);
+    CHECK(qp->state == IBV_QPS_INIT);
+    CHECK(ibv_post_recv(qp, &rwr, &rbad) == 0);
+
+    // INIT -> RTR without a GRH (RoCE needs one) or with a path MTU the port cannot
+    // carry is EINVAL.
+    ibv_qp_attr rtr{};
+    rtr.qp_state = IBV_QPS_RTR;
+    rtr.path_mtu = IBV_MTU_1024;
+    rtr.dest_qp_num = qp->qp_num;
+    rtr.rq_psn = 1;
+    rtr.max_dest_rd_atomic = 1;
+    rtr.min_rnr_timer = 12;
+    rtr.ah_attr.port_num = 1;
+    const int rtr_mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                         IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+    CHECK(ibv_modify_qp(qp, &rtr, rtr_mask) == EINVAL);
+    rtr.ah_attr.is_global = 1;
+    REQUIRE(ibv_query_gid(context(), 1, 0, &rtr.ah_attr.grh.dgid) == 0);
+    CHECK(ibv_modify_qp(qp, &rtr, rtr_mask & ~IBV_QP_DEST_QPN) == EINVAL);
+    REQUIRE(ibv_modify_qp(qp, &rtr, rtr_mask) == 0);
+
+    ibv_qp_attr got{};
+    ibv_qp_init_attr got_init{};
+    REQUIRE(ibv_query_qp(qp, &got, IBV_QP_STATE, &got_init) == 0);
+    CHECK(got.qp_state == IBV_QPS_RTR);
+    CHECK(got.dest_qp_num == qp->qp_num);
+    CHECK(got.path_mtu == IBV_MTU_1024);
+    CHECK(got_init.qp_type == IBV_QPT_RC);
+    CHECK(got_init.cap.max_send_wr == init.cap.max_send_wr);
+
+    // Entering ERR flushes the posted receive.
+    attr.qp_state = IBV_QPS_ERR;
+    REQUIRE(ibv_modify_qp(qp, &attr, IBV_QP_STATE) == 0);
+    ibv_wc wc{};
+    int n = 0;
+    for (int i = 0; i < 1000 && n == 0; ++i) {
+        n = ibv_poll_cq(cq, 1, &wc);
+        usleep(1000);
+    }
+    REQUIRE(n == 1);
+    CHECK(wc.status == IBV_WC_WR_FLUSH_ERR);
+
+    CHECK(ibv_destroy_qp(qp) == 0);
+    CHECK(ibv_destroy_cq(cq) == 0);
+    CHECK(ibv_dealloc_pd(pd) == 0);
 }
 
 TEST_CASE("garbage and truncated control messages get error replies; the engine serves on") {

@@ -1,0 +1,474 @@
+// End to end through the system libibverbs: RC queue pairs between two softhca devices
+// (<prefix>0 and <prefix>1) in one process. Data integrity of every operation, every
+// byte checked, atomics summed, and each error completion status provoked the way an
+// application would provoke it on a real HCA.
+#define CATCH_CONFIG_MAIN
+#include "test_device.hpp"
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+namespace {
+
+std::string device_name(int n) {
+    const char* prefix = std::getenv("SOFTHCA_PREFIX");
+    return std::string(prefix && *prefix ? prefix : "softhca") + std::to_string(n);
+}
+
+struct Device {
+    ibv_context* context = nullptr;
+    ibv_pd* pd = nullptr;
+    ibv_cq* cq = nullptr;
+    union ibv_gid gid {};
+    explicit Device(int n) {
+        context = open_test_device(device_name(n));
+        REQUIRE(context);
+        pd = ibv_alloc_pd(context);
+        cq = ibv_create_cq(context, 4096, nullptr, nullptr, 0);
+        REQUIRE((pd && cq));
+        REQUIRE(ibv_query_gid(context, 1, 0, &gid) == 0);
+    }
+    ~Device() {
+        ibv_destroy_cq(cq);
+        ibv_dealloc_pd(pd);
+        ibv_close_device(context);
+    }
+};
+
+Device& dev(int n) {
+    static std::unique_ptr<Device> devices[2];
+    if (!devices[n])
+        devices[n] = std::make_unique<Device>(n);
+    return *devices[n];
+}
+
+struct Buffer {
+    std::vector<uint8_t> bytes;
+    ibv_mr* mr = nullptr;
+    Buffer(Device& d, size_t size, int access) : bytes(size) {
+        mr = ibv_reg_mr(d.pd, bytes.data(), size, access);
+        REQUIRE(mr);
+    }
+    ~Buffer() { ibv_dereg_mr(mr); }
+    uint64_t addr(size_t offset = 0) const {
+        return reinterpret_cast<uintptr_t>(bytes.data()) + offset;
+    }
+};
+
+constexpr int kAllAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                           IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+
+ibv_qp* make_qp(Device& d, uint32_t depth = 256) {
+    ibv_qp_init_attr init{};
+    init.send_cq = d.cq;
+    init.recv_cq = d.cq;
+    init.qp_type = IBV_QPT_RC;
+    init.cap = {depth, depth, 4, 4, 128};
+    ibv_qp* qp = ibv_create_qp(d.pd, &init);
+    REQUIRE(qp);
+    return qp;
+}
+
+struct Path {
+    uint8_t rnr_retry = 7;
+    uint8_t retry_cnt = 7;
+    uint8_t timeout = 14;
+};
+
+void connect(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& remote_gid, Path path = {}) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+    REQUIRE(ibv_modify_qp(
+                qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0);
+    a = {};
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = IBV_MTU_1024;
+    a.dest_qp_num = remote_qpn;
+    a.rq_psn = 0xfffff0; // near the wrap
+    a.max_dest_rd_atomic = 4;
+    a.min_rnr_timer = 1;
+    a.ah_attr.is_global = 1;
+    a.ah_attr.grh.dgid = remote_gid;
+    a.ah_attr.grh.hop_limit = 64;
+    a.ah_attr.port_num = 1;
+    REQUIRE(ibv_modify_qp(qp, &a,
+                          IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                              IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) ==
+            0);
+    a = {};
+    a.qp_state = IBV_QPS_RTS;
+    a.sq_psn = 0xfffff0;
+    a.timeout = path.timeout;
+    a.retry_cnt = path.retry_cnt;
+    a.rnr_retry = path.rnr_retry;
+    a.max_rd_atomic = 4;
+    REQUIRE(ibv_modify_qp(qp, &a,
+                          IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                              IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC) == 0);
+}
+
+struct Pair {
+    ibv_qp* a;
+    ibv_qp* b;
+    explicit Pair(Path path = {}) : a(make_qp(dev(0))), b(make_qp(dev(1))) {
+        connect(a, b->qp_num, dev(1).gid, path);
+        connect(b, a->qp_num, dev(0).gid, path);
+    }
+    ~Pair() {
+        ibv_destroy_qp(a);
+        ibv_destroy_qp(b);
+    }
+};
+
+// Polls until `count` completions arrived on the device's CQ (bounded in time).
+std::vector<ibv_wc> wait_completions(Device& d, size_t count, int seconds = 30) {
+    std::vector<ibv_wc> out;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    while (out.size() < count && std::chrono::steady_clock::now() < deadline) {
+        ibv_wc wc[32];
+        const int n = ibv_poll_cq(d.cq, 32, wc);
+        REQUIRE(n >= 0);
+        out.insert(out.end(), wc, wc + n);
+    }
+    REQUIRE(out.size() == count);
+    return out;
+}
+
+uint8_t pattern(uint64_t seed, size_t i) {
+    return static_cast<uint8_t>((seed * 131 + i * 7 + (i >> 9)) ^ 0xa5);
+}
+
+void fill(Buffer& b, uint64_t seed, size_t offset, size_t length) {
+    for (size_t i = 0; i < length; ++i)
+        b.bytes[offset + i] = pattern(seed, i);
+}
+
+bool matches(const Buffer& b, uint64_t seed, size_t offset, size_t length) {
+    for (size_t i = 0; i < length; ++i)
+        if (b.bytes[offset + i] != pattern(seed, i))
+            return false;
+    return true;
+}
+
+void post(ibv_qp* qp, ibv_send_wr& wr) {
+    ibv_send_wr* bad = nullptr;
+    REQUIRE(ibv_post_send(qp, &wr, &bad) == 0);
+}
+
+void post_recv(ibv_qp* qp, uint64_t id, ibv_sge* sge, int num_sge) {
+    ibv_recv_wr wr{};
+    wr.wr_id = id;
+    wr.sg_list = sge;
+    wr.num_sge = num_sge;
+    ibv_recv_wr* bad = nullptr;
+    REQUIRE(ibv_post_recv(qp, &wr, &bad) == 0);
+}
+
+} // namespace
+
+TEST_CASE("RDMA WRITE, READ and SEND move patterns intact, every byte checked") {
+    Pair pair;
+    Buffer src(dev(0), 1 << 21, kAllAccess), dst(dev(1), 1 << 21, kAllAccess);
+    Buffer back(dev(0), 1 << 21, kAllAccess);
+    const size_t sizes[] = {1, 3, 1023, 1024, 1025, 4096, 65537, 1 << 20};
+    uint64_t seed = 1;
+    for (size_t size : sizes) {
+        INFO("size " << size);
+        // WRITE from two SGEs into B.
+        fill(src, seed, 0, size);
+        ibv_sge sges[2] = {
+            {src.addr(0), static_cast<uint32_t>(size / 2), src.mr->lkey},
+            {src.addr(size / 2), static_cast<uint32_t>(size - size / 2), src.mr->lkey}};
+        ibv_send_wr wr{};
+        wr.wr_id = seed;
+        wr.opcode = IBV_WR_RDMA_WRITE;
+        wr.send_flags = IBV_SEND_SIGNALED;
+        wr.sg_list = sges;
+        wr.num_sge = 2;
+        wr.wr.rdma.remote_addr = dst.addr(7);
+        wr.wr.rdma.rkey = dst.mr->rkey;
+        post(pair.a, wr);
+        auto wc = wait_completions(dev(0), 1);
+        REQUIRE(wc[0].status == IBV_WC_SUCCESS);
+        CHECK(wc[0].opcode == IBV_WC_RDMA_WRITE);
+        CHECK(wc[0].wr_id == seed);
+        CHECK(matches(dst, seed, 7, size));
+
+        // READ it back into a third buffer.
+        ibv_sge rsge{back.addr(), static_cast<uint32_t>(size), back.mr->lkey};
+        wr.opcode = IBV_WR_RDMA_READ;
+        wr.sg_list = &rsge;
+        wr.num_sge = 1;
+        post(pair.a, wr);
+        wc = wait_completions(dev(0), 1);
+        REQUIRE(wc[0].status == IBV_WC_SUCCESS);
+        CHECK(wc[0].opcode == IBV_WC_RDMA_READ);
+        CHECK(wc[0].byte_len == size);
+        CHECK(matches(back, seed, 0, size));
+
+        // SEND with immediate into a posted receive of two SGEs.
+        ++seed;
+        fill(src, seed, 0, size);
+        std::memset(dst.bytes.data(), 0, size + 64);
+        ibv_sge rs[2] = {{dst.addr(0), 100, dst.mr->lkey},
+                         {dst.addr(100), static_cast<uint32_t>(size + 64), dst.mr->lkey}};
+        post_recv(pair.b, 500 + seed, rs, 2);
+        ibv_sge ssge{src.addr(), static_cast<uint32_t>(size), src.mr->lkey};
+        wr = {};
+        wr.wr_id = seed;
+        wr.opcode = IBV_WR_SEND_WITH_IMM;
+        wr.imm_data = htobe32(0xabcd0000u + static_cast<uint32_t>(seed));
+        wr.send_flags = IBV_SEND_SIGNALED;
+        wr.sg_list = &ssge;
+        wr.num_sge = 1;
+        post(pair.a, wr);
+        wc = wait_completions(dev(0), 1);
+        REQUIRE(wc[0].status == IBV_WC_SUCCESS);
+        CHECK(wc[0].opcode == IBV_WC_SEND);
+        auto rwc = wait_completions(dev(1), 1);
+        REQUIRE(rwc[0].status == IBV_WC_SUCCESS);
+        CHECK(rwc[0].opcode == IBV_WC_RECV);
+        CHECK(rwc[0].wr_id == 500 + seed);
+        CHECK(rwc[0].byte_len == size);
+        CHECK((rwc[0].wc_flags & IBV_WC_WITH_IMM));
+        CHECK(rwc[0].imm_data == htobe32(0xabcd0000u + static_cast<uint32_t>(seed)));
+        CHECK(rwc[0].qp_num == pair.b->qp_num);
+        CHECK(rwc[0].src_qp == pair.a->qp_num);
+        CHECK(matches(dst, seed, 0, size));
+        ++seed;
+    }
+}
+
+TEST_CASE("inline sends, unsignaled requests, zero-length WRITE_WITH_IMM and zero-SGE receives") {
+    Pair pair;
+    Buffer src(dev(0), 4096, kAllAccess);
+    // Zero-length RDMA WRITE with immediate, no SGE, into a receive with no SGE.
+    post_recv(pair.b, 77, nullptr, 0);
+    ibv_send_wr wr{};
+    wr.wr_id = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    wr.imm_data = htobe32(42);
+    wr.send_flags = IBV_SEND_SIGNALED;
+    post(pair.a, wr);
+    auto wc = wait_completions(dev(0), 1);
+    CHECK(wc[0].status == IBV_WC_SUCCESS);
+    auto rwc = wait_completions(dev(1), 1);
+    CHECK(rwc[0].status == IBV_WC_SUCCESS);
+    CHECK(rwc[0].opcode == IBV_WC_RECV_RDMA_WITH_IMM);
+    CHECK(rwc[0].byte_len == 0);
+    CHECK(rwc[0].imm_data == htobe32(42));
+
+    // Ten inline sends, only the last signaled: one send completion, ten receives.
+    Buffer dst(dev(1), 4096, kAllAccess);
+    for (int i = 0; i < 10; ++i) {
+        ibv_sge rs{dst.addr(i * 128), 128, dst.mr->lkey};
+        post_recv(pair.b, 100 + i, &rs, 1);
+    }
+    char message[64];
+    for (int i = 0; i < 10; ++i) {
+        std::snprintf(message, sizeof(message), "inline message %d", i);
+        ibv_sge s{reinterpret_cast<uintptr_t>(message),
+                  static_cast<uint32_t>(std::strlen(message) + 1), 0};
+        wr = {};
+        wr.wr_id = 10 + i;
+        wr.opcode = IBV_WR_SEND;
+        wr.send_flags = IBV_SEND_INLINE | (i == 9 ? IBV_SEND_SIGNALED : 0);
+        wr.sg_list = &s;
+        wr.num_sge = 1;
+        post(pair.a, wr);
+        std::memset(message, 'x', sizeof(message)); // inline data was copied at post
+    }
+    wc = wait_completions(dev(0), 1);
+    CHECK(wc[0].wr_id == 19);
+    rwc = wait_completions(dev(1), 10);
+    for (int i = 0; i < 10; ++i) {
+        CHECK(rwc[i].wr_id == static_cast<uint64_t>(100 + i));
+        char expect[64];
+        std::snprintf(expect, sizeof(expect), "inline message %d", i);
+        CHECK(std::string(reinterpret_cast<char*>(dst.bytes.data() + i * 128)) == expect);
+    }
+}
+
+TEST_CASE("a QP connected to itself") {
+    ibv_qp* qp = make_qp(dev(0));
+    connect(qp, qp->qp_num, dev(0).gid);
+    Buffer buf(dev(0), 8192, kAllAccess);
+    fill(buf, 9, 0, 4096);
+    ibv_sge sge{buf.addr(), 4096, buf.mr->lkey};
+    ibv_send_wr wr{};
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.wr.rdma.remote_addr = buf.addr(4096);
+    wr.wr.rdma.rkey = buf.mr->rkey;
+    post(qp, wr);
+    auto wc = wait_completions(dev(0), 1);
+    CHECK(wc[0].status == IBV_WC_SUCCESS);
+    CHECK(matches(buf, 9, 4096, 4096));
+    ibv_destroy_qp(qp);
+}
+
+TEST_CASE("atomics: fetch-and-add sums and compare-and-swap") {
+    Pair pair;
+    Buffer target(dev(1), 64, kAllAccess), result(dev(0), 8 * 256, kAllAccess);
+    uint64_t expected = 0;
+    for (int i = 0; i < 200; ++i) {
+        ibv_sge sge{result.addr(8 * i), 8, result.mr->lkey};
+        ibv_send_wr wr{};
+        wr.wr_id = i;
+        wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+        wr.send_flags = IBV_SEND_SIGNALED;
+        wr.sg_list = &sge;
+        wr.num_sge = 1;
+        wr.wr.atomic.remote_addr = target.addr(8);
+        wr.wr.atomic.rkey = target.mr->rkey;
+        wr.wr.atomic.compare_add = static_cast<uint64_t>(i) * 3 + 1;
+        post(pair.a, wr);
+        auto wc = wait_completions(dev(0), 1);
+        REQUIRE(wc[0].status == IBV_WC_SUCCESS);
+        CHECK(wc[0].opcode == IBV_WC_FETCH_ADD);
+        uint64_t original;
+        std::memcpy(&original, result.bytes.data() + 8 * i, 8);
+        CHECK(original == expected); // the value before this add
+        expected += static_cast<uint64_t>(i) * 3 + 1;
+    }
+    uint64_t sum;
+    std::memcpy(&sum, target.bytes.data() + 8, 8);
+    CHECK(sum == expected);
+
+    auto cas = [&](uint64_t compare, uint64_t swap) {
+        ibv_sge sge{result.addr(), 8, result.mr->lkey};
+        ibv_send_wr wr{};
+        wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+        wr.send_flags = IBV_SEND_SIGNALED;
+        wr.sg_list = &sge;
+        wr.num_sge = 1;
+        wr.wr.atomic.remote_addr = target.addr(8);
+        wr.wr.atomic.rkey = target.mr->rkey;
+        wr.wr.atomic.compare_add = compare;
+        wr.wr.atomic.swap = swap;
+        post(pair.a, wr);
+        auto wc = wait_completions(dev(0), 1);
+        REQUIRE(wc[0].status == IBV_WC_SUCCESS);
+        CHECK(wc[0].opcode == IBV_WC_COMP_SWAP);
+        uint64_t original;
+        std::memcpy(&original, result.bytes.data(), 8);
+        return original;
+    };
+    CHECK(cas(expected + 1, 5) == expected); // no match: unchanged
+    std::memcpy(&sum, target.bytes.data() + 8, 8);
+    CHECK(sum == expected);
+    CHECK(cas(expected, 5) == expected); // match: swapped
+    std::memcpy(&sum, target.bytes.data() + 8, 8);
+    CHECK(sum == 5);
+}
+
+namespace {
+ibv_wc one_write(ibv_qp* qp, uint64_t laddr, uint32_t lkey, uint64_t raddr, uint32_t rkey) {
+    ibv_sge sge{laddr, 64, lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.wr.rdma.remote_addr = raddr;
+    wr.wr.rdma.rkey = rkey;
+    post(qp, wr);
+    return wait_completions(dev(0), 1)[0];
+}
+} // namespace
+
+TEST_CASE("a bad rkey completes with REM_ACCESS_ERR and moves the QP to ERR") {
+    Pair pair;
+    Buffer src(dev(0), 4096, kAllAccess), dst(dev(1), 4096, kAllAccess);
+    const ibv_wc wc = one_write(pair.a, src.addr(), src.mr->lkey, dst.addr(), dst.mr->rkey + 0x100);
+    CHECK(wc.status == IBV_WC_REM_ACCESS_ERR);
+    ibv_qp_attr attr{};
+    ibv_qp_init_attr init{};
+    REQUIRE(ibv_query_qp(pair.a, &attr, IBV_QP_STATE, &init) == 0);
+    CHECK(attr.qp_state == IBV_QPS_ERR);
+}
+
+TEST_CASE("a write into a read-only MR completes with REM_ACCESS_ERR") {
+    Pair pair;
+    Buffer src(dev(0), 4096, kAllAccess), ro(dev(1), 4096, IBV_ACCESS_REMOTE_READ);
+    CHECK(one_write(pair.a, src.addr(), src.mr->lkey, ro.addr(), ro.mr->rkey).status ==
+          IBV_WC_REM_ACCESS_ERR);
+}
+
+TEST_CASE("a bad lkey completes with LOC_PROT_ERR") {
+    Pair pair;
+    Buffer src(dev(0), 4096, kAllAccess), dst(dev(1), 4096, kAllAccess);
+    CHECK(one_write(pair.a, src.addr(), src.mr->lkey + 0x100, dst.addr(), dst.mr->rkey).status ==
+          IBV_WC_LOC_PROT_ERR);
+}
+
+TEST_CASE("a receive too small: LOC_LEN_ERR at the receiver, REM_INV_REQ_ERR at the sender") {
+    Pair pair;
+    Buffer src(dev(0), 4096, kAllAccess), dst(dev(1), 4096, kAllAccess);
+    ibv_sge rs{dst.addr(), 16, dst.mr->lkey};
+    post_recv(pair.b, 5, &rs, 1);
+    ibv_sge sge{src.addr(), 100, src.mr->lkey};
+    ibv_send_wr wr{};
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    post(pair.a, wr);
+    CHECK(wait_completions(dev(0), 1)[0].status == IBV_WC_REM_INV_REQ_ERR);
+    CHECK(wait_completions(dev(1), 1)[0].status == IBV_WC_LOC_LEN_ERR);
+}
+
+TEST_CASE("RNR with rnr_retry 0 completes with RNR_RETRY_EXC_ERR") {
+    Path path;
+    path.rnr_retry = 0;
+    Pair pair(path);
+    Buffer src(dev(0), 4096, kAllAccess);
+    ibv_sge sge{src.addr(), 64, src.mr->lkey};
+    ibv_send_wr wr{};
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    post(pair.a, wr); // no receive posted at B
+    CHECK(wait_completions(dev(0), 1)[0].status == IBV_WC_RNR_RETRY_EXC_ERR);
+}
+
+TEST_CASE("retries run out when the peer is gone: RETRY_EXC_ERR") {
+    Path path;
+    path.timeout = 8; // about 1 ms
+    path.retry_cnt = 2;
+    ibv_qp* a = make_qp(dev(0));
+    ibv_qp* b = make_qp(dev(1));
+    connect(a, b->qp_num, dev(1).gid, path);
+    REQUIRE(ibv_destroy_qp(b) == 0); // the peer disappears
+    Buffer src(dev(0), 4096, kAllAccess);
+    const ibv_wc wc = one_write(a, src.addr(), src.mr->lkey, 0x1000, 0x1234);
+    CHECK(wc.status == IBV_WC_RETRY_EXC_ERR);
+    ibv_destroy_qp(a);
+}
+
+TEST_CASE("an atomic on an unaligned address completes with REM_INV_REQ_ERR") {
+    Pair pair;
+    Buffer target(dev(1), 64, kAllAccess), result(dev(0), 64, kAllAccess);
+    ibv_sge sge{result.addr(), 8, result.mr->lkey};
+    ibv_send_wr wr{};
+    wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.wr.atomic.remote_addr = target.addr(4);
+    wr.wr.atomic.rkey = target.mr->rkey;
+    wr.wr.atomic.compare_add = 1;
+    post(pair.a, wr);
+    CHECK(wait_completions(dev(0), 1)[0].status == IBV_WC_REM_INV_REQ_ERR);
+}
