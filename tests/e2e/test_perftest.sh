@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# One perftest tool (Debian's perftest, unmodified) between the two devices of an
+# instance: server on <prefix>0, client on <prefix>1, over all message sizes the tool
+# allows (-a), with bounded iterations so the suite stays short. Both sides must exit 0
+# and the client must print its result table.
+#   test_perftest.sh TOOL [EXTRA ARGS...]
+source "$(dirname "$0")/lib.sh"
+tool=${1:?perftest tool}
+shift
+server_out=$(mktemp)
+trap 'kill ${server:-} 2>/dev/null || true; rm -f "$server_out"' EXIT
+port=$((20000 + RANDOM % 20000))
+args=(-x 0 -p "$port" -n 20 "$@")
+case "$tool" in
+ib_atomic_bw | ib_atomic_lat) ;; # 8-byte operations only
+*) args+=(-a) ;;
+esac
+"$SOFTHCA" exec -- timeout 240 "$tool" -d "${SOFTHCA_PREFIX}0" "${args[@]}" >"$server_out" 2>&1 &
+server=$!
+sleep 0.5
+out=$("$SOFTHCA" exec -- timeout 240 "$tool" -d "${SOFTHCA_PREFIX}1" "${args[@]}" 127.0.0.1 2>&1) ||
+    fail "$tool client failed: $out"$'\n'"server: $(cat "$server_out")"
+wait "$server" || fail "$tool server failed: $(cat "$server_out")"
+echo "$out"
+# The result table: a header line, then at least one row of numbers.
+grep -qE "#bytes" <<<"$out" || fail "no result table"
+rows=$(grep -cE "^ +[0-9]+ +[0-9]+ +[0-9.]+" <<<"$out")
+[ "$rows" -ge 1 ] || fail "no result rows"
+echo "PASS ($rows sizes)"
