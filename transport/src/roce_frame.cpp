@@ -9,22 +9,39 @@ namespace softhca::transport {
 
 namespace {
 
-// CRC-32 (IEEE 802.3 polynomial, reflected), table driven.
-constexpr std::array<uint32_t, 256> make_crc_table() {
-    std::array<uint32_t, 256> table{};
+// CRC-32 (IEEE 802.3 polynomial, reflected), slicing by 8: eight tables let the loop
+// consume eight bytes per step, which keeps the ICRC off the critical path of a packet.
+constexpr std::array<std::array<uint32_t, 256>, 8> make_crc_tables() {
+    std::array<std::array<uint32_t, 256>, 8> t{};
     for (uint32_t i = 0; i < 256; ++i) {
         uint32_t c = i;
         for (int k = 0; k < 8; ++k)
             c = (c & 1) ? 0xedb88320u ^ (c >> 1) : c >> 1;
-        table[i] = c;
+        t[0][i] = c;
     }
-    return table;
+    for (uint32_t i = 0; i < 256; ++i)
+        for (size_t k = 1; k < 8; ++k)
+            t[k][i] = (t[k - 1][i] >> 8) ^ t[0][t[k - 1][i] & 0xff];
+    return t;
 }
-constexpr std::array<uint32_t, 256> kCrcTable = make_crc_table();
+constexpr auto kCrcTables = make_crc_tables();
 
 uint32_t crc32_update(uint32_t crc, const uint8_t* p, size_t n) {
+    while (n >= 8) {
+        const uint32_t lo = crc ^ (static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 |
+                                   static_cast<uint32_t>(p[2]) << 16 |
+                                   static_cast<uint32_t>(p[3]) << 24);
+        const uint32_t hi = static_cast<uint32_t>(p[4]) | static_cast<uint32_t>(p[5]) << 8 |
+                            static_cast<uint32_t>(p[6]) << 16 | static_cast<uint32_t>(p[7]) << 24;
+        crc = kCrcTables[7][lo & 0xff] ^ kCrcTables[6][(lo >> 8) & 0xff] ^
+              kCrcTables[5][(lo >> 16) & 0xff] ^ kCrcTables[4][lo >> 24] ^
+              kCrcTables[3][hi & 0xff] ^ kCrcTables[2][(hi >> 8) & 0xff] ^
+              kCrcTables[1][(hi >> 16) & 0xff] ^ kCrcTables[0][hi >> 24];
+        p += 8;
+        n -= 8;
+    }
     for (size_t i = 0; i < n; ++i)
-        crc = kCrcTable[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
+        crc = kCrcTables[0][(crc ^ p[i]) & 0xff] ^ (crc >> 8);
     return crc;
 }
 
