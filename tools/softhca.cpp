@@ -36,15 +36,16 @@ namespace fs = std::filesystem;
 namespace {
 
 int usage() {
-    std::cerr << "usage: softhca up [--prefix P] [--port DEVARGS@IPV4[%NETDEV]]... [--mtu N]\n"
-                 "                  [--memory-mb MB]\n"
-                 "       softhca down [--prefix P]\n"
-                 "       softhca status [--prefix P]\n"
-                 "       softhca env [--prefix P]\n"
-                 "       softhca exec [--prefix P] -- CMD [ARGS...]\n"
-                 "       softhca port [--prefix P] DEVICE down|up\n"
-                 "Without --port, up creates two devices wired back to back inside the\n"
-                 "engine (P0 at 198.18.0.1, P1 at 198.18.0.2).\n";
+    std::cerr
+        << "usage: softhca up [--prefix P] [--port DEVARGS@IPV4[%NETDEV]]... [--mtu N]\n"
+           "                  [--memory-mb MB] [--faults drop=P,dup=P,reorder=P,corrupt=P,seed=N]\n"
+           "       softhca down [--prefix P]\n"
+           "       softhca status [--prefix P]\n"
+           "       softhca env [--prefix P]\n"
+           "       softhca exec [--prefix P] -- CMD [ARGS...]\n"
+           "       softhca port [--prefix P] DEVICE down|up\n"
+           "Without --port, up creates two devices wired back to back inside the\n"
+           "engine (P0 at 198.18.0.1, P1 at 198.18.0.2).\n";
     return 2;
 }
 

@@ -472,6 +472,10 @@ std::string ControlServer::status_report() const {
             << k.tx_dropped << " rx_unhandled " << k.rx_unhandled << " rx_bad_icrc "
             << k.rx_bad_icrc << " rx_malformed " << k.rx_malformed << " rx_no_qp " << k.rx_no_qp
             << " arp_requests " << k.arp_requests << " arp_replies " << k.arp_replies << "\n";
+        if (p.faults.enabled())
+            out << "  faults injected: dropped " << p.faults.dropped << " duplicated "
+                << p.faults.duplicated << " reordered " << p.faults.reordered << " corrupted "
+                << p.faults.corrupted << "\n";
     }
     size_t pds = 0, mrs = 0, cqs = 0, qps = 0, contexts = 0;
     for (const auto& [fd, c] : connections_) {

@@ -12,6 +12,7 @@ const char* engine_usage() {
     return "usage: softhca-engine --run-dir DIR --provider-prefix PATH [--prefix NAME]\n"
            "                      [--mtu BYTES] [--memory-mb MB] [--driver-dir DIR]\n"
            "                      [--cdev-dir DIR] [--port DEVARGS@IPV4[%NETDEV]]...\n"
+           "                      [--faults drop=P,dup=P,reorder=P,corrupt=P,seed=N]\n"
            "Without --port: two devices wired back to back inside the engine,\n"
            "198.18.0.1 and 198.18.0.2.\n";
 }
@@ -102,6 +103,11 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
                 error = "--memory-mb must be 64..65536";
                 return std::nullopt;
             }
+        } else if (arg == "--faults" && (v = value())) {
+            auto faults = parse_fault_config(v, error);
+            if (!faults)
+                return std::nullopt;
+            config.faults = *faults;
         } else if (arg == "--port" && (v = value())) {
             PortConfig port;
             if (!parse_port(v, port, error))

@@ -2,6 +2,8 @@
 // ports (one device per port). Parsed from the command line of softhca-engine.
 #pragma once
 
+#include "fault_injector.hpp"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -26,6 +28,7 @@ struct EngineConfig {
     uint32_t eth_mtu = 9000;
     uint32_t memory_mb = 256;
     std::vector<PortConfig> ports; // empty: the built-in wire with two devices
+    FaultConfig faults;            // applied to every port's transmit side
 
     std::string socket_path() const { return run_dir + "/engine.sock"; }
     std::string sysfs_root() const { return run_dir + "/sysfs"; }

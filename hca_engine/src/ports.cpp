@@ -7,6 +7,7 @@
 #include <rte_ring.h>
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 #include <unistd.h>
 
@@ -35,6 +36,7 @@ struct PortSet::Dpdk {
     struct TxQueue {
         rte_mbuf* burst[kBurst];
         uint16_t count = 0;
+        rte_mbuf* held = nullptr; // a frame the fault injector sends late
     };
     std::vector<TxQueue> tx;
     bool eal_up = false;
@@ -152,12 +154,17 @@ PortSet::PortSet(const EngineConfig& config) : dpdk_(std::make_unique<Dpdk>()) {
         rte_eth_link_get_nowait(id, &link);
         info.link_up = link.link_status == RTE_ETH_LINK_UP;
         info.link_speed_mbps = link.link_speed;
+        info.faults = FaultInjector(config.faults, ports_.size());
         ports_.push_back(info);
     }
     dpdk_->tx.resize(ports_.size());
 }
 
 PortSet::~PortSet() {
+    for (auto& queue : dpdk_->tx)
+        if (queue.held)
+            rte_pktmbuf_free(queue.held);
+    flush();
     for (const auto& info : ports_) {
         rte_eth_dev_stop(info.dpdk_port);
         rte_eth_dev_close(info.dpdk_port);
@@ -240,14 +247,45 @@ void PortSet::tx_abort(TxFrame& frame) {
 
 void PortSet::tx_queue(size_t index, TxFrame& frame, uint32_t length) {
     auto* m = static_cast<rte_mbuf*>(frame.handle);
+    frame.handle = nullptr;
     m->data_len = static_cast<uint16_t>(length);
     m->pkt_len = length;
     auto& queue = dpdk_->tx[index];
-    queue.burst[queue.count++] = m;
-    ports_[index].counters.tx_bytes += length;
-    frame.handle = nullptr;
-    if (queue.count == kBurst)
-        flush();
+    auto enqueue = [&](rte_mbuf* mbuf) {
+        queue.burst[queue.count++] = mbuf;
+        ports_[index].counters.tx_bytes += rte_pktmbuf_pkt_len(mbuf);
+        if (queue.count == kBurst)
+            flush();
+    };
+    FaultInjector& faults = ports_[index].faults;
+    if (!faults.enabled()) {
+        enqueue(m);
+        return;
+    }
+    // Past the Ethernet, IP and UDP headers, so damage is the ICRC's to find.
+    const FaultDecision d = faults.decide(length, 14 + 20 + 8);
+    if (d.drop) {
+        rte_pktmbuf_free(m);
+        return;
+    }
+    if (d.corrupt_at >= 0)
+        rte_pktmbuf_mtod(m, uint8_t*)[d.corrupt_at] ^= 0x5a;
+    if (d.duplicate) {
+        if (rte_mbuf* copy = rte_pktmbuf_alloc(dpdk_->pools[index])) {
+            std::memcpy(rte_pktmbuf_append(copy, static_cast<uint16_t>(length)),
+                        rte_pktmbuf_mtod(m, const uint8_t*), length);
+            enqueue(copy);
+        }
+    }
+    if (d.hold && !queue.held) {
+        queue.held = m; // goes out after the next frame
+        return;
+    }
+    enqueue(m);
+    if (queue.held) {
+        enqueue(queue.held);
+        queue.held = nullptr;
+    }
 }
 
 size_t PortSet::flush() {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "engine_config.hpp"
+#include "fault_injector.hpp"
 #include "softhca/transport/roce_address.hpp"
 
 #include <cstdint>
@@ -49,6 +50,7 @@ struct PortInfo {
     uint32_t eth_mtu = 1500;
     uint32_t max_eth_mtu = 1500;
     uint32_t link_speed_mbps = 0;
+    FaultInjector faults; // off unless configured
     bool link_up = false; // the link as DPDK reports it, and the port administratively up
     bool admin_up = true;
     PortCounters counters;

@@ -1,5 +1,7 @@
 #include "process_memory.hpp"
 
+#include <fstream>
+#include <string>
 #include <sys/uio.h>
 
 namespace softhca::engine {
@@ -21,6 +23,21 @@ MemoryStatus ProcessMemory::resolve(uint32_t key, bool remote, uint32_t rights, 
     return MemoryStatus::Ok;
 }
 
+MemoryStatus ProcessMemory::failure() {
+    // Only on the error path: tell an exited (or exiting, zombie) owner from a bad page.
+    // The engine will destroy the QP when it sees the owner's socket close.
+    if (!gone_) {
+        std::ifstream stat("/proc/" + std::to_string(pid_) + "/stat");
+        std::string text;
+        std::getline(stat, text);
+        const auto paren = text.rfind(')');
+        gone_ = !stat || paren == std::string::npos || paren + 2 >= text.size() ||
+                text[paren + 2] == 'Z' || text[paren + 2] == 'X';
+    }
+    ++faults_;
+    return gone_ ? MemoryStatus::Gone : MemoryStatus::Fault;
+}
+
 MemoryStatus ProcessMemory::check(uint32_t key, bool remote, uint32_t rights, uint64_t addr,
                                   uint64_t length) {
     uint64_t ignored;
@@ -34,10 +51,8 @@ MemoryStatus ProcessMemory::read(uint32_t key, bool remote, uint32_t rights, uin
         return s;
     iovec local{dst, length};
     iovec far{reinterpret_cast<void*>(at), length};
-    if (::process_vm_readv(pid_, &local, 1, &far, 1, 0) != static_cast<ssize_t>(length)) {
-        ++faults_;
-        return MemoryStatus::Fault;
-    }
+    if (::process_vm_readv(pid_, &local, 1, &far, 1, 0) != static_cast<ssize_t>(length))
+        return failure();
     return MemoryStatus::Ok;
 }
 
@@ -48,10 +63,8 @@ MemoryStatus ProcessMemory::write(uint32_t key, bool remote, uint32_t rights, ui
         return s;
     iovec local{const_cast<void*>(src), length};
     iovec far{reinterpret_cast<void*>(at), length};
-    if (::process_vm_writev(pid_, &local, 1, &far, 1, 0) != static_cast<ssize_t>(length)) {
-        ++faults_;
-        return MemoryStatus::Fault;
-    }
+    if (::process_vm_writev(pid_, &local, 1, &far, 1, 0) != static_cast<ssize_t>(length))
+        return failure();
     return MemoryStatus::Ok;
 }
 

@@ -32,7 +32,9 @@ class ProcessMemory : public transport::MemoryAccess {
     // Validates and translates a (key, address) range to an address in the process.
     transport::MemoryStatus resolve(uint32_t key, bool remote, uint32_t rights, uint64_t addr,
                                     uint64_t length, uint64_t& process_addr);
+    transport::MemoryStatus failure();
     pid_t pid_;
+    bool gone_ = false;
     const ContextResources& context_;
     uint32_t pd_;
     uint64_t faults_ = 0;

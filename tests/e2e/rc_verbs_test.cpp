@@ -173,7 +173,7 @@ void post_recv(ibv_qp* qp, uint64_t id, ibv_sge* sge, int num_sge) {
 
 } // namespace
 
-TEST_CASE("RDMA WRITE, READ and SEND move patterns intact, every byte checked") {
+TEST_CASE("RDMA WRITE READ and SEND move patterns intact with every byte checked", "[integrity]") {
     Pair pair;
     Buffer src(dev(0), 1 << 21, kAllAccess), dst(dev(1), 1 << 21, kAllAccess);
     Buffer back(dev(0), 1 << 21, kAllAccess);
@@ -316,7 +316,7 @@ TEST_CASE("a QP connected to itself") {
     ibv_destroy_qp(qp);
 }
 
-TEST_CASE("atomics: fetch-and-add sums and compare-and-swap") {
+TEST_CASE("atomics: fetch-and-add sums and compare-and-swap", "[integrity]") {
     Pair pair;
     Buffer target(dev(1), 64, kAllAccess), result(dev(0), 8 * 256, kAllAccess);
     uint64_t expected = 0;

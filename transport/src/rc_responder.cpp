@@ -168,9 +168,15 @@ bool RcQueuePair::accept_send(const IbPacket& packet, uint32_t psn) {
         responder_nak(aeth::kNak | aeth::kNakInvalidRequest, psn, true);
         return false;
     }
-    if (packet.payload_length &&
-        scatter(memory_, wqe.sge.data(), wqe.num_sge, message_offset_, packet.payload,
-                packet.payload_length) != MemoryStatus::Ok) {
+    const MemoryStatus written =
+        packet.payload_length ? scatter(memory_, wqe.sge.data(), wqe.num_sge, message_offset_,
+                                        packet.payload, packet.payload_length)
+                              : MemoryStatus::Ok;
+    if (written == MemoryStatus::Gone) {
+        ++counters_.dropped; // as if the QP were already destroyed: nothing answers
+        return false;
+    }
+    if (written != MemoryStatus::Ok) {
         Completion c;
         c.wr_id = wqe.wr_id;
         c.status = WcStatus::LocalProtectionError;
@@ -228,9 +234,15 @@ bool RcQueuePair::accept_write(const IbPacket& packet, uint32_t psn) {
         in_progress_ = info.starts_message() ? OpKind::Invalid : OpKind::Write;
         return false;
     }
-    if (packet.payload_length &&
-        memory_.write(write_rkey_, true, access::kRemoteWrite, write_va_, packet.payload,
-                      packet.payload_length) != MemoryStatus::Ok) {
+    const MemoryStatus written =
+        packet.payload_length ? memory_.write(write_rkey_, true, access::kRemoteWrite, write_va_,
+                                              packet.payload, packet.payload_length)
+                              : MemoryStatus::Ok;
+    if (written == MemoryStatus::Gone) {
+        ++counters_.dropped;
+        return false;
+    }
+    if (written != MemoryStatus::Ok) {
         in_progress_ = OpKind::Invalid;
         responder_nak(aeth::kNak | aeth::kNakRemoteAccessError, psn, true);
         return false;
@@ -288,9 +300,16 @@ bool RcQueuePair::accept_atomic(const IbPacket& packet, uint32_t psn) {
     }
     uint64_t original = 0;
     const bool compare_swap = packet.info->kind == OpKind::CompareSwap;
-    if (!(attr_.access & access::kRemoteAtomic) ||
-        memory_.atomic(a.rkey(), a.va(), compare_swap, compare_swap ? a.compare() : a.swap_add(),
-                       a.swap_add(), original) != MemoryStatus::Ok) {
+    const MemoryStatus done =
+        attr_.access & access::kRemoteAtomic
+            ? memory_.atomic(a.rkey(), a.va(), compare_swap,
+                             compare_swap ? a.compare() : a.swap_add(), a.swap_add(), original)
+            : MemoryStatus::NoAccess;
+    if (done == MemoryStatus::Gone) {
+        ++counters_.dropped;
+        return false;
+    }
+    if (done != MemoryStatus::Ok) {
         responder_nak(aeth::kNak | aeth::kNakRemoteAccessError, psn, true);
         return false;
     }
@@ -373,8 +392,14 @@ size_t RcQueuePair::build_response(uint8_t* buffer, size_t capacity) {
                                             attr_.pkey, attr_.dest_qp, false, psn);
         if (info.has(header_flag::kAeth))
             reinterpret_cast<Aeth*>(buffer + o.aeth)->set(ack_syndrome(), msn_);
-        if (payload && memory_.read(r.rkey, true, access::kRemoteRead, r.va + offset,
-                                    buffer + o.payload, payload) != MemoryStatus::Ok) {
+        const MemoryStatus read = payload ? memory_.read(r.rkey, true, access::kRemoteRead,
+                                                         r.va + offset, buffer + o.payload, payload)
+                                          : MemoryStatus::Ok;
+        if (read == MemoryStatus::Gone) {
+            r.active = false;
+            return 0;
+        }
+        if (read != MemoryStatus::Ok) {
             // The memory went away under an accepted read.
             r.active = false;
             responder_nak(aeth::kNak | aeth::kNakRemoteAccessError, psn, true);

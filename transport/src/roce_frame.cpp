@@ -28,9 +28,9 @@ constexpr auto kCrcTables = make_crc_tables();
 
 uint32_t crc32_update(uint32_t crc, const uint8_t* p, size_t n) {
     while (n >= 8) {
-        const uint32_t lo = crc ^ (static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 |
-                                   static_cast<uint32_t>(p[2]) << 16 |
-                                   static_cast<uint32_t>(p[3]) << 24);
+        const uint32_t lo =
+            crc ^ (static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 |
+                   static_cast<uint32_t>(p[2]) << 16 | static_cast<uint32_t>(p[3]) << 24);
         const uint32_t hi = static_cast<uint32_t>(p[4]) | static_cast<uint32_t>(p[5]) << 8 |
                             static_cast<uint32_t>(p[6]) << 16 | static_cast<uint32_t>(p[7]) << 24;
         crc = kCrcTables[7][lo & 0xff] ^ kCrcTables[6][(lo >> 8) & 0xff] ^

@@ -16,6 +16,7 @@ enum class MemoryStatus : uint8_t {
     NoAccess,   // the region lacks the rights asked for
     OutOfRange, // outside the region
     Fault,      // the memory behind the region is gone
+    Gone,       // the process owning the memory has exited: the QP is going away too
 };
 
 // Rights asked for, numerically the verbs access flags.

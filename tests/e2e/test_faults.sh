@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The built-in wire with a fault injector on both ports. First 1% drop plus 1%
+# duplication and 1% reordering (and a little corruption): ib_write_bw, ib_read_bw and
+# ib_send_bw complete, and the RC data-integrity and atomics tests pass with every byte
+# checked. Then corruption alone: the ICRC rejects every corrupted frame and the same
+# byte-checking tests pass.
+#   test_faults.sh RC_VERBS_TEST
+source "$(dirname "$0")/lib.sh"
+RC_VERBS_TEST=${1:?path to rc_verbs_test}
+trap '"$SOFTHCA" down >/dev/null 2>&1 || true; rm -f "${server_out:-}"' EXIT
+server_out=$(mktemp)
+
+run_perftest() {
+    local tool=$1 port=$((30000 + RANDOM % 20000))
+    "$SOFTHCA" exec -- timeout 120 "$tool" -d "${SOFTHCA_PREFIX}0" -x 0 -p "$port" -n 500 \
+        -s 16384 >"$server_out" 2>&1 &
+    local server=$!
+    sleep 0.5
+    out=$("$SOFTHCA" exec -- timeout 120 "$tool" -d "${SOFTHCA_PREFIX}1" -x 0 -p "$port" -n 500 \
+        -s 16384 127.0.0.1 2>&1) || fail "$tool failed under faults: $out"
+    wait "$server" || fail "$tool server failed under faults: $(cat "$server_out")"
+    echo "$tool under faults: $(grep -E '^ +16384' <<<"$out")"
+}
+
+# Sums a counter over both ports of `softhca status`.
+port_total() {
+    "$SOFTHCA" status | grep -oE "$1 [0-9]+" | awk '{s += $2} END {print s + 0}'
+}
+
+"$SOFTHCA" up --faults drop=0.01,dup=0.01,reorder=0.01,corrupt=0.002,seed=11 >/dev/null ||
+    fail "softhca up with faults failed"
+for tool in ib_write_bw ib_read_bw ib_send_bw; do
+    run_perftest "$tool"
+done
+"$SOFTHCA" exec -- env SOFTHCA_PREFIX="$SOFTHCA_PREFIX" timeout 300 "$RC_VERBS_TEST" ||
+    fail "RC data integrity under loss, duplication and reordering"
+"$SOFTHCA" status
+[ "$(port_total dropped)" -gt 0 ] || fail "no drops were injected"
+[ "$(port_total reordered)" -gt 0 ] || fail "no reordering was injected"
+"$SOFTHCA" down >/dev/null
+
+"$SOFTHCA" up --faults corrupt=0.01,seed=5 >/dev/null || fail "softhca up with corruption failed"
+"$SOFTHCA" exec -- env SOFTHCA_PREFIX="$SOFTHCA_PREFIX" timeout 300 "$RC_VERBS_TEST" \
+    "[integrity]" ||
+    fail "a corrupted byte reached memory"
+corrupted=$(port_total corrupted)
+rejected=$(port_total rx_bad_icrc)
+echo "corrupted frames: $corrupted, rejected by the ICRC: $rejected"
+[ "$corrupted" -gt 0 ] || fail "no corruption was injected"
+# Every corrupted RoCE frame fails the ICRC (an ARP frame damaged in its padding is not
+# RoCE and is not counted).
+[ "$rejected" -ge $((corrupted - 2)) ] && [ "$rejected" -le "$corrupted" ] ||
+    fail "corrupted $corrupted frames but the ICRC rejected $rejected"
+echo PASS
