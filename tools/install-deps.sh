@@ -11,7 +11,7 @@ packages=(
     # The engine's ports (EAL, ethdev, ring/af_packet/memif/tap PMDs)
     libdpdk-dev
     # Tests: Catch2, real verbs programs and rdma-core's Python bindings
-    catch2 ibverbs-utils python3-pyverbs
+    catch2 ibverbs-utils python3-pyverbs perftest
     # Tests and scripts: network namespaces and process inspection
     iproute2 procps
 )

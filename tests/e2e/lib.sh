@@ -28,3 +28,25 @@ wait_until() {
         sleep 0.1
     done
 }
+
+# Two ends of a connection: by default both devices of one instance on this host;
+# test_two_namespaces.sh points them at two engines in two network namespaces.
+SERVER_PREFIX=${SERVER_PREFIX:-$SOFTHCA_PREFIX}
+CLIENT_PREFIX=${CLIENT_PREFIX:-$SOFTHCA_PREFIX}
+SERVER_DEV=${SERVER_DEV:-${SOFTHCA_PREFIX}0}
+CLIENT_DEV=${CLIENT_DEV:-${SOFTHCA_PREFIX}1}
+SERVER_ADDR=${SERVER_ADDR:-127.0.0.1}
+on_server() {
+    if [ -n "${SERVER_NS:-}" ]; then
+        ip netns exec "$SERVER_NS" "$SOFTHCA" exec --prefix "$SERVER_PREFIX" -- "$@"
+    else
+        "$SOFTHCA" exec --prefix "$SERVER_PREFIX" -- "$@"
+    fi
+}
+on_client() {
+    if [ -n "${CLIENT_NS:-}" ]; then
+        ip netns exec "$CLIENT_NS" "$SOFTHCA" exec --prefix "$CLIENT_PREFIX" -- "$@"
+    else
+        "$SOFTHCA" exec --prefix "$CLIENT_PREFIX" -- "$@"
+    fi
+}

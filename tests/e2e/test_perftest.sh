@@ -15,10 +15,10 @@ case "$tool" in
 ib_atomic_bw | ib_atomic_lat) ;; # 8-byte operations only
 *) args+=(-a) ;;
 esac
-"$SOFTHCA" exec -- timeout 240 "$tool" -d "${SOFTHCA_PREFIX}0" "${args[@]}" >"$server_out" 2>&1 &
+on_server timeout 240 "$tool" -d "$SERVER_DEV" "${args[@]}" >"$server_out" 2>&1 &
 server=$!
 sleep 0.5
-out=$("$SOFTHCA" exec -- timeout 240 "$tool" -d "${SOFTHCA_PREFIX}1" "${args[@]}" 127.0.0.1 2>&1) ||
+out=$(on_client timeout 240 "$tool" -d "$CLIENT_DEV" "${args[@]}" "$SERVER_ADDR" 2>&1) ||
     fail "$tool client failed: $out"$'\n'"server: $(cat "$server_out")"
 wait "$server" || fail "$tool server failed: $(cat "$server_out")"
 echo "$out"

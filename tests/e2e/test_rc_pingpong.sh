@@ -9,12 +9,12 @@ port=$((18515 + RANDOM % 1000))
 for size in 1 4096 65536 1048576; do
     iters=200
     [ "$size" -ge 1048576 ] && iters=20
-    "$SOFTHCA" exec -- timeout 60 ibv_rc_pingpong -d "${SOFTHCA_PREFIX}0" -g 0 -p "$port" -s "$size" \
+    on_server timeout 60 ibv_rc_pingpong -d "$SERVER_DEV" -g 0 -p "$port" -s "$size" \
         -n "$iters" -c >"$server_out" 2>&1 &
     server=$!
     sleep 0.3
-    out=$("$SOFTHCA" exec -- timeout 60 ibv_rc_pingpong -d "${SOFTHCA_PREFIX}1" -g 0 -p "$port" \
-        -s "$size" -n "$iters" -c 127.0.0.1 2>&1) || fail "client failed at size $size: $out"
+    out=$(on_client timeout 60 ibv_rc_pingpong -d "$CLIENT_DEV" -g 0 -p "$port" \
+        -s "$size" -n "$iters" -c "$SERVER_ADDR" 2>&1) || fail "client failed at size $size: $out"
     wait "$server" || fail "server failed at size $size: $(cat "$server_out")"
     echo "size $size: $(tail -1 <<<"$out")"
     grep -q "$iters iters in" <<<"$out" || fail "no result line at size $size"

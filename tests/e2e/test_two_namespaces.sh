@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Two hosts on one machine (tools/netns-pair.sh): two namespaces joined by a veth pair,
+# an engine in each on a DPDK af_packet port. ibv_rc_pingpong at every size and the
+# eight perftest RC tools run between them, over a real kernel link.
+source "$(dirname "$0")/lib.sh"
+here=$(cd "$(dirname "$0")" && pwd)
+pair=${SOFTHCA_PREFIX}
+export SOFTHCA
+trap '"$here/../../tools/netns-pair.sh" down "$pair" >/dev/null 2>&1 || true' EXIT
+"$here/../../tools/netns-pair.sh" down "$pair" >/dev/null 2>&1 || true
+"$here/../../tools/netns-pair.sh" up "$pair" || fail "netns-pair up failed"
+
+export SERVER_NS="$pair-a" CLIENT_NS="$pair-b"
+export SERVER_PREFIX="${pair}a" CLIENT_PREFIX="${pair}b"
+export SERVER_DEV="${pair}a0" CLIENT_DEV="${pair}b0" SERVER_ADDR=198.18.2.1
+
+"$here/test_rc_pingpong.sh" || fail "ibv_rc_pingpong across namespaces"
+for tool in ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw ib_send_lat ib_write_lat \
+    ib_read_lat ib_atomic_lat; do
+    "$here/test_perftest.sh" "$tool" | tail -3 || fail "$tool across namespaces"
+done
+ip netns exec "$SERVER_NS" "$SOFTHCA" status --prefix "$SERVER_PREFIX" | head -3
+echo PASS

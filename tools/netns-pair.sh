@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Two hosts on one machine: two network namespaces joined by a veth pair, each with a
+# softhca engine on a DPDK af_packet port bound to its end of the pair.
+#
+#   tools/netns-pair.sh up NAME     # namespaces NAME-a and NAME-b, 198.18.2.1 and .2
+#   tools/netns-pair.sh down NAME   # stop both engines, delete the namespaces
+#
+# Devices: in NAME-a the instance "<NAME>a" (device <NAME>a0 at 198.18.2.1), in NAME-b
+# "<NAME>b" (device <NAME>b0 at 198.18.2.2). Run programs on a host with
+#   ip netns exec NAME-a softhca exec --prefix <NAME>a -- PROGRAM ...
+# The kernel interface of each namespace carries the same address, so TCP side
+# channels (perftest, the pingpongs) reach the other host over the same veth.
+# NAME must be 1..10 characters of [a-z0-9].
+set -euo pipefail
+cmd=${1:?up|down}
+name=${2:?name}
+[[ "$name" =~ ^[a-z0-9]{1,10}$ ]] || { echo "netns-pair: bad name '$name'" >&2; exit 2; }
+softhca=${SOFTHCA:-$(cd "$(dirname "$0")/.." && pwd)/build/tools/softhca}
+ns_a="$name-a" ns_b="$name-b"
+veth_a="${name}va" veth_b="${name}vb"
+
+case "$cmd" in
+up)
+    ip netns add "$ns_a"
+    ip netns add "$ns_b"
+    ip link add "$veth_a" netns "$ns_a" type veth peer name "$veth_b" netns "$ns_b"
+    ip -n "$ns_a" addr add 198.18.2.1/24 dev "$veth_a"
+    ip -n "$ns_b" addr add 198.18.2.2/24 dev "$veth_b"
+    for ns in "$ns_a" "$ns_b"; do
+        ip -n "$ns" link set lo up
+    done
+    ip -n "$ns_a" link set "$veth_a" up
+    ip -n "$ns_b" link set "$veth_b" up
+    ip netns exec "$ns_a" "$softhca" up --prefix "${name}a" \
+        --port "net_af_packet0,iface=$veth_a@198.18.2.1" >/dev/null
+    ip netns exec "$ns_b" "$softhca" up --prefix "${name}b" \
+        --port "net_af_packet0,iface=$veth_b@198.18.2.2" >/dev/null
+    echo "netns-pair: $ns_a (${name}a0, 198.18.2.1) <-> $ns_b (${name}b0, 198.18.2.2)"
+    ;;
+down)
+    ip netns exec "$ns_a" "$softhca" down --prefix "${name}a" >/dev/null 2>&1 || true
+    ip netns exec "$ns_b" "$softhca" down --prefix "${name}b" >/dev/null 2>&1 || true
+    ip netns del "$ns_a" 2>/dev/null || true
+    ip netns del "$ns_b" 2>/dev/null || true
+    ;;
+*)
+    echo "usage: netns-pair.sh up|down NAME" >&2
+    exit 2
+    ;;
+esac
