@@ -39,6 +39,7 @@ int usage() {
     std::cerr
         << "usage: softhca up [--prefix P] [--port DEVARGS@IPV4[%NETDEV]]... [--mtu N]\n"
            "                  [--memory-mb MB] [--faults drop=P,dup=P,reorder=P,corrupt=P,seed=N]\n"
+           "                  [--pcap PATH_PREFIX]\n"
            "       softhca down [--prefix P]\n"
            "       softhca status [--prefix P]\n"
            "       softhca env [--prefix P]\n"

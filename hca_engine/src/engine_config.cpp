@@ -13,6 +13,7 @@ const char* engine_usage() {
            "                      [--mtu BYTES] [--memory-mb MB] [--driver-dir DIR]\n"
            "                      [--cdev-dir DIR] [--port DEVARGS@IPV4[%NETDEV]]...\n"
            "                      [--faults drop=P,dup=P,reorder=P,corrupt=P,seed=N]\n"
+           "                      [--pcap PATH_PREFIX]\n"
            "Without --port: two devices wired back to back inside the engine,\n"
            "198.18.0.1 and 198.18.0.2.\n";
 }
@@ -103,6 +104,8 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
                 error = "--memory-mb must be 64..65536";
                 return std::nullopt;
             }
+        } else if (arg == "--pcap" && (v = value())) {
+            config.pcap_prefix = v;
         } else if (arg == "--faults" && (v = value())) {
             auto faults = parse_fault_config(v, error);
             if (!faults)

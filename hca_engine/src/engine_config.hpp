@@ -29,6 +29,8 @@ struct EngineConfig {
     uint32_t memory_mb = 256;
     std::vector<PortConfig> ports; // empty: the built-in wire with two devices
     FaultConfig faults;            // applied to every port's transmit side
+    std::string pcap_prefix;       // nonempty: capture each port's sent frames to
+                                   // <pcap_prefix>-<device>.pcap
 
     std::string socket_path() const { return run_dir + "/engine.sock"; }
     std::string sysfs_root() const { return run_dir + "/sysfs"; }

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <ctime>
+#include <memory>
 #include <stdexcept>
 #include <unistd.h>
 
@@ -155,6 +157,13 @@ PortSet::PortSet(const EngineConfig& config) : dpdk_(std::make_unique<Dpdk>()) {
         info.link_up = link.link_status == RTE_ETH_LINK_UP;
         info.link_speed_mbps = link.link_speed;
         info.faults = FaultInjector(config.faults, ports_.size());
+        if (!config.pcap_prefix.empty()) {
+            info.capture = std::make_shared<PcapWriter>();
+            const std::string path =
+                config.pcap_prefix + "-" + config.prefix + std::to_string(ports_.size()) + ".pcap";
+            if (!info.capture->open(path))
+                throw std::runtime_error("cannot write the capture " + path);
+        }
         ports_.push_back(info);
     }
     dpdk_->tx.resize(ports_.size());
@@ -257,6 +266,13 @@ void PortSet::tx_queue(size_t index, TxFrame& frame, uint32_t length) {
         if (queue.count == kBurst)
             flush();
     };
+    if (PcapWriter* capture = ports_[index].capture.get()) {
+        timespec ts{};
+        clock_gettime(CLOCK_REALTIME, &ts);
+        capture->write(rte_pktmbuf_mtod(m, const uint8_t*), length,
+                       static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull +
+                           static_cast<uint64_t>(ts.tv_nsec));
+    }
     FaultInjector& faults = ports_[index].faults;
     if (!faults.enabled()) {
         enqueue(m);

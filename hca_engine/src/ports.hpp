@@ -5,6 +5,7 @@
 
 #include "engine_config.hpp"
 #include "fault_injector.hpp"
+#include "pcap_writer.hpp"
 #include "softhca/transport/roce_address.hpp"
 
 #include <cstdint>
@@ -50,7 +51,8 @@ struct PortInfo {
     uint32_t eth_mtu = 1500;
     uint32_t max_eth_mtu = 1500;
     uint32_t link_speed_mbps = 0;
-    FaultInjector faults; // off unless configured
+    FaultInjector faults;                // off unless configured
+    std::shared_ptr<PcapWriter> capture; // null unless --pcap
     bool link_up = false; // the link as DPDK reports it, and the port administratively up
     bool admin_up = true;
     PortCounters counters;

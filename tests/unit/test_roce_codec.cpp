@@ -1,6 +1,7 @@
 // Wire-codec layer: every packet Linux Soft-RoCE put on the wire (../shared/vectors)
 // parses, its ICRC is reproduced, and its headers re-encode byte for byte.
 #include "pcap_reader.hpp"
+#include "roce_check.hpp"
 #include "softhca/transport/ib_packet.hpp"
 #include "softhca/transport/roce_frame.hpp"
 
@@ -16,71 +17,14 @@ using namespace softhca::transport;
 
 namespace {
 
-// Re-encodes the BTH and extension headers from the parsed fields only.
-std::vector<uint8_t> reencode_ib_headers(const IbPacket& p) {
-    const HeaderOffsets o = header_offsets(*p.info);
-    std::vector<uint8_t> out(o.payload);
-    auto* bth = reinterpret_cast<Bth*>(out.data());
-    bth->set(p.bth->opcode(), p.bth->solicited(), p.bth->pad_count(), p.bth->pkey(),
-             p.bth->dest_qp(), p.bth->ack_req(), p.bth->psn());
-    if (!p.bth->mig_req())
-        bth->b[1] &= static_cast<uint8_t>(~0x40);
-    if (p.deth)
-        reinterpret_cast<Deth*>(out.data() + o.deth)->set(p.deth->qkey(), p.deth->src_qp());
-    if (p.reth)
-        reinterpret_cast<Reth*>(out.data() + o.reth)
-            ->set(p.reth->va(), p.reth->rkey(), p.reth->dma_length());
-    if (p.atomic)
-        reinterpret_cast<AtomicEth*>(out.data() + o.atomic)
-            ->set(p.atomic->va(), p.atomic->rkey(), p.atomic->swap_add(), p.atomic->compare());
-    if (p.aeth)
-        reinterpret_cast<Aeth*>(out.data() + o.aeth)->set(p.aeth->syndrome(), p.aeth->msn());
-    if (p.atomic_ack)
-        reinterpret_cast<AtomicAckEth*>(out.data() + o.atomic_ack)->set(p.atomic_ack->original());
-    if (p.imm)
-        std::memcpy(out.data() + o.imm, p.imm->b, 4);
-    if (p.ieth)
-        std::memcpy(out.data() + o.ieth, p.ieth->b, 4);
-    return out;
-}
-
 void check_vector_file(const std::string& name, std::map<std::string, int>& seen) {
     const auto frames = read_pcap(std::string(SOFTHCA_VECTORS_DIR) + "/" + name);
     REQUIRE(!frames.empty());
     for (size_t i = 0; i < frames.size(); ++i) {
         INFO(name << " frame " << i);
-        const auto& bytes = frames[i].bytes;
-        ParsedFrame frame;
-        REQUIRE(parse_roce_frame(bytes.data(), bytes.size(), frame) == FrameError::None);
-        IbPacket packet;
-        REQUIRE(parse_ib_packet(frame.ib, frame.ib_length, packet) == PacketError::None);
-        ++seen[packet.info->name];
-
-        // Headers re-encoded from the parsed fields are the bytes on the wire.
-        const auto headers = reencode_ib_headers(packet);
-        CHECK(std::memcmp(headers.data(), frame.ib, headers.size()) == 0);
-
-        // The whole frame re-encoded from the parsed addressing: Ethernet, IP (with its
-        // checksum), UDP and the ICRC, byte for byte.
-        std::vector<uint8_t> rebuilt(bytes.size());
-        const size_t front = roce_header_bytes(frame.addressing);
-        REQUIRE(front == static_cast<size_t>(frame.ib - bytes.data()));
-        std::memcpy(rebuilt.data() + front, frame.ib, frame.ib_length);
-        uint16_t ipv4_id = 0;
-        if (gid_is_ipv4_mapped(frame.addressing.dst_gid))
-            ipv4_id = load_be16(bytes.data() + 14 + 4);
-        const size_t length =
-            finish_roce_frame(rebuilt.data(), frame.addressing, frame.ib_length, ipv4_id);
-        REQUIRE(length == bytes.size());
-        if (gid_is_ipv4_mapped(frame.addressing.dst_gid)) {
-            // The UDP checksum is the one field a sender may fill or leave zero.
-            rebuilt[14 + 20 + 6] = bytes[14 + 20 + 6];
-            rebuilt[14 + 20 + 7] = bytes[14 + 20 + 7];
-        } else {
-            rebuilt[14 + 40 + 6] = bytes[14 + 40 + 6];
-            rebuilt[14 + 40 + 7] = bytes[14 + 40 + 7];
-        }
-        CHECK(rebuilt == bytes);
+        std::string opcode;
+        CHECK(roce_check::check_frame(frames[i].bytes, &opcode) == "");
+        ++seen[opcode];
     }
 }
 
