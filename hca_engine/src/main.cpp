@@ -71,6 +71,10 @@ int run(const EngineConfig& config) {
     sigaddset(&signals, SIGHUP);
     sigprocmask(SIG_BLOCK, &signals, nullptr);
     std::signal(SIGPIPE, SIG_IGN);
+    // The card is a separate piece of hardware: applications spinning on their
+    // completions must not starve it of CPU on a machine with few cores. A raised
+    // priority costs nothing when idle, since the loop sleeps then.
+    setpriority(PRIO_PROCESS, 0, -10);
     // One descriptor per open context (plus its async pipe): allow as many as the
     // hard limit permits, as a card serves as many contexts as it has resources.
     rlimit files{};
