@@ -451,3 +451,49 @@ TEST_CASE("QP state transitions follow the IBTA table") {
     CHECK(modify_qp_allowed(QpType::UD, QpState::Reset, QpState::Init,
                             kState | kPkeyIndex | kPort | kQkey));
 }
+
+TEST_CASE("RC: end-to-end credits hold sends back while the responder has no receive") {
+    Link link(10, {0, 0, 0, 0});
+    link.connect(PathMtu::Mtu1024, kAllRemote);
+    HostMemory& am = link.a().memory;
+    HostMemory& bm = link.b().memory;
+    const uint32_t src = am.add_region(4096, kRegionRights);
+    const uint32_t dst = bm.add_region(65536, kRegionRights);
+    auto post_recv = [&](uint64_t id) {
+        RecvWqe r;
+        r.wr_id = id;
+        r.num_sge = 1;
+        r.length = 1024;
+        r.sge[0] = {bm.region(dst).addr + id * 1024, 1024, dst};
+        REQUIRE(link.b().qp.post_recv(r));
+    };
+    auto send = [&](uint64_t id) {
+        SendWqe w;
+        w.wr_id = id;
+        w.signaled = true;
+        w.opcode = WrOpcode::Send;
+        w.length = 64;
+        w.num_sge = 1;
+        w.sge[0] = {am.region(src).addr, 64, src};
+        REQUIRE(link.a().qp.post_send(w));
+    };
+    // One message acknowledged with "no receive WQE left" (credit 0).
+    post_recv(0);
+    send(0);
+    REQUIRE(link.run_until([&] { return link.a().sink.sends.size() == 1; }));
+    const uint64_t sent_before = link.a().qp.counters().packets_sent;
+    // Five sends now: only one at a time may probe while there is no credit.
+    for (uint64_t i = 1; i <= 5; ++i)
+        send(i);
+    link.run(2000);
+    const uint64_t probes = link.a().qp.counters().packets_sent - sent_before;
+    CHECK(link.a().sink.sends.size() == 1);
+    CHECK(probes < 2000 / 10); // a single message retried on RNR, not five at once
+    CHECK(link.b().qp.counters().rnr_naks_sent == probes);
+    // Receives arrive: credits flow back in the ACKs and everything completes.
+    for (uint64_t i = 1; i <= 5; ++i)
+        post_recv(i);
+    REQUIRE(link.run_until([&] { return link.a().sink.sends.size() == 6; }));
+    for (const auto& c : link.a().sink.sends)
+        CHECK(c.status == WcStatus::Success);
+}

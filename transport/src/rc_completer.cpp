@@ -100,6 +100,8 @@ void RcQueuePair::handle_ack_psn(uint32_t psn, Nanoseconds now) {
             break;
         if (entry.acked)
             continue;
+        if (!entry.acked && consumes_recv(entry.wqe) && outstanding_consuming_)
+            --outstanding_consuming_;
         if (is_read_or_atomic(entry.wqe)) {
             // An ACK beyond an unanswered read or atomic: its response was lost
             // (implicit NAK, 9.7.5.2.1); ask again from what is missing.
@@ -134,9 +136,10 @@ void RcQueuePair::on_response(const IbPacket& packet, Nanoseconds now) {
     case OpKind::Ack: {
         const uint8_t syndrome = packet.aeth->syndrome();
         const uint32_t psn = packet.bth->psn();
-        if ((syndrome & aeth::kTypeMask) == aeth::kAck)
+        if ((syndrome & aeth::kTypeMask) == aeth::kAck) {
             handle_ack_psn(psn, now);
-        else
+            update_credits(syndrome);
+        } else
             on_nak(psn, syndrome, now);
         break;
     }

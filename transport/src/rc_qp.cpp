@@ -49,6 +49,7 @@ void RcQueuePair::set_state(QpState state, Nanoseconds now) {
         sq_head_ = sq_send_ = sq_tail_ = 0;
         rq_head_ = rq_tail_ = 0;
         outstanding_rd_atomic_ = 0;
+        outstanding_consuming_ = 0;
         retry_deadline_ = kNoDeadline;
         ack_pending_ = false;
         error_after_nak_ = false;
@@ -74,6 +75,8 @@ void RcQueuePair::set_state(QpState state, Nanoseconds now) {
             acked_psn_ = psn_add(next_psn_, -1);
             retry_left_ = attr_.retry_cnt;
             rnr_left_ = attr_.rnr_retry;
+            credits_ = UINT32_MAX;
+            outstanding_consuming_ = 0;
         }
         break;
     case QpState::Error:
@@ -244,6 +247,7 @@ void RcQueuePair::flush_all() {
         sink_.recv_completion(c);
     }
     outstanding_rd_atomic_ = 0;
+    outstanding_consuming_ = 0;
     retry_deadline_ = kNoDeadline;
     recv_taken_ = false;
     in_progress_ = OpKind::Invalid;

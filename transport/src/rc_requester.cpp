@@ -22,6 +22,11 @@ bool RcQueuePair::start_entry(SendEntry& entry) {
     // 9.7.4.1.4: no more outstanding reads/atomics than the responder accepts.
     if (rd_atomic && outstanding_rd_atomic_ >= std::max<uint32_t>(1, attr_.max_rd_atomic))
         return false;
+    // 9.7.7.2: a message that needs a receive WQE waits for credit; with none at all,
+    // one message may still go when nothing is outstanding, to learn the credit count.
+    const bool consuming = consumes_recv(wqe);
+    if (consuming && outstanding_consuming_ > 0 && outstanding_consuming_ >= credits_)
+        return false;
     const uint32_t mtu = path_mtu_bytes(attr_.mtu);
     const bool atomic =
         wqe.opcode == WrOpcode::AtomicCompareSwap || wqe.opcode == WrOpcode::AtomicFetchAdd;
@@ -33,7 +38,25 @@ bool RcQueuePair::start_entry(SendEntry& entry) {
     next_psn_ = psn_add(next_psn_, entry.packets);
     if (rd_atomic)
         ++outstanding_rd_atomic_;
+    if (consuming)
+        ++outstanding_consuming_;
     return true;
+}
+
+bool RcQueuePair::consumes_recv(const SendWqe& wqe) {
+    return wqe.opcode == WrOpcode::Send || wqe.opcode == WrOpcode::SendWithImm ||
+           wqe.opcode == WrOpcode::RdmaWriteWithImm;
+}
+
+void RcQueuePair::update_credits(uint8_t syndrome) {
+    if ((syndrome & aeth::kTypeMask) != aeth::kAck)
+        return;
+    static constexpr uint32_t kCredits[31] = {0,    1,    2,    3,     4,     6,     8,    12,
+                                              16,   24,   32,   48,    64,    96,    128,  192,
+                                              256,  384,  512,  768,   1024,  1536,  2048, 3072,
+                                              4096, 6144, 8192, 12288, 16384, 24576, 32768};
+    const uint8_t code = syndrome & aeth::kValueMask;
+    credits_ = code == aeth::kCreditInvalid ? UINT32_MAX : kCredits[code];
 }
 
 namespace {

@@ -131,6 +131,8 @@ class RcQueuePair {
     void on_atomic_ack(const IbPacket& packet, Nanoseconds now);
     void on_nak(uint32_t psn, uint8_t syndrome, Nanoseconds now);
     void arm_retry_timer(Nanoseconds now);
+    void update_credits(uint8_t syndrome);
+    static bool consumes_recv(const SendWqe& wqe);
     bool retries_exhausted(WcStatus status);
 
     // ---- responder ----
@@ -179,6 +181,11 @@ class RcQueuePair {
     uint32_t rnr_left_ = 0;
     Nanoseconds retry_deadline_ = kNoDeadline;
     Nanoseconds rnr_wait_until_ = 0;
+    // End-to-end credits (9.7.7.2): receive WQEs the responder last said it has free,
+    // UINT32_MAX while unknown or unlimited; and our unacknowledged messages that will
+    // each consume one there.
+    uint32_t credits_ = UINT32_MAX;
+    uint32_t outstanding_consuming_ = 0;
     bool gap_rewound_ = false; // already asked again for the responses from gap_psn_
     uint32_t gap_psn_ = 0;
 
