@@ -17,7 +17,7 @@ run_perftest() {
     local server=$!
     sleep 0.5
     out=$("$SOFTHCA" exec -- timeout 120 "$tool" -d "${SOFTHCA_PREFIX}1" -x 0 -p "$port" -n 500 \
-        -s 16384 127.0.0.1 2>&1) || fail "$tool failed under faults: $out"
+        -s 16384 127.0.0.1 2>&1) || fail "$tool failed under faults: $out"$'\n'"$("$SOFTHCA" status)"
     wait "$server" || fail "$tool server failed under faults: $(cat "$server_out")"
     echo "$tool under faults: $(grep -E '^ +16384' <<<"$out")"
 }
