@@ -10,7 +10,8 @@
 #   ip netns exec NAME-a softhca exec --prefix <NAME>a -- PROGRAM ...
 # The kernel interface of each namespace carries the same address, so TCP side
 # channels (perftest, the pingpongs) reach the other host over the same veth.
-# NAME must be 1..10 characters of [a-z0-9].
+# NAME must be 1..10 characters of [a-z0-9]. SOFTHCA_UP_ARGS adds options to both
+# engines' `softhca up` (e.g. --faults drop=0.01,seed=3).
 set -euo pipefail
 cmd=${1:?up|down}
 name=${2:?name}
@@ -31,10 +32,12 @@ up)
     done
     ip -n "$ns_a" link set "$veth_a" up
     ip -n "$ns_b" link set "$veth_b" up
+    # shellcheck disable=SC2086 # SOFTHCA_UP_ARGS is a list of options
     ip netns exec "$ns_a" "$softhca" up --prefix "${name}a" \
-        --port "net_af_packet0,iface=$veth_a@198.18.2.1" >/dev/null
+        --port "net_af_packet0,iface=$veth_a@198.18.2.1" ${SOFTHCA_UP_ARGS:-} >/dev/null
+    # shellcheck disable=SC2086
     ip netns exec "$ns_b" "$softhca" up --prefix "${name}b" \
-        --port "net_af_packet0,iface=$veth_b@198.18.2.2" >/dev/null
+        --port "net_af_packet0,iface=$veth_b@198.18.2.2" ${SOFTHCA_UP_ARGS:-} >/dev/null
     echo "netns-pair: $ns_a (${name}a0, 198.18.2.1) <-> $ns_b (${name}b0, 198.18.2.2)"
     ;;
 down)
