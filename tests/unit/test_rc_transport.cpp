@@ -497,3 +497,49 @@ TEST_CASE("RC: end-to-end credits hold sends back while the responder has no rec
     for (const auto& c : link.a().sink.sends)
         CHECK(c.status == WcStatus::Success);
 }
+
+TEST_CASE("RC: a fenced request waits until earlier reads have completed") {
+    Link link(11, {0, 0, 0, 0});
+    link.connect(PathMtu::Mtu1024, kAllRemote);
+    HostMemory& am = link.a().memory;
+    HostMemory& bm = link.b().memory;
+    const uint32_t local = am.add_region(65536, kRegionRights);
+    const uint32_t remote = bm.add_region(65536, kRegionRights);
+    RecvWqe r;
+    r.wr_id = 7;
+    r.num_sge = 1;
+    r.length = 1024;
+    r.sge[0] = {bm.region(remote).addr, 1024, remote};
+    REQUIRE(link.b().qp.post_recv(r));
+    SendWqe read;
+    read.wr_id = 1;
+    read.signaled = true;
+    read.opcode = WrOpcode::RdmaRead;
+    read.length = 32768; // 32 response packets: takes several steps
+    read.num_sge = 1;
+    read.sge[0] = {am.region(local).addr, 32768, local};
+    read.remote_addr = bm.region(remote).addr;
+    read.rkey = remote;
+    SendWqe send;
+    send.wr_id = 2;
+    send.signaled = true;
+    send.fence = true;
+    send.opcode = WrOpcode::Send;
+    send.length = 16;
+    send.num_sge = 1;
+    send.sge[0] = {am.region(local).addr, 16, local};
+    REQUIRE(link.a().qp.post_send(read));
+    REQUIRE(link.a().qp.post_send(send));
+    // Until the read completes at A, B must not have seen the send.
+    bool read_done_first = false;
+    for (int i = 0; i < 100000 && link.b().sink.recvs.empty(); ++i) {
+        link.run(1);
+        if (!link.a().sink.sends.empty())
+            read_done_first = true;
+    }
+    REQUIRE(link.b().sink.recvs.size() == 1);
+    CHECK(read_done_first);
+    REQUIRE(link.run_until([&] { return link.a().sink.sends.size() == 2; }));
+    CHECK(link.a().sink.sends[0].wr_id == 1);
+    CHECK(link.a().sink.sends[1].wr_id == 2);
+}
