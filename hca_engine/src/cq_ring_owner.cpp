@@ -1,63 +1,15 @@
 #include "cq_ring_owner.hpp"
 
-#include <cerrno>
 #include <new>
-#include <sys/mman.h>
-#include <unistd.h>
-#include <utility>
 
 namespace softhca::engine {
 
 namespace di = device_interface;
 
-CqRingOwner::~CqRingOwner() {
-    release();
-}
-
-CqRingOwner::CqRingOwner(CqRingOwner&& other) noexcept
-    : fd_(std::exchange(other.fd_, -1)), bytes_(std::exchange(other.bytes_, 0)),
-      header_(std::exchange(other.header_, nullptr)) {}
-
-CqRingOwner& CqRingOwner::operator=(CqRingOwner&& other) noexcept {
-    if (this != &other) {
-        release();
-        fd_ = std::exchange(other.fd_, -1);
-        bytes_ = std::exchange(other.bytes_, 0);
-        header_ = std::exchange(other.header_, nullptr);
-    }
-    return *this;
-}
-
-void CqRingOwner::release() {
-    if (header_)
-        ::munmap(header_, bytes_);
-    if (fd_ >= 0)
-        ::close(fd_);
-    header_ = nullptr;
-    fd_ = -1;
-    bytes_ = 0;
-}
-
 int CqRingOwner::create(uint32_t slots) {
-    release();
-    const size_t bytes = di::cq_ring_bytes(slots);
-    int fd = ::memfd_create("softhca-cq", MFD_CLOEXEC);
-    if (fd < 0)
-        return errno;
-    if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-        int err = errno;
-        ::close(fd);
+    if (int err = memory_.create("softhca-cq", di::cq_ring_bytes(slots)))
         return err;
-    }
-    void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (map == MAP_FAILED) {
-        int err = errno;
-        ::close(fd);
-        return err;
-    }
-    fd_ = fd;
-    bytes_ = bytes;
-    header_ = new (map) di::CqRingHeader{};
+    header_ = new (memory_.data()) di::CqRingHeader{};
     header_->magic = di::kCqRingMagic;
     header_->version = di::kCqRingVersion;
     header_->slots = slots;

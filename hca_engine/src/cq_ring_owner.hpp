@@ -2,6 +2,7 @@
 // to the provider (layout in device_interface/cq_ring.hpp).
 #pragma once
 
+#include "shared_memory.hpp"
 #include "softhca/device_interface/cq_ring.hpp"
 
 #include <cstddef>
@@ -11,18 +12,11 @@ namespace softhca::engine {
 
 class CqRingOwner {
   public:
-    CqRingOwner() = default;
-    ~CqRingOwner();
-    CqRingOwner(CqRingOwner&& other) noexcept;
-    CqRingOwner& operator=(CqRingOwner&& other) noexcept;
-    CqRingOwner(const CqRingOwner&) = delete;
-    CqRingOwner& operator=(const CqRingOwner&) = delete;
-
     // Creates a ring with `slots` entries (a power of two). Returns 0 or an errno.
     int create(uint32_t slots);
 
-    int fd() const { return fd_; }
-    size_t bytes() const { return bytes_; }
+    int fd() const { return memory_.fd(); }
+    size_t bytes() const { return memory_.bytes(); }
     uint32_t slots() const { return header_ ? header_->slots : 0; }
     uint64_t pending() const;
 
@@ -34,9 +28,7 @@ class CqRingOwner {
     bool push(const device_interface::CompletionEntry& entry);
 
   private:
-    void release();
-    int fd_ = -1;
-    size_t bytes_ = 0;
+    SharedMemory memory_;
     device_interface::CqRingHeader* header_ = nullptr;
 };
 

@@ -7,8 +7,6 @@
 #include <cerrno>
 #include <cstring>
 #include <new>
-#include <sys/mman.h>
-#include <unistd.h>
 
 namespace softhca::engine {
 
@@ -33,13 +31,6 @@ EngineQp::EngineQp(uint32_t handle, uint32_t qp_num, size_t device, pid_t owner,
     addressing_.udp_src_port = static_cast<uint16_t>(0xc000 | (qp_num & 0x3fff));
 }
 
-EngineQp::~EngineQp() {
-    if (ring_)
-        ::munmap(ring_, ring_bytes_);
-    if (ring_fd_ >= 0)
-        ::close(ring_fd_);
-}
-
 int EngineQp::create_ring() {
     const uint32_t sq_slot =
         (sizeof(di::SendWqeHeader) +
@@ -49,16 +40,10 @@ int EngineQp::create_ring() {
         (sizeof(di::RecvWqeHeader) + caps_.max_recv_sge * sizeof(di::WireSge) + 63) / 64 * 64;
     const uint64_t sq_offset = sizeof(di::QpRingHeader);
     const uint64_t rq_offset = sq_offset + uint64_t{sq_slot} * caps_.max_send_wr;
-    ring_bytes_ = rq_offset + uint64_t{rq_slot} * caps_.max_recv_wr;
-    ring_fd_ = ::memfd_create("softhca-qp", MFD_CLOEXEC);
-    if (ring_fd_ < 0)
-        return errno;
-    if (::ftruncate(ring_fd_, static_cast<off_t>(ring_bytes_)) != 0)
-        return errno;
-    void* map = ::mmap(nullptr, ring_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, ring_fd_, 0);
-    if (map == MAP_FAILED)
-        return errno;
-    ring_ = new (map) di::QpRingHeader{};
+    if (int err =
+            ring_memory_.create("softhca-qp", rq_offset + uint64_t{rq_slot} * caps_.max_recv_wr))
+        return err;
+    ring_ = new (ring_memory_.data()) di::QpRingHeader{};
     ring_->magic = di::kQpRingMagic;
     ring_->version = di::kQpRingVersion;
     ring_->sq_slots = caps_.max_send_wr;

@@ -5,6 +5,7 @@
 
 #include "cq_ring_owner.hpp"
 #include "process_memory.hpp"
+#include "shared_memory.hpp"
 #include "softhca/device_interface/control.hpp"
 #include "softhca/device_interface/qp_ring.hpp"
 #include "softhca/transport/psn.hpp"
@@ -34,12 +35,11 @@ class EngineQp : public transport::CompletionSink {
              const ContextResources& context, uint32_t pd_handle, CompletionQueue* send_cq,
              CompletionQueue* recv_cq, const device_interface::QpCaps& caps, bool sq_sig_all,
              uint64_t user_handle);
-    ~EngineQp() override;
 
     // Creates the shared work queues; returns 0 or an errno.
     int create_ring();
-    int ring_fd() const { return ring_fd_; }
-    size_t ring_bytes() const { return ring_bytes_; }
+    int ring_fd() const { return ring_memory_.fd(); }
+    size_t ring_bytes() const { return ring_memory_.bytes(); }
     const device_interface::QpCaps& caps() const { return caps_; }
 
     // ibv_modify_qp and ibv_query_qp, validated as the IBTA and the verbs say.
@@ -88,8 +88,7 @@ class EngineQp : public transport::CompletionSink {
     device_interface::QpAttributes attr_{}; // as last set, for query
     transport::FrameAddressing addressing_;
     uint32_t dest_ip_ = 0;
-    int ring_fd_ = -1;
-    size_t ring_bytes_ = 0;
+    SharedMemory ring_memory_;
     device_interface::QpRingHeader* ring_ = nullptr;
     uint64_t sq_pulled_ = 0;
     uint64_t rq_pulled_ = 0;

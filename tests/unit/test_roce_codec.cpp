@@ -68,6 +68,7 @@ TEST_CASE("a corrupted byte anywhere in the IB packet fails the ICRC") {
 
 TEST_CASE("malformed frames are rejected, not read past their end") {
     const auto frames = read_pcap(std::string(SOFTHCA_VECTORS_DIR) + "/rxe-rc-uc-ud-ipv4.pcap");
+    REQUIRE(!frames.empty());
     const auto& bytes = frames.front().bytes;
     ParsedFrame frame;
     for (size_t cut = 0; cut < bytes.size(); cut += 7)

@@ -23,16 +23,22 @@ Nanoseconds ack_timeout_ns(uint8_t exponent) {
     return Nanoseconds{4096} << std::min<uint8_t>(exponent, 31);
 }
 
+namespace {
+// IBTA 9.7.7.2 table 46: AETH credit code n stands for this many credits.
+constexpr uint32_t kCreditsForCode[31] = {
+    0,   1,   2,   3,   4,    6,    8,    12,   16,   24,   32,   48,    64,    96,    128,  192,
+    256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768};
+} // namespace
+
 uint8_t credit_code(uint32_t available) {
-    // IBTA 9.7.7.2 table 46: code n stands for this many credits.
-    static constexpr uint32_t kCredits[31] = {0,    1,    2,    3,     4,     6,     8,    12,
-                                              16,   24,   32,   48,    64,    96,    128,  192,
-                                              256,  384,  512,  768,   1024,  1536,  2048, 3072,
-                                              4096, 6144, 8192, 12288, 16384, 24576, 32768};
     uint8_t code = 0;
-    while (code < 30 && kCredits[code + 1] <= available)
+    while (code < 30 && kCreditsForCode[code + 1] <= available)
         ++code;
     return code;
+}
+
+uint32_t credits_for_code(uint8_t code) {
+    return code >= 31 ? UINT32_MAX : kCreditsForCode[code];
 }
 
 RcQueuePair::RcQueuePair(uint32_t qp_num, uint32_t sq_depth, uint32_t rq_depth,

@@ -51,12 +51,7 @@ bool RcQueuePair::consumes_recv(const SendWqe& wqe) {
 void RcQueuePair::update_credits(uint8_t syndrome) {
     if ((syndrome & aeth::kTypeMask) != aeth::kAck)
         return;
-    static constexpr uint32_t kCredits[31] = {0,    1,    2,    3,     4,     6,     8,    12,
-                                              16,   24,   32,   48,    64,    96,    128,  192,
-                                              256,  384,  512,  768,   1024,  1536,  2048, 3072,
-                                              4096, 6144, 8192, 12288, 16384, 24576, 32768};
-    const uint8_t code = syndrome & aeth::kValueMask;
-    credits_ = code == aeth::kCreditInvalid ? UINT32_MAX : kCredits[code];
+    credits_ = credits_for_code(syndrome & aeth::kValueMask); // invalid (31): unlimited
 }
 
 namespace {

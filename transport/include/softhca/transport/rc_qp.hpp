@@ -69,8 +69,10 @@ constexpr Nanoseconds kNoDeadline = UINT64_MAX;
 Nanoseconds rnr_timer_ns(uint8_t code);
 // Local ACK timeout exponent to nanoseconds (4.096 us * 2^exp), 0 = no timeout.
 Nanoseconds ack_timeout_ns(uint8_t exponent);
-// The AETH credit code for a number of available receive WQEs (9.7.7.2, table 46).
+// The AETH credit code for a number of available receive WQEs (9.7.7.2, table 46),
+// and back (code 31, "invalid", means no limit: UINT32_MAX).
 uint8_t credit_code(uint32_t available);
+uint32_t credits_for_code(uint8_t code);
 
 class RcQueuePair {
   public:
