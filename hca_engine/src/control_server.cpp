@@ -242,6 +242,7 @@ void ControlServer::dispatch(Connection& c, const void* message, size_t size, in
         c.async_fd = std::exchange(guard.fd, -1);
         c.context_id = next_context_id_++;
         c.resources = std::make_unique<ContextResources>(c.pid, keys_, static_cast<size_t>(index));
+        c.resources->set_async_fd(c.async_fd);
         di::OpenDeviceReply r{};
         r.reply.header = reply_header(header, sizeof(r));
         r.context_id = c.context_id;

@@ -2,6 +2,7 @@
 
 #include "ports.hpp"
 #include "resource_tables.hpp"
+#include "softhca/device_interface/async_event.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -25,7 +26,7 @@ EngineQp::EngineQp(uint32_t handle, uint32_t qp_num, size_t device, pid_t owner,
                    uint64_t user_handle)
     : handle_(handle), qp_num_(qp_num), device_(device), pd_handle_(pd_handle), send_cq_(send_cq),
       recv_cq_(recv_cq), caps_(caps), sq_sig_all_(sq_sig_all), user_handle_(user_handle),
-      memory_(owner, context, pd_handle),
+      context_(context), memory_(owner, context, pd_handle),
       rc_(qp_num, caps.max_send_wr, caps.max_recv_wr, memory_, *this) {
     // UDP source port: per-QP entropy in the range RoCEv2 uses (A17.4.5.1).
     addressing_.udp_src_port = static_cast<uint16_t>(0xc000 | (qp_num & 0x3fff));
@@ -254,8 +255,14 @@ void EngineQp::push_completion(CompletionQueue* cq, const tp::Completion& c) {
     e.qp_num = c.qp_num;
     e.src_qp = c.src_qp;
     e.wc_flags = c.with_imm ? kIbvWcWithImm : 0;
-    if (!cq->ring.push(e))
-        ++cq_overruns_; // CQ overrun: the completion is lost (11.4.2.1)
+    if (!cq->ring.push(e)) {
+        // CQ overrun (11.4.2.1): the completion is lost and the CQ reports an error.
+        ++cq_overruns_;
+        if (!cq->overrun_reported) {
+            cq->overrun_reported = true;
+            context_.raise_event(cq->user_handle, di::kEventCqErr);
+        }
+    }
 }
 
 void EngineQp::send_completion(const tp::Completion& c) {
@@ -271,6 +278,14 @@ void EngineQp::send_wqe_retired() {
     ring_->sq_completed.fetch_add(1, std::memory_order_release);
 }
 
-void EngineQp::qp_error(tp::WcStatus) {}
+void EngineQp::qp_error(tp::WcStatus cause, bool detected_by_responder) {
+    if (!detected_by_responder)
+        return; // the requester's error is in the failed request's completion
+    // Affiliated asynchronous errors (11.6.3.1): what the responder found.
+    const uint32_t event = cause == tp::WcStatus::RemoteInvalidRequestError ? di::kEventQpReqErr
+                           : cause == tp::WcStatus::RemoteAccessError       ? di::kEventQpAccessErr
+                                                                            : di::kEventQpFatal;
+    context_.raise_event(user_handle_, event);
+}
 
 } // namespace softhca::engine

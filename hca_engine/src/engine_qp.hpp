@@ -69,7 +69,7 @@ class EngineQp : public transport::CompletionSink {
     void send_completion(const transport::Completion& completion) override;
     void recv_completion(const transport::Completion& completion) override;
     void send_wqe_retired() override;
-    void qp_error(transport::WcStatus cause) override;
+    void qp_error(transport::WcStatus cause, bool detected_by_responder) override;
 
   private:
     void push_completion(CompletionQueue* cq, const transport::Completion& completion);
@@ -83,6 +83,7 @@ class EngineQp : public transport::CompletionSink {
     device_interface::QpCaps caps_;
     bool sq_sig_all_;
     uint64_t user_handle_;
+    const ContextResources& context_;
     ProcessMemory memory_;
     transport::RcQueuePair rc_;
     device_interface::QpAttributes attr_{}; // as last set, for query

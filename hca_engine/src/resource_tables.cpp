@@ -3,6 +3,9 @@
 #include "device_model.hpp"
 #include "engine_qp.hpp"
 #include "memory_map.hpp"
+#include "softhca/device_interface/async_event.hpp"
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -175,6 +178,14 @@ int ContextResources::destroy_cq(uint32_t handle) {
     cqs_.erase(it);
     --keys_.cqs;
     return 0;
+}
+
+void ContextResources::raise_event(uint64_t element, uint32_t event_type) const {
+    if (async_fd_ < 0)
+        return;
+    const di::AsyncEventRecord record{element, event_type, 0};
+    // Non-blocking: a process that never reads its events cannot stall the card.
+    [[maybe_unused]] ssize_t n = ::write(async_fd_, &record, sizeof(record));
 }
 
 const MemoryRegion* ContextResources::find_mr_by_key(uint32_t key) const {

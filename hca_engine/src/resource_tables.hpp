@@ -54,6 +54,7 @@ struct CompletionQueue {
     uint32_t cqe = 0;
     uint32_t comp_vector = 0;
     uint32_t qp_count = 0; // QPs that complete into it
+    bool overrun_reported = false;
     CqRingOwner ring;
 };
 
@@ -90,10 +91,15 @@ class ContextResources {
     size_t qp_count() const { return qps_.size(); }
     pid_t owner() const { return owner_; }
 
+    // Where this context's async events go: the write end of its async event pipe.
+    void set_async_fd(int fd) { async_fd_ = fd; }
+    void raise_event(uint64_t element, uint32_t event_type) const;
+
   private:
     pid_t owner_;
     KeySpace& keys_;
     size_t device_;
+    int async_fd_ = -1;
     uint32_t next_handle_ = 1;
     std::map<uint32_t, ProtectionDomain> pds_;
     std::map<uint32_t, MemoryRegion> mrs_;

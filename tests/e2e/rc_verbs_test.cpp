@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <poll.h>
 #include <thread>
 #include <unistd.h>
 #include <vector>
@@ -139,6 +140,20 @@ std::vector<ibv_wc> wait_completions(Device& d, size_t count, int seconds = 30) 
     }
     REQUIRE(out.size() == count);
     return out;
+}
+
+// Waits (bounded) for the next async event of a device and checks it.
+void expect_async_event(Device& d, ibv_event_type type, const void* element) {
+    pollfd pfd{d.context->async_fd, POLLIN, 0};
+    REQUIRE(poll(&pfd, 1, 5000) == 1);
+    ibv_async_event event{};
+    REQUIRE(ibv_get_async_event(d.context, &event) == 0);
+    CHECK(event.event_type == type);
+    if (type == IBV_EVENT_CQ_ERR)
+        CHECK(event.element.cq == element);
+    else
+        CHECK(event.element.qp == element);
+    ibv_ack_async_event(&event);
 }
 
 uint8_t pattern(uint64_t seed, size_t i) {
@@ -392,6 +407,8 @@ TEST_CASE("a bad rkey completes with REM_ACCESS_ERR and moves the QP to ERR") {
     Buffer src(dev(0), 4096, kAllAccess), dst(dev(1), 4096, kAllAccess);
     const ibv_wc wc = one_write(pair.a, src.addr(), src.mr->lkey, dst.addr(), dst.mr->rkey + 0x100);
     CHECK(wc.status == IBV_WC_REM_ACCESS_ERR);
+    // The responder's QP reports what it found (an affiliated asynchronous error).
+    expect_async_event(dev(1), IBV_EVENT_QP_ACCESS_ERR, pair.b);
     ibv_qp_attr attr{};
     ibv_qp_init_attr init{};
     REQUIRE(ibv_query_qp(pair.a, &attr, IBV_QP_STATE, &init) == 0);
@@ -403,6 +420,7 @@ TEST_CASE("a write into a read-only MR completes with REM_ACCESS_ERR") {
     Buffer src(dev(0), 4096, kAllAccess), ro(dev(1), 4096, IBV_ACCESS_REMOTE_READ);
     CHECK(one_write(pair.a, src.addr(), src.mr->lkey, ro.addr(), ro.mr->rkey).status ==
           IBV_WC_REM_ACCESS_ERR);
+    expect_async_event(dev(1), IBV_EVENT_QP_ACCESS_ERR, pair.b);
 }
 
 TEST_CASE("a bad lkey completes with LOC_PROT_ERR") {
@@ -426,6 +444,7 @@ TEST_CASE("a receive too small: LOC_LEN_ERR at the receiver, REM_INV_REQ_ERR at 
     post(pair.a, wr);
     CHECK(wait_completions(dev(0), 1)[0].status == IBV_WC_REM_INV_REQ_ERR);
     CHECK(wait_completions(dev(1), 1)[0].status == IBV_WC_LOC_LEN_ERR);
+    expect_async_event(dev(1), IBV_EVENT_QP_REQ_ERR, pair.b);
 }
 
 TEST_CASE("RNR with rnr_retry 0 completes with RNR_RETRY_EXC_ERR") {
@@ -471,4 +490,35 @@ TEST_CASE("an atomic on an unaligned address completes with REM_INV_REQ_ERR") {
     wr.wr.atomic.compare_add = 1;
     post(pair.a, wr);
     CHECK(wait_completions(dev(0), 1)[0].status == IBV_WC_REM_INV_REQ_ERR);
+    expect_async_event(dev(1), IBV_EVENT_QP_REQ_ERR, pair.b);
+}
+
+TEST_CASE("overrunning a CQ raises IBV_EVENT_CQ_ERR") {
+    Device& d = dev(0);
+    ibv_cq* small = ibv_create_cq(d.context, 1, nullptr, nullptr, 0);
+    REQUIRE(small);
+    ibv_qp_init_attr init{};
+    init.send_cq = small;
+    init.recv_cq = small;
+    init.qp_type = IBV_QPT_RC;
+    init.cap = {16, 16, 1, 1, 64};
+    ibv_qp* qp = ibv_create_qp(d.pd, &init);
+    REQUIRE(qp);
+    connect(qp, qp->qp_num, d.gid);
+    Buffer buf(d, 4096, kAllAccess);
+    for (int i = 0; i < 8; ++i) {
+        ibv_sge sge{buf.addr(), 8, buf.mr->lkey};
+        ibv_send_wr wr{};
+        wr.wr_id = i;
+        wr.opcode = IBV_WR_RDMA_WRITE;
+        wr.send_flags = IBV_SEND_SIGNALED;
+        wr.sg_list = &sge;
+        wr.num_sge = 1;
+        wr.wr.rdma.remote_addr = buf.addr(64);
+        wr.wr.rdma.rkey = buf.mr->rkey;
+        post(qp, wr); // nobody polls: the CQ of one entry overflows
+    }
+    expect_async_event(d, IBV_EVENT_CQ_ERR, small);
+    ibv_destroy_qp(qp);
+    ibv_destroy_cq(small);
 }

@@ -95,10 +95,14 @@ class Recorder : public CompletionSink {
     std::vector<Completion> sends, recvs;
     uint32_t retired = 0;
     std::vector<WcStatus> errors;
+    std::vector<bool> errors_by_responder;
     void send_completion(const Completion& c) override { sends.push_back(c); }
     void recv_completion(const Completion& c) override { recvs.push_back(c); }
     void send_wqe_retired() override { ++retired; }
-    void qp_error(WcStatus cause) override { errors.push_back(cause); }
+    void qp_error(WcStatus cause, bool by_responder) override {
+        errors.push_back(cause);
+        errors_by_responder.push_back(by_responder);
+    }
 };
 
 struct WireFaults {

@@ -223,12 +223,12 @@ bool RcQueuePair::retries_exhausted(WcStatus status) {
     return false;
 }
 
-void RcQueuePair::enter_error(WcStatus cause) {
+void RcQueuePair::enter_error(WcStatus cause, bool detected_by_responder) {
     if (state_ == QpState::Error)
         return;
     state_ = QpState::Error;
     flush_all();
-    sink_.qp_error(cause);
+    sink_.qp_error(cause, detected_by_responder);
 }
 
 void RcQueuePair::flush_all() {

@@ -425,7 +425,7 @@ size_t RcQueuePair::build_response(uint8_t* buffer, size_t capacity) {
     ack_syndrome_override_ = 0;
     if (error_after_nak_) {
         error_after_nak_ = false;
-        enter_error(nak_error_cause_);
+        enter_error(nak_error_cause_, true);
     }
     return o.payload;
 }

@@ -28,8 +28,10 @@ class CompletionSink {
     virtual void recv_completion(const Completion& completion) = 0;
     // One send queue entry finished (signaled or not), oldest first.
     virtual void send_wqe_retired() = 0;
-    // The QP entered the error state by itself (a transport error).
-    virtual void qp_error(WcStatus cause) = 0;
+    // The QP entered the error state by itself (a transport error), detected by the
+    // responder (an affiliated asynchronous error, 11.6.3) or by the requester (whose
+    // error the failing work request's completion reports).
+    virtual void qp_error(WcStatus cause, bool detected_by_responder) = 0;
 };
 
 struct RcAttributes {
@@ -162,7 +164,7 @@ class RcQueuePair {
     uint8_t ack_syndrome() const;
 
     // ---- state ----
-    void enter_error(WcStatus cause);
+    void enter_error(WcStatus cause, bool detected_by_responder = false);
     void flush_all();
 
     uint32_t qp_num_;

@@ -16,6 +16,9 @@ static_assert(sizeof(AsyncEventRecord) == 16);
 // Values of enum ibv_event_type the engine raises.
 enum AsyncEventType : uint32_t {
     kEventCqErr = 0,
+    kEventQpFatal = 1,
+    kEventQpReqErr = 2,
+    kEventQpAccessErr = 3,
     kEventPortActive = 9,
     kEventPortErr = 10,
     kEventDeviceFatal = 8,
