@@ -5,6 +5,7 @@
 #include "softhca/device_interface/async_event.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <new>
@@ -17,6 +18,19 @@ namespace tp = transport;
 namespace {
 
 constexpr uint32_t kIbvWcWithImm = 1u << 1; // IBV_WC_WITH_IMM
+
+// Copies a work request's scatter/gather list out of its ring slot; returns the total
+// length, capped at the largest message (2^31 bytes).
+uint32_t read_sges(const uint8_t* at, uint32_t count, std::array<tp::Sge, tp::kMaxSge>& out) {
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < count; ++i) {
+        di::WireSge s;
+        std::memcpy(&s, at + i * sizeof(s), sizeof(s));
+        out[i] = {s.addr, s.length, s.lkey};
+        total += s.length;
+    }
+    return static_cast<uint32_t>(std::min<uint64_t>(total, 1ull << 31));
+}
 
 } // namespace
 
@@ -200,14 +214,7 @@ bool EngineQp::pull_work(tp::Nanoseconds now) {
             std::memcpy(w.inline_bytes.data(), slot + sizeof(h), w.length);
         } else {
             w.num_sge = std::min<uint32_t>(h.num_sge, caps_.max_send_sge);
-            uint64_t total = 0;
-            for (uint32_t i = 0; i < w.num_sge; ++i) {
-                di::WireSge s;
-                std::memcpy(&s, slot + sizeof(h) + i * sizeof(s), sizeof(s));
-                w.sge[i] = {s.addr, s.length, s.lkey};
-                total += s.length;
-            }
-            w.length = static_cast<uint32_t>(std::min<uint64_t>(total, 1ull << 31));
+            w.length = read_sges(slot + sizeof(h), w.num_sge, w.sge);
             if (w.opcode == tp::WrOpcode::AtomicCompareSwap ||
                 w.opcode == tp::WrOpcode::AtomicFetchAdd)
                 w.length = 8;
@@ -225,14 +232,7 @@ bool EngineQp::pull_work(tp::Nanoseconds now) {
         tp::RecvWqe r;
         r.wr_id = h.wr_id;
         r.num_sge = std::min<uint32_t>(h.num_sge, caps_.max_recv_sge);
-        uint64_t total = 0;
-        for (uint32_t i = 0; i < r.num_sge; ++i) {
-            di::WireSge s;
-            std::memcpy(&s, slot + sizeof(h) + i * sizeof(s), sizeof(s));
-            r.sge[i] = {s.addr, s.length, s.lkey};
-            total += s.length;
-        }
-        r.length = static_cast<uint32_t>(std::min<uint64_t>(total, 1ull << 31));
+        r.length = read_sges(slot + sizeof(h), r.num_sge, r.sge);
         if (!rc_.post_recv(r))
             break;
         ++rq_pulled_;

@@ -258,15 +258,19 @@ void RcQueuePair::on_read_response(const IbPacket& packet, Nanoseconds now) {
     ++read->received_packets;
     retry_left_ = attr_.retry_cnt;
     arm_retry_timer(now);
-    if (last) {
-        read->acked = true;
-        --outstanding_rd_atomic_;
-        handle_ack_psn(acked_psn_, now); // later requests an earlier ACK already covered
-        retire_completed();
-        retry_deadline_ = kNoDeadline;
-        if (sq_head_ != sq_tail_ && sq_at(sq_head_).started)
-            arm_retry_timer(now);
-    }
+    if (last)
+        finish_read_or_atomic(*read, now);
+}
+
+void RcQueuePair::finish_read_or_atomic(SendEntry& entry, Nanoseconds now) {
+    entry.acked = true;
+    --outstanding_rd_atomic_;
+    retry_left_ = attr_.retry_cnt;
+    handle_ack_psn(acked_psn_, now); // later requests an earlier ACK already covered
+    retire_completed();
+    retry_deadline_ = kNoDeadline;
+    if (sq_head_ != sq_tail_ && sq_at(sq_head_).started)
+        arm_retry_timer(now);
 }
 
 void RcQueuePair::on_atomic_ack(const IbPacket& packet, Nanoseconds now) {
@@ -296,14 +300,7 @@ void RcQueuePair::on_atomic_ack(const IbPacket& packet, Nanoseconds now) {
         complete_send_error(*atomic, WcStatus::LocalProtectionError);
         return;
     }
-    atomic->acked = true;
-    --outstanding_rd_atomic_;
-    retry_left_ = attr_.retry_cnt;
-    handle_ack_psn(acked_psn_, now); // later requests an earlier ACK already covered
-    retire_completed();
-    retry_deadline_ = kNoDeadline;
-    if (sq_head_ != sq_tail_ && sq_at(sq_head_).started)
-        arm_retry_timer(now);
+    finish_read_or_atomic(*atomic, now);
 }
 
 } // namespace softhca::transport

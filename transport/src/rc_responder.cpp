@@ -140,6 +140,21 @@ bool RcQueuePair::consume_recv(const IbPacket& packet, uint32_t byte_len) {
     return true;
 }
 
+void RcQueuePair::fail_receive(WcStatus status, uint8_t nak_code, uint32_t psn) {
+    const RecvWqe& wqe = rq_[rq_head_ % rq_.size()];
+    Completion c;
+    c.wr_id = wqe.wr_id;
+    c.status = status;
+    c.opcode = WcOpcode::Recv;
+    c.qp_num = qp_num_;
+    c.src_qp = attr_.dest_qp;
+    ++rq_head_;
+    recv_taken_ = false;
+    sink_.recv_completion(c);
+    in_progress_ = OpKind::Invalid;
+    responder_nak(aeth::kNak | nak_code, psn, true);
+}
+
 bool RcQueuePair::accept_send(const IbPacket& packet, uint32_t psn) {
     const OpcodeInfo& info = *packet.info;
     if (info.starts_message()) {
@@ -155,17 +170,7 @@ bool RcQueuePair::accept_send(const IbPacket& packet, uint32_t psn) {
     if (message_offset_ + packet.payload_length > wqe.length) {
         // The message does not fit the receive buffers: local length error here, and
         // an invalid request for the requester (9.7.5.1.7, 10.7.3.1).
-        Completion c;
-        c.wr_id = wqe.wr_id;
-        c.status = WcStatus::LocalLengthError;
-        c.opcode = WcOpcode::Recv;
-        c.qp_num = qp_num_;
-        c.src_qp = attr_.dest_qp;
-        ++rq_head_;
-        recv_taken_ = false;
-        sink_.recv_completion(c);
-        in_progress_ = OpKind::Invalid;
-        responder_nak(aeth::kNak | aeth::kNakInvalidRequest, psn, true);
+        fail_receive(WcStatus::LocalLengthError, aeth::kNakInvalidRequest, psn);
         return false;
     }
     const MemoryStatus written =
@@ -177,17 +182,8 @@ bool RcQueuePair::accept_send(const IbPacket& packet, uint32_t psn) {
         return false;
     }
     if (written != MemoryStatus::Ok) {
-        Completion c;
-        c.wr_id = wqe.wr_id;
-        c.status = WcStatus::LocalProtectionError;
-        c.opcode = WcOpcode::Recv;
-        c.qp_num = qp_num_;
-        c.src_qp = attr_.dest_qp;
-        ++rq_head_;
-        recv_taken_ = false;
-        sink_.recv_completion(c);
-        in_progress_ = OpKind::Invalid;
-        responder_nak(aeth::kNak | aeth::kNakRemoteOperationalError, psn, true);
+        // A bad lkey or buffer in the receive WQE (10.7.3.1).
+        fail_receive(WcStatus::LocalProtectionError, aeth::kNakRemoteOperationalError, psn);
         return false;
     }
     message_offset_ += packet.payload_length;

@@ -133,6 +133,7 @@ class RcQueuePair {
     void on_response(const IbPacket& packet, Nanoseconds now);
     void on_read_response(const IbPacket& packet, Nanoseconds now);
     void on_atomic_ack(const IbPacket& packet, Nanoseconds now);
+    void finish_read_or_atomic(SendEntry& entry, Nanoseconds now);
     void on_nak(uint32_t psn, uint8_t syndrome, Nanoseconds now);
     void arm_retry_timer(Nanoseconds now);
     void update_credits(uint8_t syndrome);
@@ -160,6 +161,8 @@ class RcQueuePair {
     bool accept_atomic(const IbPacket& packet, uint32_t psn);
     void responder_nak(uint8_t code, uint32_t psn, bool fatal);
     bool consume_recv(const IbPacket& packet, uint32_t byte_len);
+    // The receive WQE in use fails: its error completion, a fatal NAK, the error state.
+    void fail_receive(WcStatus status, uint8_t nak_code, uint32_t psn);
     size_t build_response(uint8_t* buffer, size_t capacity);
     uint8_t ack_syndrome() const;
 
