@@ -68,6 +68,37 @@ MemoryStatus ProcessMemory::write(uint32_t key, bool remote, uint32_t rights, ui
     return MemoryStatus::Ok;
 }
 
+MemoryStatus ProcessMemory::transfer(const transport::MemoryPiece* pieces, uint32_t count,
+                                     uint8_t* buffer, bool to_process) {
+    iovec local[transport::kMaxSge];
+    iovec far[transport::kMaxSge];
+    ssize_t total = 0;
+    const uint32_t rights = to_process ? transport::access::kLocalWrite : 0;
+    for (uint32_t i = 0; i < count && i < transport::kMaxSge; ++i) {
+        uint64_t at = 0;
+        const transport::MemoryPiece& p = pieces[i];
+        if (MemoryStatus s = resolve(p.key, false, rights, p.addr, p.length, at);
+            s != MemoryStatus::Ok)
+            return s;
+        local[i] = {buffer + p.buffer_offset, p.length};
+        far[i] = {reinterpret_cast<void*>(at), p.length};
+        total += p.length;
+    }
+    const ssize_t moved = to_process ? ::process_vm_writev(pid_, local, count, far, count, 0)
+                                     : ::process_vm_readv(pid_, local, count, far, count, 0);
+    return moved == total ? MemoryStatus::Ok : failure();
+}
+
+MemoryStatus ProcessMemory::read_pieces(const transport::MemoryPiece* pieces, uint32_t count,
+                                        uint8_t* buffer) {
+    return transfer(pieces, count, buffer, false);
+}
+
+MemoryStatus ProcessMemory::write_pieces(const transport::MemoryPiece* pieces, uint32_t count,
+                                         const uint8_t* buffer) {
+    return transfer(pieces, count, const_cast<uint8_t*>(buffer), true);
+}
+
 MemoryStatus ProcessMemory::atomic(uint32_t rkey, uint64_t addr, bool compare_swap,
                                    uint64_t compare_add, uint64_t swap, uint64_t& original) {
     // Atomic with respect to every other operation of this engine, which runs them one

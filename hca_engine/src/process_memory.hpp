@@ -22,6 +22,11 @@ class ProcessMemory : public transport::MemoryAccess {
                                  void* dst, uint32_t length) override;
     transport::MemoryStatus write(uint32_t key, bool remote, uint32_t rights, uint64_t addr,
                                   const void* src, uint32_t length) override;
+    // All pieces of a packet move in one process_vm_readv/writev call.
+    transport::MemoryStatus read_pieces(const transport::MemoryPiece* pieces, uint32_t count,
+                                        uint8_t* buffer) override;
+    transport::MemoryStatus write_pieces(const transport::MemoryPiece* pieces, uint32_t count,
+                                         const uint8_t* buffer) override;
     transport::MemoryStatus atomic(uint32_t rkey, uint64_t addr, bool compare_swap,
                                    uint64_t compare_add, uint64_t swap,
                                    uint64_t& original) override;
@@ -33,6 +38,8 @@ class ProcessMemory : public transport::MemoryAccess {
     transport::MemoryStatus resolve(uint32_t key, bool remote, uint32_t rights, uint64_t addr,
                                     uint64_t length, uint64_t& process_addr);
     transport::MemoryStatus failure();
+    transport::MemoryStatus transfer(const transport::MemoryPiece* pieces, uint32_t count,
+                                     uint8_t* buffer, bool to_process);
     pid_t pid_;
     bool gone_ = false;
     const ContextResources& context_;

@@ -4,9 +4,11 @@ namespace softhca::transport {
 
 namespace {
 
-template <typename Copy>
-MemoryStatus walk(const Sge* sge, uint32_t num_sge, uint64_t offset, uint32_t length, Copy copy) {
+// Splits [offset, offset + length) of a scatter/gather list into pieces. Returns the
+// number of pieces, or -1 when the list is shorter than that.
+int split(const Sge* sge, uint32_t num_sge, uint64_t offset, uint32_t length, MemoryPiece* pieces) {
     uint32_t done = 0;
+    int count = 0;
     for (uint32_t i = 0; i < num_sge && done < length; ++i) {
         if (offset >= sge[i].length) {
             offset -= sge[i].length;
@@ -14,30 +16,53 @@ MemoryStatus walk(const Sge* sge, uint32_t num_sge, uint64_t offset, uint32_t le
         }
         const uint64_t room = sge[i].length - offset;
         const uint32_t chunk = static_cast<uint32_t>(room < length - done ? room : length - done);
-        if (MemoryStatus s = copy(sge[i], sge[i].addr + offset, done, chunk); s != MemoryStatus::Ok)
-            return s;
+        pieces[count++] = {sge[i].lkey, chunk, sge[i].addr + offset, done};
         done += chunk;
         offset = 0;
     }
-    return done == length ? MemoryStatus::Ok : MemoryStatus::OutOfRange;
+    return done == length ? count : -1;
 }
 
 } // namespace
 
+MemoryStatus MemoryAccess::read_pieces(const MemoryPiece* pieces, uint32_t count, uint8_t* buffer) {
+    for (uint32_t i = 0; i < count; ++i) {
+        const MemoryPiece& p = pieces[i];
+        if (MemoryStatus s = read(p.key, false, 0, p.addr, buffer + p.buffer_offset, p.length);
+            s != MemoryStatus::Ok)
+            return s;
+    }
+    return MemoryStatus::Ok;
+}
+
+MemoryStatus MemoryAccess::write_pieces(const MemoryPiece* pieces, uint32_t count,
+                                        const uint8_t* buffer) {
+    for (uint32_t i = 0; i < count; ++i) {
+        const MemoryPiece& p = pieces[i];
+        if (MemoryStatus s = write(p.key, false, access::kLocalWrite, p.addr,
+                                   buffer + p.buffer_offset, p.length);
+            s != MemoryStatus::Ok)
+            return s;
+    }
+    return MemoryStatus::Ok;
+}
+
 MemoryStatus gather(MemoryAccess& memory, const Sge* sge, uint32_t num_sge, uint64_t offset,
                     uint8_t* dst, uint32_t length) {
-    return walk(sge, num_sge, offset, length,
-                [&](const Sge& s, uint64_t addr, uint32_t at, uint32_t n) {
-                    return memory.read(s.lkey, false, 0, addr, dst + at, n);
-                });
+    MemoryPiece pieces[kMaxSge];
+    const int count = split(sge, num_sge, offset, length, pieces);
+    if (count < 0)
+        return MemoryStatus::OutOfRange;
+    return memory.read_pieces(pieces, static_cast<uint32_t>(count), dst);
 }
 
 MemoryStatus scatter(MemoryAccess& memory, const Sge* sge, uint32_t num_sge, uint64_t offset,
                      const uint8_t* src, uint32_t length) {
-    return walk(sge, num_sge, offset, length,
-                [&](const Sge& s, uint64_t addr, uint32_t at, uint32_t n) {
-                    return memory.write(s.lkey, false, access::kLocalWrite, addr, src + at, n);
-                });
+    MemoryPiece pieces[kMaxSge];
+    const int count = split(sge, num_sge, offset, length, pieces);
+    if (count < 0)
+        return MemoryStatus::OutOfRange;
+    return memory.write_pieces(pieces, static_cast<uint32_t>(count), src);
 }
 
 } // namespace softhca::transport

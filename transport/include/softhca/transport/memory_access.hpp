@@ -27,6 +27,15 @@ constexpr uint32_t kRemoteRead = 4;
 constexpr uint32_t kRemoteAtomic = 8;
 } // namespace access
 
+// One contiguous piece of a scatter/gather transfer: `length` bytes at `addr` of the
+// region `key`, to or from `buffer_offset` in the packet's buffer.
+struct MemoryPiece {
+    uint32_t key;
+    uint32_t length;
+    uint64_t addr;
+    uint32_t buffer_offset;
+};
+
 class MemoryAccess {
   public:
     virtual ~MemoryAccess() = default;
@@ -37,6 +46,11 @@ class MemoryAccess {
                               uint32_t length) = 0;
     virtual MemoryStatus write(uint32_t key, bool remote, uint32_t rights, uint64_t addr,
                                const void* src, uint32_t length) = 0;
+    // Local (lkey) transfers of several pieces at once, so an implementation can move
+    // them in one operation. The defaults do one read()/write() per piece.
+    virtual MemoryStatus read_pieces(const MemoryPiece* pieces, uint32_t count, uint8_t* buffer);
+    virtual MemoryStatus write_pieces(const MemoryPiece* pieces, uint32_t count,
+                                      const uint8_t* buffer);
     // 8-byte atomic at an 8-byte aligned remote address; returns the original value.
     virtual MemoryStatus atomic(uint32_t rkey, uint64_t addr, bool compare_swap,
                                 uint64_t compare_add, uint64_t swap, uint64_t& original) = 0;
