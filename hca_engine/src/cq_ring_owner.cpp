@@ -13,6 +13,7 @@ int CqRingOwner::create(uint32_t slots) {
     header_->magic = di::kCqRingMagic;
     header_->version = di::kCqRingVersion;
     header_->slots = slots;
+    slots_ = slots;
     header_->entry_size = sizeof(di::CompletionEntry);
     return 0;
 }
@@ -28,17 +29,18 @@ void CqRingOwner::move_pending_to(CqRingOwner& target) {
     const uint64_t consumer = header_->consumer.load(std::memory_order_acquire);
     const uint64_t producer = header_->producer.load(std::memory_order_acquire);
     const di::CompletionEntry* from = di::cq_ring_entries(header_);
-    for (uint64_t i = consumer; i != producer; ++i)
-        target.push(from[i & (header_->slots - 1)]);
+    // At most one ring's worth, whatever the (shared, writable) indices claim.
+    for (uint64_t i = consumer, n = 0; i != producer && n < slots_; ++i, ++n)
+        target.push(from[i & (slots_ - 1)]);
 }
 
 bool CqRingOwner::push(const di::CompletionEntry& entry) {
     const uint64_t producer = header_->producer.load(std::memory_order_relaxed);
-    if (producer - header_->consumer.load(std::memory_order_acquire) >= header_->slots) {
+    if (producer - header_->consumer.load(std::memory_order_acquire) >= slots_) {
         header_->overrun.store(1, std::memory_order_release);
         return false;
     }
-    di::cq_ring_entries(header_)[producer & (header_->slots - 1)] = entry;
+    di::cq_ring_entries(header_)[producer & (slots_ - 1)] = entry;
     header_->producer.store(producer + 1, std::memory_order_release);
     return true;
 }

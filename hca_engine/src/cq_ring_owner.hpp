@@ -17,7 +17,7 @@ class CqRingOwner {
 
     int fd() const { return memory_.fd(); }
     size_t bytes() const { return memory_.bytes(); }
-    uint32_t slots() const { return header_ ? header_->slots : 0; }
+    uint32_t slots() const { return slots_; }
     uint64_t pending() const;
 
     // Moves the entries the consumer has not read yet into `target` (which must be new
@@ -30,6 +30,8 @@ class CqRingOwner {
   private:
     SharedMemory memory_;
     device_interface::CqRingHeader* header_ = nullptr;
+    // The provider can write the shared header: sizes are never read back from it.
+    uint32_t slots_ = 0;
 };
 
 } // namespace softhca::engine

@@ -67,6 +67,10 @@ int EngineQp::create_ring() {
     ring_->rq_slot_size = rq_slot;
     ring_->sq_offset = sq_offset;
     ring_->rq_offset = rq_offset;
+    sq_slot_size_ = sq_slot;
+    rq_slot_size_ = rq_slot;
+    sq_offset_ = sq_offset;
+    rq_offset_ = rq_offset;
     return 0;
 }
 
@@ -193,7 +197,7 @@ bool EngineQp::pull_work(tp::Nanoseconds now) {
     bool any = false;
     const uint64_t sq_producer = ring_->sq_producer.load(std::memory_order_acquire);
     while (sq_pulled_ != sq_producer && sq_producer - sq_pulled_ <= caps_.max_send_wr) {
-        const uint8_t* slot = di::qp_ring_slot(ring_, true, sq_pulled_);
+        const uint8_t* slot = ring_slot(true, sq_pulled_);
         di::SendWqeHeader h;
         std::memcpy(&h, slot, sizeof(h));
         tp::SendWqe w;
@@ -226,7 +230,7 @@ bool EngineQp::pull_work(tp::Nanoseconds now) {
     }
     const uint64_t rq_producer = ring_->rq_producer.load(std::memory_order_acquire);
     while (rq_pulled_ != rq_producer && rq_producer - rq_pulled_ <= caps_.max_recv_wr) {
-        const uint8_t* slot = di::qp_ring_slot(ring_, false, rq_pulled_);
+        const uint8_t* slot = ring_slot(false, rq_pulled_);
         di::RecvWqeHeader h;
         std::memcpy(&h, slot, sizeof(h));
         tp::RecvWqe r;
@@ -239,6 +243,14 @@ bool EngineQp::pull_work(tp::Nanoseconds now) {
         any = true;
     }
     return any;
+}
+
+const uint8_t* EngineQp::ring_slot(bool send, uint64_t index) const {
+    // From the engine's own copy of the layout: the provider can write the shared
+    // header, so nothing there may steer where the engine reads.
+    const auto* base = static_cast<const uint8_t*>(ring_memory_.data());
+    return send ? base + sq_offset_ + (index & (caps_.max_send_wr - 1)) * sq_slot_size_
+                : base + rq_offset_ + (index & (caps_.max_recv_wr - 1)) * rq_slot_size_;
 }
 
 void EngineQp::arm_doorbell() {

@@ -73,6 +73,7 @@ class EngineQp : public transport::CompletionSink {
 
   private:
     void push_completion(CompletionQueue* cq, const transport::Completion& completion);
+    const uint8_t* ring_slot(bool send, uint64_t index) const;
 
     uint32_t handle_;
     uint32_t qp_num_;
@@ -91,6 +92,8 @@ class EngineQp : public transport::CompletionSink {
     uint32_t dest_ip_ = 0;
     SharedMemory ring_memory_;
     device_interface::QpRingHeader* ring_ = nullptr;
+    uint32_t sq_slot_size_ = 0, rq_slot_size_ = 0;
+    uint64_t sq_offset_ = 0, rq_offset_ = 0;
     uint64_t sq_pulled_ = 0;
     uint64_t rq_pulled_ = 0;
     uint64_t cq_overruns_ = 0;

@@ -3,6 +3,8 @@
 // serving afterwards. Runs under `softhca exec` against a running engine.
 #define CATCH_CONFIG_MAIN
 #include "softhca/device_interface/control.hpp"
+#include "softhca/device_interface/cq_ring.hpp"
+#include "softhca/device_interface/qp_ring.hpp"
 #include "softhca/device_interface/socket_io.hpp"
 #include "test_device.hpp"
 
@@ -422,5 +424,88 @@ TEST_CASE("garbage and truncated control messages get error replies; the engine 
     int fd2 = connect_raw();
     REQUIRE(send(fd2, "\x48\x53", 2, MSG_NOSIGNAL) == 2);
     close(fd2);
+    require_engine_serving();
+}
+
+TEST_CASE("a process that scribbles over its shared rings cannot crash the engine") {
+    int fd = connect_raw();
+    int pipe_fds[2];
+    REQUIRE(pipe(pipe_fds) == 0);
+    std::vector<char> reply(1024);
+    auto call = [&](auto& request, di::Opcode opcode, int fd_to_pass, int* fd_back) {
+        request.header = header_for(opcode, sizeof(request));
+        REQUIRE(di::send_message(fd, &request, sizeof(request), fd_to_pass) ==
+                static_cast<ssize_t>(sizeof(request)));
+        di::ReceivedMessage m = di::receive_message(fd, reply.data(), reply.size());
+        REQUIRE(m.size >= static_cast<ssize_t>(sizeof(di::ReplyHeader)));
+        if (fd_back)
+            *fd_back = m.fd;
+        else if (m.fd >= 0)
+            close(m.fd);
+        di::ReplyHeader h;
+        std::memcpy(&h, reply.data(), sizeof(h));
+        return h.status;
+    };
+    di::OpenDeviceRequest open{};
+    open.provider_abi = di::kControlVersion;
+    std::snprintf(open.device_name, sizeof(open.device_name), "%s", test_device_name().c_str());
+    REQUIRE(call(open, di::Opcode::OpenDevice, pipe_fds[1], nullptr) == 0);
+    struct {
+        di::MessageHeader header;
+    } alloc{};
+    REQUIRE(call(alloc, di::Opcode::AllocPd, -1, nullptr) == 0);
+    di::HandleReply pd;
+    std::memcpy(&pd, reply.data(), sizeof(pd));
+    di::CreateCqRequest cq_request{};
+    cq_request.cqe = 4;
+    int cq_fd = -1;
+    REQUIRE(call(cq_request, di::Opcode::CreateCq, -1, &cq_fd) == 0);
+    di::CreateCqReply cq;
+    std::memcpy(&cq, reply.data(), sizeof(cq));
+    di::CreateQpRequest qp_request{};
+    qp_request.pd_handle = pd.handle;
+    qp_request.send_cq_handle = cq.cq_handle;
+    qp_request.recv_cq_handle = cq.cq_handle;
+    qp_request.qp_type = IBV_QPT_RC;
+    qp_request.caps = {4, 4, 1, 1, 0, 0};
+    int qp_fd = -1;
+    REQUIRE(call(qp_request, di::Opcode::CreateQp, -1, &qp_fd) == 0);
+    di::CreateQpReply qp;
+    std::memcpy(&qp, reply.data(), sizeof(qp));
+
+    // Scribble: absurd sizes and offsets in both headers, indices far ahead, and
+    // garbage work requests in every slot.
+    void* qp_map = mmap(nullptr, qp.ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, qp_fd, 0);
+    void* cq_map = mmap(nullptr, cq.ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, cq_fd, 0);
+    REQUIRE((qp_map != MAP_FAILED && cq_map != MAP_FAILED));
+    auto* ring = static_cast<di::QpRingHeader*>(qp_map);
+    const uint64_t sq_offset = ring->sq_offset;
+    std::memset(static_cast<char*>(qp_map) + sq_offset, 0xff, qp.ring_bytes - sq_offset);
+    ring->sq_slots = 0;
+    ring->sq_slot_size = 0xffffffffu;
+    ring->sq_offset = ~0ull;
+    ring->rq_offset = ~0ull;
+    ring->sq_producer.store(3);
+    ring->rq_producer.store(~0ull - 5);
+    auto* cq_ring = static_cast<di::CqRingHeader*>(cq_map);
+    cq_ring->slots = 0;
+    cq_ring->consumer.store(~0ull);
+    usleep(100000); // let the engine look at the rings
+
+    // Resizing the scribbled CQ and destroying everything still works.
+    di::ResizeCqRequest resize{};
+    resize.cq_handle = cq.cq_handle;
+    resize.cqe = 8;
+    CHECK(call(resize, di::Opcode::ResizeCq, -1, nullptr) == 0);
+    di::HandleRequest destroy{};
+    destroy.handle = qp.qp_handle;
+    CHECK(call(destroy, di::Opcode::DestroyQp, -1, nullptr) == 0);
+    munmap(qp_map, qp.ring_bytes);
+    munmap(cq_map, cq.ring_bytes);
+    close(qp_fd);
+    close(cq_fd);
+    close(fd);
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
     require_engine_serving();
 }
