@@ -1,6 +1,7 @@
 // Transport protocol layer: RC queue pairs over a simulated wire that drops,
 // duplicates, reorders and corrupts. Every byte and every completion is checked.
 #include "sim_wire.hpp"
+#include "softhca/transport/psn.hpp"
 
 #include <catch2/catch.hpp>
 #include <deque>
@@ -542,4 +543,63 @@ TEST_CASE("RC: a fenced request waits until earlier reads have completed") {
     REQUIRE(link.run_until([&] { return link.a().sink.sends.size() == 2; }));
     CHECK(link.a().sink.sends[0].wr_id == 1);
     CHECK(link.a().sink.sends[1].wr_id == 2);
+}
+
+namespace {
+// Feeds B a hand-made request and returns the AETH syndrome of what B answers (0xff
+// when B answers nothing).
+uint8_t answer_to(Link& link, uint8_t opcode, uint32_t psn, uint64_t va, uint32_t rkey,
+                  uint32_t dma_length, uint32_t payload) {
+    uint8_t packet[4096 + 64] = {};
+    const OpcodeInfo& info = opcode_info(opcode);
+    const HeaderOffsets o = header_offsets(info);
+    reinterpret_cast<Bth*>(packet)->set(opcode, false, 0, kDefaultPkey, link.b().qp.qp_num(), true,
+                                        psn);
+    if (info.has(header_flag::kReth))
+        reinterpret_cast<Reth*>(packet + o.reth)->set(va, rkey, dma_length);
+    IbPacket parsed;
+    REQUIRE(parse_ib_packet(packet, o.payload + payload, parsed) == PacketError::None);
+    link.b().qp.receive(parsed, link.now());
+    uint8_t out[4096 + 64];
+    const size_t n = link.b().qp.transmit(out, sizeof(out), link.now());
+    if (!n)
+        return 0xff;
+    IbPacket response;
+    REQUIRE(parse_ib_packet(out, n, response) == PacketError::None);
+    return response.aeth ? response.aeth->syndrome() : 0xfe;
+}
+} // namespace
+
+TEST_CASE("RC responder: crafted requests are NAKed, never executed") {
+    const uint8_t invalid = aeth::kNak | aeth::kNakInvalidRequest;
+    const uint8_t access_error = aeth::kNak | aeth::kNakRemoteAccessError;
+    Link link(12, {0, 0, 0, 0});
+    link.connect(PathMtu::Mtu1024, kAllRemote);
+    const uint32_t epsn = 0xfffff0; // B's first expected PSN (connect())
+    HostMemory& bm = link.b().memory;
+    const uint32_t region = bm.add_region(4096, kRegionRights);
+    const uint64_t va = bm.region(region).addr;
+
+    SECTION("a read longer than the largest message") {
+        CHECK(answer_to(link, op::rc(op::kReadRequest), epsn, va, region, 0x80000001u, 0) ==
+              invalid);
+    }
+    SECTION("a middle packet with no first") {
+        CHECK(answer_to(link, op::rc(op::kSendMiddle), epsn, 0, 0, 0, 1024) == invalid);
+    }
+    SECTION("a write-only carrying more than its DMA length") {
+        CHECK(answer_to(link, op::rc(op::kWriteOnly), epsn, va, region, 16, 64) == invalid);
+    }
+    SECTION("a write past the end of the region") {
+        CHECK(answer_to(link, op::rc(op::kWriteOnly), epsn, va + 4090, region, 64, 64) ==
+              access_error);
+    }
+    SECTION("a payload larger than the path MTU") {
+        CHECK(answer_to(link, op::rc(op::kSendOnly), epsn, 0, 0, 0, 2048) == invalid);
+    }
+    SECTION("a PSN from the future draws one sequence NAK, then silence") {
+        CHECK(answer_to(link, op::rc(op::kWriteOnly), psn_add(epsn, 5), va, region, 8, 8) ==
+              (aeth::kNak | aeth::kNakPsnSequenceError));
+        CHECK(answer_to(link, op::rc(op::kWriteOnly), psn_add(epsn, 6), va, region, 8, 8) == 0xff);
+    }
 }

@@ -9,6 +9,11 @@
 
 namespace softhca::transport {
 
+namespace {
+// The largest message this device allows (the port's max_msg_sz): 2^31 bytes.
+constexpr uint32_t kMaxMessageBytes = 1u << 31;
+} // namespace
+
 uint8_t RcQueuePair::ack_syndrome() const {
     // ACKs carry end-to-end credits: the receive WQEs still available (9.7.7.2).
     return aeth::kAck | credit_code(rq_tail_ - rq_head_);
@@ -201,6 +206,10 @@ bool RcQueuePair::accept_write(const IbPacket& packet, uint32_t psn) {
     const OpcodeInfo& info = *packet.info;
     if (info.starts_message()) {
         const uint32_t length = packet.reth->dma_length();
+        if (length > kMaxMessageBytes) {
+            responder_nak(aeth::kNak | aeth::kNakInvalidRequest, psn, true);
+            return false;
+        }
         // 9.7.5.1.3 / 10.6.3: the QP must grant remote write and, unless the length is
         // zero, the rkey must cover the whole range with remote write rights.
         if (!(attr_.access & access::kRemoteWrite) ||
@@ -258,6 +267,10 @@ bool RcQueuePair::accept_write(const IbPacket& packet, uint32_t psn) {
 
 bool RcQueuePair::accept_read(const IbPacket& packet, uint32_t psn) {
     const uint32_t length = packet.reth->dma_length();
+    if (length > kMaxMessageBytes) {
+        responder_nak(aeth::kNak | aeth::kNakInvalidRequest, psn, true);
+        return false;
+    }
     if (!(attr_.access & access::kRemoteRead) ||
         (length && memory_.check(packet.reth->rkey(), true, access::kRemoteRead, packet.reth->va(),
                                  length) != MemoryStatus::Ok)) {
