@@ -448,6 +448,30 @@ void ControlServer::raise_device_event(size_t device_index, uint64_t element, ui
     }
 }
 
+namespace {
+
+const char* qp_state_name(transport::QpState state) {
+    static constexpr const char* kNames[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
+    return kNames[static_cast<size_t>(state)];
+}
+
+// One QP's state and transport counters, for `softhca status`.
+std::string qp_status_line(const EngineQp& qp) {
+    const transport::RcCounters& k = qp.rc().counters();
+    std::ostringstream out;
+    out << "  qp " << qp.qp_num() << " " << qp_state_name(qp.rc().state()) << " dest_qp "
+        << qp.rc().attributes().dest_qp << ": packets_sent " << k.packets_sent
+        << " packets_received " << k.packets_received << " retransmitted "
+        << k.retransmitted_packets << " timeouts " << k.timeouts << " naks_sent " << k.naks_sent
+        << " naks_received " << k.naks_received << " rnr_naks_sent " << k.rnr_naks_sent
+        << " rnr_naks_received " << k.rnr_naks_received << " duplicates " << k.duplicates
+        << " out_of_sequence " << k.out_of_sequence << " dropped " << k.dropped << " cq_overruns "
+        << qp.cq_overruns() << "\n";
+    return out.str();
+}
+
+} // namespace
+
 std::string ControlServer::status_report() const {
     std::ostringstream out;
     out << status_title_ << "\n";
@@ -486,9 +510,13 @@ std::string ControlServer::status_report() const {
         pds += c.resources->pd_count();
         mrs += c.resources->mr_count();
         cqs += c.resources->cq_count();
+        qps += c.resources->qp_count();
         out << "context " << c.context_id << " pid " << c.pid << " (" << c.command << ") device "
             << devices_[static_cast<size_t>(c.device)].name << ": pd " << c.resources->pd_count()
-            << " mr " << c.resources->mr_count() << " cq " << c.resources->cq_count() << "\n";
+            << " mr " << c.resources->mr_count() << " cq " << c.resources->cq_count() << " qp "
+            << c.resources->qp_count() << "\n";
+        for (const auto& [handle, qp] : c.resources->qps())
+            out << qp_status_line(*qp);
     }
     out << "contexts " << contexts << " (refused for lack of descriptors: " << refused_connections_
         << ")\n";

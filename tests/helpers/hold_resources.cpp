@@ -1,4 +1,4 @@
-// Opens a device, allocates PDs, MRs and CQs, says "ready" and waits to be killed.
+// Opens a device, allocates PDs, MRs, CQs and a QP, says "ready" and waits to be killed.
 // Used to check that the engine frees everything of a process that dies.
 #include "test_device.hpp"
 
@@ -19,6 +19,18 @@ int main(int argc, char** argv) {
                         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE))
             return 1;
     }
+    // And one RC queue pair, left in RESET.
+    ibv_pd* pd = ibv_alloc_pd(context);
+    ibv_cq* cq = ibv_create_cq(context, 16, nullptr, nullptr, 0);
+    if (!pd || !cq)
+        return 1;
+    ibv_qp_init_attr init{};
+    init.send_cq = cq;
+    init.recv_cq = cq;
+    init.qp_type = IBV_QPT_RC;
+    init.cap = {16, 16, 1, 1, 0};
+    if (!ibv_create_qp(pd, &init))
+        return 1;
     std::printf("ready\n");
     std::fflush(stdout);
     for (;;)
