@@ -281,7 +281,7 @@ bool RcQueuePair::accept_read(const IbPacket& packet, uint32_t psn) {
     for (const auto& r : resources_)
         active += r.active && !r.replay;
     if (active >= std::max<uint32_t>(1, attr_.max_dest_rd_atomic)) {
-        // More reads/atomics outstanding than we accept (9.7.5.1.5, C9-?).
+        // More reads/atomics outstanding than we accept (9.7.5.1.5).
         responder_nak(aeth::kNak | aeth::kNakInvalidRequest, psn, true);
         return false;
     }
@@ -303,7 +303,7 @@ bool RcQueuePair::accept_read(const IbPacket& packet, uint32_t psn) {
 bool RcQueuePair::accept_atomic(const IbPacket& packet, uint32_t psn) {
     const AtomicEth& a = *packet.atomic;
     if (a.va() % 8 != 0) {
-        // 9.4.5 / C9-?: atomics need a naturally aligned 8-byte address.
+        // Atomics need a naturally aligned 8-byte address (9.4.5).
         responder_nak(aeth::kNak | aeth::kNakInvalidRequest, psn, true);
         return false;
     }
