@@ -71,7 +71,7 @@ void RcQueuePair::on_request(const IbPacket& packet, Nanoseconds now) {
     }
     nak_sequence_sent_ = false;
 
-    // 9.7.5.1.3 (C9-95..): a packet must continue the message in progress, or start a
+    // 9.7.5.1.3: a packet must continue the message in progress, or start a
     // new one when none is; anything else is an invalid request.
     const OpcodeInfo& info = *packet.info;
     if (in_progress_ != OpKind::Invalid) {
@@ -83,7 +83,7 @@ void RcQueuePair::on_request(const IbPacket& packet, Nanoseconds now) {
         responder_nak(aeth::kNak | aeth::kNakInvalidRequest, psn, true);
         return;
     }
-    // Payload sizes (9.7.5.1.4, C9-98): first and middle packets are exactly one path
+    // Payload sizes (9.7.5.1.4): first and middle packets are exactly one path
     // MTU, last and only packets at most one.
     const uint32_t mtu = path_mtu_bytes(attr_.mtu);
     if (info.payload) {
