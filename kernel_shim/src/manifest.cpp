@@ -41,6 +41,20 @@ int Manifest::remove_all() const {
                 errno != EEXIST)
                 ++failures;
             break;
+        case Kind::Shared: {
+            const std::string mark = path + "/" + kSharedMark;
+            size_t present = 0;
+            for (const auto& entry : std::filesystem::directory_iterator(path, ec)) {
+                (void)entry;
+                ++present;
+            }
+            if (!ec && present == 1 && std::filesystem::exists(mark)) {
+                ::unlink(mark.c_str());
+                if (::rmdir(path.c_str()) != 0 && errno != ENOENT && errno != ENOTEMPTY)
+                    ++failures;
+            }
+            break;
+        }
         case Kind::Tree:
             std::filesystem::remove_all(path, ec);
             if (ec)

@@ -104,7 +104,18 @@ void register_instance(const InstanceRegistration& instance, Manifest& manifest)
     manifest.record(Manifest::Kind::Tree, root);
     write_file(root / "class" / "infiniband_verbs" / "abi_version",
                std::to_string(kUverbsAbiVersion) + "\n");
-    make_dirs(instance.cdev_dir, manifest, Manifest::Kind::Directory);
+    // The character-node directory is shared by every instance (and by a real RDMA
+    // stack if there is one). If we create it, we mark it; any instance then removes it
+    // when only the mark is left, and never a directory someone else made.
+    const fs::path cdev_dir(instance.cdev_dir);
+    if (!fs::exists(cdev_dir)) {
+        make_dirs(cdev_dir.parent_path(), manifest, Manifest::Kind::Directory);
+        if (::mkdir(cdev_dir.c_str(), 0755) != 0 && errno != EEXIST)
+            fail("mkdir " + cdev_dir.string());
+        write_file(cdev_dir / Manifest::kSharedMark, "");
+    }
+    if (fs::exists(cdev_dir / Manifest::kSharedMark))
+        manifest.record(Manifest::Kind::Shared, cdev_dir);
     for (const auto& device : instance.devices)
         write_device(instance, device, manifest);
 

@@ -81,3 +81,45 @@ TEST_CASE("removal leaves directories that others still use") {
     CHECK(fs::exists(base / "shared" / "someone-elses"));
     fs::remove_all(base);
 }
+
+TEST_CASE("the shared node directory goes with the last instance that used it") {
+    const fs::path base = fs::temp_directory_path() / ("shim-shared-" + std::to_string(getpid()));
+    fs::remove_all(base);
+    fs::create_directories(base);
+    auto registration = [&](const std::string& name) {
+        InstanceRegistration reg;
+        reg.sysfs_root = base / name / "sysfs";
+        reg.cdev_dir = base / "dev" / "infiniband";
+        reg.driver_file = base / "etc" / (name + ".driver");
+        reg.provider_prefix = "/p/libsofthca";
+        DeviceRegistration dev;
+        dev.ibdev_name = name + "0";
+        dev.uverbs_name = name + "0_uverbs";
+        dev.engine_socket = "/run/x.sock";
+        dev.ports.push_back({softhca::transport::gid_from_ipv4(0xc6120001u), ""});
+        reg.devices.push_back(dev);
+        return reg;
+    };
+    Manifest first((base / "first.manifest").string());
+    Manifest second((base / "second.manifest").string());
+    register_instance(registration("one"), first);
+    register_instance(registration("two"), second);
+    const fs::path cdev = base / "dev" / "infiniband";
+    CHECK(fs::exists(cdev / "one0_uverbs"));
+    CHECK(fs::exists(cdev / "two0_uverbs"));
+    // The creator goes first: the directory stays for the other instance ...
+    CHECK(first.remove_all() == 0);
+    CHECK(fs::exists(cdev / "two0_uverbs"));
+    // ... which takes it away when it leaves.
+    CHECK(second.remove_all() == 0);
+    CHECK_FALSE(fs::exists(cdev));
+
+    // A directory that existed before is never removed.
+    fs::create_directories(cdev);
+    Manifest third((base / "third.manifest").string());
+    register_instance(registration("three"), third);
+    CHECK(third.remove_all() == 0);
+    CHECK(fs::exists(cdev));
+    CHECK(fs::is_empty(cdev));
+    fs::remove_all(base);
+}

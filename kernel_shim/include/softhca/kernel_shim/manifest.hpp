@@ -9,7 +9,11 @@ namespace softhca::kernel_shim {
 
 class Manifest {
   public:
-    enum class Kind : char { Directory = 'd', File = 'f', Tree = 't' };
+    // Shared: a directory several instances use (/dev/infiniband) that a softhca
+    // instance created and marked; whichever instance leaves it empty but for the
+    // mark removes it.
+    enum class Kind : char { Directory = 'd', File = 'f', Tree = 't', Shared = 's' };
+    static constexpr const char* kSharedMark = ".softhca-created";
 
     explicit Manifest(std::string path) : path_(std::move(path)) {}
 
