@@ -154,6 +154,8 @@ int EngineQp::modify(const di::ModifyQpRequest& request, const PortInfo& port,
         r.max_dest_rd_atomic = attr_.max_dest_rd_atomic = a.max_dest_rd_atomic;
     if (mask & kPort)
         attr_.port_num = a.port_num;
+    if (mask & kEnSqdAsyncNotify)
+        attr_.en_sqd_async_notify = a.en_sqd_async_notify;
     if (mask & kAv) {
         std::memcpy(attr_.dgid, a.dgid, 16);
         attr_.is_global = 1;
@@ -288,6 +290,15 @@ void EngineQp::recv_completion(const tp::Completion& c) {
 
 void EngineQp::send_wqe_retired() {
     ring_->sq_completed.fetch_add(1, std::memory_order_release);
+}
+
+void EngineQp::communication_established() {
+    context_.raise_event(user_handle_, di::kEventCommEst);
+}
+
+void EngineQp::send_queue_drained() {
+    if (attr_.en_sqd_async_notify)
+        context_.raise_event(user_handle_, di::kEventSqDrained);
 }
 
 void EngineQp::qp_error(tp::WcStatus cause, bool detected_by_responder) {

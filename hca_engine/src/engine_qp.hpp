@@ -70,6 +70,8 @@ class EngineQp : public transport::CompletionSink {
     void recv_completion(const transport::Completion& completion) override;
     void send_wqe_retired() override;
     void qp_error(transport::WcStatus cause, bool detected_by_responder) override;
+    void communication_established() override;
+    void send_queue_drained() override;
 
   private:
     void push_completion(CompletionQueue* cq, const transport::Completion& completion);

@@ -522,3 +522,44 @@ TEST_CASE("overrunning a CQ raises IBV_EVENT_CQ_ERR") {
     ibv_destroy_qp(qp);
     ibv_destroy_cq(small);
 }
+
+TEST_CASE("COMM_EST when a QP in RTR gets its first packet; SQ_DRAINED after SQD") {
+    ibv_qp* a = make_qp(dev(0));
+    ibv_qp* b = make_qp(dev(1));
+    connect(a, b->qp_num, dev(1).gid);
+    // B only up to RTR: it receives, and says so with COMM_EST.
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_INIT;
+    attr.port_num = 1;
+    attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+    REQUIRE(ibv_modify_qp(b, &attr,
+                          IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) ==
+            0);
+    attr = {};
+    attr.qp_state = IBV_QPS_RTR;
+    attr.path_mtu = IBV_MTU_1024;
+    attr.dest_qp_num = a->qp_num;
+    attr.rq_psn = 0xfffff0;
+    attr.max_dest_rd_atomic = 1;
+    attr.min_rnr_timer = 1;
+    attr.ah_attr.is_global = 1;
+    attr.ah_attr.grh.dgid = dev(0).gid;
+    attr.ah_attr.port_num = 1;
+    REQUIRE(ibv_modify_qp(b, &attr,
+                          IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                              IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) ==
+            0);
+    Buffer src(dev(0), 4096, kAllAccess), dst(dev(1), 4096, kAllAccess);
+    CHECK(one_write(a, src.addr(), src.mr->lkey, dst.addr(), dst.mr->rkey).status ==
+          IBV_WC_SUCCESS);
+    expect_async_event(dev(1), IBV_EVENT_COMM_EST, b);
+
+    // A to SQD with notification: SQ_DRAINED once nothing is in flight.
+    attr = {};
+    attr.qp_state = IBV_QPS_SQD;
+    attr.en_sqd_async_notify = 1;
+    REQUIRE(ibv_modify_qp(a, &attr, IBV_QP_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY) == 0);
+    expect_async_event(dev(0), IBV_EVENT_SQ_DRAINED, a);
+    ibv_destroy_qp(a);
+    ibv_destroy_qp(b);
+}

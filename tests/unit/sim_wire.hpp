@@ -96,6 +96,10 @@ class Recorder : public CompletionSink {
     uint32_t retired = 0;
     std::vector<WcStatus> errors;
     std::vector<bool> errors_by_responder;
+    int established = 0;
+    int drained = 0;
+    void communication_established() override { ++established; }
+    void send_queue_drained() override { ++drained; }
     void send_completion(const Completion& c) override { sends.push_back(c); }
     void recv_completion(const Completion& c) override { recvs.push_back(c); }
     void send_wqe_retired() override { ++retired; }

@@ -603,3 +603,40 @@ TEST_CASE("RC responder: crafted requests are NAKed, never executed") {
         CHECK(answer_to(link, op::rc(op::kWriteOnly), psn_add(epsn, 6), va, region, 8, 8) == 0xff);
     }
 }
+
+TEST_CASE("RC: COMM_EST on the first packet in RTR, SQ_DRAINED once SQD has drained") {
+    Link link(13, {0, 0, 0, 0});
+    link.connect(PathMtu::Mtu1024, kAllRemote);
+    // connect() took B to RTS: bring it back to a fresh RTR to see the event.
+    CHECK(link.b().sink.established == 0);
+    HostMemory& am = link.a().memory;
+    HostMemory& bm = link.b().memory;
+    const uint32_t src = am.add_region(65536, kRegionRights);
+    const uint32_t dst = bm.add_region(65536, kRegionRights);
+    link.b().qp.set_state(QpState::Reset, link.now());
+    link.b().qp.set_state(QpState::Init, link.now());
+    link.b().qp.set_state(QpState::Rtr, link.now());
+    SendWqe w;
+    w.wr_id = 1;
+    w.signaled = true;
+    w.opcode = WrOpcode::RdmaWrite;
+    w.length = 60000;
+    w.num_sge = 1;
+    w.sge[0] = {am.region(src).addr, 60000, src};
+    w.remote_addr = bm.region(dst).addr;
+    w.rkey = dst;
+    REQUIRE(link.a().qp.post_send(w));
+    link.run(1); // the first packets are on their way
+    link.a().qp.set_state(QpState::Sqd, link.now());
+    CHECK(link.a().sink.drained == 0); // the write is still in flight
+    SendWqe later = w;
+    later.wr_id = 2;
+    REQUIRE(link.a().qp.post_send(later)); // queued, not started while in SQD
+    REQUIRE(link.run_until([&] { return link.a().sink.drained == 1; }));
+    CHECK(link.b().sink.established == 1);
+    CHECK(link.a().sink.sends.size() == 1);
+    link.a().qp.set_state(QpState::Rts, link.now());
+    REQUIRE(link.run_until([&] { return link.a().sink.sends.size() == 2; }));
+    CHECK(link.a().sink.drained == 1);
+    CHECK(link.b().sink.established == 1); // once
+}

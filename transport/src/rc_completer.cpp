@@ -52,6 +52,7 @@ void RcQueuePair::retire_completed() {
         if (signaled)
             sink_.send_completion(c);
     }
+    check_drained();
 }
 
 void RcQueuePair::complete_send_error(SendEntry& entry, WcStatus status) {

@@ -66,6 +66,7 @@ void RcQueuePair::set_state(QpState state, Nanoseconds now) {
         break;
     case QpState::Rtr:
         if (old != QpState::Rtr) {
+            established_ = false;
             epsn_ = attr_.rq_psn & kPsnMask;
             msn_ = 0;
             nak_sequence_sent_ = false;
@@ -75,7 +76,12 @@ void RcQueuePair::set_state(QpState state, Nanoseconds now) {
             resource_next_ = 0;
         }
         break;
+    case QpState::Sqd:
+        drain_reported_ = false;
+        check_drained();
+        break;
     case QpState::Rts:
+        established_ = true; // a QP moved to RTS by the application needs no event
         if (old == QpState::Rtr) {
             next_psn_ = attr_.sq_psn & kPsnMask;
             acked_psn_ = psn_add(next_psn_, -1);
@@ -221,6 +227,18 @@ bool RcQueuePair::retries_exhausted(WcStatus status) {
     }
     --left;
     return false;
+}
+
+void RcQueuePair::check_drained() {
+    // Drained: nothing started is still waiting for its acknowledgement or response
+    // (requests not yet started stay queued until the QP returns to RTS).
+    if (state_ != QpState::Sqd || drain_reported_)
+        return;
+    for (uint32_t i = sq_head_; i != sq_tail_; ++i)
+        if (sq_at(i).started)
+            return;
+    drain_reported_ = true;
+    sink_.send_queue_drained();
 }
 
 void RcQueuePair::enter_error(WcStatus cause, bool detected_by_responder) {

@@ -53,6 +53,10 @@ void RcQueuePair::on_request(const IbPacket& packet, Nanoseconds now) {
         ++counters_.dropped; // the connection is ending; nothing more is accepted
         return;
     }
+    if (state_ == QpState::Rtr && !established_) {
+        established_ = true;
+        sink_.communication_established();
+    }
     const uint32_t psn = packet.bth->psn();
     const int32_t diff = psn_diff(psn, epsn_);
     if (diff < 0) {

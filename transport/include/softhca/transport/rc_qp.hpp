@@ -32,6 +32,11 @@ class CompletionSink {
     // responder (an affiliated asynchronous error, 11.6.3) or by the requester (whose
     // error the failing work request's completion reports).
     virtual void qp_error(WcStatus cause, bool detected_by_responder) = 0;
+    // The first packet arrived while the QP was in RTR (communication established,
+    // 11.6.3.1).
+    virtual void communication_established() {}
+    // In SQD, every request started before the drain has completed (11.6.3.1).
+    virtual void send_queue_drained() {}
 };
 
 struct RcAttributes {
@@ -168,6 +173,7 @@ class RcQueuePair {
 
     // ---- state ----
     void enter_error(WcStatus cause, bool detected_by_responder = false);
+    void check_drained();
     void flush_all();
 
     uint32_t qp_num_;
@@ -217,6 +223,8 @@ class RcQueuePair {
     uint32_t ack_psn_ = 0;
     uint8_t ack_syndrome_override_ = 0; // nonzero: a NAK or RNR NAK syndrome
     bool error_after_nak_ = false;      // the pending NAK ends the connection
+    bool established_ = false;          // COMM_EST reported
+    bool drain_reported_ = false;       // SQ_DRAINED reported for this SQD entry
     WcStatus nak_error_cause_ = WcStatus::Success;
 };
 

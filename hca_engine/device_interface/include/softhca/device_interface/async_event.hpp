@@ -19,6 +19,8 @@ enum AsyncEventType : uint32_t {
     kEventQpFatal = 1,
     kEventQpReqErr = 2,
     kEventQpAccessErr = 3,
+    kEventCommEst = 4,
+    kEventSqDrained = 5,
     kEventPortActive = 9,
     kEventPortErr = 10,
     kEventDeviceFatal = 8,
