@@ -121,10 +121,7 @@ void RcQueuePair::handle_ack_psn(uint32_t psn, Nanoseconds now) {
     if (progress) {
         retry_left_ = attr_.retry_cnt;
         retire_completed();
-        // Restart the timer for what is still unacknowledged, stop it otherwise.
-        retry_deadline_ = kNoDeadline;
-        if (sq_head_ != sq_tail_ && sq_at(sq_head_).started)
-            arm_retry_timer(now);
+        restart_retry_timer(now);
     }
 }
 
@@ -204,19 +201,28 @@ void RcQueuePair::on_nak(uint32_t psn, uint8_t syndrome, Nanoseconds now) {
     }
 }
 
-void RcQueuePair::on_read_response(const IbPacket& packet, Nanoseconds now) {
-    // The oldest unanswered read is the one these responses belong to (9.7.5.2.5).
-    SendEntry* read = nullptr;
-    uint32_t index = sq_head_;
-    for (; index != sq_tail_; ++index) {
+RcQueuePair::SendEntry* RcQueuePair::oldest_unanswered(uint32_t& index) {
+    for (index = sq_head_; index != sq_tail_; ++index) {
         SendEntry& entry = sq_at(index);
         if (!entry.started)
             break;
-        if (is_read_or_atomic(entry.wqe) && !entry.acked) {
-            read = &entry;
-            break;
-        }
+        if (is_read_or_atomic(entry.wqe) && !entry.acked)
+            return &entry;
     }
+    return nullptr;
+}
+
+void RcQueuePair::restart_retry_timer(Nanoseconds now) {
+    // The timer runs for what is still unacknowledged and stops when nothing is.
+    retry_deadline_ = kNoDeadline;
+    if (sq_head_ != sq_tail_ && sq_at(sq_head_).started)
+        arm_retry_timer(now);
+}
+
+void RcQueuePair::on_read_response(const IbPacket& packet, Nanoseconds now) {
+    // The oldest unanswered read is the one these responses belong to (9.7.5.2.5).
+    uint32_t index = 0;
+    SendEntry* read = oldest_unanswered(index);
     if (!read || read->wqe.opcode != WrOpcode::RdmaRead) {
         ++counters_.dropped;
         return;
@@ -269,23 +275,12 @@ void RcQueuePair::finish_read_or_atomic(SendEntry& entry, Nanoseconds now) {
     retry_left_ = attr_.retry_cnt;
     handle_ack_psn(acked_psn_, now); // later requests an earlier ACK already covered
     retire_completed();
-    retry_deadline_ = kNoDeadline;
-    if (sq_head_ != sq_tail_ && sq_at(sq_head_).started)
-        arm_retry_timer(now);
+    restart_retry_timer(now);
 }
 
 void RcQueuePair::on_atomic_ack(const IbPacket& packet, Nanoseconds now) {
-    SendEntry* atomic = nullptr;
-    uint32_t index = sq_head_;
-    for (; index != sq_tail_; ++index) {
-        SendEntry& entry = sq_at(index);
-        if (!entry.started)
-            break;
-        if (is_read_or_atomic(entry.wqe) && !entry.acked) {
-            atomic = &entry;
-            break;
-        }
-    }
+    uint32_t index = 0;
+    SendEntry* atomic = oldest_unanswered(index);
     if (!atomic || atomic->wqe.opcode == WrOpcode::RdmaRead ||
         packet.bth->psn() != atomic->first_psn) {
         ++counters_.duplicates;

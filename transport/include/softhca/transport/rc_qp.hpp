@@ -141,6 +141,9 @@ class RcQueuePair {
     void finish_read_or_atomic(SendEntry& entry, Nanoseconds now);
     void on_nak(uint32_t psn, uint8_t syndrome, Nanoseconds now);
     void arm_retry_timer(Nanoseconds now);
+    void restart_retry_timer(Nanoseconds now);
+    // The oldest started read or atomic still waiting for its response (and its index).
+    SendEntry* oldest_unanswered(uint32_t& index);
     void update_credits(uint8_t syndrome);
     static bool consumes_recv(const SendWqe& wqe);
     bool retries_exhausted(WcStatus status);
