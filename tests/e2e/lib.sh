@@ -50,3 +50,19 @@ on_client() {
         "$SOFTHCA" exec --prefix "$CLIENT_PREFIX" -- "$@"
     fi
 }
+
+# Waits (up to 20 s) until a TCP port listens on the server's host: perftest and the
+# pingpongs exchange their connection data over TCP, and a client that comes too
+# early fails.
+wait_listening() {
+    local port=$1 i
+    for i in $(seq 200); do
+        if [ -n "${SERVER_NS:-}" ]; then
+            ip netns exec "$SERVER_NS" ss -Hltn "sport = :$port" | grep -q . && return 0
+        else
+            ss -Hltn "sport = :$port" | grep -q . && return 0
+        fi
+        sleep 0.1
+    done
+    return 1
+}

@@ -15,7 +15,7 @@ run_perftest() {
     "$SOFTHCA" exec -- timeout 120 "$tool" -d "${SOFTHCA_PREFIX}0" -x 0 -p "$port" -n 500 \
         -s 16384 >"$server_out" 2>&1 &
     local server=$!
-    sleep 0.5
+    wait_listening "$port" || fail "$tool server did not start: $(cat "$server_out")"
     out=$("$SOFTHCA" exec -- timeout 120 "$tool" -d "${SOFTHCA_PREFIX}1" -x 0 -p "$port" -n 500 \
         -s 16384 127.0.0.1 2>&1) || fail "$tool failed under faults: $out"$'\n'"$("$SOFTHCA" status)"
     wait "$server" || fail "$tool server failed under faults: $(cat "$server_out")"

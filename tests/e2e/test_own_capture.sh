@@ -15,7 +15,7 @@ for tool in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw; do
     on_server timeout 60 "$tool" -d "$SERVER_DEV" -x 0 -p "$port" -n 50 "${extra[@]}" \
         >/dev/null 2>&1 &
     server=$!
-    sleep 0.5
+    wait_listening "$port" || fail "$tool server did not start"
     on_client timeout 60 "$tool" -d "$CLIENT_DEV" -x 0 -p "$port" -n 50 "${extra[@]}" \
         "$SERVER_ADDR" >/dev/null 2>&1 || fail "$tool failed"
     wait "$server" || fail "$tool server failed"
@@ -23,7 +23,7 @@ done
 port=$((30000 + RANDOM % 20000))
 on_server timeout 60 ib_atomic_bw -d "$SERVER_DEV" -x 0 -p "$port" -n 50 >/dev/null 2>&1 &
 server=$!
-sleep 0.5
+wait_listening "$port" || fail "ib_atomic_bw server did not start"
 on_client timeout 60 ib_atomic_bw -d "$CLIENT_DEV" -x 0 -p "$port" -n 50 "$SERVER_ADDR" \
     >/dev/null 2>&1 || fail "ib_atomic_bw (fetch and add) failed"
 wait "$server"

@@ -17,7 +17,7 @@ ib_atomic_bw | ib_atomic_lat) ;; # 8-byte operations only
 esac
 on_server timeout 240 "$tool" -d "$SERVER_DEV" "${args[@]}" >"$server_out" 2>&1 &
 server=$!
-sleep 0.5
+wait_listening "$port" || fail "$tool server did not start: $(cat "$server_out")"
 out=$(on_client timeout 240 "$tool" -d "$CLIENT_DEV" "${args[@]}" "$SERVER_ADDR" 2>&1) ||
     fail "$tool client failed: $out"$'\n'"server: $(cat "$server_out")"
 wait "$server" || fail "$tool server failed: $(cat "$server_out")"

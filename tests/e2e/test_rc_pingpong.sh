@@ -12,7 +12,7 @@ for size in 1 4096 65536 1048576; do
     on_server timeout 60 ibv_rc_pingpong -d "$SERVER_DEV" -g 0 -p "$port" -s "$size" \
         -n "$iters" -c >"$server_out" 2>&1 &
     server=$!
-    sleep 0.3
+    wait_listening "$port" || fail "server did not start at size $size: $(cat "$server_out")"
     out=$(on_client timeout 60 ibv_rc_pingpong -d "$CLIENT_DEV" -g 0 -p "$port" \
         -s "$size" -n "$iters" -c "$SERVER_ADDR" 2>&1) || fail "client failed at size $size: $out"
     wait "$server" || fail "server failed at size $size: $(cat "$server_out")"
