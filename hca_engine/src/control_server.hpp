@@ -35,7 +35,6 @@ class ControlServer {
     // Writes an async event record to every context open on the device.
     void raise_device_event(size_t device_index, uint64_t element, uint32_t event_type);
 
-    size_t connection_count() const { return connections_.size(); }
     KeySpace& tables() { return keys_; }
 
   private:

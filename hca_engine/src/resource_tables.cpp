@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 
 namespace softhca::engine {
@@ -39,10 +40,7 @@ uint32_t KeySpace::next_qp_num() {
 uint32_t cq_slots_for(uint32_t cqe) {
     if (cqe < 1 || cqe > DeviceLimits::kMaxCqe)
         return 0;
-    uint32_t slots = 2;
-    while (slots - 1 < cqe)
-        slots <<= 1;
-    return slots;
+    return std::bit_ceil(cqe + 1); // 2^n slots hold 2^n - 1 entries
 }
 
 ContextResources::ContextResources(pid_t owner, KeySpace& keys, size_t device)
@@ -214,15 +212,9 @@ int ContextResources::create_qp(const di::CreateQpRequest& request, EngineQp*& q
         return EINVAL;
     if (keys_.qps >= QpLimits::kMaxQp)
         return ENOMEM;
-    auto pow2 = [](uint32_t v) {
-        uint32_t p = 1;
-        while (p < v)
-            p <<= 1;
-        return p;
-    };
     di::QpCaps caps{};
-    caps.max_send_wr = pow2(asked.max_send_wr);
-    caps.max_recv_wr = pow2(asked.max_recv_wr);
+    caps.max_send_wr = std::bit_ceil(asked.max_send_wr);
+    caps.max_recv_wr = std::bit_ceil(asked.max_recv_wr);
     caps.max_send_sge = std::max<uint32_t>(asked.max_send_sge, 1);
     caps.max_recv_sge = std::max<uint32_t>(asked.max_recv_sge, 1);
     // Inline data shares the slot with the SGEs: report all the room there is.

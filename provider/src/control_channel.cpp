@@ -74,10 +74,12 @@ int ControlChannel::call(di::Opcode opcode, void* request, size_t size, void* re
     return r->status;
 }
 
-int ControlChannel::call_simple(di::Opcode opcode) {
-    di::MessageHeader request{};
+int ControlChannel::destroy(di::Opcode opcode, uint32_t handle) {
+    di::HandleRequest request{};
+    request.handle = handle;
     di::ReplyHeader reply{};
-    return call(opcode, &request, sizeof(request), &reply, sizeof(reply));
+    const int err = call(opcode, &request, sizeof(request), &reply, sizeof(reply));
+    return err == EIO ? 0 : err;
 }
 
 } // namespace softhca::provider

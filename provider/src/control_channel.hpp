@@ -30,8 +30,11 @@ class ControlChannel {
     int call(device_interface::Opcode opcode, void* request, size_t size, void* reply,
              size_t reply_capacity, int fd_to_pass = -1, int* received_fd = nullptr);
 
-    // A call with a bare header and a reply that is just a status.
-    int call_simple(device_interface::Opcode opcode);
+    // Destroys the engine object `handle` (DeallocPd, DeregMr, DestroyCq, DestroyQp).
+    // Returns 0 when it is gone: destroyed now, or gone with an engine that died (EIO),
+    // as destroying succeeds on a disassociated uverbs device so that applications can
+    // clean up. Any other error (EBUSY: still in use) leaves the object as it was.
+    int destroy(device_interface::Opcode opcode, uint32_t handle);
 
     int fd() const { return fd_; }
     bool dead() const { return dead_.load(std::memory_order_acquire); }

@@ -71,11 +71,7 @@ ibv_cq* create_cq(ibv_context* context, int cqe, ibv_comp_channel* channel, int 
     if (!err) {
         cq->ring = map_ring(ring_fd, reply.ring_bytes);
         if (!cq->ring) {
-            di::HandleRequest destroy{};
-            destroy.handle = reply.cq_handle;
-            di::ReplyHeader ignored{};
-            state_of(context).control.call(di::Opcode::DestroyCq, &destroy, sizeof(destroy),
-                                           &ignored, sizeof(ignored));
+            state_of(context).control.destroy(di::Opcode::DestroyCq, reply.cq_handle);
             err = ENOMEM;
         }
     } else if (ring_fd >= 0) {
@@ -144,16 +140,10 @@ int resize_cq(ibv_cq* ibcq, int cqe) {
 
 int destroy_cq(ibv_cq* ibcq) {
     Cq* cq = to_cq(ibcq);
-    di::HandleRequest request{};
-    request.handle = cq->handle;
-    di::ReplyHeader reply{};
-    int err =
-        state_of(ibcq->context)
-            .control.call(di::Opcode::DestroyCq, &request, sizeof(request), &reply, sizeof(reply));
-    if (err && err != EIO)
-        return err;
+    if (int err = state_of(ibcq->context).control.destroy(di::Opcode::DestroyCq, cq->handle))
+        return err; // EBUSY while a QP completes into it
     ::munmap(cq->ring, cq->ring_bytes);
-    delete cq; // EIO: the engine is gone and the CQ with it
+    delete cq;
     return 0;
 }
 

@@ -26,16 +26,8 @@ ibv_pd* alloc_pd(ibv_context* context) {
 
 int dealloc_pd(ibv_pd* ibpd) {
     Pd* pd = to_pd(ibpd);
-    di::HandleRequest request{};
-    request.handle = pd->handle;
-    di::ReplyHeader reply{};
-    int err =
-        state_of(ibpd->context)
-            .control.call(di::Opcode::DeallocPd, &request, sizeof(request), &reply, sizeof(reply));
-    if (err && err != EIO)
-        return err; // EBUSY while MRs still use it: the PD stays valid
-    // With the engine gone (EIO) the PD died with it: destroying succeeds, as it does
-    // on a disassociated uverbs device, so the application can clean up.
+    if (int err = state_of(ibpd->context).control.destroy(di::Opcode::DeallocPd, pd->handle))
+        return err; // EBUSY while MRs or QPs still use it: the PD stays valid
     std::free(pd);
     return 0;
 }
@@ -68,15 +60,9 @@ ibv_mr* reg_mr(ibv_pd* ibpd, void* addr, size_t length, uint64_t hca_va, int acc
 
 int dereg_mr(verbs_mr* vmr) {
     Mr* mr = reinterpret_cast<Mr*>(vmr);
-    di::HandleRequest request{};
-    request.handle = mr->handle;
-    di::ReplyHeader reply{};
-    int err =
-        state_of(vmr->ibv_mr.context)
-            .control.call(di::Opcode::DeregMr, &request, sizeof(request), &reply, sizeof(reply));
-    if (err && err != EIO)
+    if (int err = state_of(vmr->ibv_mr.context).control.destroy(di::Opcode::DeregMr, mr->handle))
         return err;
-    std::free(mr); // EIO: the engine is gone and the MR with it
+    std::free(mr);
     return 0;
 }
 

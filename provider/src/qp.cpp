@@ -149,11 +149,7 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
     if (!err) {
         qp->ring = map_qp_ring(ring_fd, reply.ring_bytes);
         if (!qp->ring) {
-            di::HandleRequest destroy{};
-            destroy.handle = reply.qp_handle;
-            di::ReplyHeader ignored{};
-            state.control.call(di::Opcode::DestroyQp, &destroy, sizeof(destroy), &ignored,
-                               sizeof(ignored));
+            state.control.destroy(di::Opcode::DestroyQp, reply.qp_handle);
             err = ENOMEM;
         }
     } else if (ring_fd >= 0) {
@@ -256,16 +252,10 @@ int query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int /*attr_mask*/, ibv_qp_init_att
 
 int destroy_qp(ibv_qp* ibqp) {
     Qp* qp = to_qp(ibqp);
-    di::HandleRequest request{};
-    request.handle = qp->handle;
-    di::ReplyHeader reply{};
-    int err =
-        state_of(ibqp->context)
-            .control.call(di::Opcode::DestroyQp, &request, sizeof(request), &reply, sizeof(reply));
-    if (err && err != EIO)
+    if (int err = state_of(ibqp->context).control.destroy(di::Opcode::DestroyQp, qp->handle))
         return err;
     ::munmap(qp->ring, qp->ring_bytes);
-    delete qp; // EIO: the engine is gone and the QP with it
+    delete qp;
     return 0;
 }
 
