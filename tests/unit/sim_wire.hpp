@@ -90,6 +90,18 @@ class HostMemory : public MemoryAccess {
     uint32_t next_key_ = 1;
 };
 
+// An unsignaled work request whose one SGE is the first `length` bytes of region `key`.
+inline SendWqe one_sge_request(uint64_t wr_id, WrOpcode opcode, HostMemory& memory, uint32_t key,
+                               uint32_t length) {
+    SendWqe w;
+    w.wr_id = wr_id;
+    w.opcode = opcode;
+    w.length = length;
+    w.num_sge = 1;
+    w.sge[0] = {memory.region(key).addr, length, key};
+    return w;
+}
+
 class Recorder : public CompletionSink {
   public:
     std::vector<Completion> sends, recvs;

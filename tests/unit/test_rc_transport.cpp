@@ -263,12 +263,7 @@ TEST_CASE("RC: a receive too small gives LOC_LEN_ERR there and REM_INV_REQ_ERR h
     r.length = 100;
     r.sge[0] = {bm.region(dst).addr, 100, dst};
     REQUIRE(link.b().qp.post_recv(r));
-    SendWqe w;
-    w.wr_id = 1;
-    w.opcode = WrOpcode::Send;
-    w.length = 2000;
-    w.num_sge = 1;
-    w.sge[0] = {am.region(src).addr, 2000, src};
+    SendWqe w = one_sge_request(1, WrOpcode::Send, am, src, 2000);
     SendWqe w2 = w;
     w2.wr_id = 2;
     REQUIRE(link.a().qp.post_send(w));
@@ -289,13 +284,8 @@ TEST_CASE("RC: a bad rkey, a read-only target and a bad lkey give the IBTA statu
     HostMemory& bm = link.b().memory;
     const uint32_t src = am.add_region(4096, kRegionRights);
     const uint32_t read_only = bm.add_region(4096, access::kRemoteRead);
-    SendWqe w;
-    w.wr_id = 1;
+    SendWqe w = one_sge_request(1, WrOpcode::RdmaWrite, am, src, 64);
     w.signaled = true;
-    w.opcode = WrOpcode::RdmaWrite;
-    w.length = 64;
-    w.num_sge = 1;
-    w.sge[0] = {am.region(src).addr, 64, src};
 
     SECTION("bad rkey") {
         w.rkey = 0xdead;
@@ -336,13 +326,8 @@ TEST_CASE("RC: RNR with rnr_retry 0 fails with RNR_RETRY_EXC_ERR; with 7 it wait
     HostMemory& bm = link.b().memory;
     const uint32_t src = am.add_region(4096, kRegionRights);
     const uint32_t dst = bm.add_region(4096, kRegionRights);
-    SendWqe w;
-    w.wr_id = 1;
+    SendWqe w = one_sge_request(1, WrOpcode::Send, am, src, 64);
     w.signaled = true;
-    w.opcode = WrOpcode::Send;
-    w.length = 64;
-    w.num_sge = 1;
-    w.sge[0] = {am.region(src).addr, 64, src};
 
     SECTION("rnr_retry 7 waits for the receive") {
         REQUIRE(link.a().qp.post_send(w));
@@ -372,12 +357,7 @@ TEST_CASE("RC: retries run out when the peer is gone: RETRY_EXC_ERR") {
     link.connect(PathMtu::Mtu1024, kAllRemote);
     HostMemory& am = link.a().memory;
     const uint32_t src = am.add_region(4096, kRegionRights);
-    SendWqe w;
-    w.wr_id = 1;
-    w.opcode = WrOpcode::RdmaWrite;
-    w.length = 64;
-    w.num_sge = 1;
-    w.sge[0] = {am.region(src).addr, 64, src};
+    SendWqe w = one_sge_request(1, WrOpcode::RdmaWrite, am, src, 64);
     REQUIRE(link.a().qp.post_send(w));
     REQUIRE(link.run_until([&] { return !link.a().sink.sends.empty(); }));
     CHECK(link.a().sink.sends[0].status == WcStatus::RetryExceededError);
@@ -391,12 +371,7 @@ TEST_CASE("RC: an atomic on an unaligned address is a remote invalid request") {
     HostMemory& bm = link.b().memory;
     const uint32_t local = am.add_region(64, kRegionRights);
     const uint32_t remote = bm.add_region(64, kRegionRights);
-    SendWqe w;
-    w.wr_id = 1;
-    w.opcode = WrOpcode::AtomicCompareSwap;
-    w.length = 8;
-    w.num_sge = 1;
-    w.sge[0] = {am.region(local).addr, 8, local};
+    SendWqe w = one_sge_request(1, WrOpcode::AtomicCompareSwap, am, local, 8);
     w.remote_addr = bm.region(remote).addr + 4;
     w.rkey = remote;
     REQUIRE(link.a().qp.post_send(w));
@@ -469,13 +444,8 @@ TEST_CASE("RC: end-to-end credits hold sends back while the responder has no rec
         REQUIRE(link.b().qp.post_recv(r));
     };
     auto send = [&](uint64_t id) {
-        SendWqe w;
-        w.wr_id = id;
+        SendWqe w = one_sge_request(id, WrOpcode::Send, am, src, 64);
         w.signaled = true;
-        w.opcode = WrOpcode::Send;
-        w.length = 64;
-        w.num_sge = 1;
-        w.sge[0] = {am.region(src).addr, 64, src};
         REQUIRE(link.a().qp.post_send(w));
     };
     // One message acknowledged with "no receive WQE left" (credit 0).
@@ -616,13 +586,8 @@ TEST_CASE("RC: COMM_EST on the first packet in RTR, SQ_DRAINED once SQD has drai
     link.b().qp.set_state(QpState::Reset, link.now());
     link.b().qp.set_state(QpState::Init, link.now());
     link.b().qp.set_state(QpState::Rtr, link.now());
-    SendWqe w;
-    w.wr_id = 1;
+    SendWqe w = one_sge_request(1, WrOpcode::RdmaWrite, am, src, 60000);
     w.signaled = true;
-    w.opcode = WrOpcode::RdmaWrite;
-    w.length = 60000;
-    w.num_sge = 1;
-    w.sge[0] = {am.region(src).addr, 60000, src};
     w.remote_addr = bm.region(dst).addr;
     w.rkey = dst;
     REQUIRE(link.a().qp.post_send(w));
