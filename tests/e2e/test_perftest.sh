@@ -13,7 +13,7 @@ port=$((20000 + RANDOM % 20000))
 args=(-x 0 -p "$port" -n 20 "$@")
 case "$tool" in
 ib_atomic_bw | ib_atomic_lat) ;; # 8-byte operations only
-*) args+=(-a) ;;
+*) if [ -n "${PERFTEST_SIZE:-}" ]; then args+=(-s "$PERFTEST_SIZE"); else args+=(-a); fi ;;
 esac
 on_server timeout 240 "$tool" -d "$SERVER_DEV" "${args[@]}" >"$server_out" 2>&1 &
 server=$!

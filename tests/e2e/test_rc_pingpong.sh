@@ -6,7 +6,7 @@ source "$(dirname "$0")/lib.sh"
 server_out=$(mktemp)
 trap 'kill ${server:-} 2>/dev/null || true; rm -f "$server_out"' EXIT
 port=$((18515 + RANDOM % 1000))
-for size in 1 4096 65536 1048576; do
+for size in ${PINGPONG_SIZES:-1 4096 65536 1048576}; do
     iters=200
     [ "$size" -ge 1048576 ] && iters=20
     on_server timeout 60 ibv_rc_pingpong -d "$SERVER_DEV" -g 0 -p "$port" -s "$size" \
