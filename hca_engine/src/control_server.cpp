@@ -1,6 +1,7 @@
 #include "control_server.hpp"
 
 #include "clock.hpp"
+#include "control_messages.hpp"
 #include "engine_qp.hpp"
 #include "softhca/device_interface/async_event.hpp"
 #include "softhca/device_interface/socket_io.hpp"
@@ -33,27 +34,13 @@ std::string read_command_name(pid_t pid) {
     return name.empty() ? "?" : name;
 }
 
-template <typename T> const T* as(const void* message, size_t size) {
-    return size == sizeof(T) ? static_cast<const T*>(message) : nullptr;
-}
-
-di::MessageHeader reply_header(const di::MessageHeader& request, uint32_t length) {
-    di::MessageHeader h{};
-    h.magic = di::kControlMagic;
-    h.version = di::kControlVersion;
-    h.opcode = request.opcode;
-    h.length = length;
-    h.sequence = request.sequence;
-    return h;
-}
-
 } // namespace
 
 ControlServer::ControlServer(const std::string& socket_path, const std::vector<Device>& devices,
                              PortSet& ports, std::string status_title, int doorbell_fd)
     : socket_path_(socket_path), devices_(devices), ports_(ports),
       status_title_(std::move(status_title)), doorbell_fd_(doorbell_fd) {
-    keys_.qps_by_device.resize(devices.size());
+    keys_.set_device_count(devices.size());
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     if (socket_path.size() >= sizeof(addr.sun_path))
@@ -352,63 +339,6 @@ void ControlServer::dispatch(Connection& c, const void* message, size_t size, in
     reply_status(c, header, EBADMSG); // right opcode, wrong size
 }
 
-bool ControlServer::dispatch_qp(Connection& c, const di::MessageHeader& header, const void* message,
-                                size_t size) {
-    ContextResources& res = *c.resources;
-    switch (static_cast<di::Opcode>(header.opcode)) {
-    case di::Opcode::CreateQp: {
-        const auto* request = as<di::CreateQpRequest>(message, size);
-        if (!request)
-            break;
-        EngineQp* qp = nullptr;
-        di::CreateQpReply r{};
-        r.reply.header = reply_header(header, sizeof(r));
-        r.reply.status = res.create_qp(*request, qp);
-        if (qp) {
-            r.qp_handle = qp->handle();
-            r.qp_num = qp->qp_num();
-            r.caps = qp->caps();
-            r.ring_bytes = qp->ring_bytes();
-        }
-        reply(c, &r, sizeof(r), qp ? qp->ring_fd() : -1);
-        return true;
-    }
-    case di::Opcode::ModifyQp: {
-        const auto* request = as<di::ModifyQpRequest>(message, size);
-        if (!request)
-            break;
-        EngineQp* qp = res.find_qp(request->qp_handle);
-        const PortInfo& port = ports_.info(devices_[static_cast<size_t>(c.device)].port_index);
-        reply_status(c, header, qp ? qp->modify(*request, port, monotonic_ns()) : EINVAL);
-        return true;
-    }
-    case di::Opcode::QueryQp: {
-        const auto* request = as<di::QueryQpRequest>(message, size);
-        if (!request)
-            break;
-        di::QueryQpReply r{};
-        r.reply.header = reply_header(header, sizeof(r));
-        if (EngineQp* qp = res.find_qp(request->qp_handle))
-            qp->query(r);
-        else
-            r.reply.status = EINVAL;
-        reply(c, &r, sizeof(r));
-        return true;
-    }
-    case di::Opcode::DestroyQp: {
-        const auto* request = as<di::HandleRequest>(message, size);
-        if (!request)
-            break;
-        reply_status(c, header, res.destroy_qp(request->handle));
-        return true;
-    }
-    default:
-        return false;
-    }
-    reply_status(c, header, EBADMSG);
-    return true;
-}
-
 void ControlServer::set_port_state(Connection& c, const void* message, size_t size) {
     const auto* request = as<di::SetPortStateRequest>(message, size);
     if (!request) {
@@ -457,16 +387,20 @@ const char* qp_state_name(transport::QpState state) {
 
 // One QP's state and transport counters, for `softhca status`.
 std::string qp_status_line(const EngineQp& qp) {
-    const transport::RcCounters& k = qp.rc().counters();
+    const transport::QpCounters& k = qp.transport().counters();
     std::ostringstream out;
-    out << "  qp " << qp.qp_num() << " " << qp_state_name(qp.rc().state()) << " dest_qp "
-        << qp.rc().attributes().dest_qp << ": packets_sent " << k.packets_sent
-        << " packets_received " << k.packets_received << " retransmitted "
+    static constexpr const char* kTypes[] = {"", "", "RC", "UC", "UD"};
+    const auto type = static_cast<size_t>(qp.type());
+    out << "  qp " << qp.qp_num() << " " << (type < 5 ? kTypes[type] : "?") << " "
+        << qp_state_name(qp.transport().state()) << " dest_qp "
+        << qp.transport().attributes().dest_qp << (qp.srq() ? " srq" : "") << ": packets_sent "
+        << k.packets_sent << " packets_received " << k.packets_received << " retransmitted "
         << k.retransmitted_packets << " timeouts " << k.timeouts << " naks_sent " << k.naks_sent
         << " naks_received " << k.naks_received << " rnr_naks_sent " << k.rnr_naks_sent
         << " rnr_naks_received " << k.rnr_naks_received << " duplicates " << k.duplicates
-        << " out_of_sequence " << k.out_of_sequence << " dropped " << k.dropped << " cq_overruns "
-        << qp.cq_overruns() << "\n";
+        << " out_of_sequence " << k.out_of_sequence << " dropped " << k.dropped
+        << " dropped_messages " << k.dropped_messages << " qkey_violations " << k.qkey_violations
+        << " cq_overruns " << qp.cq_overruns() << "\n";
     return out.str();
 }
 

@@ -55,8 +55,12 @@ class ControlServer {
     void reply_status(Connection& c, const device_interface::MessageHeader& request, int status);
     std::string status_report() const;
     void set_port_state(Connection& c, const void* message, size_t size);
+    // control_queues.cpp: QPs, SRQs and multicast; false when the opcode is not theirs.
     bool dispatch_qp(Connection& c, const device_interface::MessageHeader& header,
                      const void* message, size_t size);
+    bool dispatch_srq(Connection& c, const device_interface::MessageHeader& header,
+                      const void* message, size_t size);
+    const PortInfo& port_of(const Connection& c) const;
 
     int listen_fd_ = -1;
     std::string socket_path_;

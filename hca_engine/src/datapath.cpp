@@ -1,6 +1,7 @@
 #include "datapath.hpp"
 
 #include "engine_qp.hpp"
+#include "engine_srq.hpp"
 #include "softhca/transport/ib_packet.hpp"
 #include "softhca/transport/roce_frame.hpp"
 
@@ -21,6 +22,9 @@ Datapath::Datapath(PortSet& ports, const std::vector<Device>& devices, KeySpace&
 
 bool Datapath::poll(uint64_t now) {
     bool busy = false;
+    for (auto& device : tables_.srqs_by_device)
+        for (auto& [srqn, srq] : device)
+            busy |= srq->pull_work();
     for (auto& device : tables_.qps_by_device)
         for (auto& [qpn, qp] : device)
             busy |= qp->pull_work(now);
@@ -31,12 +35,15 @@ bool Datapath::poll(uint64_t now) {
     }
     for (auto& device : tables_.qps_by_device) {
         for (auto& [qpn, qp] : device) {
-            if (qp->rc().next_deadline() <= now)
-                qp->rc().on_timer(now);
+            if (qp->transport().next_deadline() <= now)
+                qp->transport().on_timer(now);
             busy |= transmit(*qp, now);
         }
     }
     busy |= ports_.flush() > 0;
+    for (auto& device : tables_.srqs_by_device)
+        for (auto& [srqn, srq] : device)
+            srq->sync();
     return busy;
 }
 
@@ -44,7 +51,7 @@ uint64_t Datapath::next_deadline() const {
     uint64_t deadline = UINT64_MAX;
     for (const auto& device : tables_.qps_by_device)
         for (const auto& [qpn, qp] : device)
-            deadline = std::min(deadline, qp->rc().next_deadline());
+            deadline = std::min(deadline, qp->transport().next_deadline());
     return deadline;
 }
 
@@ -52,6 +59,9 @@ void Datapath::arm_doorbells() {
     for (auto& device : tables_.qps_by_device)
         for (auto& [qpn, qp] : device)
             qp->arm_doorbell();
+    for (auto& device : tables_.srqs_by_device)
+        for (auto& [srqn, srq] : device)
+            srq->arm_doorbell();
 }
 
 void Datapath::receive(size_t port, uint64_t now) {
@@ -103,8 +113,10 @@ void Datapath::handle_frame(size_t port, const uint8_t* data, uint32_t length, u
         ++counters.rx_malformed;
         return;
     }
-    const uint32_t dst_ip = tp::load_be32(frame.addressing.dst_gid.data() + 12);
-    if (!tp::gid_is_ipv4_mapped(frame.addressing.dst_gid) || dst_ip != ports_.info(port).ipv4) {
+    const tp::Gid& dst_gid = frame.addressing.dst_gid;
+    const bool multicast = gid_is_ipv4_multicast(dst_gid);
+    if (!tp::gid_is_ipv4_mapped(dst_gid) ||
+        (!multicast && tp::load_be32(dst_gid.data() + 12) != ports_.info(port).ipv4)) {
         ++counters.rx_unhandled; // not addressed to this port
         return;
     }
@@ -113,64 +125,126 @@ void Datapath::handle_frame(size_t port, const uint8_t* data, uint32_t length, u
         ++counters.rx_malformed;
         return;
     }
+    // The source address teaches us the peer's MAC for the way back.
+    if (tp::gid_is_ipv4_mapped(frame.addressing.src_gid))
+        neighbors_[port].learn(tp::load_be32(frame.addressing.src_gid.data() + 12),
+                               frame.addressing.src_mac);
+    uint8_t grh[tp::kGrhBytes];
+    if (packet.deth)
+        tp::grh_from_frame(frame, grh);
+    if (multicast) {
+        // 10.5.2.3: a multicast datagram (destination QP 0xFFFFFF) goes to every QP of
+        // this device that joined the group.
+        const auto* members = tables_.mcast_by_device[port].members(dst_gid);
+        if (!members || packet.bth->dest_qp() != 0xffffff || !packet.deth) {
+            ++counters.rx_no_qp;
+            return;
+        }
+        for (EngineQp* qp : *members)
+            deliver(*qp, packet, grh, now);
+        return;
+    }
     auto& qps = tables_.qps_by_device[port];
     auto it = qps.find(packet.bth->dest_qp());
     if (it == qps.end()) {
         ++counters.rx_no_qp;
         return;
     }
-    // The source address teaches us the peer's MAC for the way back.
-    if (tp::gid_is_ipv4_mapped(frame.addressing.src_gid))
-        neighbors_[port].learn(tp::load_be32(frame.addressing.src_gid.data() + 12),
-                               frame.addressing.src_mac);
-    it->second->rc().receive(packet, now);
+    deliver(*it->second, packet, packet.deth ? grh : nullptr, now);
+}
+
+void Datapath::deliver(EngineQp& qp, const tp::IbPacket& packet, const uint8_t* grh, uint64_t now) {
+    qp.transport().receive(packet, now, grh);
+}
+
+bool Datapath::mac_for(size_t port, uint32_t ip, uint64_t now, tp::MacAddress& mac) {
+    if ((ip >> 28) == 0xe) {
+        // IPv4 multicast to Ethernet (RFC 1112 6.4): 01:00:5e and the low 23 bits.
+        mac = {0x01,
+               0x00,
+               0x5e,
+               static_cast<uint8_t>((ip >> 16) & 0x7f),
+               static_cast<uint8_t>(ip >> 8),
+               static_cast<uint8_t>(ip)};
+        return true;
+    }
+    if (const tp::MacAddress* known = neighbors_[port].lookup(ip)) {
+        mac = *known;
+        return true;
+    }
+    // Resolve first; the QP's packets wait in the transport meanwhile.
+    const PortInfo& info = ports_.info(port);
+    if (neighbors_[port].may_request(ip, now)) {
+        TxFrame frame;
+        if (ports_.tx_alloc(port, frame)) {
+            ArpMessage request;
+            request.request = true;
+            request.sender_mac = info.mac;
+            request.sender_ip = info.ipv4;
+            request.target_ip = ip;
+            ports_.tx_queue(port, frame, static_cast<uint32_t>(build_arp(frame.data, request)));
+            ++ports_.counters(port).arp_requests;
+        }
+    }
+    return false;
+}
+
+bool Datapath::resolve_destination(EngineQp& qp, size_t port, uint64_t now, bool& local) {
+    const PortInfo& info = ports_.info(port);
+    tp::FrameAddressing& addressing = qp.addressing();
+    uint32_t ip = qp.dest_ip();
+    if (const tp::AddressVector* av = qp.transport().next_destination()) {
+        std::copy(av->dgid.begin(), av->dgid.end(), addressing.dst_gid.begin());
+        addressing.hop_limit = av->hop_limit ? av->hop_limit : 64;
+        addressing.traffic_class = av->traffic_class;
+        addressing.flow_label = av->flow_label;
+        ip = tp::load_be32(av->dgid.data() + 12);
+    }
+    local = ip == info.ipv4;
+    if (local) {
+        addressing.dst_mac = info.mac;
+        return true;
+    }
+    return mac_for(port, ip, now, addressing.dst_mac);
 }
 
 bool Datapath::transmit(EngineQp& qp, uint64_t now) {
-    tp::RcQueuePair& rc = qp.rc();
-    if (!rc.wants_transmit(now))
+    tp::QueuePair& queue = qp.transport();
+    if (!queue.wants_transmit(now))
         return false;
     const size_t port = devices_[qp.device()].port_index;
     const PortInfo& info = ports_.info(port);
     if (!info.link_up)
         return false; // the link is down: requests wait, timers run (and may expire)
-    tp::FrameAddressing& addressing = qp.addressing();
-    const bool local = qp.dest_ip() == info.ipv4;
-    if (!local) {
-        const tp::MacAddress* mac = neighbors_[port].lookup(qp.dest_ip());
-        if (!mac) {
-            // Resolve first; the QP's packets wait in the transport meanwhile.
-            if (neighbors_[port].may_request(qp.dest_ip(), now)) {
-                TxFrame frame;
-                if (ports_.tx_alloc(port, frame)) {
-                    ArpMessage request;
-                    request.request = true;
-                    request.sender_mac = info.mac;
-                    request.sender_ip = info.ipv4;
-                    request.target_ip = qp.dest_ip();
-                    ports_.tx_queue(port, frame,
-                                    static_cast<uint32_t>(build_arp(frame.data, request)));
-                    ++ports_.counters(port).arp_requests;
-                }
-            }
-            return false;
-        }
-        addressing.dst_mac = *mac;
-    } else {
-        addressing.dst_mac = info.mac;
-    }
-    const size_t front = tp::roce_header_bytes(addressing);
+    const tp::FrameAddressing& addressing = qp.addressing();
+    const bool per_packet = qp.type() == tp::QpType::UD; // each request has its address
+    bool local = false;
+    if (!per_packet && !resolve_destination(qp, port, now, local))
+        return false;
     bool sent = false;
     for (int i = 0; i < kTxBudgetPerQp; ++i) {
-        if (local) {
+        if (per_packet &&
+            (!queue.wants_transmit(now) || !resolve_destination(qp, port, now, local)))
+            break;
+        const size_t front = tp::roce_header_bytes(addressing);
+        // Multicast leaves on the wire and reaches this device's own members too.
+        const bool multicast = gid_is_ipv4_multicast(addressing.dst_gid);
+        if (local || multicast) {
             // A destination on this very port (a QP connected to itself or to another
             // QP of this device): the frame goes straight to our own receive path.
-            const size_t n = rc.transmit(loopback_.data() + front,
-                                         loopback_.size() - front - tp::kIcrcBytes, now);
+            const size_t n = queue.transmit(loopback_.data() + front,
+                                            loopback_.size() - front - tp::kIcrcBytes, now);
             if (!n)
                 break;
             const size_t length =
                 tp::finish_roce_frame(loopback_.data(), addressing, n, ipv4_id_++);
+            if (multicast) {
+                TxFrame frame;
+                if (ports_.tx_alloc(port, frame)) {
+                    std::copy_n(loopback_.data(), length, frame.data);
+                    ports_.tx_queue(port, frame, static_cast<uint32_t>(length));
+                }
+            }
             handle_frame(port, loopback_.data(), static_cast<uint32_t>(length), now);
             sent = true;
             continue;
@@ -179,7 +253,7 @@ bool Datapath::transmit(EngineQp& qp, uint64_t now) {
         if (!ports_.tx_alloc(port, frame))
             break;
         const size_t n =
-            rc.transmit(frame.data + front, frame.capacity - front - tp::kIcrcBytes, now);
+            queue.transmit(frame.data + front, frame.capacity - front - tp::kIcrcBytes, now);
         if (!n) {
             ports_.tx_abort(frame);
             break;

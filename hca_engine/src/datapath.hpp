@@ -8,6 +8,7 @@
 #include "device_model.hpp"
 #include "ports.hpp"
 #include "resource_tables.hpp"
+#include "softhca/transport/ib_packet.hpp"
 
 #include <cstdint>
 #include <vector>
@@ -31,6 +32,11 @@ class Datapath {
     void handle_frame(size_t port, const uint8_t* data, uint32_t length, uint64_t now);
     void handle_arp(size_t port, const ArpMessage& arp);
     bool transmit(EngineQp& qp, uint64_t now);
+    // Where the QP's next packet goes: its path, or for UD the work request's address
+    // vector. False (an ARP request sent) while the destination MAC is unknown.
+    bool resolve_destination(EngineQp& qp, size_t port, uint64_t now, bool& local);
+    bool mac_for(size_t port, uint32_t ip, uint64_t now, transport::MacAddress& mac);
+    void deliver(EngineQp& qp, const transport::IbPacket& packet, const uint8_t* grh, uint64_t now);
 
     PortSet& ports_;
     const std::vector<Device>& devices_;

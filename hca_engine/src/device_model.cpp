@@ -1,6 +1,8 @@
 #include "device_model.hpp"
 
 #include "engine_qp.hpp"
+#include "engine_srq.hpp"
+#include "multicast_groups.hpp"
 #include "softhca/transport/path_mtu.hpp"
 
 #include <cstring>
@@ -19,8 +21,16 @@ di::DeviceAttributes device_attributes(const Device& device) {
     a.vendor_id = kVendorId;
     a.vendor_part_id = kVendorPartId;
     a.hw_ver = 1;
-    // IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_RC_RNR_NAK_GEN
-    a.device_cap_flags = (1u << 11) | (1u << 10) | (1u << 12);
+    // IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_RC_RNR_NAK_GEN |
+    // IBV_DEVICE_SRQ_RESIZE
+    a.device_cap_flags = (1u << 11) | (1u << 10) | (1u << 12) | (1u << 13);
+    a.max_srq = SrqLimits::kMaxSrq;
+    a.max_srq_wr = SrqLimits::kMaxSrqWr;
+    a.max_srq_sge = SrqLimits::kMaxSrqSge;
+    a.max_ah = 1u << 20; // address handles live in the provider: memory is the limit
+    a.max_mcast_grp = MulticastGroups::kMaxGroups;
+    a.max_mcast_qp_attach = MulticastGroups::kMaxQpsPerGroup;
+    a.max_total_mcast_qp_attach = MulticastGroups::kMaxGroups * MulticastGroups::kMaxQpsPerGroup;
     a.max_qp = QpLimits::kMaxQp;
     a.max_qp_wr = QpLimits::kMaxQpWr;
     a.max_sge = QpLimits::kMaxSge;

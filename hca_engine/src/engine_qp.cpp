@@ -17,7 +17,19 @@ namespace tp = transport;
 
 namespace {
 
+constexpr uint32_t kIbvWcGrh = 1u << 0;     // IBV_WC_GRH
 constexpr uint32_t kIbvWcWithImm = 1u << 1; // IBV_WC_WITH_IMM
+
+tp::Service service_of(tp::QpType type) {
+    switch (type) {
+    case tp::QpType::UC:
+        return tp::Service::UC;
+    case tp::QpType::UD:
+        return tp::Service::UD;
+    default:
+        return tp::Service::RC;
+    }
+}
 
 // Copies a work request's scatter/gather list out of its ring slot; returns the total
 // length, capped at the largest message (2^31 bytes).
@@ -34,16 +46,26 @@ uint32_t read_sges(const uint8_t* at, uint32_t count, std::array<tp::Sge, tp::kM
 
 } // namespace
 
-EngineQp::EngineQp(uint32_t handle, uint32_t qp_num, size_t device, pid_t owner,
+EngineQp::EngineQp(uint32_t handle, uint32_t qp_num, tp::QpType type, size_t device, pid_t owner,
                    const ContextResources& context, uint32_t pd_handle, CompletionQueue* send_cq,
-                   CompletionQueue* recv_cq, const di::QpCaps& caps, bool sq_sig_all,
-                   uint64_t user_handle)
-    : handle_(handle), qp_num_(qp_num), device_(device), pd_handle_(pd_handle), send_cq_(send_cq),
-      recv_cq_(recv_cq), caps_(caps), sq_sig_all_(sq_sig_all), user_handle_(user_handle),
-      context_(context), memory_(owner, context, pd_handle),
-      rc_(qp_num, caps.max_send_wr, caps.max_recv_wr, memory_, *this) {
+                   CompletionQueue* recv_cq, EngineSrq* srq, const di::QpCaps& caps,
+                   bool sq_sig_all, uint64_t user_handle, const PortInfo& port)
+    : handle_(handle), qp_num_(qp_num), type_(type), device_(device), pd_handle_(pd_handle),
+      send_cq_(send_cq), recv_cq_(recv_cq), srq_(srq), caps_(caps), sq_sig_all_(sq_sig_all),
+      user_handle_(user_handle), context_(context), memory_(owner, context, pd_handle),
+      transport_(qp_num, service_of(type), caps.max_send_wr, caps.max_recv_wr, memory_, *this) {
+    if (srq)
+        transport_.use_srq(srq->queue());
     // UDP source port: per-QP entropy in the range RoCEv2 uses (A17.4.5.1).
     addressing_.udp_src_port = static_cast<uint16_t>(0xc000 | (qp_num & 0x3fff));
+    addressing_.src_gid = tp::gid_from_ipv4(port.ipv4);
+    addressing_.src_mac = port.mac;
+    if (type == tp::QpType::UD) {
+        // UD has no path: its messages may be as large as the port's MTU.
+        if (const auto mtu = tp::path_mtu_for_ethernet_mtu(port.eth_mtu))
+            transport_.attributes().mtu = *mtu;
+        attr_.path_mtu = static_cast<uint32_t>(transport_.attributes().mtu);
+    }
 }
 
 int EngineQp::create_ring() {
@@ -55,6 +77,7 @@ int EngineQp::create_ring() {
         (sizeof(di::RecvWqeHeader) + caps_.max_recv_sge * sizeof(di::WireSge) + 63) / 64 * 64;
     const uint64_t sq_offset = sizeof(di::QpRingHeader);
     const uint64_t rq_offset = sq_offset + uint64_t{sq_slot} * caps_.max_send_wr;
+    // A QP on an SRQ has no receive slots (max_recv_wr 0).
     if (int err =
             ring_memory_.create("softhca-qp", rq_offset + uint64_t{rq_slot} * caps_.max_recv_wr))
         return err;
@@ -79,13 +102,13 @@ int EngineQp::modify(const di::ModifyQpRequest& request, const PortInfo& port,
     using namespace tp::qp_attr;
     const uint32_t mask = request.attr_mask;
     const di::QpAttributes& a = request.attr;
-    const tp::QpState current = rc_.state();
+    const tp::QpState current = transport_.state();
     if ((mask & kState) && a.qp_state > static_cast<uint32_t>(tp::QpState::Error))
         return EINVAL;
     if ((mask & kCurState) && a.cur_qp_state != static_cast<uint32_t>(current))
         return EINVAL;
     const tp::QpState next = mask & kState ? static_cast<tp::QpState>(a.qp_state) : current;
-    if (!tp::modify_qp_allowed(tp::QpType::RC, current, next, mask))
+    if (!tp::modify_qp_allowed(type_, current, next, mask))
         return EINVAL;
     if (mask & ~(kState | kCurState | kEnSqdAsyncNotify | kAccessFlags | kPkeyIndex | kPort |
                  kQkey | kAv | kPathMtu | kTimeout | kRetryCnt | kRnrRetry | kRqPsn |
@@ -119,7 +142,9 @@ int EngineQp::modify(const di::ModifyQpRequest& request, const PortInfo& port,
             return EINVAL;
     }
 
-    tp::RcAttributes& r = rc_.attributes();
+    tp::QpConfig& r = transport_.attributes();
+    if (mask & kQkey)
+        r.qkey = attr_.qkey = a.qkey;
     if (mask & kAccessFlags) {
         r.access = a.qp_access_flags;
         attr_.qp_access_flags = a.qp_access_flags;
@@ -166,8 +191,6 @@ int EngineQp::modify(const di::ModifyQpRequest& request, const PortInfo& port,
         attr_.sl = a.sl;
         attr_.ah_port_num = 1;
         addressing_.dst_gid = dgid;
-        addressing_.src_gid = tp::gid_from_ipv4(port.ipv4);
-        addressing_.src_mac = port.mac;
         addressing_.hop_limit = a.hop_limit ? a.hop_limit : 64;
         addressing_.traffic_class = a.traffic_class;
         dest_ip_ = tp::load_be32(dgid.data() + 12);
@@ -180,14 +203,14 @@ int EngineQp::modify(const di::ModifyQpRequest& request, const PortInfo& port,
         ring_->rq_completed.store(rq_pulled_, std::memory_order_release);
     }
     if (mask & kState)
-        rc_.set_state(next, now);
-    attr_.qp_state = static_cast<uint32_t>(rc_.state());
+        transport_.set_state(next, now);
+    attr_.qp_state = static_cast<uint32_t>(transport_.state());
     return 0;
 }
 
 void EngineQp::query(di::QueryQpReply& reply) const {
     reply.attr = attr_;
-    reply.attr.qp_state = static_cast<uint32_t>(rc_.state());
+    reply.attr.qp_state = static_cast<uint32_t>(transport_.state());
     reply.attr.cur_qp_state = reply.attr.qp_state;
     reply.attr.sq_draining = 0;
     reply.caps = caps_;
@@ -214,6 +237,14 @@ bool EngineQp::pull_work(tp::Nanoseconds now) {
         w.rkey = h.rkey;
         w.compare_add = h.compare_add;
         w.swap = h.swap;
+        w.remote_qpn = h.remote_qpn & tp::kPsnMask;
+        w.remote_qkey = h.remote_qkey;
+        w.remote_srqn = h.remote_srqn;
+        std::memcpy(w.av.dgid.data(), h.dgid, 16);
+        w.av.flow_label = h.flow_label;
+        w.av.hop_limit = h.hop_limit;
+        w.av.traffic_class = h.traffic_class;
+        w.av.sl = h.sl;
         // The provider validated the request; the engine clamps, never trusts, sizes.
         if (w.inline_data) {
             w.length = std::min(h.length, caps_.max_inline_data);
@@ -225,13 +256,14 @@ bool EngineQp::pull_work(tp::Nanoseconds now) {
                 w.opcode == tp::WrOpcode::AtomicFetchAdd)
                 w.length = 8;
         }
-        if (!rc_.post_send(w))
+        if (!transport_.post_send(w))
             break;
         ++sq_pulled_;
         any = true;
     }
     const uint64_t rq_producer = ring_->rq_producer.load(std::memory_order_acquire);
-    while (rq_pulled_ != rq_producer && rq_producer - rq_pulled_ <= caps_.max_recv_wr) {
+    while (caps_.max_recv_wr && rq_pulled_ != rq_producer &&
+           rq_producer - rq_pulled_ <= caps_.max_recv_wr) {
         const uint8_t* slot = ring_slot(false, rq_pulled_);
         di::RecvWqeHeader h;
         std::memcpy(&h, slot, sizeof(h));
@@ -239,7 +271,7 @@ bool EngineQp::pull_work(tp::Nanoseconds now) {
         r.wr_id = h.wr_id;
         r.num_sge = std::min<uint32_t>(h.num_sge, caps_.max_recv_sge);
         r.length = read_sges(slot + sizeof(h), r.num_sge, r.sge);
-        if (!rc_.post_recv(r))
+        if (!transport_.post_recv(r))
             break;
         ++rq_pulled_;
         any = true;
@@ -268,7 +300,9 @@ void EngineQp::push_completion(CompletionQueue* cq, const tp::Completion& c) {
     e.imm_data = c.imm_data;
     e.qp_num = c.qp_num;
     e.src_qp = c.src_qp;
-    e.wc_flags = c.with_imm ? kIbvWcWithImm : 0;
+    e.wc_flags = (c.with_imm ? kIbvWcWithImm : 0) | (c.with_grh ? kIbvWcGrh : 0);
+    e.sl = c.sl;
+    e.pkey_index = c.pkey_index;
     if (!cq->ring.push(e)) {
         // CQ overrun (11.4.2.1): the completion is lost and the CQ reports an error.
         ++cq_overruns_;
@@ -285,7 +319,8 @@ void EngineQp::send_completion(const tp::Completion& c) {
 
 void EngineQp::recv_completion(const tp::Completion& c) {
     push_completion(recv_cq_, c);
-    ring_->rq_completed.fetch_add(1, std::memory_order_release);
+    if (!srq_) // an SRQ frees its slots as QPs take requests (EngineSrq::sync)
+        ring_->rq_completed.fetch_add(1, std::memory_order_release);
 }
 
 void EngineQp::send_wqe_retired() {
@@ -299,6 +334,10 @@ void EngineQp::communication_established() {
 void EngineQp::send_queue_drained() {
     if (attr_.en_sqd_async_notify)
         context_.raise_event(user_handle_, di::kEventSqDrained);
+}
+
+void EngineQp::last_wqe_reached() {
+    context_.raise_event(user_handle_, di::kEventQpLastWqeReached);
 }
 
 void EngineQp::qp_error(tp::WcStatus cause, bool detected_by_responder) {

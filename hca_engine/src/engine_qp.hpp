@@ -1,15 +1,17 @@
 // A queue pair inside the engine: the shared-memory work queues the provider fills,
-// the transport's RC state machine that executes them, the memory it reaches, and the
-// completion queues it reports to. One per ibv_qp.
+// the transport's state machine that executes them (RC, UC or UD), the memory it
+// reaches, and the completion queues it reports to. One per ibv_qp.
 #pragma once
 
 #include "cq_ring_owner.hpp"
+#include "engine_srq.hpp"
 #include "process_memory.hpp"
 #include "shared_memory.hpp"
 #include "softhca/device_interface/control.hpp"
 #include "softhca/device_interface/qp_ring.hpp"
 #include "softhca/transport/psn.hpp"
-#include "softhca/transport/rc_qp.hpp"
+#include "softhca/transport/qp_state.hpp"
+#include "softhca/transport/queue_pair.hpp"
 #include "softhca/transport/roce_frame.hpp"
 
 #include <cstdint>
@@ -31,10 +33,10 @@ struct QpLimits {
 
 class EngineQp : public transport::CompletionSink {
   public:
-    EngineQp(uint32_t handle, uint32_t qp_num, size_t device, pid_t owner,
+    EngineQp(uint32_t handle, uint32_t qp_num, transport::QpType type, size_t device, pid_t owner,
              const ContextResources& context, uint32_t pd_handle, CompletionQueue* send_cq,
-             CompletionQueue* recv_cq, const device_interface::QpCaps& caps, bool sq_sig_all,
-             uint64_t user_handle);
+             CompletionQueue* recv_cq, EngineSrq* srq, const device_interface::QpCaps& caps,
+             bool sq_sig_all, uint64_t user_handle, const PortInfo& port);
 
     // Creates the shared work queues; returns 0 or an errno.
     int create_ring();
@@ -52,14 +54,16 @@ class EngineQp : public transport::CompletionSink {
     bool pull_work(transport::Nanoseconds now);
     void arm_doorbell();
 
-    transport::RcQueuePair& rc() { return rc_; }
-    const transport::RcQueuePair& rc() const { return rc_; }
+    transport::QueuePair& transport() { return transport_; }
+    const transport::QueuePair& transport() const { return transport_; }
     uint32_t handle() const { return handle_; }
     uint32_t qp_num() const { return qp_num_; }
     size_t device() const { return device_; }
     uint32_t pd_handle() const { return pd_handle_; }
     CompletionQueue* send_cq() const { return send_cq_; }
     CompletionQueue* recv_cq() const { return recv_cq_; }
+    EngineSrq* srq() const { return srq_; }
+    transport::QpType type() const { return type_; }
     uint32_t dest_ip() const { return dest_ip_; }
     const transport::FrameAddressing& addressing() const { return addressing_; }
     transport::FrameAddressing& addressing() { return addressing_; }
@@ -72,6 +76,7 @@ class EngineQp : public transport::CompletionSink {
     void qp_error(transport::WcStatus cause, bool detected_by_responder) override;
     void communication_established() override;
     void send_queue_drained() override;
+    void last_wqe_reached() override;
 
   private:
     void push_completion(CompletionQueue* cq, const transport::Completion& completion);
@@ -79,16 +84,18 @@ class EngineQp : public transport::CompletionSink {
 
     uint32_t handle_;
     uint32_t qp_num_;
+    transport::QpType type_;
     size_t device_;
     uint32_t pd_handle_;
     CompletionQueue* send_cq_;
     CompletionQueue* recv_cq_;
+    EngineSrq* srq_;
     device_interface::QpCaps caps_;
     bool sq_sig_all_;
     uint64_t user_handle_;
     const ContextResources& context_;
     ProcessMemory memory_;
-    transport::RcQueuePair rc_;
+    transport::QueuePair transport_;
     device_interface::QpAttributes attr_{}; // as last set, for query
     transport::FrameAddressing addressing_;
     uint32_t dest_ip_ = 0;

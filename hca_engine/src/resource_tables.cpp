@@ -2,7 +2,9 @@
 
 #include "device_model.hpp"
 #include "engine_qp.hpp"
+#include "engine_srq.hpp"
 #include "memory_map.hpp"
+#include "ports.hpp"
 #include "softhca/device_interface/async_event.hpp"
 
 #include <unistd.h>
@@ -37,6 +39,25 @@ uint32_t KeySpace::next_qp_num() {
     }
 }
 
+uint32_t KeySpace::next_srq_num() {
+    // 24-bit SRQ numbers (XRCETH carries 24 bits), skipping ones in use.
+    for (;;) {
+        const uint32_t srqn = next_srqn_;
+        next_srqn_ = next_srqn_ >= 0xffffff ? 1 : next_srqn_ + 1;
+        bool used = false;
+        for (const auto& device : srqs_by_device)
+            used = used || device.count(srqn);
+        if (!used)
+            return srqn;
+    }
+}
+
+void KeySpace::set_device_count(size_t count) {
+    qps_by_device.resize(count);
+    srqs_by_device.resize(count);
+    mcast_by_device.resize(count);
+}
+
 uint32_t cq_slots_for(uint32_t cqe) {
     if (cqe < 1 || cqe > DeviceLimits::kMaxCqe)
         return 0;
@@ -50,6 +71,8 @@ ContextResources::~ContextResources() {
     // QPs go first: they point at this context's CQs and MRs.
     while (!qps_.empty())
         destroy_qp(qps_.begin()->first);
+    while (!srqs_.empty())
+        destroy_srq(srqs_.begin()->first);
     keys_.pds -= static_cast<uint32_t>(pds_.size());
     keys_.mrs -= static_cast<uint32_t>(mrs_.size());
     keys_.cqs -= static_cast<uint32_t>(cqs_.size());
@@ -68,7 +91,7 @@ int ContextResources::dealloc_pd(uint32_t handle) {
     auto it = pds_.find(handle);
     if (it == pds_.end())
         return EINVAL;
-    if (it->second.mr_count || it->second.qp_count)
+    if (it->second.mr_count || it->second.qp_count || it->second.srq_count)
         return EBUSY; // objects still use it (ib_uverbs: ib_dealloc_pd refuses)
     pds_.erase(it);
     --keys_.pds;
@@ -196,45 +219,58 @@ EngineQp* ContextResources::find_qp(uint32_t handle) {
     return it == qps_.end() ? nullptr : it->second.get();
 }
 
-int ContextResources::create_qp(const di::CreateQpRequest& request, EngineQp*& qp) {
-    constexpr uint32_t kIbvQptRc = 2;
-    if (request.qp_type != kIbvQptRc)
-        return EOPNOTSUPP; // UC, UD and XRC come with their own issue
+int ContextResources::create_qp(const di::CreateQpRequest& request, const PortInfo& port,
+                                EngineQp*& qp) {
+    using transport::QpType;
+    const auto type = static_cast<QpType>(request.qp_type);
+    if (type != QpType::RC && type != QpType::UC && type != QpType::UD)
+        return EOPNOTSUPP; // raw packet, XRC and driver QPs
     auto pd = pds_.find(request.pd_handle);
     auto send_cq = cqs_.find(request.send_cq_handle);
     auto recv_cq = cqs_.find(request.recv_cq_handle);
     if (pd == pds_.end() || send_cq == cqs_.end() || recv_cq == cqs_.end())
         return EINVAL;
+    EngineSrq* srq = nullptr;
+    if (request.srq_handle) {
+        srq = find_srq(request.srq_handle);
+        if (!srq || srq->xrc_cq())
+            return EINVAL; // no such SRQ, or an XRC SRQ (only XRC targets use those)
+    }
     const di::QpCaps& asked = request.caps;
-    if (asked.max_send_wr < 1 || asked.max_send_wr > QpLimits::kMaxQpWr || asked.max_recv_wr < 1 ||
-        asked.max_recv_wr > QpLimits::kMaxQpWr || asked.max_send_sge > QpLimits::kMaxSge ||
-        asked.max_recv_sge > QpLimits::kMaxSge || asked.max_inline_data > QpLimits::kMaxInline)
+    // With an SRQ the receive queue sizes are ignored (ibv_create_qp(3)).
+    const uint32_t recv_wr = srq ? 1 : asked.max_recv_wr;
+    if (asked.max_send_wr < 1 || asked.max_send_wr > QpLimits::kMaxQpWr || recv_wr < 1 ||
+        recv_wr > QpLimits::kMaxQpWr || asked.max_send_sge > QpLimits::kMaxSge ||
+        (!srq && asked.max_recv_sge > QpLimits::kMaxSge) ||
+        asked.max_inline_data > QpLimits::kMaxInline)
         return EINVAL;
     if (keys_.qps >= QpLimits::kMaxQp)
         return ENOMEM;
     di::QpCaps caps{};
     caps.max_send_wr = std::bit_ceil(asked.max_send_wr);
-    caps.max_recv_wr = std::bit_ceil(asked.max_recv_wr);
+    caps.max_recv_wr = srq ? 0 : std::bit_ceil(asked.max_recv_wr);
     caps.max_send_sge = std::max<uint32_t>(asked.max_send_sge, 1);
-    caps.max_recv_sge = std::max<uint32_t>(asked.max_recv_sge, 1);
+    caps.max_recv_sge = srq ? 0 : std::max<uint32_t>(asked.max_recv_sge, 1);
     // Inline data shares the slot with the SGEs: report all the room there is.
     caps.max_inline_data = std::max<uint32_t>(
         asked.max_inline_data, std::min<uint32_t>(QpLimits::kMaxInline, caps.max_send_sge * 16));
     const uint32_t handle = next_handle_++;
     const uint32_t qpn = keys_.next_qp_num();
-    auto created = std::make_unique<EngineQp>(handle, qpn, device_, owner_, *this,
-                                              request.pd_handle, &send_cq->second, &recv_cq->second,
-                                              caps, request.sq_sig_all != 0, request.user_handle);
+    auto created = std::make_unique<EngineQp>(
+        handle, qpn, type, device_, owner_, *this, request.pd_handle, &send_cq->second,
+        &recv_cq->second, srq, caps, request.sq_sig_all != 0, request.user_handle, port);
     if (int err = created->create_ring())
         return err;
     qp = created.get();
     qps_.emplace(handle, std::move(created));
     if (keys_.qps_by_device.size() <= device_)
-        keys_.qps_by_device.resize(device_ + 1);
+        keys_.set_device_count(device_ + 1);
     keys_.qps_by_device[device_][qpn] = qp;
     ++pd->second.qp_count;
     ++send_cq->second.qp_count;
     ++recv_cq->second.qp_count;
+    if (srq)
+        ++srq->qp_count;
     ++keys_.qps;
     return 0;
 }
@@ -248,6 +284,9 @@ int ContextResources::destroy_qp(uint32_t handle) {
     --pds_.at(qp.pd_handle()).qp_count;
     --qp.send_cq()->qp_count;
     --qp.recv_cq()->qp_count;
+    if (qp.srq())
+        --qp.srq()->qp_count;
+    keys_.mcast_by_device[device_].detach_all(&qp);
     qps_.erase(it);
     --keys_.qps;
     return 0;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "cq_ring_owner.hpp"
+#include "multicast_groups.hpp"
 #include "softhca/device_interface/control.hpp"
 
 #include <cstdint>
@@ -17,6 +18,8 @@
 namespace softhca::engine {
 
 class EngineQp;
+class EngineSrq;
+struct PortInfo;
 
 // Engine-wide accounting: unique MR keys, QP numbers, the QPs of each device by number
 // (where arriving packets find them) and the max_pd / max_mr / max_cq / max_qp limits.
@@ -24,19 +27,28 @@ class KeySpace {
   public:
     uint32_t next_key();
     uint32_t next_qp_num();
-    uint32_t pds = 0, mrs = 0, cqs = 0, qps = 0;
+    uint32_t next_srq_num();
+    uint32_t pds = 0, mrs = 0, cqs = 0, qps = 0, srqs = 0;
     // device index -> QP number -> QP
     std::vector<std::unordered_map<uint32_t, EngineQp*>> qps_by_device;
+    // device index -> SRQ number -> SRQ (the data path pulls their rings; XRC finds
+    // them by number)
+    std::vector<std::unordered_map<uint32_t, EngineSrq*>> srqs_by_device;
+    std::vector<MulticastGroups> mcast_by_device;
+    // Sizes the per-device tables.
+    void set_device_count(size_t count);
 
   private:
     uint32_t next_index_ = 1;
     uint32_t tag_ = 0x5a;
     uint32_t next_qpn_ = 0x11; // QP0 and QP1 are the special QPs (IBTA 3.5.3)
+    uint32_t next_srqn_ = 1;
 };
 
 struct ProtectionDomain {
     uint32_t mr_count = 0;
     uint32_t qp_count = 0;
+    uint32_t srq_count = 0;
 };
 
 struct MemoryRegion {
@@ -53,7 +65,7 @@ struct CompletionQueue {
     uint64_t user_handle = 0;
     uint32_t cqe = 0;
     uint32_t comp_vector = 0;
-    uint32_t qp_count = 0; // QPs that complete into it
+    uint32_t qp_count = 0; // QPs (and XRC SRQs) that complete into it
     bool overrun_reported = false;
     CqRingOwner ring;
 };
@@ -79,9 +91,20 @@ class ContextResources {
     int resize_cq(uint32_t handle, uint32_t cqe, const CompletionQueue*& cq);
     int destroy_cq(uint32_t handle);
     // On success `qp` points at the new QP (its ring fd is sent to the provider).
-    int create_qp(const device_interface::CreateQpRequest& request, EngineQp*& qp);
+    int create_qp(const device_interface::CreateQpRequest& request, const PortInfo& port,
+                  EngineQp*& qp);
     int destroy_qp(uint32_t handle);
     EngineQp* find_qp(uint32_t handle);
+    // Shared receive queues (resource_tables_srq.cpp). On success `srq` points at the
+    // SRQ whose ring fd goes to the provider.
+    int create_srq(const device_interface::CreateSrqRequest& request, EngineSrq*& srq);
+    int modify_srq(const device_interface::ModifySrqRequest& request, EngineSrq*& srq,
+                   bool& new_ring);
+    int destroy_srq(uint32_t handle);
+    EngineSrq* find_srq(uint32_t handle);
+    // Multicast: only UD QPs join groups (ibv_attach_mcast(3)).
+    int attach_mcast(uint32_t qp_handle, const uint8_t* gid);
+    int detach_mcast(uint32_t qp_handle, const uint8_t* gid);
     const MemoryRegion* find_mr_by_key(uint32_t key) const;
     const std::map<uint32_t, std::unique_ptr<EngineQp>>& qps() const { return qps_; }
 
@@ -106,6 +129,7 @@ class ContextResources {
     std::unordered_map<uint32_t, const MemoryRegion*> mrs_by_key_;
     std::map<uint32_t, CompletionQueue> cqs_;
     std::map<uint32_t, std::unique_ptr<EngineQp>> qps_;
+    std::map<uint32_t, std::unique_ptr<EngineSrq>> srqs_;
 };
 
 // The slot count for a CQ of at least `cqe` usable entries (one slot stays spare, as

@@ -76,6 +76,15 @@ const verbs_context_ops kContextOps = [] {
     ops.reg_mr = reg_mr;
     ops.req_notify_cq = req_notify_cq;
     ops.resize_cq = resize_cq;
+    ops.create_srq = create_srq;
+    ops.modify_srq = modify_srq;
+    ops.query_srq = query_srq;
+    ops.destroy_srq = destroy_srq;
+    ops.post_srq_recv = post_srq_recv;
+    ops.create_ah = create_ah;
+    ops.destroy_ah = destroy_ah;
+    ops.attach_mcast = attach_mcast;
+    ops.detach_mcast = detach_mcast;
     // Everything else stays libibverbs' default, which fails with EOPNOTSUPP.
     return ops;
 }();

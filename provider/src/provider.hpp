@@ -60,6 +60,25 @@ struct Qp {
     uint64_t rq_next = 0;
 };
 
+struct Srq {
+    ibv_srq ibv; // must be first
+    uint32_t handle = 0;
+    uint32_t srq_num = 0;
+    uint32_t max_sge = 0;
+    device_interface::QpRingHeader* ring = nullptr;
+    size_t ring_bytes = 0;
+    int doorbell_fd = -1;
+    std::mutex lock; // posting and resizing exclude each other
+    uint64_t next = 0;
+};
+
+// An address handle lives in the provider only: its vector travels in each UD work
+// request (the engine resolves the MAC, as the kernel would at ibv_create_ah).
+struct Ah {
+    ibv_ah ibv; // must be first
+    ibv_ah_attr attr;
+};
+
 struct Cq {
     verbs_cq vcq;
     uint32_t handle;
@@ -81,6 +100,12 @@ inline Pd* to_pd(ibv_pd* pd) {
 }
 inline Cq* to_cq(ibv_cq* cq) {
     return reinterpret_cast<Cq*>(cq);
+}
+inline Srq* to_srq(ibv_srq* srq) {
+    return reinterpret_cast<Srq*>(srq);
+}
+inline Ah* to_ah(ibv_ah* ah) {
+    return reinterpret_cast<Ah*>(ah);
 }
 
 // Sets errno and returns nullptr: how a verb that creates something reports failure.
@@ -108,6 +133,15 @@ int query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* ini
 int destroy_qp(ibv_qp* qp);
 int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr);
 int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+ibv_srq* create_srq(ibv_pd* pd, ibv_srq_init_attr* attr);
+int modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int attr_mask);
+int query_srq(ibv_srq* srq, ibv_srq_attr* attr);
+int destroy_srq(ibv_srq* srq);
+int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+ibv_ah* create_ah(ibv_pd* pd, ibv_ah_attr* attr);
+int destroy_ah(ibv_ah* ah);
+int attach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid);
+int detach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid);
 
 // Async events: the watchdog thread that turns the engine's death into DEVICE_FATAL.
 int start_async_events(ContextState& state);

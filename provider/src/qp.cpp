@@ -2,6 +2,7 @@
 // into the shared work queues and rings the doorbell, with no system call unless the
 // engine has said it sleeps.
 #include "provider.hpp"
+#include "work_queue.hpp"
 
 #include "softhca/device_interface/qp_ring.hpp"
 
@@ -22,42 +23,20 @@ Qp* to_qp(ibv_qp* qp) {
     return reinterpret_cast<Qp*>(qp);
 }
 
-di::QpRingHeader* map_qp_ring(int fd, size_t bytes) {
-    if (fd < 0 || bytes < sizeof(di::QpRingHeader))
-        return nullptr;
-    void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    ::close(fd);
-    if (map == MAP_FAILED)
-        return nullptr;
-    auto* ring = static_cast<di::QpRingHeader*>(map);
-    if (ring->magic != di::kQpRingMagic || ring->version != di::kQpRingVersion) {
-        ::munmap(map, bytes);
-        return nullptr;
-    }
-    return ring;
-}
-
-void ring_doorbell(Qp& qp) {
-    // Publish, then look whether the engine sleeps: the fence pairs with the engine's
-    // arm-then-recheck so a post is never left unseen.
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (qp.ring->doorbell_armed.load(std::memory_order_relaxed) &&
-        qp.ring->doorbell_armed.exchange(0)) {
-        const uint64_t one = 1;
-        [[maybe_unused]] ssize_t n = ::write(qp.doorbell_fd, &one, sizeof(one));
-    }
-}
-
-bool supported_send_opcode(ibv_wr_opcode opcode) {
+// The opcodes each service carries (IBTA 9.2 table 38): RC all of ours, UC sends and
+// writes, UD sends.
+bool supported_send_opcode(ibv_qp_type type, ibv_wr_opcode opcode) {
     switch (opcode) {
-    case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM:
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_IMM:
+        return true;
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+        return type != IBV_QPT_UD;
     case IBV_WR_RDMA_READ:
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
-        return true;
+        return type == IBV_QPT_RC;
     default:
         return false;
     }
@@ -65,8 +44,11 @@ bool supported_send_opcode(ibv_wr_opcode opcode) {
 
 // Checks one send work request against the QP; returns 0 or the errno to report.
 int validate_send(const Qp& qp, const ibv_send_wr& wr) {
-    if (!supported_send_opcode(wr.opcode) || wr.num_sge < 0)
+    if (!supported_send_opcode(qp.vqp.qp.qp_type, wr.opcode) || wr.num_sge < 0)
         return EINVAL;
+    if (qp.vqp.qp.qp_type == IBV_QPT_UD &&
+        (!wr.wr.ud.ah || wr.wr.ud.ah->context != qp.vqp.qp.context))
+        return EINVAL; // a datagram needs an address handle of this device
     const bool atomic =
         wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
     if (wr.send_flags & IBV_SEND_INLINE) {
@@ -123,11 +105,10 @@ void fill_attributes(const ibv_qp_attr& in, int mask, di::QpAttributes& out) {
 ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
     if (!attr || !attr->send_cq || !attr->recv_cq)
         return fail_with<ibv_qp>(EINVAL);
-    if (attr->srq)
-        return fail_with<ibv_qp>(EOPNOTSUPP); // shared receive queues: a later issue
-    if (attr->qp_type != IBV_QPT_RC)
-        return fail_with<ibv_qp>(EOPNOTSUPP); // UC, UD, XRC: a later issue
-    if (attr->send_cq->context != pd->context || attr->recv_cq->context != pd->context)
+    if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC && attr->qp_type != IBV_QPT_UD)
+        return fail_with<ibv_qp>(EOPNOTSUPP); // XRC QPs come through ibv_create_qp_ex
+    if (attr->send_cq->context != pd->context || attr->recv_cq->context != pd->context ||
+        (attr->srq && attr->srq->context != pd->context))
         return fail_with<ibv_qp>(EINVAL);
     ContextState& state = state_of(pd->context);
     auto* qp = new (std::nothrow) Qp{};
@@ -140,6 +121,7 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
     request.recv_cq_handle = to_cq(attr->recv_cq)->handle;
     request.qp_type = attr->qp_type;
     request.sq_sig_all = attr->sq_sig_all ? 1 : 0;
+    request.srq_handle = attr->srq ? to_srq(attr->srq)->handle : 0;
     request.caps = {attr->cap.max_send_wr,  attr->cap.max_recv_wr,     attr->cap.max_send_sge,
                     attr->cap.max_recv_sge, attr->cap.max_inline_data, 0};
     di::CreateQpReply reply{};
@@ -147,7 +129,7 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
     int err = state.control.call(di::Opcode::CreateQp, &request, sizeof(request), &reply,
                                  sizeof(reply), -1, &ring_fd);
     if (!err) {
-        qp->ring = map_qp_ring(ring_fd, reply.ring_bytes);
+        qp->ring = map_work_ring(ring_fd, reply.ring_bytes);
         if (!qp->ring) {
             state.control.destroy(di::Opcode::DestroyQp, reply.qp_handle);
             err = ENOMEM;
@@ -165,9 +147,11 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
     qp->doorbell_fd = state.doorbell_fd;
     // The verbs report what was granted back through the caller's attributes.
     attr->cap.max_send_wr = reply.caps.max_send_wr;
-    attr->cap.max_recv_wr = reply.caps.max_recv_wr;
     attr->cap.max_send_sge = reply.caps.max_send_sge;
-    attr->cap.max_recv_sge = reply.caps.max_recv_sge;
+    if (!attr->srq) {
+        attr->cap.max_recv_wr = reply.caps.max_recv_wr;
+        attr->cap.max_recv_sge = reply.caps.max_recv_sge;
+    }
     attr->cap.max_inline_data = reply.caps.max_inline_data;
 
     ibv_qp& q = qp->vqp.qp;
@@ -176,7 +160,7 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
     q.pd = pd;
     q.send_cq = attr->send_cq;
     q.recv_cq = attr->recv_cq;
-    q.srq = nullptr;
+    q.srq = attr->srq;
     q.handle = reply.qp_handle;
     q.qp_num = reply.qp_num;
     q.state = IBV_QPS_RESET;
@@ -261,8 +245,10 @@ int destroy_qp(ibv_qp* ibqp) {
 
 int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     Qp* qp = to_qp(ibqp);
-    // Sends are accepted from RTS on (and queue while the send queue is drained).
-    if (ibqp->state != IBV_QPS_RTS && ibqp->state != IBV_QPS_SQD && ibqp->state != IBV_QPS_ERR) {
+    // Sends are accepted from RTS on (and queue while the send queue is drained; in
+    // SQE and ERR they complete as flushed).
+    if (ibqp->state != IBV_QPS_RTS && ibqp->state != IBV_QPS_SQD && ibqp->state != IBV_QPS_ERR &&
+        ibqp->state != IBV_QPS_SQE) {
         *bad_wr = wr;
         return EINVAL;
     }
@@ -292,6 +278,15 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
             h.rkey = wr->wr.atomic.rkey;
             h.compare_add = wr->wr.atomic.compare_add;
             h.swap = wr->wr.atomic.swap;
+        } else if (ibqp->qp_type == IBV_QPT_UD) {
+            const ibv_ah_attr& av = to_ah(wr->wr.ud.ah)->attr;
+            h.remote_qpn = wr->wr.ud.remote_qpn;
+            h.remote_qkey = wr->wr.ud.remote_qkey;
+            std::memcpy(h.dgid, av.grh.dgid.raw, 16);
+            h.flow_label = av.grh.flow_label;
+            h.hop_limit = av.grh.hop_limit;
+            h.traffic_class = av.grh.traffic_class;
+            h.sl = av.sl;
         } else {
             h.remote_addr = wr->wr.rdma.remote_addr;
             h.rkey = wr->wr.rdma.rkey;
@@ -325,7 +320,7 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
         ++qp->sq_next;
     }
     ring->sq_producer.store(qp->sq_next, std::memory_order_release);
-    ring_doorbell(*qp);
+    ring_doorbell(ring, qp->doorbell_fd);
     if (err)
         *bad_wr = wr;
     return err;
@@ -333,37 +328,13 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
 
 int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     Qp* qp = to_qp(ibqp);
-    if (ibqp->state == IBV_QPS_RESET) {
+    if (ibqp->state == IBV_QPS_RESET || ibqp->srq) {
         *bad_wr = wr;
-        return EINVAL; // receives may be posted from INIT on
+        return EINVAL; // receives may be posted from INIT on, to a QP's own queue
     }
     std::lock_guard<std::mutex> lock(qp->rq_lock);
-    di::QpRingHeader* ring = qp->ring;
-    const uint64_t completed = ring->rq_completed.load(std::memory_order_acquire);
-    int err = 0;
-    for (; wr; wr = wr->next) {
-        if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->caps.max_recv_sge) {
-            err = EINVAL;
-            break;
-        }
-        if (qp->rq_next - completed >= ring->rq_slots) {
-            err = ENOMEM;
-            break;
-        }
-        uint8_t* slot = di::qp_ring_slot(ring, false, qp->rq_next);
-        di::RecvWqeHeader h{wr->wr_id, static_cast<uint32_t>(wr->num_sge), 0};
-        std::memcpy(slot, &h, sizeof(h));
-        for (int i = 0; i < wr->num_sge; ++i) {
-            const di::WireSge s{wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey};
-            std::memcpy(slot + sizeof(h) + i * sizeof(s), &s, sizeof(s));
-        }
-        ++qp->rq_next;
-    }
-    ring->rq_producer.store(qp->rq_next, std::memory_order_release);
-    ring_doorbell(*qp);
-    if (err)
-        *bad_wr = wr;
-    return err;
+    return post_receive_requests(qp->ring, qp->rq_next, qp->caps.max_recv_sge, qp->doorbell_fd, wr,
+                                 bad_wr);
 }
 
 } // namespace softhca::provider

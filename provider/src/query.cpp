@@ -48,6 +48,10 @@ int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input
     d.max_srq = static_cast<int>(a.max_srq);
     d.max_srq_wr = static_cast<int>(a.max_srq_wr);
     d.max_srq_sge = static_cast<int>(a.max_srq_sge);
+    d.max_ah = static_cast<int>(a.max_ah);
+    d.max_mcast_grp = static_cast<int>(a.max_mcast_grp);
+    d.max_mcast_qp_attach = static_cast<int>(a.max_mcast_qp_attach);
+    d.max_total_mcast_qp_attach = static_cast<int>(a.max_total_mcast_qp_attach);
     d.max_pkeys = static_cast<uint16_t>(a.max_pkeys);
     d.local_ca_ack_delay = static_cast<uint8_t>(a.local_ca_ack_delay);
     d.phys_port_cnt = static_cast<uint8_t>(a.phys_port_cnt);

@@ -7,6 +7,7 @@
 #   test_faults.sh RC_VERBS_TEST
 source "$(dirname "$0")/lib.sh"
 RC_VERBS_TEST=${1:?path to rc_verbs_test}
+UD_SRQ_VERBS_TEST=${2:?path to ud_srq_verbs_test}
 trap '"$SOFTHCA" down >/dev/null 2>&1 || true; rm -f "${server_out:-}"' EXIT
 server_out=$(mktemp)
 
@@ -34,6 +35,9 @@ for tool in ib_write_bw ib_read_bw ib_send_bw; do
 done
 "$SOFTHCA" exec -- env SOFTHCA_PREFIX="$SOFTHCA_PREFIX" timeout 300 "$RC_VERBS_TEST" ||
     fail "RC data integrity under loss, duplication and reordering"
+out=$("$SOFTHCA" exec -- env SOFTHCA="$SOFTHCA" SOFTHCA_PREFIX="$SOFTHCA_PREFIX" timeout 300 \
+    "$UD_SRQ_VERBS_TEST" "[faults]" 2>&1) || fail "UC/UD delivered a partial message: $out"
+grep "arrived whole" <<<"$out"
 "$SOFTHCA" status
 [ "$(port_total dropped)" -gt 0 ] || fail "no drops were injected"
 [ "$(port_total reordered)" -gt 0 ] || fail "no reordering was injected"

@@ -18,7 +18,7 @@ wait_until "grep -q ready '$out'" 20 || fail "helper did not get ready: $(cat "$
 counts=$(context_counts "$pid")
 echo "while held, context of pid $pid: pd mr cq qp = $counts"
 [ "$counts" = "4 3 4 1" ] || fail "expected 4 3 4 1 objects while held, got '$counts'"
-"$SOFTHCA" status | grep -qE "^  qp [0-9]+ RESET dest_qp 0: packets_sent 0" ||
+"$SOFTHCA" status | grep -qE "^  qp [0-9]+ RC RESET dest_qp 0: packets_sent 0" ||
     fail "no per-QP line for the held QP"
 
 kill -9 "$pid"

@@ -4,7 +4,7 @@
 
 #include "softhca/transport/ib_packet.hpp"
 #include "softhca/transport/memory_access.hpp"
-#include "softhca/transport/rc_qp.hpp"
+#include "softhca/transport/queue_pair.hpp"
 #include "softhca/transport/roce_frame.hpp"
 
 #include <cstring>
@@ -110,7 +110,9 @@ class Recorder : public CompletionSink {
     std::vector<bool> errors_by_responder;
     int established = 0;
     int drained = 0;
+    int last_wqe = 0;
     void communication_established() override { ++established; }
+    void last_wqe_reached() override { ++last_wqe; }
     void send_queue_drained() override { ++drained; }
     void send_completion(const Completion& c) override { sends.push_back(c); }
     void recv_completion(const Completion& c) override { recvs.push_back(c); }
@@ -126,19 +128,20 @@ struct WireFaults {
     Nanoseconds max_delay = 2000; // random delay per packet: reordering
 };
 
-// Two endpoints joined by a lossy wire; each side has one RC QP.
+// Two endpoints joined by a lossy wire; each side has one QP of the given service.
 class Link {
   public:
     struct Side {
         HostMemory memory;
         Recorder sink;
-        RcQueuePair qp;
-        explicit Side(uint32_t qpn, uint32_t depth) : qp(qpn, depth, depth, memory, sink) {}
+        QueuePair qp;
+        Side(uint32_t qpn, uint32_t depth, Service service)
+            : qp(qpn, service, depth, depth, memory, sink) {}
     };
 
-    Link(uint64_t seed, WireFaults faults, uint32_t depth = 64)
-        : rng_(seed), faults_(faults), a_(std::make_unique<Side>(0x11, depth)),
-          b_(std::make_unique<Side>(0x22, depth)) {}
+    Link(uint64_t seed, WireFaults faults, uint32_t depth = 64, Service service = Service::RC)
+        : rng_(seed), faults_(faults), a_(std::make_unique<Side>(0x11, depth, service)),
+          b_(std::make_unique<Side>(0x22, depth, service)) {}
 
     Side& a() { return *a_; }
     Side& b() { return *b_; }
@@ -148,7 +151,7 @@ class Link {
     // Brings both QPs to RTS, connected to each other.
     void connect(PathMtu mtu, uint32_t access_flags, uint8_t max_rd_atomic = 4) {
         auto setup = [&](Side& s, Side& peer, uint32_t sq_psn, uint32_t rq_psn) {
-            RcAttributes& at = s.qp.attributes();
+            QpConfig& at = s.qp.attributes();
             at.dest_qp = peer.qp.qp_num();
             at.mtu = mtu;
             at.sq_psn = sq_psn;
@@ -160,6 +163,7 @@ class Link {
             at.max_rd_atomic = max_rd_atomic;
             at.max_dest_rd_atomic = max_rd_atomic;
             at.access = access_flags;
+            at.qkey = 0x1111;
             s.qp.set_state(QpState::Init, now_);
             s.qp.set_state(QpState::Rtr, now_);
             s.qp.set_state(QpState::Rts, now_);

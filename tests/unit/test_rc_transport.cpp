@@ -223,7 +223,7 @@ TEST_CASE("RC: mixed traffic over a clean wire completes in order with every byt
     link.connect(PathMtu::Mtu1024, kAllRemote);
     MixedTraffic traffic(link, 1);
     traffic.run(2000, 16, 5000);
-    const RcCounters& c = link.a().qp.counters();
+    const QpCounters& c = link.a().qp.counters();
     INFO("timeouts " << c.timeouts << " naks " << c.naks_received << " rnr " << c.rnr_naks_received
                      << " ooo " << c.out_of_sequence << " b.dup "
                      << link.b().qp.counters().duplicates);

@@ -202,7 +202,19 @@ FrameError parse_roce_frame(const uint8_t* frame, size_t length, ParsedFrame& ou
         return FrameError::BadIcrc;
     out.ib = udp + kUdpHeaderBytes;
     out.ib_length = udp_length - kUdpHeaderBytes - kIcrcBytes;
+    out.ip = ip;
+    out.ip_header_length = ip_header;
     return FrameError::None;
+}
+
+void grh_from_frame(const ParsedFrame& frame, uint8_t (&grh)[40]) {
+    std::memset(grh, 0, sizeof(grh));
+    if (!frame.ip)
+        return;
+    if (frame.ip_header_length == kIpv6HeaderBytes && (frame.ip[0] >> 4) == 6)
+        std::memcpy(grh, frame.ip, kIpv6HeaderBytes);
+    else if (frame.ip_header_length == kIpv4HeaderBytes)
+        std::memcpy(grh + 20, frame.ip, kIpv4HeaderBytes);
 }
 
 } // namespace softhca::transport

@@ -51,7 +51,9 @@ size_t finish_roce_frame(uint8_t* frame, const FrameAddressing& addressing, size
 struct ParsedFrame {
     FrameAddressing addressing; // as found (src/dst swapped as seen by the receiver)
     const uint8_t* ib = nullptr;
-    size_t ib_length = 0; // BTH to end of pad, ICRC excluded
+    size_t ib_length = 0;        // BTH to end of pad, ICRC excluded
+    const uint8_t* ip = nullptr; // the IP header
+    size_t ip_header_length = 0;
 };
 
 enum class FrameError : uint8_t {
@@ -63,6 +65,11 @@ enum class FrameError : uint8_t {
 };
 
 FrameError parse_roce_frame(const uint8_t* frame, size_t length, ParsedFrame& out);
+
+// The 40 bytes a UD receive finds in front of its data (11.4.1.2): for RoCEv2 over
+// IPv6 the IPv6 header; over IPv4, 20 zero bytes and then the IPv4 header, as
+// rdma-core's ibv_init_ah_from_wc expects.
+void grh_from_frame(const ParsedFrame& frame, uint8_t (&grh)[40]);
 
 // The ICRC of a RoCEv2 frame's IP packet (ip points at the IP header, ip_length runs
 // to the end of the IB packet without the ICRC). The value is sent little-endian.

@@ -53,6 +53,18 @@ struct Sge {
     uint32_t lkey = 0;
 };
 
+// Where a UD send goes (its address handle, IBTA 10.2.2.2): RoCE always has a GRH.
+struct AddressVector {
+    std::array<uint8_t, 16> dgid{};
+    uint32_t flow_label = 0;
+    uint8_t hop_limit = 64;
+    uint8_t traffic_class = 0;
+    uint8_t sl = 0;
+};
+
+// Bytes a UD receive reserves in front of the data for the GRH (IBTA 11.4.1.2).
+constexpr uint32_t kGrhBytes = 40;
+
 struct SendWqe {
     uint64_t wr_id = 0;
     WrOpcode opcode = WrOpcode::Send;
@@ -67,6 +79,12 @@ struct SendWqe {
     uint64_t swap = 0;
     uint32_t num_sge = 0;
     uint32_t length = 0; // total bytes of the message
+    // UD: the destination QP, its Q_Key and the address vector.
+    uint32_t remote_qpn = 0;
+    uint32_t remote_qkey = 0;
+    AddressVector av;
+    // XRC: the SRQ at the target that receives the message.
+    uint32_t remote_srqn = 0;
     std::array<Sge, kMaxSge> sge{};
     std::array<uint8_t, kMaxInlineData> inline_bytes{};
 };
@@ -87,6 +105,9 @@ struct Completion {
     bool with_imm = false;
     uint32_t qp_num = 0;
     uint32_t src_qp = 0;
+    bool with_grh = false; // UD: the first 40 bytes of the buffer hold the GRH
+    uint8_t sl = 0;
+    uint16_t pkey_index = 0;
 };
 
 } // namespace softhca::transport

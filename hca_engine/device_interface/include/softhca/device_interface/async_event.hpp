@@ -24,6 +24,8 @@ enum AsyncEventType : uint32_t {
     kEventPortActive = 9,
     kEventPortErr = 10,
     kEventDeviceFatal = 8,
+    kEventSrqLimitReached = 15,
+    kEventQpLastWqeReached = 16,
 };
 
 } // namespace softhca::device_interface

@@ -13,7 +13,7 @@
 namespace softhca::device_interface {
 
 constexpr uint16_t kControlMagic = 0x5348; // "SH"
-constexpr uint16_t kControlVersion = 1;
+constexpr uint16_t kControlVersion = 2;
 constexpr size_t kMaxControlMessage = 4096;
 
 enum class Opcode : uint16_t {
@@ -33,6 +33,12 @@ enum class Opcode : uint16_t {
     ModifyQp = 14,
     QueryQp = 15,
     DestroyQp = 16,
+    CreateSrq = 17,
+    ModifySrq = 18,
+    QuerySrq = 19,
+    DestroySrq = 20,
+    AttachMcast = 21,
+    DetachMcast = 22,
 };
 
 struct MessageHeader {
@@ -118,9 +124,13 @@ struct DeviceAttributes {
     uint32_t phys_port_cnt;
     uint32_t num_comp_vectors;
     uint32_t max_inline_data;
+    uint32_t max_ah;
+    uint32_t max_mcast_grp;
+    uint32_t max_mcast_qp_attach;
+    uint32_t max_total_mcast_qp_attach;
     uint32_t reserved;
 };
-static_assert(sizeof(DeviceAttributes) == 200);
+static_assert(sizeof(DeviceAttributes) == 216);
 
 struct QueryDeviceReply {
     ReplyHeader reply;
@@ -238,10 +248,12 @@ struct CreateQpRequest {
     uint32_t recv_cq_handle;
     uint32_t qp_type; // enum ibv_qp_type
     uint32_t sq_sig_all;
-    uint32_t reserved;
+    uint32_t srq_handle; // 0: the QP has its own receive queue
     QpCaps caps;
+    uint32_t xrcd_handle; // XRC target QPs
+    uint32_t reserved;
 };
-static_assert(sizeof(CreateQpRequest) == 72);
+static_assert(sizeof(CreateQpRequest) == 80);
 
 // Sent with an SCM_RIGHTS fd: the memfd with the work queues (qp_ring.hpp).
 struct CreateQpReply {
@@ -311,6 +323,66 @@ struct QueryQpReply {
     uint32_t reserved;
 };
 static_assert(sizeof(QueryQpReply) == 132);
+
+// Shared receive queues (ibv_create_srq / ibv_create_srq_ex).
+struct CreateSrqRequest {
+    MessageHeader header;
+    uint64_t user_handle; // the ibv_srq, element of SRQ async events
+    uint32_t pd_handle;
+    uint32_t max_wr;
+    uint32_t max_sge;
+    uint32_t srq_limit;
+    uint32_t srq_type; // enum ibv_srq_type: 0 basic, 1 XRC
+    uint32_t xrcd_handle;
+    uint32_t cq_handle; // XRC: where the SRQ's receives complete
+    uint32_t reserved;
+};
+static_assert(sizeof(CreateSrqRequest) == 56);
+
+// Sent with an SCM_RIGHTS fd: the memfd of the SRQ's ring (qp_ring.hpp, receive side
+// only).
+struct CreateSrqReply {
+    ReplyHeader reply;
+    uint32_t srq_handle;
+    uint32_t srq_num; // ibv_get_srq_num
+    uint32_t max_wr;  // granted
+    uint32_t max_sge;
+    uint64_t ring_bytes;
+};
+static_assert(sizeof(CreateSrqReply) == 48);
+
+// attr_mask: IBV_SRQ_MAX_WR (1) resizes, IBV_SRQ_LIMIT (2) arms the limit event.
+struct ModifySrqRequest {
+    MessageHeader header;
+    uint32_t srq_handle;
+    uint32_t attr_mask;
+    uint32_t max_wr;
+    uint32_t srq_limit;
+};
+static_assert(sizeof(ModifySrqRequest) == 32);
+
+// After a resize the reply carries the new ring's fd (an empty ring: everything posted
+// before was taken into the engine) and max_wr/ring_bytes describe it.
+using ModifySrqReply = CreateSrqReply;
+
+struct QuerySrqReply {
+    ReplyHeader reply;
+    uint32_t max_wr;
+    uint32_t max_sge;
+    uint32_t srq_limit;
+    uint32_t reserved;
+};
+static_assert(sizeof(QuerySrqReply) == 40);
+
+// ibv_attach_mcast / ibv_detach_mcast.
+struct McastRequest {
+    MessageHeader header;
+    uint32_t qp_handle;
+    uint16_t lid;
+    uint16_t reserved;
+    uint8_t gid[16];
+};
+static_assert(sizeof(McastRequest) == 40);
 
 // SetPortState: only the engine's own user or root may send it (EPERM otherwise).
 // The reply is a bare ReplyHeader. Open contexts of the device get PORT_ERR or

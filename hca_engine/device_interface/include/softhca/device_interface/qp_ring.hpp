@@ -3,6 +3,8 @@
 // receive queue slots (offsets in the header). The provider produces work requests and
 // rings the doorbell by advancing a producer index; the engine consumes them and
 // advances `completed` as work requests retire, which frees their slots.
+// A shared receive queue uses the same layout with no send queue (sq_slots = 0); its
+// `rq_completed` counts requests taken by QPs.
 #pragma once
 
 #include <atomic>
@@ -12,7 +14,7 @@
 namespace softhca::device_interface {
 
 constexpr uint32_t kQpRingMagic = 0x53485150; // "SHQP"
-constexpr uint32_t kQpRingVersion = 1;
+constexpr uint32_t kQpRingVersion = 2;
 
 struct alignas(64) QpRingHeader {
     uint32_t magic;
@@ -61,8 +63,20 @@ struct SendWqeHeader {
     uint64_t remote_addr;
     uint64_t compare_add;
     uint64_t swap;
+    // UD: destination QP, Q_Key and the address handle's vector (GRH fields).
+    uint32_t remote_qpn;
+    uint32_t remote_qkey;
+    uint8_t dgid[16];
+    uint32_t flow_label;
+    uint8_t hop_limit;
+    uint8_t traffic_class;
+    uint8_t sl;
+    uint8_t reserved1;
+    // XRC: the SRQ number at the target.
+    uint32_t remote_srqn;
+    uint32_t reserved2[3];
 };
-static_assert(sizeof(SendWqeHeader) == 48);
+static_assert(sizeof(SendWqeHeader) == 96);
 
 // A receive work request; followed in its slot by num_sge WireSge.
 struct RecvWqeHeader {

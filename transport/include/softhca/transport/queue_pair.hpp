@@ -1,17 +1,21 @@
-// A reliable-connected queue pair (IBTA chapter 9), sans I/O. It takes work requests,
-// packets and the time; it produces packets (pulled with transmit()), completions and
-// memory accesses (through the sinks it was given) and a timer deadline.
+// A queue pair of any transport service (IBTA chapter 9), sans I/O. It takes work
+// requests, packets and the time; it produces packets (pulled with transmit()),
+// completions and memory accesses (through the sinks it was given) and a timer deadline.
 //
 // Like Linux rxe it keeps one sub-state per role:
 //   requester  work requests -> request packets (segmentation, PSNs, retransmission)
 //   completer  ACKs, NAKs, read responses and atomic ACKs -> send completions
 //   responder  request packets -> memory, receive completions, ACK/NAK and responses
+// The service decides which of those rules apply: RC uses them all; UC (9.8) sends
+// without acknowledgements and drops a message with a lost packet; UD (9.8) sends
+// single-packet messages to the address in each work request, checked by Q_Key.
 #pragma once
 
 #include "softhca/transport/ib_packet.hpp"
 #include "softhca/transport/memory_access.hpp"
 #include "softhca/transport/path_mtu.hpp"
 #include "softhca/transport/qp_state.hpp"
+#include "softhca/transport/receive_queue.hpp"
 #include "softhca/transport/work_requests.hpp"
 
 #include <cstddef>
@@ -37,10 +41,14 @@ class CompletionSink {
     virtual void communication_established() {}
     // In SQD, every request started before the drain has completed (11.6.3.1).
     virtual void send_queue_drained() {}
+    // A QP on a shared receive queue is in the error state and will take no more
+    // receive requests from it (11.6.3.1, last WQE reached).
+    virtual void last_wqe_reached() {}
 };
 
-struct RcAttributes {
+struct QpConfig {
     uint32_t dest_qp = 0;
+    uint32_t qkey = 0; // UD: the Q_Key received messages must carry (10.2.4)
     PathMtu mtu = PathMtu::Mtu1024;
     uint32_t sq_psn = 0;            // first PSN the requester sends
     uint32_t rq_psn = 0;            // first PSN the responder expects
@@ -54,7 +62,7 @@ struct RcAttributes {
     uint16_t pkey = 0xffff;
 };
 
-struct RcCounters {
+struct QpCounters {
     uint64_t packets_sent = 0;
     uint64_t packets_received = 0;
     uint64_t retransmitted_packets = 0;
@@ -65,7 +73,9 @@ struct RcCounters {
     uint64_t rnr_naks_received = 0;
     uint64_t duplicates = 0;
     uint64_t out_of_sequence = 0;
-    uint64_t dropped = 0; // packets that could not be processed in the current state
+    uint64_t dropped = 0;          // packets that could not be processed in the current state
+    uint64_t qkey_violations = 0;  // UD messages with another Q_Key, dropped (10.2.4)
+    uint64_t dropped_messages = 0; // UC/UD messages dropped whole (lost packet, no WQE...)
 };
 
 // Time in nanoseconds, from any fixed origin.
@@ -81,34 +91,52 @@ Nanoseconds ack_timeout_ns(uint8_t exponent);
 uint8_t credit_code(uint32_t available);
 uint32_t credits_for_code(uint8_t code);
 
-class RcQueuePair {
+class QueuePair {
   public:
-    RcQueuePair(uint32_t qp_num, uint32_t sq_depth, uint32_t rq_depth, MemoryAccess& memory,
-                CompletionSink& sink);
+    QueuePair(uint32_t qp_num, Service service, uint32_t sq_depth, uint32_t rq_depth,
+              MemoryAccess& memory, CompletionSink& sink);
+
+    // Receive from a shared receive queue instead of the QP's own (before any use).
+    void use_srq(ReceiveQueue& srq) { rq_ = &srq; }
+    bool has_srq() const { return rq_ != &own_rq_; }
 
     uint32_t qp_num() const { return qp_num_; }
+    Service service() const { return service_; }
     QpState state() const { return state_; }
-    RcAttributes& attributes() { return attr_; }
-    const RcAttributes& attributes() const { return attr_; }
-    const RcCounters& counters() const { return counters_; }
+    QpConfig& attributes() { return attr_; }
+    const QpConfig& attributes() const { return attr_; }
+    const QpCounters& counters() const { return counters_; }
 
     // Applies a state change already validated with modify_qp_allowed(). Entering RTR
     // loads rq_psn, entering RTS loads sq_psn; entering ERR flushes every work request.
     void set_state(QpState state, Nanoseconds now);
 
-    // Work requests. Return false when the queue is full. In the error state the
-    // request completes at once with WR_FLUSH_ERR.
+    // Work requests. Return false when the queue is full (or, for receives, when the
+    // QP uses an SRQ). In the error state the request completes at once with
+    // WR_FLUSH_ERR (and sends do in SQE too).
     bool post_send(const SendWqe& wqe);
     bool post_recv(const RecvWqe& wqe);
     uint32_t send_queue_used() const { return sq_tail_ - sq_head_; }
-    uint32_t recv_queue_used() const { return rq_tail_ - rq_head_; }
+    uint32_t recv_queue_used() const { return own_rq_.size(); }
 
-    // One packet from the peer (dest QP already matched to this QP).
-    void receive(const IbPacket& packet, Nanoseconds now);
+    // One packet from the peer (dest QP already matched to this QP). `grh` is the
+    // 40-byte GRH a UD receive delivers in front of the data (for RoCEv2 over IPv4,
+    // 20 bytes of zeros and the IPv4 header, as 11.4.1.2 and A17.4.5.1 have it).
+    void receive(const IbPacket& packet, Nanoseconds now, const uint8_t* grh = nullptr);
 
     // Builds the next packet to send into `buffer` (BTH onwards, pad included, no
-    // ICRC) and returns its length, or 0 when there is nothing to send now.
-    size_t transmit(uint8_t* buffer, size_t capacity, Nanoseconds now);
+    // ICRC) and returns its length, or 0 when there is nothing to send now. For UD,
+    // `destination` is set to the address vector of the packet's work request (valid
+    // until the next post_send); connected services send to the QP's own path.
+    size_t transmit(uint8_t* buffer, size_t capacity, Nanoseconds now,
+                    const AddressVector** destination = nullptr);
+
+    // UD: the address vector of the next request to send, or nullptr (connected
+    // services, or nothing to send).
+    const AddressVector* next_destination() const {
+        return service_ == Service::UD && sq_send_ != sq_tail_ ? &sq_[sq_send_ % sq_.size()].wqe.av
+                                                               : nullptr;
+    }
 
     // True when transmit() may produce something without new input.
     bool wants_transmit(Nanoseconds now) const;
@@ -128,6 +156,7 @@ class RcQueuePair {
         uint32_t received_packets = 0; // read response packets received in order
     };
     SendEntry& sq_at(uint32_t index) { return sq_[index % sq_.size()]; }
+    bool reliable() const { return service_ == Service::RC || service_ == Service::XRC; }
     bool is_read_or_atomic(const SendWqe& wqe) const;
     bool start_entry(SendEntry& entry);
     size_t build_request(SendEntry& entry, uint8_t* buffer, size_t capacity);
@@ -162,13 +191,22 @@ class RcQueuePair {
         bool replay = false; // answering a duplicate request again
     };
     void on_request(const IbPacket& packet, Nanoseconds now);
+    // UC (9.8.3): in-sequence packets continue a message, a gap drops it.
+    void on_unacknowledged_request(const IbPacket& packet);
+    void on_ud_request(const IbPacket& packet, const uint8_t* grh);
+    // A request that cannot be executed: a NAK on RC; UC and UD drop the message.
+    void reject(uint8_t nak_syndrome, uint32_t psn);
+    // Makes the oldest receive request the one the arriving message fills; false when
+    // there is none.
+    bool take_recv();
+    bool payload_length_valid(const IbPacket& packet) const;
     void on_duplicate_request(const IbPacket& packet);
     bool accept_send(const IbPacket& packet, uint32_t psn);
     bool accept_write(const IbPacket& packet, uint32_t psn);
     bool accept_read(const IbPacket& packet, uint32_t psn);
     bool accept_atomic(const IbPacket& packet, uint32_t psn);
     void responder_nak(uint8_t code, uint32_t psn, bool fatal);
-    bool consume_recv(const IbPacket& packet, uint32_t byte_len);
+    void complete_recv(const IbPacket& packet, uint32_t byte_len);
     // The receive WQE in use fails: its error completion, a fatal NAK, the error state.
     void fail_receive(WcStatus status, uint8_t nak_code, uint32_t psn);
     size_t build_response(uint8_t* buffer, size_t capacity);
@@ -176,13 +214,17 @@ class RcQueuePair {
 
     // ---- state ----
     void enter_error(WcStatus cause, bool detected_by_responder = false);
+    // UC and UD: a send request failed; the send queue stops, receives go on (10.3.1).
+    void enter_send_queue_error();
+    void flush_send_queue();
     void check_drained();
     void flush_all();
 
     uint32_t qp_num_;
+    Service service_;
     QpState state_ = QpState::Reset;
-    RcAttributes attr_;
-    RcCounters counters_;
+    QpConfig attr_;
+    QpCounters counters_;
     MemoryAccess& memory_;
     CompletionSink& sink_;
 
@@ -205,16 +247,17 @@ class RcQueuePair {
     bool gap_rewound_ = false; // already asked again for the responses from gap_psn_
     uint32_t gap_psn_ = 0;
 
-    std::vector<RecvWqe> rq_;
-    uint32_t rq_head_ = 0;
-    uint32_t rq_tail_ = 0;
+    ReceiveQueue own_rq_;
+    ReceiveQueue* rq_; // own_rq_ or an SRQ
+    RecvWqe recv_;     // the receive request the message in progress fills
+    bool last_wqe_reported_ = false;
 
     uint32_t epsn_ = 0; // next PSN the responder expects
     uint32_t msn_ = 0;  // messages completed by the responder (24 bits)
     bool nak_sequence_sent_ = false;
     OpKind in_progress_ = OpKind::Invalid; // multi-packet message being received
     uint32_t message_offset_ = 0;
-    bool recv_taken_ = false; // the RQ head belongs to the message in progress
+    bool recv_taken_ = false; // recv_ belongs to the message in progress
     uint64_t write_va_ = 0;
     uint32_t write_rkey_ = 0;
     uint32_t write_remaining_ = 0;

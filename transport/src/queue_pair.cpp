@@ -1,6 +1,6 @@
-// RC queue pair: construction, state changes, posting, the transmit schedule, timers
-// and flushing. The roles live in rc_requester.cpp, rc_completer.cpp, rc_responder.cpp.
-#include "softhca/transport/rc_qp.hpp"
+// Queue pair: construction, state changes, posting, the transmit schedule, timers
+// and flushing. The roles live in requester.cpp, completer.cpp, responder.cpp.
+#include "softhca/transport/queue_pair.hpp"
 
 #include "softhca/transport/psn.hpp"
 
@@ -41,19 +41,20 @@ uint32_t credits_for_code(uint8_t code) {
     return code >= 31 ? UINT32_MAX : kCreditsForCode[code];
 }
 
-RcQueuePair::RcQueuePair(uint32_t qp_num, uint32_t sq_depth, uint32_t rq_depth,
-                         MemoryAccess& memory, CompletionSink& sink)
-    : qp_num_(qp_num), memory_(memory), sink_(sink), sq_(std::max<uint32_t>(sq_depth, 1)),
-      rq_(std::max<uint32_t>(rq_depth, 1)) {}
+QueuePair::QueuePair(uint32_t qp_num, Service service, uint32_t sq_depth, uint32_t rq_depth,
+                     MemoryAccess& memory, CompletionSink& sink)
+    : qp_num_(qp_num), service_(service), memory_(memory), sink_(sink),
+      sq_(std::max<uint32_t>(sq_depth, 1)), own_rq_(rq_depth, memory), rq_(&own_rq_) {}
 
-void RcQueuePair::set_state(QpState state, Nanoseconds now) {
+void QueuePair::set_state(QpState state, Nanoseconds now) {
     (void)now;
     const QpState old = state_;
     state_ = state;
     switch (state) {
     case QpState::Reset:
         sq_head_ = sq_send_ = sq_tail_ = 0;
-        rq_head_ = rq_tail_ = 0;
+        own_rq_.clear(); // an SRQ keeps what was posted to it
+        last_wqe_reported_ = false;
         outstanding_rd_atomic_ = 0;
         outstanding_consuming_ = 0;
         retry_deadline_ = kNoDeadline;
@@ -99,7 +100,7 @@ void RcQueuePair::set_state(QpState state, Nanoseconds now) {
     }
 }
 
-bool RcQueuePair::post_send(const SendWqe& wqe) {
+bool QueuePair::post_send(const SendWqe& wqe) {
     if (sq_tail_ - sq_head_ >= sq_.size())
         return false;
     SendEntry& entry = sq_at(sq_tail_++);
@@ -107,33 +108,38 @@ bool RcQueuePair::post_send(const SendWqe& wqe) {
     entry.wqe = wqe;
     if (state_ == QpState::Error)
         flush_all();
+    else if (state_ == QpState::Sqe)
+        flush_send_queue();
     return true;
 }
 
-bool RcQueuePair::post_recv(const RecvWqe& wqe) {
-    if (rq_tail_ - rq_head_ >= rq_.size())
+bool QueuePair::post_recv(const RecvWqe& wqe) {
+    if (has_srq() || !own_rq_.post(wqe))
         return false;
-    rq_[rq_tail_++ % rq_.size()] = wqe;
     if (state_ == QpState::Error)
         flush_all();
     return true;
 }
 
-void RcQueuePair::receive(const IbPacket& packet, Nanoseconds now) {
+void QueuePair::receive(const IbPacket& packet, Nanoseconds now, const uint8_t* grh) {
     ++counters_.packets_received;
     // P_Key check (10.9.3): the low 15 bits must match; mismatches are silently dropped.
-    if (packet.info->service != Service::RC ||
+    if (packet.info->service != service_ ||
         (packet.bth->pkey() & 0x7fff) != (attr_.pkey & 0x7fff)) {
         ++counters_.dropped;
         return;
     }
-    if (packet.info->request)
+    if (service_ == Service::UD)
+        on_ud_request(packet, grh);
+    else if (service_ == Service::UC)
+        on_unacknowledged_request(packet);
+    else if (packet.info->request)
         on_request(packet, now);
     else
         on_response(packet, now);
 }
 
-bool RcQueuePair::wants_transmit(Nanoseconds now) const {
+bool QueuePair::wants_transmit(Nanoseconds now) const {
     if (state_ == QpState::Reset || state_ == QpState::Init || state_ == QpState::Error)
         return false;
     if (ack_pending_)
@@ -146,7 +152,8 @@ bool RcQueuePair::wants_transmit(Nanoseconds now) const {
     return sq_send_ != sq_tail_;
 }
 
-size_t RcQueuePair::transmit(uint8_t* buffer, size_t capacity, Nanoseconds now) {
+size_t QueuePair::transmit(uint8_t* buffer, size_t capacity, Nanoseconds now,
+                           const AddressVector** destination) {
     if (state_ == QpState::Reset || state_ == QpState::Init || state_ == QpState::Error)
         return 0;
     if (size_t n = build_response(buffer, capacity)) {
@@ -167,10 +174,12 @@ size_t RcQueuePair::transmit(uint8_t* buffer, size_t capacity, Nanoseconds now) 
             ++sq_send_;
             continue;
         }
+        if (destination)
+            *destination = &entry.wqe.av;
         const size_t n = build_request(entry, buffer, capacity);
         if (n) {
             ++counters_.packets_sent;
-            if (retry_deadline_ == kNoDeadline)
+            if (reliable() && retry_deadline_ == kNoDeadline)
                 arm_retry_timer(now);
         }
         return n;
@@ -178,19 +187,19 @@ size_t RcQueuePair::transmit(uint8_t* buffer, size_t capacity, Nanoseconds now) 
     return 0;
 }
 
-Nanoseconds RcQueuePair::next_deadline() const {
+Nanoseconds QueuePair::next_deadline() const {
     Nanoseconds deadline = retry_deadline_;
     if (rnr_wait_until_ && sq_send_ != sq_tail_)
         deadline = std::min(deadline, rnr_wait_until_);
     return deadline;
 }
 
-void RcQueuePair::arm_retry_timer(Nanoseconds now) {
+void QueuePair::arm_retry_timer(Nanoseconds now) {
     const Nanoseconds timeout = ack_timeout_ns(attr_.timeout);
     retry_deadline_ = timeout == kNoDeadline ? kNoDeadline : now + timeout;
 }
 
-void RcQueuePair::on_timer(Nanoseconds now) {
+void QueuePair::on_timer(Nanoseconds now) {
     if (now >= rnr_wait_until_)
         rnr_wait_until_ = 0;
     if (now < retry_deadline_ || state_ == QpState::Error)
@@ -217,7 +226,7 @@ void RcQueuePair::on_timer(Nanoseconds now) {
     }
 }
 
-bool RcQueuePair::retries_exhausted(WcStatus status) {
+bool QueuePair::retries_exhausted(WcStatus status) {
     uint32_t& left = status == WcStatus::RnrRetryExceededError ? rnr_left_ : retry_left_;
     if (status == WcStatus::RnrRetryExceededError && attr_.rnr_retry == 7)
         return false; // 7 means retry for ever (9.7.5.2.8)
@@ -229,7 +238,7 @@ bool RcQueuePair::retries_exhausted(WcStatus status) {
     return false;
 }
 
-void RcQueuePair::check_drained() {
+void QueuePair::check_drained() {
     // Drained: nothing started is still waiting for its acknowledgement or response
     // (requests not yet started stay queued until the QP returns to RTS).
     if (state_ != QpState::Sqd || drain_reported_)
@@ -241,7 +250,7 @@ void RcQueuePair::check_drained() {
     sink_.send_queue_drained();
 }
 
-void RcQueuePair::enter_error(WcStatus cause, bool detected_by_responder) {
+void QueuePair::enter_error(WcStatus cause, bool detected_by_responder) {
     if (state_ == QpState::Error)
         return;
     state_ = QpState::Error;
@@ -249,9 +258,16 @@ void RcQueuePair::enter_error(WcStatus cause, bool detected_by_responder) {
     sink_.qp_error(cause, detected_by_responder);
 }
 
-void RcQueuePair::flush_all() {
-    // 10.7.2.3 / 11.4.1.1: in the error state every outstanding work request completes
-    // with a flush error, signaled or not.
+void QueuePair::enter_send_queue_error() {
+    if (state_ == QpState::Error || state_ == QpState::Sqe)
+        return;
+    state_ = QpState::Sqe;
+    flush_send_queue();
+}
+
+void QueuePair::flush_send_queue() {
+    // 10.7.2.3 / 11.4.1.1: every outstanding send request completes with a flush error,
+    // signaled or not.
     for (; sq_head_ != sq_tail_; ++sq_head_) {
         const SendWqe& wqe = sq_at(sq_head_).wqe;
         Completion c;
@@ -262,13 +278,32 @@ void RcQueuePair::flush_all() {
         sink_.send_completion(c);
     }
     sq_send_ = sq_head_;
-    for (; rq_head_ != rq_tail_; ++rq_head_) {
-        Completion c;
-        c.wr_id = rq_[rq_head_ % rq_.size()].wr_id;
-        c.status = WcStatus::WrFlushError;
-        c.opcode = WcOpcode::Recv;
-        c.qp_num = qp_num_;
+    outstanding_rd_atomic_ = 0;
+    outstanding_consuming_ = 0;
+    retry_deadline_ = kNoDeadline;
+}
+
+void QueuePair::flush_all() {
+    // In the error state receives flush too: the one a message was filling first, then
+    // the QP's own queue. An SRQ's requests stay for its other QPs (10.2.9.5).
+    flush_send_queue();
+    Completion c;
+    c.status = WcStatus::WrFlushError;
+    c.opcode = WcOpcode::Recv;
+    c.qp_num = qp_num_;
+    if (recv_taken_) {
+        c.wr_id = recv_.wr_id;
+        recv_taken_ = false;
         sink_.recv_completion(c);
+    }
+    if (!has_srq()) {
+        for (; !own_rq_.empty(); own_rq_.pop()) {
+            c.wr_id = own_rq_.front().wr_id;
+            sink_.recv_completion(c);
+        }
+    } else if (!last_wqe_reported_) {
+        last_wqe_reported_ = true;
+        sink_.last_wqe_reached();
     }
     outstanding_rd_atomic_ = 0;
     outstanding_consuming_ = 0;

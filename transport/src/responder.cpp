@@ -1,8 +1,9 @@
-// RC responder (IBTA 9.7.5.1): validates request packets in PSN order, executes them
-// against memory, completes receives, and answers with ACK/NAK, read responses and
-// atomic ACKs.
+// Responder (IBTA 9.7.5.1, 9.8.3): validates request packets, executes them against
+// memory and completes receives. RC takes them in PSN order and answers with ACK/NAK,
+// read responses and atomic ACKs; UC and UD answer nothing and drop what they cannot
+// execute.
 #include "softhca/transport/psn.hpp"
-#include "softhca/transport/rc_qp.hpp"
+#include "softhca/transport/queue_pair.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -14,12 +15,47 @@ namespace {
 constexpr uint32_t kMaxMessageBytes = 1u << 31;
 } // namespace
 
-uint8_t RcQueuePair::ack_syndrome() const {
-    // ACKs carry end-to-end credits: the receive WQEs still available (9.7.7.2).
-    return aeth::kAck | credit_code(rq_tail_ - rq_head_);
+uint8_t QueuePair::ack_syndrome() const {
+    // ACKs carry end-to-end credits: the receive WQEs still available (9.7.7.2); a QP
+    // on a shared receive queue has no credits of its own and sends "invalid" (31).
+    if (has_srq())
+        return aeth::kAck | aeth::kValueMask;
+    return aeth::kAck | credit_code(own_rq_.size());
 }
 
-void RcQueuePair::responder_nak(uint8_t syndrome, uint32_t psn, bool fatal) {
+void QueuePair::reject(uint8_t nak_syndrome, uint32_t psn) {
+    if (reliable()) {
+        responder_nak(nak_syndrome, psn, true);
+        return;
+    }
+    in_progress_ = OpKind::Invalid; // the rest of this message is dropped as it comes
+    ++counters_.dropped_messages;
+}
+
+bool QueuePair::payload_length_valid(const IbPacket& packet) const {
+    // Payload sizes (9.7.5.1.4): first and middle packets are exactly one path MTU,
+    // last and only packets at most one.
+    const OpcodeInfo& info = *packet.info;
+    if (!info.payload)
+        return true;
+    const uint32_t mtu = path_mtu_bytes(attr_.mtu);
+    const bool full = info.position == Position::First || info.position == Position::Middle;
+    return !((full && packet.payload_length != mtu) || packet.payload_length > mtu ||
+             (info.position == Position::Last && packet.payload_length == 0));
+}
+
+bool QueuePair::take_recv() {
+    if (recv_taken_)
+        return true; // UC: kept from a message that was dropped (9.8.3.2)
+    if (rq_->empty())
+        return false;
+    recv_ = rq_->front();
+    rq_->pop();
+    recv_taken_ = true;
+    return true;
+}
+
+void QueuePair::responder_nak(uint8_t syndrome, uint32_t psn, bool fatal) {
     ack_pending_ = true;
     ack_psn_ = psn;
     ack_syndrome_override_ = syndrome;
@@ -43,7 +79,7 @@ void RcQueuePair::responder_nak(uint8_t syndrome, uint32_t psn, bool fatal) {
     }
 }
 
-void RcQueuePair::on_request(const IbPacket& packet, Nanoseconds now) {
+void QueuePair::on_request(const IbPacket& packet, Nanoseconds now) {
     (void)now;
     if (state_ != QpState::Rtr && state_ != QpState::Rts && state_ != QpState::Sqd) {
         ++counters_.dropped;
@@ -87,16 +123,9 @@ void RcQueuePair::on_request(const IbPacket& packet, Nanoseconds now) {
         responder_nak(aeth::kNak | aeth::kNakInvalidRequest, psn, true);
         return;
     }
-    // Payload sizes (9.7.5.1.4): first and middle packets are exactly one path
-    // MTU, last and only packets at most one.
-    const uint32_t mtu = path_mtu_bytes(attr_.mtu);
-    if (info.payload) {
-        const bool full = info.position == Position::First || info.position == Position::Middle;
-        if ((full && packet.payload_length != mtu) || packet.payload_length > mtu ||
-            (info.position == Position::Last && packet.payload_length == 0)) {
-            responder_nak(aeth::kNak | aeth::kNakInvalidRequest, psn, true);
-            return;
-        }
+    if (!payload_length_valid(packet)) {
+        responder_nak(aeth::kNak | aeth::kNakInvalidRequest, psn, true);
+        return;
     }
 
     bool accepted = false;
@@ -130,10 +159,9 @@ void RcQueuePair::on_request(const IbPacket& packet, Nanoseconds now) {
     }
 }
 
-bool RcQueuePair::consume_recv(const IbPacket& packet, uint32_t byte_len) {
-    RecvWqe& wqe = rq_[rq_head_ % rq_.size()];
+void QueuePair::complete_recv(const IbPacket& packet, uint32_t byte_len) {
     Completion c;
-    c.wr_id = wqe.wr_id;
+    c.wr_id = recv_.wr_id;
     c.status = WcStatus::Success;
     c.opcode = packet.info->kind == OpKind::Write ? WcOpcode::RecvRdmaWithImm : WcOpcode::Recv;
     c.byte_len = byte_len;
@@ -143,39 +171,47 @@ bool RcQueuePair::consume_recv(const IbPacket& packet, uint32_t byte_len) {
         c.with_imm = true;
         std::memcpy(&c.imm_data, packet.imm->b, 4);
     }
-    ++rq_head_;
+    if (packet.deth) {
+        c.src_qp = packet.deth->src_qp();
+        c.with_grh = true;
+    }
     recv_taken_ = false;
     sink_.recv_completion(c);
-    return true;
 }
 
-void RcQueuePair::fail_receive(WcStatus status, uint8_t nak_code, uint32_t psn) {
-    const RecvWqe& wqe = rq_[rq_head_ % rq_.size()];
+void QueuePair::fail_receive(WcStatus status, uint8_t nak_code, uint32_t psn) {
+    // A receive request that cannot hold the message completes in error and the QP
+    // enters the error state (10.7.3.1); RC tells the requester with a NAK first.
     Completion c;
-    c.wr_id = wqe.wr_id;
+    c.wr_id = recv_.wr_id;
     c.status = status;
     c.opcode = WcOpcode::Recv;
     c.qp_num = qp_num_;
     c.src_qp = attr_.dest_qp;
-    ++rq_head_;
     recv_taken_ = false;
     sink_.recv_completion(c);
     in_progress_ = OpKind::Invalid;
-    responder_nak(aeth::kNak | nak_code, psn, true);
+    if (reliable())
+        responder_nak(aeth::kNak | nak_code, psn, true);
+    else
+        enter_error(status);
 }
 
-bool RcQueuePair::accept_send(const IbPacket& packet, uint32_t psn) {
+bool QueuePair::accept_send(const IbPacket& packet, uint32_t psn) {
     const OpcodeInfo& info = *packet.info;
     if (info.starts_message()) {
-        if (rq_head_ == rq_tail_) {
-            // No receive WQE: receiver not ready (9.7.5.1.6). The requester retries.
-            responder_nak(aeth::kRnrNak | (attr_.min_rnr_timer & aeth::kValueMask), psn, false);
+        if (!take_recv()) {
+            // No receive WQE: receiver not ready (9.7.5.1.6). The RC requester retries;
+            // UC drops the message (9.8.3.2).
+            if (reliable())
+                responder_nak(aeth::kRnrNak | (attr_.min_rnr_timer & aeth::kValueMask), psn, false);
+            else
+                reject(0, psn);
             return false;
         }
-        recv_taken_ = true;
         message_offset_ = 0;
     }
-    RecvWqe& wqe = rq_[rq_head_ % rq_.size()];
+    const RecvWqe& wqe = recv_;
     if (message_offset_ + packet.payload_length > wqe.length) {
         // The message does not fit the receive buffers: local length error here, and
         // an invalid request for the requester (9.7.5.1.7, 10.7.3.1).
@@ -183,7 +219,7 @@ bool RcQueuePair::accept_send(const IbPacket& packet, uint32_t psn) {
         return false;
     }
     const MemoryStatus written =
-        packet.payload_length ? scatter(memory_, wqe.sge.data(), wqe.num_sge, message_offset_,
+        packet.payload_length ? scatter(rq_->memory(), wqe.sge.data(), wqe.num_sge, message_offset_,
                                         packet.payload, packet.payload_length)
                               : MemoryStatus::Ok;
     if (written == MemoryStatus::Gone) {
@@ -199,32 +235,33 @@ bool RcQueuePair::accept_send(const IbPacket& packet, uint32_t psn) {
     if (info.ends_message()) {
         in_progress_ = OpKind::Invalid;
         msn_ = (msn_ + 1) & kPsnMask;
-        consume_recv(packet, message_offset_);
+        complete_recv(packet, message_offset_);
     } else {
         in_progress_ = OpKind::Send;
     }
     return true;
 }
 
-bool RcQueuePair::accept_write(const IbPacket& packet, uint32_t psn) {
+bool QueuePair::accept_write(const IbPacket& packet, uint32_t psn) {
     const OpcodeInfo& info = *packet.info;
     if (info.starts_message()) {
         const uint32_t length = packet.reth->dma_length();
         if (length > kMaxMessageBytes) {
-            responder_nak(aeth::kNak | aeth::kNakInvalidRequest, psn, true);
+            reject(aeth::kNak | aeth::kNakInvalidRequest, psn);
             return false;
         }
         // 9.7.5.1.3 / 10.6.3: the QP must grant remote write and, unless the length is
-        // zero, the rkey must cover the whole range with remote write rights.
+        // zero, the rkey must cover the whole range with remote write rights. (UC drops
+        // the message silently, 9.8.3.2.)
         if (!(attr_.access & access::kRemoteWrite) ||
             (length && memory_.check(packet.reth->rkey(), true, access::kRemoteWrite,
                                      packet.reth->va(), length) != MemoryStatus::Ok)) {
-            responder_nak(aeth::kNak | aeth::kNakRemoteAccessError, psn, true);
+            reject(aeth::kNak | aeth::kNakRemoteAccessError, psn);
             return false;
         }
         if (info.position == Position::Only ? packet.payload_length != length
                                             : length <= packet.payload_length) {
-            responder_nak(aeth::kNak | aeth::kNakInvalidRequest, psn, true);
+            reject(aeth::kNak | aeth::kNakInvalidRequest, psn);
             return false;
         }
         write_va_ = packet.reth->va();
@@ -233,14 +270,18 @@ bool RcQueuePair::accept_write(const IbPacket& packet, uint32_t psn) {
         write_length_ = length;
     } else if (packet.payload_length > write_remaining_ ||
                (info.ends_message() && packet.payload_length != write_remaining_)) {
-        responder_nak(aeth::kNak | aeth::kNakInvalidRequest, psn, true);
+        reject(aeth::kNak | aeth::kNakInvalidRequest, psn);
         return false;
     }
-    // With immediate data the last packet consumes a receive WQE: check it first, so
+    // With immediate data the last packet consumes a receive WQE: take it first, so
     // an RNR NAK leaves nothing half done (9.7.5.1.6).
-    if (info.ends_message() && packet.imm && rq_head_ == rq_tail_) {
-        responder_nak(aeth::kRnrNak | (attr_.min_rnr_timer & aeth::kValueMask), psn, false);
-        in_progress_ = info.starts_message() ? OpKind::Invalid : OpKind::Write;
+    if (info.ends_message() && packet.imm && !take_recv()) {
+        if (reliable()) {
+            responder_nak(aeth::kRnrNak | (attr_.min_rnr_timer & aeth::kValueMask), psn, false);
+            in_progress_ = info.starts_message() ? OpKind::Invalid : OpKind::Write;
+        } else {
+            reject(0, psn);
+        }
         return false;
     }
     const MemoryStatus written =
@@ -253,7 +294,7 @@ bool RcQueuePair::accept_write(const IbPacket& packet, uint32_t psn) {
     }
     if (written != MemoryStatus::Ok) {
         in_progress_ = OpKind::Invalid;
-        responder_nak(aeth::kNak | aeth::kNakRemoteAccessError, psn, true);
+        reject(aeth::kNak | aeth::kNakRemoteAccessError, psn);
         return false;
     }
     write_va_ += packet.payload_length;
@@ -262,14 +303,14 @@ bool RcQueuePair::accept_write(const IbPacket& packet, uint32_t psn) {
         in_progress_ = OpKind::Invalid;
         msn_ = (msn_ + 1) & kPsnMask;
         if (packet.imm)
-            consume_recv(packet, write_length_);
+            complete_recv(packet, write_length_);
     } else {
         in_progress_ = OpKind::Write;
     }
     return true;
 }
 
-bool RcQueuePair::accept_read(const IbPacket& packet, uint32_t psn) {
+bool QueuePair::accept_read(const IbPacket& packet, uint32_t psn) {
     const uint32_t length = packet.reth->dma_length();
     if (length > kMaxMessageBytes) {
         responder_nak(aeth::kNak | aeth::kNakInvalidRequest, psn, true);
@@ -304,7 +345,7 @@ bool RcQueuePair::accept_read(const IbPacket& packet, uint32_t psn) {
     return true;
 }
 
-bool RcQueuePair::accept_atomic(const IbPacket& packet, uint32_t psn) {
+bool QueuePair::accept_atomic(const IbPacket& packet, uint32_t psn) {
     const AtomicEth& a = *packet.atomic;
     if (a.va() % 8 != 0) {
         // Atomics need a naturally aligned 8-byte address (9.4.5).
@@ -338,7 +379,7 @@ bool RcQueuePair::accept_atomic(const IbPacket& packet, uint32_t psn) {
     return true;
 }
 
-void RcQueuePair::on_duplicate_request(const IbPacket& packet) {
+void QueuePair::on_duplicate_request(const IbPacket& packet) {
     const uint32_t psn = packet.bth->psn();
     switch (packet.info->kind) {
     case OpKind::ReadRequest:
@@ -367,7 +408,7 @@ void RcQueuePair::on_duplicate_request(const IbPacket& packet) {
     }
 }
 
-size_t RcQueuePair::build_response(uint8_t* buffer, size_t capacity) {
+size_t QueuePair::build_response(uint8_t* buffer, size_t capacity) {
     // Responses go out in PSN order: read responses and atomic ACKs of accepted
     // requests first, then the ACK/NAK, which covers later PSNs.
     const size_t count = resources_.size();

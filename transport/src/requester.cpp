@@ -1,21 +1,36 @@
-// RC requester (IBTA 9.7.4, 9.7.6): turns send work requests into request packets,
-// segmented by the path MTU, with PSNs; resends from a PSN on NAK or timeout.
+// Requester (IBTA 9.7.4, 9.7.6, 9.8): turns send work requests into request packets,
+// segmented by the path MTU, with PSNs; on RC resends from a PSN on NAK or timeout. UC
+// and UD requests are done once their last packet is sent.
 #include "softhca/transport/psn.hpp"
-#include "softhca/transport/rc_qp.hpp"
+#include "softhca/transport/queue_pair.hpp"
 
 #include <algorithm>
 #include <cstring>
 
 namespace softhca::transport {
 
-bool RcQueuePair::is_read_or_atomic(const SendWqe& wqe) const {
+bool QueuePair::is_read_or_atomic(const SendWqe& wqe) const {
     return wqe.opcode == WrOpcode::RdmaRead || wqe.opcode == WrOpcode::AtomicCompareSwap ||
            wqe.opcode == WrOpcode::AtomicFetchAdd;
 }
 
-bool RcQueuePair::start_entry(SendEntry& entry) {
+bool QueuePair::start_entry(SendEntry& entry) {
     const SendWqe& wqe = entry.wqe;
     const bool rd_atomic = is_read_or_atomic(wqe);
+    const uint32_t mtu = path_mtu_bytes(attr_.mtu);
+    if (!reliable()) {
+        // UC carries sends and writes, UD sends only (9.2 table 38); a UD message is
+        // a single packet, so it may not exceed the path MTU.
+        const bool allowed = service_ == Service::UD ? wqe.opcode == WrOpcode::Send ||
+                                                           wqe.opcode == WrOpcode::SendWithImm
+                                                     : !rd_atomic;
+        if (!allowed || (service_ == Service::UD && wqe.length > mtu)) {
+            entry.started = true;
+            complete_send_error(entry, allowed ? WcStatus::LocalLengthError
+                                               : WcStatus::LocalQpOperationError);
+            return false;
+        }
+    }
     // Fence (10.8.3.3): wait for every earlier read and atomic to complete.
     if (wqe.fence && outstanding_rd_atomic_ > 0)
         return false;
@@ -24,10 +39,9 @@ bool RcQueuePair::start_entry(SendEntry& entry) {
         return false;
     // 9.7.7.2: a message that needs a receive WQE waits for credit; with none at all,
     // one message may still go when nothing is outstanding, to learn the credit count.
-    const bool consuming = consumes_recv(wqe);
+    const bool consuming = reliable() && consumes_recv(wqe);
     if (consuming && outstanding_consuming_ > 0 && outstanding_consuming_ >= credits_)
         return false;
-    const uint32_t mtu = path_mtu_bytes(attr_.mtu);
     const bool atomic =
         wqe.opcode == WrOpcode::AtomicCompareSwap || wqe.opcode == WrOpcode::AtomicFetchAdd;
     entry.packets = atomic ? 1 : std::max<uint32_t>(1, (wqe.length + mtu - 1) / mtu);
@@ -43,12 +57,12 @@ bool RcQueuePair::start_entry(SendEntry& entry) {
     return true;
 }
 
-bool RcQueuePair::consumes_recv(const SendWqe& wqe) {
+bool QueuePair::consumes_recv(const SendWqe& wqe) {
     return wqe.opcode == WrOpcode::Send || wqe.opcode == WrOpcode::SendWithImm ||
            wqe.opcode == WrOpcode::RdmaWriteWithImm;
 }
 
-void RcQueuePair::update_credits(uint8_t syndrome) {
+void QueuePair::update_credits(uint8_t syndrome) {
     if ((syndrome & aeth::kTypeMask) != aeth::kAck)
         return;
     credits_ = credits_for_code(syndrome & aeth::kValueMask); // invalid (31): unlimited
@@ -93,13 +107,16 @@ uint8_t request_opcode(WrOpcode opcode, uint32_t packet, uint32_t packets) {
 
 } // namespace
 
-size_t RcQueuePair::build_request(SendEntry& entry, uint8_t* buffer, size_t capacity) {
+size_t QueuePair::build_request(SendEntry& entry, uint8_t* buffer, size_t capacity) {
     const SendWqe& wqe = entry.wqe;
     const uint32_t mtu = path_mtu_bytes(attr_.mtu);
     const bool rd_atomic = is_read_or_atomic(wqe);
     // A read resumes after the response packets already received (9.7.6.1.2).
     const uint32_t packet = rd_atomic ? entry.received_packets : entry.next_packet;
-    const uint8_t opcode = op::rc(request_opcode(wqe.opcode, packet, entry.packets));
+    const uint8_t code = request_opcode(wqe.opcode, packet, entry.packets);
+    const uint8_t opcode = service_ == Service::UD   ? op::ud(code)
+                           : service_ == Service::UC ? op::uc(code)
+                                                     : op::rc(code);
     const OpcodeInfo& info = opcode_info(opcode);
     const HeaderOffsets o = header_offsets(info);
 
@@ -115,8 +132,15 @@ size_t RcQueuePair::build_request(SendEntry& entry, uint8_t* buffer, size_t capa
 
     const bool last = info.ends_message();
     auto* bth = reinterpret_cast<Bth*>(buffer);
-    bth->set(opcode, wqe.solicited && last, static_cast<uint8_t>(pad), attr_.pkey, attr_.dest_qp,
-             last || rd_atomic, psn_add(entry.first_psn, packet));
+    // Only RC asks for acknowledgements (9.7.5.2.1: AckReq on the last packet).
+    bth->set(opcode, wqe.solicited && last, static_cast<uint8_t>(pad), attr_.pkey,
+             service_ == Service::UD ? wqe.remote_qpn : attr_.dest_qp,
+             reliable() && (last || rd_atomic), psn_add(entry.first_psn, packet));
+    if (info.has(header_flag::kDeth)) {
+        // C10-15: a Q_Key with the high bit set means "use the QP's own Q_Key".
+        const uint32_t qkey = wqe.remote_qkey & 0x80000000u ? attr_.qkey : wqe.remote_qkey;
+        reinterpret_cast<Deth*>(buffer + o.deth)->set(qkey, qp_num_);
+    }
     if (info.has(header_flag::kReth)) {
         auto* reth = reinterpret_cast<Reth*>(buffer + o.reth);
         if (wqe.opcode == WrOpcode::RdmaRead)
@@ -149,10 +173,15 @@ size_t RcQueuePair::build_request(SendEntry& entry, uint8_t* buffer, size_t capa
     if (pad)
         std::memset(buffer + o.payload + payload, 0, pad);
     entry.next_packet = rd_atomic ? entry.packets : entry.next_packet + 1;
+    if (!reliable() && entry.next_packet == entry.packets) {
+        // Nothing acknowledges UC or UD: the request is complete once sent (9.8.2).
+        entry.acked = true;
+        retire_completed();
+    }
     return length;
 }
 
-void RcQueuePair::rewind_to(uint32_t psn) {
+void QueuePair::rewind_to(uint32_t psn) {
     // Go back N (9.7.6.1): every started request from the one holding `psn` is sent
     // again with the PSNs it had.
     bool found = false;

@@ -2,7 +2,7 @@
 // coming back to the requester; retires send work requests in order and completes
 // them.
 #include "softhca/transport/psn.hpp"
-#include "softhca/transport/rc_qp.hpp"
+#include "softhca/transport/queue_pair.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -31,7 +31,7 @@ WcOpcode completion_opcode(WrOpcode opcode) {
 
 } // namespace
 
-void RcQueuePair::retire_completed() {
+void QueuePair::retire_completed() {
     while (sq_head_ != sq_tail_) {
         SendEntry& entry = sq_at(sq_head_);
         if (!entry.started || !entry.acked)
@@ -55,7 +55,7 @@ void RcQueuePair::retire_completed() {
     check_drained();
 }
 
-void RcQueuePair::complete_send_error(SendEntry& entry, WcStatus status) {
+void QueuePair::complete_send_error(SendEntry& entry, WcStatus status) {
     // The failing request completes with its error, then everything after it flushes
     // (10.7.3.1: errors always generate a completion, signaled or not).
     Completion c;
@@ -80,10 +80,13 @@ void RcQueuePair::complete_send_error(SendEntry& entry, WcStatus status) {
         if (&head == &entry)
             break;
     }
-    enter_error(status);
+    if (reliable())
+        enter_error(status);
+    else
+        enter_send_queue_error(); // UC/UD: SQE, receives continue (10.3.1)
 }
 
-void RcQueuePair::handle_ack_psn(uint32_t psn, Nanoseconds now) {
+void QueuePair::handle_ack_psn(uint32_t psn, Nanoseconds now) {
     // Any newly acknowledged PSN is forward progress, even inside a long message: the
     // retry budget is for a silent peer, not a slow one (9.7.6.1.3).
     bool progress = false;
@@ -125,7 +128,7 @@ void RcQueuePair::handle_ack_psn(uint32_t psn, Nanoseconds now) {
     }
 }
 
-void RcQueuePair::on_response(const IbPacket& packet, Nanoseconds now) {
+void QueuePair::on_response(const IbPacket& packet, Nanoseconds now) {
     if (state_ != QpState::Rts && state_ != QpState::Sqd) {
         ++counters_.dropped;
         return;
@@ -153,7 +156,7 @@ void RcQueuePair::on_response(const IbPacket& packet, Nanoseconds now) {
     }
 }
 
-void RcQueuePair::on_nak(uint32_t psn, uint8_t syndrome, Nanoseconds now) {
+void QueuePair::on_nak(uint32_t psn, uint8_t syndrome, Nanoseconds now) {
     // Everything before the NAKed PSN was received (9.7.5.2.2).
     handle_ack_psn(psn_add(psn, -1), now);
     if (state_ == QpState::Error)
@@ -201,7 +204,7 @@ void RcQueuePair::on_nak(uint32_t psn, uint8_t syndrome, Nanoseconds now) {
     }
 }
 
-RcQueuePair::SendEntry* RcQueuePair::oldest_unanswered(uint32_t& index) {
+QueuePair::SendEntry* QueuePair::oldest_unanswered(uint32_t& index) {
     for (index = sq_head_; index != sq_tail_; ++index) {
         SendEntry& entry = sq_at(index);
         if (!entry.started)
@@ -212,14 +215,14 @@ RcQueuePair::SendEntry* RcQueuePair::oldest_unanswered(uint32_t& index) {
     return nullptr;
 }
 
-void RcQueuePair::restart_retry_timer(Nanoseconds now) {
+void QueuePair::restart_retry_timer(Nanoseconds now) {
     // The timer runs for what is still unacknowledged and stops when nothing is.
     retry_deadline_ = kNoDeadline;
     if (sq_head_ != sq_tail_ && sq_at(sq_head_).started)
         arm_retry_timer(now);
 }
 
-void RcQueuePair::on_read_response(const IbPacket& packet, Nanoseconds now) {
+void QueuePair::on_read_response(const IbPacket& packet, Nanoseconds now) {
     // The oldest unanswered read is the one these responses belong to (9.7.5.2.5).
     uint32_t index = 0;
     SendEntry* read = oldest_unanswered(index);
@@ -269,7 +272,7 @@ void RcQueuePair::on_read_response(const IbPacket& packet, Nanoseconds now) {
         finish_read_or_atomic(*read, now);
 }
 
-void RcQueuePair::finish_read_or_atomic(SendEntry& entry, Nanoseconds now) {
+void QueuePair::finish_read_or_atomic(SendEntry& entry, Nanoseconds now) {
     entry.acked = true;
     --outstanding_rd_atomic_;
     retry_left_ = attr_.retry_cnt;
@@ -278,7 +281,7 @@ void RcQueuePair::finish_read_or_atomic(SendEntry& entry, Nanoseconds now) {
     restart_retry_timer(now);
 }
 
-void RcQueuePair::on_atomic_ack(const IbPacket& packet, Nanoseconds now) {
+void QueuePair::on_atomic_ack(const IbPacket& packet, Nanoseconds now) {
     uint32_t index = 0;
     SendEntry* atomic = oldest_unanswered(index);
     if (!atomic || atomic->wqe.opcode == WrOpcode::RdmaRead ||

@@ -1,0 +1,71 @@
+// A shared receive queue inside the engine (ibv_srq): the ring the provider posts
+// receive requests to, the transport's ReceiveQueue its QPs take them from, and the
+// memory (the SRQ's own protection domain) the buffers live in.
+#pragma once
+
+#include "process_memory.hpp"
+#include "shared_memory.hpp"
+#include "softhca/device_interface/qp_ring.hpp"
+#include "softhca/transport/receive_queue.hpp"
+
+#include <cstdint>
+
+namespace softhca::engine {
+
+struct CompletionQueue;
+
+struct SrqLimits {
+    static constexpr uint32_t kMaxSrq = 4096;
+    static constexpr uint32_t kMaxSrqWr = 16384;
+    static constexpr uint32_t kMaxSrqSge = transport::kMaxSge;
+};
+
+class EngineSrq {
+  public:
+    EngineSrq(uint32_t handle, uint32_t srq_num, pid_t owner, const ContextResources& context,
+              uint32_t pd_handle, uint32_t max_wr, uint32_t max_sge, uint64_t user_handle,
+              CompletionQueue* xrc_cq);
+
+    // Creates the shared ring; returns 0 or an errno.
+    int create_ring();
+    int ring_fd() const { return ring_memory_.fd(); }
+    size_t ring_bytes() const { return ring_memory_.bytes(); }
+
+    // ibv_modify_srq: IBV_SRQ_MAX_WR (a new, empty ring; what was posted moves into the
+    // engine first) and IBV_SRQ_LIMIT. Returns 0 or an errno.
+    int modify(uint32_t attr_mask, uint32_t max_wr, uint32_t limit, bool& new_ring);
+
+    // Data path: takes posted requests off the ring.
+    bool pull_work();
+    // After a round: frees the ring slots of taken requests and raises
+    // IBV_EVENT_SRQ_LIMIT_REACHED when the limit fired.
+    void sync();
+    void arm_doorbell();
+
+    transport::ReceiveQueue& queue() { return queue_; }
+    uint32_t handle() const { return handle_; }
+    uint32_t srq_num() const { return srq_num_; }
+    uint32_t pd_handle() const { return pd_handle_; }
+    uint32_t max_wr() const { return max_wr_; }
+    uint32_t max_sge() const { return max_sge_; }
+    CompletionQueue* xrc_cq() const { return xrc_cq_; }
+    uint32_t qp_count = 0; // QPs attached
+
+  private:
+    uint32_t handle_;
+    uint32_t srq_num_;
+    uint32_t pd_handle_;
+    uint32_t max_wr_;
+    uint32_t max_sge_;
+    uint64_t user_handle_;
+    CompletionQueue* xrc_cq_;
+    const ContextResources& context_;
+    ProcessMemory memory_;
+    transport::ReceiveQueue queue_;
+    SharedMemory ring_memory_;
+    device_interface::QpRingHeader* ring_ = nullptr;
+    uint32_t slot_size_ = 0;
+    uint64_t pulled_ = 0; // from the current ring
+};
+
+} // namespace softhca::engine

@@ -1,0 +1,57 @@
+#include "multicast_groups.hpp"
+
+#include "softhca/transport/roce_frame.hpp"
+
+#include <algorithm>
+#include <cerrno>
+
+namespace softhca::engine {
+
+namespace tp = transport;
+
+bool gid_is_ipv4_multicast(const tp::Gid& gid) {
+    return tp::gid_is_ipv4_mapped(gid) && (gid[12] & 0xf0) == 0xe0;
+}
+
+int MulticastGroups::attach(const tp::Gid& gid, EngineQp* qp) {
+    if (!gid_is_ipv4_multicast(gid))
+        return EINVAL;
+    if (!groups_.count(gid) && groups_.size() >= kMaxGroups)
+        return ENOMEM;
+    auto& members = groups_[gid];
+    if (std::find(members.begin(), members.end(), qp) != members.end())
+        return EINVAL;
+    if (members.size() >= kMaxQpsPerGroup)
+        return ENOMEM;
+    members.push_back(qp);
+    return 0;
+}
+
+int MulticastGroups::detach(const tp::Gid& gid, EngineQp* qp) {
+    auto group = groups_.find(gid);
+    if (group == groups_.end())
+        return EINVAL;
+    auto& members = group->second;
+    auto it = std::find(members.begin(), members.end(), qp);
+    if (it == members.end())
+        return EINVAL;
+    members.erase(it);
+    if (members.empty())
+        groups_.erase(group);
+    return 0;
+}
+
+void MulticastGroups::detach_all(EngineQp* qp) {
+    for (auto group = groups_.begin(); group != groups_.end();) {
+        auto& members = group->second;
+        members.erase(std::remove(members.begin(), members.end(), qp), members.end());
+        group = members.empty() ? groups_.erase(group) : std::next(group);
+    }
+}
+
+const std::vector<EngineQp*>* MulticastGroups::members(const tp::Gid& gid) const {
+    auto it = groups_.find(gid);
+    return it == groups_.end() ? nullptr : &it->second;
+}
+
+} // namespace softhca::engine

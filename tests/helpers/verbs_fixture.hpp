@@ -1,0 +1,126 @@
+// What the end-to-end verbs programs share: the two devices of an instance
+// (<prefix>0 and <prefix>1) opened once per process with a PD and a CQ each,
+// registered buffers, bounded waits for completions and async events, and posting.
+#pragma once
+
+#include "test_device.hpp"
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <poll.h>
+#include <string>
+#include <vector>
+
+namespace {
+
+std::string device_name(int n) {
+    const char* prefix = std::getenv("SOFTHCA_PREFIX");
+    return std::string(prefix && *prefix ? prefix : "softhca") + std::to_string(n);
+}
+
+struct Device {
+    ibv_context* context = nullptr;
+    ibv_pd* pd = nullptr;
+    ibv_cq* cq = nullptr;
+    union ibv_gid gid {};
+    explicit Device(int n) {
+        context = open_test_device(device_name(n));
+        REQUIRE(context);
+        pd = ibv_alloc_pd(context);
+        cq = ibv_create_cq(context, 4096, nullptr, nullptr, 0);
+        REQUIRE((pd && cq));
+        REQUIRE(ibv_query_gid(context, 1, 0, &gid) == 0);
+    }
+    ~Device() {
+        ibv_destroy_cq(cq);
+        ibv_dealloc_pd(pd);
+        ibv_close_device(context);
+    }
+};
+
+Device& dev(int n) {
+    static std::unique_ptr<Device> devices[2];
+    if (!devices[n])
+        devices[n] = std::make_unique<Device>(n);
+    return *devices[n];
+}
+
+struct Buffer {
+    std::vector<uint8_t> bytes;
+    ibv_mr* mr = nullptr;
+    Buffer(Device& d, size_t size, int access) : bytes(size) {
+        mr = ibv_reg_mr(d.pd, bytes.data(), size, access);
+        REQUIRE(mr);
+    }
+    ~Buffer() { ibv_dereg_mr(mr); }
+    uint64_t addr(size_t offset = 0) const {
+        return reinterpret_cast<uintptr_t>(bytes.data()) + offset;
+    }
+};
+
+constexpr int kAllAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                           IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+
+uint8_t pattern(uint64_t seed, size_t i) {
+    return static_cast<uint8_t>((seed * 131 + i * 7 + (i >> 9)) ^ 0xa5);
+}
+
+void fill(Buffer& b, uint64_t seed, size_t offset, size_t length) {
+    for (size_t i = 0; i < length; ++i)
+        b.bytes[offset + i] = pattern(seed, i);
+}
+
+bool matches(const Buffer& b, uint64_t seed, size_t offset, size_t length) {
+    for (size_t i = 0; i < length; ++i)
+        if (b.bytes[offset + i] != pattern(seed, i))
+            return false;
+    return true;
+}
+
+// Polls until `count` completions arrived on the device's CQ (bounded in time).
+std::vector<ibv_wc> wait_completions(Device& d, size_t count, int seconds = 30) {
+    std::vector<ibv_wc> out;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    while (out.size() < count && std::chrono::steady_clock::now() < deadline) {
+        ibv_wc wc[32];
+        const int n = ibv_poll_cq(d.cq, 32, wc);
+        REQUIRE(n >= 0);
+        out.insert(out.end(), wc, wc + n);
+    }
+    REQUIRE(out.size() == count);
+    return out;
+}
+
+// Waits (bounded) for the next async event of a device and checks it.
+void expect_async_event(Device& d, ibv_event_type type, const void* element) {
+    pollfd pfd{d.context->async_fd, POLLIN, 0};
+    REQUIRE(poll(&pfd, 1, 5000) == 1);
+    ibv_async_event event{};
+    REQUIRE(ibv_get_async_event(d.context, &event) == 0);
+    CHECK(event.event_type == type);
+    if (type == IBV_EVENT_CQ_ERR)
+        CHECK(event.element.cq == element);
+    else if (type == IBV_EVENT_SRQ_LIMIT_REACHED || type == IBV_EVENT_SRQ_ERR)
+        CHECK(event.element.srq == element);
+    else
+        CHECK(event.element.qp == element);
+    ibv_ack_async_event(&event);
+}
+
+void post(ibv_qp* qp, ibv_send_wr& wr) {
+    ibv_send_wr* bad = nullptr;
+    REQUIRE(ibv_post_send(qp, &wr, &bad) == 0);
+}
+
+void post_recv(ibv_qp* qp, uint64_t id, ibv_sge* sge, int num_sge) {
+    ibv_recv_wr wr{};
+    wr.wr_id = id;
+    wr.sg_list = sge;
+    wr.num_sge = num_sge;
+    ibv_recv_wr* bad = nullptr;
+    REQUIRE(ibv_post_recv(qp, &wr, &bad) == 0);
+}
+
+} // namespace

@@ -1,0 +1,53 @@
+// A receive queue: the receive work requests of one QP's own RQ, or of a shared
+// receive queue that several QPs take from (IBTA 10.2.9, 11.2.3), oldest first, and the
+// memory their buffers live in (an SRQ's protection domain need not be its QPs').
+// A QP takes the oldest request when a message begins; the SRQ limit (10.2.9.3) fires
+// once when a take leaves fewer requests than the armed limit.
+#pragma once
+
+#include "softhca/transport/memory_access.hpp"
+#include "softhca/transport/work_requests.hpp"
+
+#include <cstdint>
+#include <vector>
+
+namespace softhca::transport {
+
+class ReceiveQueue {
+  public:
+    ReceiveQueue(uint32_t depth, MemoryAccess& memory);
+
+    uint32_t capacity() const { return static_cast<uint32_t>(ring_.size()); }
+    uint32_t size() const { return static_cast<uint32_t>(tail_ - head_); }
+    bool empty() const { return head_ == tail_; }
+    MemoryAccess& memory() { return memory_; }
+
+    // False when full.
+    bool post(const RecvWqe& wqe);
+    // The oldest request; only when !empty().
+    const RecvWqe& front() const { return ring_[head_ % ring_.size()]; }
+    // Removes the oldest request.
+    void pop();
+    // Requests taken since creation (the engine frees ring slots up to here).
+    uint64_t taken() const { return head_; }
+    // Drops every request (a reset or a destroyed SRQ: nothing completes).
+    void clear() { head_ = tail_; }
+    // Changes the depth keeping what is posted; false when more is posted than fits.
+    bool resize(uint32_t depth);
+
+    // 0 disarms. The event fires once, on the take that leaves size() < limit.
+    void arm_limit(uint32_t limit) { limit_ = limit; }
+    uint32_t limit() const { return limit_; }
+    // True once after the limit fired.
+    bool take_limit_event();
+
+  private:
+    std::vector<RecvWqe> ring_;
+    uint64_t head_ = 0;
+    uint64_t tail_ = 0;
+    MemoryAccess& memory_;
+    uint32_t limit_ = 0;
+    bool limit_fired_ = false;
+};
+
+} // namespace softhca::transport

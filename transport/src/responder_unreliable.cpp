@@ -1,0 +1,110 @@
+// The responder's way in for the unacknowledged services (IBTA 9.8.3): UC checks
+// only that packets continue the message in progress, UD checks the Q_Key and
+// delivers single-packet messages behind a GRH. Execution (receive buffers, RDMA
+// WRITE) is shared with RC in responder.cpp; nothing here answers the requester.
+#include "softhca/transport/psn.hpp"
+#include "softhca/transport/queue_pair.hpp"
+
+#include <array>
+
+namespace softhca::transport {
+
+namespace {
+
+bool accepts_requests(QpState state) {
+    return state == QpState::Rtr || state == QpState::Rts || state == QpState::Sqd ||
+           state == QpState::Sqe;
+}
+
+} // namespace
+
+void QueuePair::on_unacknowledged_request(const IbPacket& packet) {
+    if (!accepts_requests(state_) || !packet.info->request) {
+        ++counters_.dropped;
+        return;
+    }
+    if (state_ == QpState::Rtr && !established_) {
+        established_ = true;
+        sink_.communication_established();
+    }
+    const uint32_t psn = packet.bth->psn();
+    if (psn_diff(psn, epsn_) < 0) {
+        // Behind what was already taken: a stale or duplicated packet. Nothing resends
+        // on UC, so it cannot belong to the message in progress; leave that alone.
+        ++counters_.duplicates;
+        return;
+    }
+    if (psn != epsn_) {
+        // 9.8.3.2: a packet is missing. The message in progress cannot complete and is
+        // dropped; its receive request stays for the next message. Any PSN may start
+        // a new message.
+        ++counters_.out_of_sequence;
+        if (in_progress_ != OpKind::Invalid) {
+            in_progress_ = OpKind::Invalid;
+            ++counters_.dropped_messages;
+        }
+    }
+    epsn_ = psn_add(psn, 1);
+    const OpcodeInfo& info = *packet.info;
+    if (in_progress_ != OpKind::Invalid && (info.kind != in_progress_ || info.starts_message())) {
+        // The last packet of the message in progress never came.
+        in_progress_ = OpKind::Invalid;
+        ++counters_.dropped_messages;
+    }
+    if (in_progress_ == OpKind::Invalid && !info.starts_message()) {
+        ++counters_.dropped; // the rest of a message already dropped
+        return;
+    }
+    if (!payload_length_valid(packet)) {
+        reject(0, psn);
+        return;
+    }
+    if (info.kind == OpKind::Send)
+        accept_send(packet, psn);
+    else if (info.kind == OpKind::Write)
+        accept_write(packet, psn);
+    else
+        reject(0, psn);
+}
+
+void QueuePair::on_ud_request(const IbPacket& packet, const uint8_t* grh) {
+    if (!accepts_requests(state_) || !packet.deth) {
+        ++counters_.dropped;
+        return;
+    }
+    // 10.2.4 (Q_Key): a datagram whose Q_Key differs from the QP's is silently dropped.
+    if (packet.deth->qkey() != attr_.qkey) {
+        ++counters_.qkey_violations;
+        return;
+    }
+    // A UD message is one packet of at most the path MTU; without a receive request
+    // it is dropped (UD has no RNR, 9.8.3.3).
+    if (packet.payload_length > path_mtu_bytes(attr_.mtu) || !take_recv()) {
+        ++counters_.dropped_messages;
+        return;
+    }
+    const uint32_t psn = packet.bth->psn();
+    const uint32_t byte_len = kGrhBytes + packet.payload_length;
+    if (byte_len > recv_.length) {
+        fail_receive(WcStatus::LocalLengthError, 0, psn);
+        return;
+    }
+    // 11.4.1.2: the first 40 bytes of the buffer receive the GRH, the data follows.
+    static constexpr std::array<uint8_t, kGrhBytes> kNoGrh{};
+    MemoryStatus written = scatter(rq_->memory(), recv_.sge.data(), recv_.num_sge, 0,
+                                   grh ? grh : kNoGrh.data(), kGrhBytes);
+    if (written == MemoryStatus::Ok && packet.payload_length)
+        written = scatter(rq_->memory(), recv_.sge.data(), recv_.num_sge, kGrhBytes, packet.payload,
+                          packet.payload_length);
+    if (written == MemoryStatus::Gone) {
+        ++counters_.dropped;
+        return;
+    }
+    if (written != MemoryStatus::Ok) {
+        fail_receive(WcStatus::LocalProtectionError, 0, psn);
+        return;
+    }
+    complete_recv(packet, byte_len);
+}
+
+} // namespace softhca::transport
