@@ -6,6 +6,7 @@
 #include "softhca/transport/roce_frame.hpp"
 
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <map>
 #include <string>
 
@@ -95,4 +96,32 @@ TEST_CASE("IB packets: unknown opcodes, short packets and stray payload are erro
     CHECK(p.payload_length == 5); // pad removed
     packet[1] |= 0x01;            // TVer 1
     CHECK(parse_ib_packet(packet, 20, p) == PacketError::BadVersion);
+}
+
+TEST_CASE("XRC opcodes: requests carry an XRCETH after the BTH, responses do not") {
+    uint8_t packet[64] = {};
+    auto* bth = reinterpret_cast<Bth*>(packet);
+    bth->set(op::xrc(op::kWriteOnlyImm), false, 0, kDefaultPkey, 5, true, 1);
+    reinterpret_cast<Xrceth*>(packet + 12)->set(0xabcdef);
+    reinterpret_cast<Reth*>(packet + 16)->set(0x1000, 0x77, 4);
+    std::memcpy(packet + 32, "imm!", 4);
+    std::memcpy(packet + 36, "data", 4);
+    IbPacket p;
+    REQUIRE(parse_ib_packet(packet, 40, p) == PacketError::None);
+    CHECK(p.info->service == Service::XRC);
+    CHECK(p.info->kind == OpKind::Write);
+    REQUIRE(p.xrceth);
+    CHECK(p.xrceth->srqn() == 0xabcdef);
+    REQUIRE(p.reth);
+    CHECK(p.reth->rkey() == 0x77);
+    CHECK(std::memcmp(p.imm->b, "imm!", 4) == 0);
+    CHECK(p.payload_length == 4);
+    CHECK(ib_header_bytes(opcode_info(op::xrc(op::kSendOnly))) == 16);
+    // Responses go back without one.
+    const OpcodeInfo& ack = opcode_info(op::xrc(op::kAck));
+    CHECK(ack.valid());
+    CHECK_FALSE(ack.has(header_flag::kXrceth));
+    CHECK(ib_header_bytes(ack) == 16); // BTH + AETH
+    CHECK(opcode_info(op::xrc(op::kReadResponseMiddle)).valid());
+    CHECK_FALSE(opcode_info(op::xrc(0x1f)).valid());
 }

@@ -13,6 +13,7 @@ HeaderOffsets header_offsets(const OpcodeInfo& info) {
         }
     };
     place(kDeth, 8, o.deth);
+    place(kXrceth, 4, o.xrceth);
     place(kReth, 16, o.reth);
     place(kAtomicEth, 28, o.atomic);
     place(kAeth, 4, o.aeth);
@@ -42,6 +43,8 @@ PacketError parse_ib_packet(const uint8_t* data, size_t length, IbPacket& out) {
     using namespace header_flag;
     if (info.has(kDeth))
         out.deth = reinterpret_cast<const Deth*>(data + o.deth);
+    if (info.has(kXrceth))
+        out.xrceth = reinterpret_cast<const Xrceth*>(data + o.xrceth);
     if (info.has(kReth))
         out.reth = reinterpret_cast<const Reth*>(data + o.reth);
     if (info.has(kAtomicEth))

@@ -69,9 +69,15 @@ constexpr std::array<OpcodeInfo, 256> build_table() {
                         row.headers, row.payload, row.request};
         table[op::rc(row.code)] = info;
         if (uc_allows(row.code)) {
-            info.service = Service::UC;
-            table[op::uc(row.code)] = info;
+            OpcodeInfo uc = info;
+            uc.service = Service::UC;
+            table[op::uc(row.code)] = uc;
         }
+        // XRC has every RC operation; its requests carry an XRCETH (Annex A14).
+        info.service = Service::XRC;
+        if (row.request)
+            info.headers |= kXrceth;
+        table[op::xrc(row.code)] = info;
     }
     // UD: SEND_ONLY and SEND_ONLY_WITH_IMMEDIATE, each with a DETH (9.2 table 38).
     table[op::ud(op::kSendOnly)] = {"UD_SEND_ONLY", Service::UD, OpKind::Send, Position::Only,
@@ -96,6 +102,8 @@ uint32_t OpcodeInfo::extension_bytes() const {
         bytes += 16;
     if (has(kDeth))
         bytes += 8;
+    if (has(kXrceth))
+        bytes += 4;
     if (has(kAeth))
         bytes += 4;
     if (has(kAtomicEth))

@@ -116,6 +116,18 @@ struct Ieth {
 };
 static_assert(sizeof(Ieth) == 4);
 
+// XRC Extended Transport Header (IBTA Annex A14, XRC): the target's XRC SRQ number,
+// 24 bits, right after the BTH of every XRC request.
+struct Xrceth {
+    uint8_t b[4];
+    uint32_t srqn() const { return load_be24(b + 1); }
+    void set(uint32_t srqn) {
+        b[0] = 0;
+        store_be24(b + 1, srqn);
+    }
+};
+static_assert(sizeof(Xrceth) == 4);
+
 // Datagram Extended Transport Header, 9.3.2.
 struct Deth {
     uint8_t b[8];

@@ -1,5 +1,5 @@
 // An IB transport packet as it travels inside RoCEv2's UDP payload: BTH, extension
-// headers in wire order (9.2: DETH, RETH or AtomicETH, AETH, AtomicAckETH, ImmDt or
+// headers in wire order (9.2: DETH or XRCETH, RETH or AtomicETH, AETH, AtomicAckETH, ImmDt or
 // IETH), payload, pad to a multiple of four bytes. The ICRC is not part of this view.
 #pragma once
 
@@ -15,6 +15,7 @@ struct IbPacket {
     const OpcodeInfo* info = nullptr;
     const Bth* bth = nullptr;
     const Deth* deth = nullptr;
+    const Xrceth* xrceth = nullptr;
     const Reth* reth = nullptr;
     const AtomicEth* atomic = nullptr;
     const Aeth* aeth = nullptr;
@@ -44,8 +45,8 @@ inline uint32_t ib_header_bytes(const OpcodeInfo& info) {
 // Offsets of each extension header within a packet of this opcode (from the BTH), for
 // writers. Only meaningful for headers the opcode carries.
 struct HeaderOffsets {
-    uint32_t deth = 0, reth = 0, atomic = 0, aeth = 0, atomic_ack = 0, imm = 0, ieth = 0,
-             payload = 0;
+    uint32_t deth = 0, xrceth = 0, reth = 0, atomic = 0, aeth = 0, atomic_ack = 0, imm = 0,
+             ieth = 0, payload = 0;
 };
 HeaderOffsets header_offsets(const OpcodeInfo& info);
 

@@ -31,6 +31,7 @@ constexpr uint8_t kAtomicAckEth = 1 << 3;
 constexpr uint8_t kImmDt = 1 << 4;
 constexpr uint8_t kIeth = 1 << 5;
 constexpr uint8_t kDeth = 1 << 6;
+constexpr uint8_t kXrceth = 1 << 7;
 } // namespace header_flag
 
 struct OpcodeInfo {
@@ -88,6 +89,9 @@ constexpr uint8_t uc(uint8_t code) {
 }
 constexpr uint8_t ud(uint8_t code) {
     return 0x60 | code;
+}
+constexpr uint8_t xrc(uint8_t code) {
+    return 0xa0 | code;
 }
 } // namespace op
 
