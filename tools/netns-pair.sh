@@ -34,10 +34,10 @@ up)
     ip -n "$ns_b" link set "$veth_b" up
     # shellcheck disable=SC2086 # SOFTHCA_UP_ARGS is a list of options
     ip netns exec "$ns_a" "$softhca" up --prefix "${name}a" \
-        --port "net_af_packet0,iface=$veth_a,framecnt=4096@198.18.2.1" ${SOFTHCA_UP_ARGS:-} >/dev/null
+        --port "net_af_packet0,iface=$veth_a@198.18.2.1" ${SOFTHCA_UP_ARGS:-} >/dev/null
     # shellcheck disable=SC2086
     ip netns exec "$ns_b" "$softhca" up --prefix "${name}b" \
-        --port "net_af_packet0,iface=$veth_b,framecnt=4096@198.18.2.2" ${SOFTHCA_UP_ARGS:-} >/dev/null
+        --port "net_af_packet0,iface=$veth_b@198.18.2.2" ${SOFTHCA_UP_ARGS:-} >/dev/null
     echo "netns-pair: $ns_a (${name}a0, 198.18.2.1) <-> $ns_b (${name}b0, 198.18.2.2)"
     ;;
 down)

@@ -44,7 +44,7 @@ bool ControlServer::dispatch_qp(Connection& c, const di::MessageHeader& header, 
         if (!request)
             break;
         EngineQp* qp = res.find_qp(request->qp_handle);
-        // A Q_Key with the high bit set is privileged (10.2.4, C10-15); like uverbs we
+        // A Q_Key with the high bit set is privileged (its high bit); like uverbs we
         // let only root (or the engine's own user) give one to a QP.
         if (qp && (request->attr_mask & transport::qp_attr::kQkey) &&
             (request->attr.qkey & 0x80000000u) && c.uid != 0 && c.uid != ::geteuid()) {
@@ -95,25 +95,40 @@ bool ControlServer::dispatch_qp(Connection& c, const di::MessageHeader& header, 
 bool ControlServer::dispatch_srq(Connection& c, const di::MessageHeader& header,
                                  const void* message, size_t size) {
     ContextResources& res = *c.resources;
-    di::CreateSrqReply r{};
-    r.reply.header = reply_header(header, sizeof(r));
-    EngineSrq* srq = nullptr;
-    bool new_ring = false;
+    // CreateSrq and ModifySrq answer alike: what the SRQ is now, and its ring's fd when
+    // the SRQ got a new ring (created, or resized).
+    auto reply_srq = [&](int status, const EngineSrq* srq, bool new_ring) {
+        di::CreateSrqReply r{};
+        r.reply.header = reply_header(header, sizeof(r));
+        r.reply.status = status;
+        if (status == 0) {
+            r.srq_handle = srq->handle();
+            r.srq_num = srq->srq_num();
+            r.max_wr = srq->max_wr();
+            r.max_sge = srq->max_sge();
+            r.ring_bytes = srq->ring_bytes();
+        }
+        reply(c, &r, sizeof(r), status == 0 && new_ring ? srq->ring_fd() : -1);
+    };
     switch (static_cast<di::Opcode>(header.opcode)) {
     case di::Opcode::CreateSrq: {
         const auto* request = as<di::CreateSrqRequest>(message, size);
         if (!request)
             break;
-        r.reply.status = res.create_srq(*request, srq);
-        new_ring = srq != nullptr;
-        break;
+        EngineSrq* srq = nullptr;
+        const int status = res.create_srq(*request, srq);
+        reply_srq(status, srq, true);
+        return true;
     }
     case di::Opcode::ModifySrq: {
         const auto* request = as<di::ModifySrqRequest>(message, size);
         if (!request)
             break;
-        r.reply.status = res.modify_srq(*request, srq, new_ring);
-        break;
+        EngineSrq* srq = nullptr;
+        bool new_ring = false;
+        const int status = res.modify_srq(*request, srq, new_ring);
+        reply_srq(status, srq, new_ring);
+        return true;
     }
     case di::Opcode::QuerySrq: {
         const auto* request = as<di::HandleRequest>(message, size);
@@ -141,18 +156,7 @@ bool ControlServer::dispatch_srq(Connection& c, const di::MessageHeader& header,
     default:
         return false;
     }
-    if (r.reply.status == 0 && !srq) { // a request of the wrong size
-        reply_status(c, header, EBADMSG);
-        return true;
-    }
-    if (srq && r.reply.status == 0) {
-        r.srq_handle = srq->handle();
-        r.srq_num = srq->srq_num();
-        r.max_wr = srq->max_wr();
-        r.max_sge = srq->max_sge();
-        r.ring_bytes = srq->ring_bytes();
-    }
-    reply(c, &r, sizeof(r), new_ring && r.reply.status == 0 ? srq->ring_fd() : -1);
+    reply_status(c, header, EBADMSG); // right opcode, wrong size
     return true;
 }
 

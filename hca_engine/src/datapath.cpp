@@ -133,7 +133,7 @@ void Datapath::handle_frame(size_t port, const uint8_t* data, uint32_t length, u
     if (packet.deth)
         tp::grh_from_frame(frame, grh);
     if (multicast) {
-        // 10.5.2.3: a multicast datagram (destination QP 0xFFFFFF) goes to every QP of
+        // A multicast datagram (destination QP 0xFFFFFF) goes to every QP of
         // this device that joined the group.
         const auto* members = tables_.mcast_by_device[port].members(dst_gid);
         if (!members || packet.bth->dest_qp() != 0xffffff || !packet.deth) {
@@ -141,7 +141,7 @@ void Datapath::handle_frame(size_t port, const uint8_t* data, uint32_t length, u
             return;
         }
         for (EngineQp* qp : *members)
-            deliver(*qp, packet, grh, now);
+            qp->transport().receive(packet, now, grh);
         return;
     }
     auto& qps = tables_.qps_by_device[port];
@@ -150,11 +150,7 @@ void Datapath::handle_frame(size_t port, const uint8_t* data, uint32_t length, u
         ++counters.rx_no_qp;
         return;
     }
-    deliver(*it->second, packet, packet.deth ? grh : nullptr, now);
-}
-
-void Datapath::deliver(EngineQp& qp, const tp::IbPacket& packet, const uint8_t* grh, uint64_t now) {
-    qp.transport().receive(packet, now, grh);
+    it->second->transport().receive(packet, now, packet.deth ? grh : nullptr);
 }
 
 bool Datapath::mac_for(size_t port, uint32_t ip, uint64_t now, tp::MacAddress& mac) {

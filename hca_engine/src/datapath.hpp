@@ -36,7 +36,6 @@ class Datapath {
     // vector. False (an ARP request sent) while the destination MAC is unknown.
     bool resolve_destination(EngineQp& qp, size_t port, uint64_t now, bool& local);
     bool mac_for(size_t port, uint32_t ip, uint64_t now, transport::MacAddress& mac);
-    void deliver(EngineQp& qp, const transport::IbPacket& packet, const uint8_t* grh, uint64_t now);
 
     PortSet& ports_;
     const std::vector<Device>& devices_;

@@ -40,6 +40,7 @@ int EngineSrq::create_ring() {
     ring_ = ring;
     slot_size_ = slot;
     pulled_ = 0;
+    published_ = 0; // what the new ring holds
     sync();
     return 0;
 }
@@ -55,7 +56,8 @@ int EngineSrq::modify(uint32_t attr_mask, uint32_t max_wr, uint32_t limit, bool&
             return EINVAL;
         granted = std::bit_ceil(max_wr);
         pull_work(); // everything posted so far counts
-        // 11.2.3.3 (modify SRQ): the new size may not be below what is outstanding.
+        // ibv_modify_srq(3): never below what is outstanding, and an invalid attribute
+        // changes nothing.
         if (granted < queue_.size())
             return EINVAL;
     }
@@ -108,7 +110,11 @@ void EngineSrq::sync() {
     // The provider counts producer - completed as posted and not yet taken: the
     // requests still in the ring plus those queued in the engine (after a resize, some
     // of those came from the old ring, so this wraps below zero; modulo 2^64 it holds).
-    ring_->rq_completed.store(pulled_ - queue_.size(), std::memory_order_release);
+    const uint64_t completed = pulled_ - queue_.size();
+    if (completed != published_) { // a cache line the provider reads: written on change
+        ring_->rq_completed.store(completed, std::memory_order_release);
+        published_ = completed;
+    }
     if (queue_.take_limit_event())
         context_.raise_event(user_handle_, di::kEventSrqLimitReached);
 }

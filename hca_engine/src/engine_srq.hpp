@@ -65,7 +65,8 @@ class EngineSrq {
     SharedMemory ring_memory_;
     device_interface::QpRingHeader* ring_ = nullptr;
     uint32_t slot_size_ = 0;
-    uint64_t pulled_ = 0; // from the current ring
+    uint64_t pulled_ = 0;    // from the current ring
+    uint64_t published_ = 0; // rq_completed as last written
 };
 
 } // namespace softhca::engine

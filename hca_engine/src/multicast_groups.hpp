@@ -1,6 +1,6 @@
-// The multicast groups of one device (ibv_attach_mcast, IBTA 10.5): which UD QPs
+// The multicast groups of one device (ibv_attach_mcast(3)): which UD QPs
 // receive a datagram sent to a multicast GID. RoCE multicast GIDs are IPv4-mapped
-// 224.0.0.0/4 addresses on our IPv4 ports (A17.4.5.2 maps them to IP multicast).
+// 224.0.0.0/4 addresses on our IPv4 ports (sent to IPv4 multicast addresses, RFC 1112 MACs).
 #pragma once
 
 #include "softhca/transport/roce_address.hpp"

@@ -30,6 +30,15 @@ transport::MacAddress builtin_mac(uint32_t instance_tag, size_t index) {
             static_cast<uint8_t>(instance_tag),
             static_cast<uint8_t>(index + 1)};
 }
+
+// Devargs with our defaults for PMDs whose own ones lose traffic: af_packet's receive
+// ring (512 frames) overflows under the burst of one 64 KiB UC message, which nothing
+// resends. What the devargs say themselves wins.
+std::string with_pmd_defaults(const std::string& devargs) {
+    if (devargs.starts_with("net_af_packet") && devargs.find("framecnt=") == std::string::npos)
+        return devargs + ",framecnt=4096";
+    return devargs;
+}
 } // namespace
 
 struct PortSet::Dpdk {
@@ -60,7 +69,7 @@ PortSet::PortSet(const EngineConfig& config) : dpdk_(std::make_unique<Dpdk>()) {
         } else {
             args.push_back("--vdev");
         }
-        args.push_back(port.devargs);
+        args.push_back(with_pmd_defaults(port.devargs));
     }
     std::vector<char*> argv;
     for (auto& a : args)

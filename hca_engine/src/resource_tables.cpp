@@ -26,30 +26,31 @@ uint32_t KeySpace::next_key() {
     return key;
 }
 
-uint32_t KeySpace::next_qp_num() {
-    // 24-bit QP numbers, skipping ones in use (a long-lived engine wraps around).
+namespace {
+
+// The next 24-bit number from `cursor` on (wrapping to `first`) that no device uses
+// yet: a long-lived engine wraps around.
+template <typename PerDevice>
+uint32_t next_free_number(uint32_t& cursor, uint32_t first, const PerDevice& by_device) {
     for (;;) {
-        const uint32_t qpn = next_qpn_;
-        next_qpn_ = next_qpn_ >= 0xffffff ? 0x11 : next_qpn_ + 1;
+        const uint32_t number = cursor;
+        cursor = cursor >= 0xffffff ? first : cursor + 1;
         bool used = false;
-        for (const auto& device : qps_by_device)
-            used = used || device.count(qpn);
+        for (const auto& device : by_device)
+            used = used || device.count(number);
         if (!used)
-            return qpn;
+            return number;
     }
 }
 
+} // namespace
+
+uint32_t KeySpace::next_qp_num() {
+    return next_free_number(next_qpn_, kFirstQpn, qps_by_device);
+}
+
 uint32_t KeySpace::next_srq_num() {
-    // 24-bit SRQ numbers (XRCETH carries 24 bits), skipping ones in use.
-    for (;;) {
-        const uint32_t srqn = next_srqn_;
-        next_srqn_ = next_srqn_ >= 0xffffff ? 1 : next_srqn_ + 1;
-        bool used = false;
-        for (const auto& device : srqs_by_device)
-            used = used || device.count(srqn);
-        if (!used)
-            return srqn;
-    }
+    return next_free_number(next_srqn_, 1, srqs_by_device); // XRCETH carries 24 bits
 }
 
 void KeySpace::set_device_count(size_t count) {
@@ -65,7 +66,10 @@ uint32_t cq_slots_for(uint32_t cqe) {
 }
 
 ContextResources::ContextResources(pid_t owner, KeySpace& keys, size_t device)
-    : owner_(owner), keys_(keys), device_(device) {}
+    : owner_(owner), keys_(keys), device_(device) {
+    if (keys_.qps_by_device.size() <= device)
+        keys_.set_device_count(device + 1);
+}
 
 ContextResources::~ContextResources() {
     // QPs go first: they point at this context's CQs and MRs.
@@ -238,11 +242,11 @@ int ContextResources::create_qp(const di::CreateQpRequest& request, const PortIn
     }
     const di::QpCaps& asked = request.caps;
     // With an SRQ the receive queue sizes are ignored (ibv_create_qp(3)).
-    const uint32_t recv_wr = srq ? 1 : asked.max_recv_wr;
-    if (asked.max_send_wr < 1 || asked.max_send_wr > QpLimits::kMaxQpWr || recv_wr < 1 ||
-        recv_wr > QpLimits::kMaxQpWr || asked.max_send_sge > QpLimits::kMaxSge ||
-        (!srq && asked.max_recv_sge > QpLimits::kMaxSge) ||
-        asked.max_inline_data > QpLimits::kMaxInline)
+    const bool recv_ok =
+        srq || (asked.max_recv_wr >= 1 && asked.max_recv_wr <= QpLimits::kMaxQpWr &&
+                asked.max_recv_sge <= QpLimits::kMaxSge);
+    if (asked.max_send_wr < 1 || asked.max_send_wr > QpLimits::kMaxQpWr || !recv_ok ||
+        asked.max_send_sge > QpLimits::kMaxSge || asked.max_inline_data > QpLimits::kMaxInline)
         return EINVAL;
     if (keys_.qps >= QpLimits::kMaxQp)
         return ENOMEM;
@@ -263,8 +267,6 @@ int ContextResources::create_qp(const di::CreateQpRequest& request, const PortIn
         return err;
     qp = created.get();
     qps_.emplace(handle, std::move(created));
-    if (keys_.qps_by_device.size() <= device_)
-        keys_.set_device_count(device_ + 1);
     keys_.qps_by_device[device_][qpn] = qp;
     ++pd->second.qp_count;
     ++send_cq->second.qp_count;

@@ -41,7 +41,8 @@ class KeySpace {
   private:
     uint32_t next_index_ = 1;
     uint32_t tag_ = 0x5a;
-    uint32_t next_qpn_ = 0x11; // QP0 and QP1 are the special QPs (IBTA 3.5.3)
+    static constexpr uint32_t kFirstQpn = 0x11; // QP0 and QP1 are special (IBTA 3.5.3)
+    uint32_t next_qpn_ = kFirstQpn;
     uint32_t next_srqn_ = 1;
 };
 

@@ -36,8 +36,6 @@ int ContextResources::create_srq(const di::CreateSrqRequest& request, EngineSrq*
     created->queue().arm_limit(request.srq_limit);
     srq = created.get();
     srqs_.emplace(handle, std::move(created));
-    if (keys_.srqs_by_device.size() <= device_)
-        keys_.set_device_count(device_ + 1);
     keys_.srqs_by_device[device_][srq->srq_num()] = srq;
     ++pd->second.srq_count;
     ++keys_.srqs;

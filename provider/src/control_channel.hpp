@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <unistd.h>
 
 namespace softhca::provider {
 
@@ -46,5 +47,26 @@ class ControlChannel {
     std::atomic<bool> dead_{false};
     std::mutex mutex_;
 };
+
+// A call whose reply passes the memfd of a new ring (CreateCq, ResizeCq, CreateQp,
+// CreateSrq): `map(fd, bytes)` maps it and closes the fd, nullptr when it is not a ring
+// of ours. Returns the reply status or an errno, and on success the mapping in `ring`.
+// A ring that cannot be mapped is ENOMEM, after `undo` released what the engine made.
+template <typename Request, typename Reply, typename Ring, typename Map, typename Undo>
+int call_for_ring(ControlChannel& control, device_interface::Opcode opcode, Request& request,
+                  Reply& reply, Ring*& ring, Map map, Undo undo) {
+    int fd = -1;
+    if (int err = control.call(opcode, &request, sizeof(request), &reply, sizeof(reply), -1, &fd)) {
+        if (fd >= 0)
+            ::close(fd);
+        return err;
+    }
+    ring = map(fd, reply.ring_bytes);
+    if (!ring) {
+        undo();
+        return ENOMEM;
+    }
+    return 0;
+}
 
 } // namespace softhca::provider

@@ -65,19 +65,9 @@ ibv_cq* create_cq(ibv_context* context, int cqe, ibv_comp_channel* channel, int 
     request.cqe = static_cast<uint32_t>(cqe);
     request.comp_vector = static_cast<uint32_t>(comp_vector);
     di::CreateCqReply reply{};
-    int ring_fd = -1;
-    int err = state_of(context).control.call(di::Opcode::CreateCq, &request, sizeof(request),
-                                             &reply, sizeof(reply), -1, &ring_fd);
-    if (!err) {
-        cq->ring = map_ring(ring_fd, reply.ring_bytes);
-        if (!cq->ring) {
-            state_of(context).control.destroy(di::Opcode::DestroyCq, reply.cq_handle);
-            err = ENOMEM;
-        }
-    } else if (ring_fd >= 0) {
-        ::close(ring_fd);
-    }
-    if (err) {
+    ControlChannel& control = state_of(context).control;
+    if (int err = call_for_ring(control, di::Opcode::CreateCq, request, reply, cq->ring, map_ring,
+                                [&] { control.destroy(di::Opcode::DestroyCq, reply.cq_handle); })) {
         delete cq;
         return fail_with<ibv_cq>(err);
     }
@@ -120,17 +110,10 @@ int resize_cq(ibv_cq* ibcq, int cqe) {
     request.cq_handle = cq->handle;
     request.cqe = static_cast<uint32_t>(cqe);
     di::CreateCqReply reply{};
-    int ring_fd = -1;
-    if (int err = state_of(ibcq->context)
-                      .control.call(di::Opcode::ResizeCq, &request, sizeof(request), &reply,
-                                    sizeof(reply), -1, &ring_fd)) {
-        if (ring_fd >= 0)
-            ::close(ring_fd);
+    di::CqRingHeader* ring = nullptr;
+    if (int err = call_for_ring(state_of(ibcq->context).control, di::Opcode::ResizeCq, request,
+                                reply, ring, map_ring, [] {}))
         return err;
-    }
-    di::CqRingHeader* ring = map_ring(ring_fd, reply.ring_bytes);
-    if (!ring)
-        return ENOMEM;
     ::munmap(cq->ring, cq->ring_bytes);
     cq->ring = ring;
     cq->ring_bytes = reply.ring_bytes;

@@ -125,19 +125,9 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
     request.caps = {attr->cap.max_send_wr,  attr->cap.max_recv_wr,     attr->cap.max_send_sge,
                     attr->cap.max_recv_sge, attr->cap.max_inline_data, 0};
     di::CreateQpReply reply{};
-    int ring_fd = -1;
-    int err = state.control.call(di::Opcode::CreateQp, &request, sizeof(request), &reply,
-                                 sizeof(reply), -1, &ring_fd);
-    if (!err) {
-        qp->ring = map_work_ring(ring_fd, reply.ring_bytes);
-        if (!qp->ring) {
-            state.control.destroy(di::Opcode::DestroyQp, reply.qp_handle);
-            err = ENOMEM;
-        }
-    } else if (ring_fd >= 0) {
-        ::close(ring_fd);
-    }
-    if (err) {
+    if (int err = call_for_ring(
+            state.control, di::Opcode::CreateQp, request, reply, qp->ring, map_work_ring,
+            [&] { state.control.destroy(di::Opcode::DestroyQp, reply.qp_handle); })) {
         delete qp;
         return fail_with<ibv_qp>(err);
     }

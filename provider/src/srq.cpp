@@ -25,19 +25,9 @@ ibv_srq* create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
     request.max_sge = attr->attr.max_sge;
     request.srq_limit = attr->attr.srq_limit;
     di::CreateSrqReply reply{};
-    int ring_fd = -1;
-    int err = state.control.call(di::Opcode::CreateSrq, &request, sizeof(request), &reply,
-                                 sizeof(reply), -1, &ring_fd);
-    if (!err) {
-        srq->ring = map_work_ring(ring_fd, reply.ring_bytes);
-        if (!srq->ring) {
-            state.control.destroy(di::Opcode::DestroySrq, reply.srq_handle);
-            err = ENOMEM;
-        }
-    } else if (ring_fd >= 0) {
-        ::close(ring_fd);
-    }
-    if (err) {
+    if (int err = call_for_ring(
+            state.control, di::Opcode::CreateSrq, request, reply, srq->ring, map_work_ring,
+            [&] { state.control.destroy(di::Opcode::DestroySrq, reply.srq_handle); })) {
         delete srq;
         return fail_with<ibv_srq>(err);
     }

@@ -27,46 +27,6 @@ ibv_qp* make_qp(Device& d, uint32_t depth = 256) {
     return qp;
 }
 
-struct Path {
-    uint8_t rnr_retry = 7;
-    uint8_t retry_cnt = 7;
-    uint8_t timeout = 14;
-};
-
-void connect(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& remote_gid, Path path = {}) {
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-    REQUIRE(ibv_modify_qp(
-                qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0);
-    a = {};
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = IBV_MTU_1024;
-    a.dest_qp_num = remote_qpn;
-    a.rq_psn = 0xfffff0; // near the wrap
-    a.max_dest_rd_atomic = 4;
-    a.min_rnr_timer = 1;
-    a.ah_attr.is_global = 1;
-    a.ah_attr.grh.dgid = remote_gid;
-    a.ah_attr.grh.hop_limit = 64;
-    a.ah_attr.port_num = 1;
-    REQUIRE(ibv_modify_qp(qp, &a,
-                          IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                              IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) ==
-            0);
-    a = {};
-    a.qp_state = IBV_QPS_RTS;
-    a.sq_psn = 0xfffff0;
-    a.timeout = path.timeout;
-    a.retry_cnt = path.retry_cnt;
-    a.rnr_retry = path.rnr_retry;
-    a.max_rd_atomic = 4;
-    REQUIRE(ibv_modify_qp(qp, &a,
-                          IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                              IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC) == 0);
-}
-
 struct Pair {
     ibv_qp* a;
     ibv_qp* b;
@@ -95,12 +55,7 @@ TEST_CASE("RDMA WRITE READ and SEND move patterns intact with every byte checked
         ibv_sge sges[2] = {
             {src.addr(0), static_cast<uint32_t>(size / 2), src.mr->lkey},
             {src.addr(size / 2), static_cast<uint32_t>(size - size / 2), src.mr->lkey}};
-        ibv_send_wr wr{};
-        wr.wr_id = seed;
-        wr.opcode = IBV_WR_RDMA_WRITE;
-        wr.send_flags = IBV_SEND_SIGNALED;
-        wr.sg_list = sges;
-        wr.num_sge = 2;
+        ibv_send_wr wr = signaled_wr(IBV_WR_RDMA_WRITE, sges, 2, seed);
         wr.wr.rdma.remote_addr = dst.addr(7);
         wr.wr.rdma.rkey = dst.mr->rkey;
         post(pair.a, wr);
@@ -211,11 +166,7 @@ TEST_CASE("a QP connected to itself") {
     Buffer buf(dev(0), 8192, kAllAccess);
     fill(buf, 9, 0, 4096);
     ibv_sge sge{buf.addr(), 4096, buf.mr->lkey};
-    ibv_send_wr wr{};
-    wr.opcode = IBV_WR_RDMA_WRITE;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
+    ibv_send_wr wr = signaled_wr(IBV_WR_RDMA_WRITE, &sge);
     wr.wr.rdma.remote_addr = buf.addr(4096);
     wr.wr.rdma.rkey = buf.mr->rkey;
     post(qp, wr);
@@ -231,12 +182,7 @@ TEST_CASE("atomics: fetch-and-add sums and compare-and-swap", "[integrity]") {
     uint64_t expected = 0;
     for (int i = 0; i < 200; ++i) {
         ibv_sge sge{result.addr(8 * i), 8, result.mr->lkey};
-        ibv_send_wr wr{};
-        wr.wr_id = i;
-        wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
-        wr.send_flags = IBV_SEND_SIGNALED;
-        wr.sg_list = &sge;
-        wr.num_sge = 1;
+        ibv_send_wr wr = signaled_wr(IBV_WR_ATOMIC_FETCH_AND_ADD, &sge, 1, i);
         wr.wr.atomic.remote_addr = target.addr(8);
         wr.wr.atomic.rkey = target.mr->rkey;
         wr.wr.atomic.compare_add = static_cast<uint64_t>(i) * 3 + 1;
@@ -255,11 +201,7 @@ TEST_CASE("atomics: fetch-and-add sums and compare-and-swap", "[integrity]") {
 
     auto cas = [&](uint64_t compare, uint64_t swap) {
         ibv_sge sge{result.addr(), 8, result.mr->lkey};
-        ibv_send_wr wr{};
-        wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
-        wr.send_flags = IBV_SEND_SIGNALED;
-        wr.sg_list = &sge;
-        wr.num_sge = 1;
+        ibv_send_wr wr = signaled_wr(IBV_WR_ATOMIC_CMP_AND_SWP, &sge);
         wr.wr.atomic.remote_addr = target.addr(8);
         wr.wr.atomic.rkey = target.mr->rkey;
         wr.wr.atomic.compare_add = compare;
@@ -283,12 +225,7 @@ TEST_CASE("atomics: fetch-and-add sums and compare-and-swap", "[integrity]") {
 namespace {
 ibv_wc one_write(ibv_qp* qp, uint64_t laddr, uint32_t lkey, uint64_t raddr, uint32_t rkey) {
     ibv_sge sge{laddr, 64, lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = 1;
-    wr.opcode = IBV_WR_RDMA_WRITE;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
+    ibv_send_wr wr = signaled_wr(IBV_WR_RDMA_WRITE, &sge, 1, 1);
     wr.wr.rdma.remote_addr = raddr;
     wr.wr.rdma.rkey = rkey;
     post(qp, wr);
@@ -330,11 +267,7 @@ TEST_CASE("a receive too small: LOC_LEN_ERR at the receiver, REM_INV_REQ_ERR at 
     ibv_sge rs{dst.addr(), 16, dst.mr->lkey};
     post_recv(pair.b, 5, &rs, 1);
     ibv_sge sge{src.addr(), 100, src.mr->lkey};
-    ibv_send_wr wr{};
-    wr.opcode = IBV_WR_SEND;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
+    ibv_send_wr wr = signaled_wr(IBV_WR_SEND, &sge);
     post(pair.a, wr);
     CHECK(wait_completions(dev(0), 1)[0].status == IBV_WC_REM_INV_REQ_ERR);
     CHECK(wait_completions(dev(1), 1)[0].status == IBV_WC_LOC_LEN_ERR);
@@ -347,11 +280,7 @@ TEST_CASE("RNR with rnr_retry 0 completes with RNR_RETRY_EXC_ERR") {
     Pair pair(path);
     Buffer src(dev(0), 4096, kAllAccess);
     ibv_sge sge{src.addr(), 64, src.mr->lkey};
-    ibv_send_wr wr{};
-    wr.opcode = IBV_WR_SEND;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
+    ibv_send_wr wr = signaled_wr(IBV_WR_SEND, &sge);
     post(pair.a, wr); // no receive posted at B
     CHECK(wait_completions(dev(0), 1)[0].status == IBV_WC_RNR_RETRY_EXC_ERR);
 }
@@ -374,11 +303,7 @@ TEST_CASE("an atomic on an unaligned address completes with REM_INV_REQ_ERR") {
     Pair pair;
     Buffer target(dev(1), 64, kAllAccess), result(dev(0), 64, kAllAccess);
     ibv_sge sge{result.addr(), 8, result.mr->lkey};
-    ibv_send_wr wr{};
-    wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
+    ibv_send_wr wr = signaled_wr(IBV_WR_ATOMIC_FETCH_AND_ADD, &sge);
     wr.wr.atomic.remote_addr = target.addr(4);
     wr.wr.atomic.rkey = target.mr->rkey;
     wr.wr.atomic.compare_add = 1;
@@ -402,12 +327,7 @@ TEST_CASE("overrunning a CQ raises IBV_EVENT_CQ_ERR") {
     Buffer buf(d, 4096, kAllAccess);
     for (int i = 0; i < 8; ++i) {
         ibv_sge sge{buf.addr(), 8, buf.mr->lkey};
-        ibv_send_wr wr{};
-        wr.wr_id = i;
-        wr.opcode = IBV_WR_RDMA_WRITE;
-        wr.send_flags = IBV_SEND_SIGNALED;
-        wr.sg_list = &sge;
-        wr.num_sge = 1;
+        ibv_send_wr wr = signaled_wr(IBV_WR_RDMA_WRITE, &sge, 1, i);
         wr.wr.rdma.remote_addr = buf.addr(64);
         wr.wr.rdma.rkey = buf.mr->rkey;
         post(qp, wr); // nobody polls: the CQ of one entry overflows

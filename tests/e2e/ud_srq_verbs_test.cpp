@@ -42,42 +42,6 @@ void ud_ready(ibv_qp* qp, uint32_t qkey = kQkey) {
     REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0);
 }
 
-// A connected QP (RC or UC) to remote_qpn on the other device.
-void connect(ibv_qp* qp, ibv_qp_type type, uint32_t remote_qpn, const ibv_gid& gid) {
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-    REQUIRE(ibv_modify_qp(
-                qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0);
-    a = {};
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = IBV_MTU_1024;
-    a.dest_qp_num = remote_qpn;
-    a.rq_psn = 7;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 1;
-    a.ah_attr.is_global = 1;
-    a.ah_attr.grh.dgid = gid;
-    a.ah_attr.grh.hop_limit = 64;
-    a.ah_attr.port_num = 1;
-    int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-    if (type == IBV_QPT_RC)
-        mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-    REQUIRE(ibv_modify_qp(qp, &a, mask) == 0);
-    a = {};
-    a.qp_state = IBV_QPS_RTS;
-    a.sq_psn = 7;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 1;
-    mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
-    if (type == IBV_QPT_RC)
-        mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
-    REQUIRE(ibv_modify_qp(qp, &a, mask) == 0);
-}
-
 ibv_ah* make_ah(Device& from, const ibv_gid& to) {
     ibv_ah_attr attr{};
     attr.is_global = 1;
@@ -89,15 +53,11 @@ ibv_ah* make_ah(Device& from, const ibv_gid& to) {
     return ah;
 }
 
+// A signaled SEND of `length` bytes of `b` to a UD address (RC and UC QPs ignore it).
 void post_ud_send(ibv_qp* qp, ibv_ah* ah, uint32_t qpn, uint32_t qkey, Buffer& b, size_t offset,
                   uint32_t length, uint64_t id) {
     ibv_sge sge{b.addr(offset), length, b.mr->lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_SEND;
-    wr.send_flags = IBV_SEND_SIGNALED;
+    ibv_send_wr wr = signaled_wr(IBV_WR_SEND, &sge, 1, id);
     wr.wr.ud.ah = ah;
     wr.wr.ud.remote_qpn = qpn;
     wr.wr.ud.remote_qkey = qkey;
@@ -348,26 +308,16 @@ TEST_CASE("SRQ: one queue feeds RC, UC and UD QPs; the limit event fires once") 
     ibv_qp* rc_a = make_qp(dev(0), IBV_QPT_RC);
     ibv_qp* uc_a = make_qp(dev(0), IBV_QPT_UC);
     ibv_qp* ud_a = make_qp(dev(0), IBV_QPT_UD);
-    connect(rc_a, IBV_QPT_RC, rc_b->qp_num, dev(1).gid);
-    connect(rc_b, IBV_QPT_RC, rc_a->qp_num, dev(0).gid);
-    connect(uc_a, IBV_QPT_UC, uc_b->qp_num, dev(1).gid);
-    connect(uc_b, IBV_QPT_UC, uc_a->qp_num, dev(0).gid);
+    connect(rc_a, rc_b->qp_num, dev(1).gid);
+    connect(rc_b, rc_a->qp_num, dev(0).gid);
+    connect(uc_a, uc_b->qp_num, dev(1).gid);
+    connect(uc_b, uc_a->qp_num, dev(0).gid);
     ud_ready(ud_a);
     ud_ready(ud_b);
     ibv_ah* ah = make_ah(dev(0), dev(1).gid);
     fill(src, 4, 0, 3000);
     auto send = [&](ibv_qp* qp, uint64_t id) {
-        ibv_sge sge{src.addr(), 3000, src.mr->lkey};
-        ibv_send_wr wr{};
-        wr.wr_id = id;
-        wr.sg_list = &sge;
-        wr.num_sge = 1;
-        wr.opcode = IBV_WR_SEND;
-        wr.send_flags = IBV_SEND_SIGNALED;
-        wr.wr.ud.ah = ah;
-        wr.wr.ud.remote_qpn = ud_b->qp_num;
-        wr.wr.ud.remote_qkey = kQkey;
-        post(qp, wr);
+        post_ud_send(qp, ah, ud_b->qp_num, kQkey, src, 0, 3000, id);
     };
     send(rc_a, 1);
     send(uc_a, 2);
@@ -417,8 +367,8 @@ TEST_CASE("UC and UD under loss deliver only whole messages", "[.][faults]") {
             ud_ready(a);
             ud_ready(b);
         } else {
-            connect(a, type, b->qp_num, dev(1).gid);
-            connect(b, type, a->qp_num, dev(0).gid);
+            connect(a, b->qp_num, dev(1).gid);
+            connect(b, a->qp_num, dev(0).gid);
         }
         ibv_ah* ah = make_ah(dev(0), dev(1).gid);
         const uint32_t max = type == IBV_QPT_UD ? 4096 : kSlot - 64; // UC: up to 8 packets
@@ -459,17 +409,7 @@ TEST_CASE("UC and UD under loss deliver only whole messages", "[.][faults]") {
                 const size_t at = (sent % 64) * kSlot;
                 fill(src, sent, at, length);
                 std::memcpy(&src.bytes[at], &sent, 4);
-                ibv_sge sge{src.addr(at), length, src.mr->lkey};
-                ibv_send_wr wr{};
-                wr.wr_id = sent;
-                wr.sg_list = &sge;
-                wr.num_sge = 1;
-                wr.opcode = IBV_WR_SEND;
-                wr.send_flags = IBV_SEND_SIGNALED;
-                wr.wr.ud.ah = ah;
-                wr.wr.ud.remote_qpn = b->qp_num;
-                wr.wr.ud.remote_qkey = kQkey;
-                post(a, wr);
+                post_ud_send(a, ah, b->qp_num, kQkey, src, at, length, sent);
                 ++sent;
             }
             ibv_wc wc[16];

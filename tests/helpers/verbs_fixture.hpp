@@ -79,6 +79,51 @@ bool matches(const Buffer& b, uint64_t seed, size_t offset, size_t length) {
     return true;
 }
 
+// How a connected QP is brought to RTS.
+struct Path {
+    uint8_t rnr_retry = 7;
+    uint8_t retry_cnt = 7;
+    uint8_t timeout = 14;
+};
+
+// RESET -> INIT -> RTR -> RTS for a connected QP (RC, or UC: the attributes each state
+// requires of its type) towards remote_qpn at remote_gid, PSNs near the wrap.
+void connect(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& remote_gid, Path path = {}) {
+    const bool rc = qp->qp_type == IBV_QPT_RC;
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+    REQUIRE(ibv_modify_qp(
+                qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0);
+    a = {};
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = IBV_MTU_1024;
+    a.dest_qp_num = remote_qpn;
+    a.rq_psn = 0xfffff0; // near the wrap
+    a.max_dest_rd_atomic = 4;
+    a.min_rnr_timer = 1;
+    a.ah_attr.is_global = 1;
+    a.ah_attr.grh.dgid = remote_gid;
+    a.ah_attr.grh.hop_limit = 64;
+    a.ah_attr.port_num = 1;
+    int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+    if (rc)
+        mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+    REQUIRE(ibv_modify_qp(qp, &a, mask) == 0);
+    a = {};
+    a.qp_state = IBV_QPS_RTS;
+    a.sq_psn = 0xfffff0;
+    a.timeout = path.timeout;
+    a.retry_cnt = path.retry_cnt;
+    a.rnr_retry = path.rnr_retry;
+    a.max_rd_atomic = 4;
+    mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+    if (rc)
+        mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+    REQUIRE(ibv_modify_qp(qp, &a, mask) == 0);
+}
+
 // Polls until `count` completions arrived on the device's CQ (bounded in time).
 std::vector<ibv_wc> wait_completions(Device& d, size_t count, int seconds = 30) {
     std::vector<ibv_wc> out;
@@ -107,6 +152,18 @@ void expect_async_event(Device& d, ibv_event_type type, const void* element) {
     else
         CHECK(event.element.qp == element);
     ibv_ack_async_event(&event);
+}
+
+// A signaled work request of `opcode` over `num_sge` SGEs at `sge`; the caller adds the
+// remote address, immediate data, atomic operands or UD address.
+ibv_send_wr signaled_wr(ibv_wr_opcode opcode, ibv_sge* sge, int num_sge = 1, uint64_t id = 0) {
+    ibv_send_wr wr{};
+    wr.wr_id = id;
+    wr.opcode = opcode;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.sg_list = sge;
+    wr.num_sge = num_sge;
+    return wr;
 }
 
 void post(ibv_qp* qp, ibv_send_wr& wr) {

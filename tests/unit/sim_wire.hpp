@@ -102,6 +102,17 @@ inline SendWqe one_sge_request(uint64_t wr_id, WrOpcode opcode, HostMemory& memo
     return w;
 }
 
+// A receive work request whose one SGE is `length` bytes at `offset` in region `key`.
+inline RecvWqe one_sge_receive(uint64_t wr_id, HostMemory& memory, uint32_t key, uint32_t length,
+                               uint64_t offset = 0) {
+    RecvWqe r;
+    r.wr_id = wr_id;
+    r.num_sge = 1;
+    r.length = length;
+    r.sge[0] = {memory.region(key).addr + offset, length, key};
+    return r;
+}
+
 class Recorder : public CompletionSink {
   public:
     std::vector<Completion> sends, recvs;

@@ -257,11 +257,7 @@ TEST_CASE("RC: a receive too small gives LOC_LEN_ERR there and REM_INV_REQ_ERR h
     HostMemory& bm = link.b().memory;
     const uint32_t src = am.add_region(4096, kRegionRights);
     const uint32_t dst = bm.add_region(4096, kRegionRights);
-    RecvWqe r;
-    r.wr_id = 9;
-    r.num_sge = 1;
-    r.length = 100;
-    r.sge[0] = {bm.region(dst).addr, 100, dst};
+    RecvWqe r = one_sge_receive(9, bm, dst, 100);
     REQUIRE(link.b().qp.post_recv(r));
     SendWqe w = one_sge_request(1, WrOpcode::Send, am, src, 2000);
     SendWqe w2 = w;
@@ -334,11 +330,7 @@ TEST_CASE("RC: RNR with rnr_retry 0 fails with RNR_RETRY_EXC_ERR; with 7 it wait
         link.run(3000);
         CHECK(link.a().sink.sends.empty());
         CHECK(link.a().qp.counters().rnr_naks_received > 3);
-        RecvWqe r;
-        r.wr_id = 5;
-        r.num_sge = 1;
-        r.length = 64;
-        r.sge[0] = {bm.region(dst).addr, 64, dst};
+        RecvWqe r = one_sge_receive(5, bm, dst, 64);
         REQUIRE(link.b().qp.post_recv(r));
         REQUIRE(link.run_until([&] { return !link.a().sink.sends.empty(); }));
         CHECK(link.a().sink.sends[0].status == WcStatus::Success);
@@ -436,11 +428,7 @@ TEST_CASE("RC: end-to-end credits hold sends back while the responder has no rec
     const uint32_t src = am.add_region(4096, kRegionRights);
     const uint32_t dst = bm.add_region(65536, kRegionRights);
     auto post_recv = [&](uint64_t id) {
-        RecvWqe r;
-        r.wr_id = id;
-        r.num_sge = 1;
-        r.length = 1024;
-        r.sge[0] = {bm.region(dst).addr + id * 1024, 1024, dst};
+        RecvWqe r = one_sge_receive(id, bm, dst, 1024, id * 1024);
         REQUIRE(link.b().qp.post_recv(r));
     };
     auto send = [&](uint64_t id) {
@@ -476,11 +464,7 @@ TEST_CASE("RC: a fenced request waits until earlier reads have completed") {
     HostMemory& bm = link.b().memory;
     const uint32_t local = am.add_region(65536, kRegionRights);
     const uint32_t remote = bm.add_region(65536, kRegionRights);
-    RecvWqe r;
-    r.wr_id = 7;
-    r.num_sge = 1;
-    r.length = 1024;
-    r.sge[0] = {bm.region(remote).addr, 1024, remote};
+    RecvWqe r = one_sge_receive(7, bm, remote, 1024);
     REQUIRE(link.b().qp.post_recv(r));
     SendWqe read;
     read.wr_id = 1;

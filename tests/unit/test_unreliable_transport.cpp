@@ -48,13 +48,18 @@ uint32_t message_length(uint32_t message, uint32_t max) {
     return 4 + (message * 2654435761u) % (max - 4);
 }
 
+// Writes message `number` into slot number % 64 of region `key` and returns an
+// unsignaled SEND of it.
+SendWqe message_send(HostMemory& memory, uint32_t key, uint32_t number, uint32_t length) {
+    const uint64_t addr = memory.region(key).addr + uint64_t{number % 64} * kSlot;
+    fill_message(memory.at(key, addr), number, length);
+    SendWqe w = one_sge_request(number, WrOpcode::Send, memory, key, length);
+    w.sge[0].addr = addr;
+    return w;
+}
+
 RecvWqe receive_slot(HostMemory& memory, uint32_t key, uint32_t slot) {
-    RecvWqe r;
-    r.wr_id = slot;
-    r.num_sge = 1;
-    r.length = kSlot;
-    r.sge[0] = {memory.region(key).addr + uint64_t{slot} * kSlot, kSlot, key};
-    return r;
+    return one_sge_receive(slot, memory, key, kSlot, uint64_t{slot} * kSlot);
 }
 
 // Sends `count` messages A -> B (each up to `max_length` bytes) and checks that every
@@ -72,17 +77,8 @@ uint32_t send_and_check(Link& link, uint32_t count, uint32_t max_length, uint32_
     size_t seen = 0;
     while (sent < count || a.qp.send_queue_used()) {
         while (sent < count && a.qp.send_queue_used() < 16) {
-            const uint32_t length = message_length(sent, max_length);
-            const uint32_t slot = sent % 64;
-            fill_message(a.memory.at(src, a.memory.region(src).addr + uint64_t{slot} * kSlot), sent,
-                         length);
-            SendWqe w;
-            w.wr_id = sent;
-            w.opcode = WrOpcode::Send;
+            SendWqe w = message_send(a.memory, src, sent, message_length(sent, max_length));
             w.signaled = true;
-            w.length = length;
-            w.num_sge = 1;
-            w.sge[0] = {a.memory.region(src).addr + uint64_t{slot} * kSlot, length, src};
             w.remote_qpn = b.qp.qp_num();
             w.remote_qkey = qkey;
             REQUIRE(a.qp.post_send(w));
@@ -264,11 +260,7 @@ TEST_CASE("UD: a receive too small for GRH and data completes with LOC_LEN_ERR")
     auto& b = link.b();
     const uint32_t src = a.memory.add_region(4096, kRights);
     const uint32_t dst = b.memory.add_region(4096, kRights);
-    RecvWqe r;
-    r.wr_id = 5;
-    r.num_sge = 1;
-    r.length = 100;
-    r.sge[0] = {b.memory.region(dst).addr, 100, dst};
+    RecvWqe r = one_sge_receive(5, b.memory, dst, 100);
     REQUIRE(b.qp.post_recv(r));
     SendWqe w = one_sge_request(1, WrOpcode::Send, a.memory, src, 100);
     w.remote_qpn = b.qp.qp_num();
@@ -300,17 +292,7 @@ TEST_CASE("SRQ: RC over a shared receive queue delivers everything despite loss"
     size_t seen = 0;
     while (seen < 400) {
         while (sent < 400 && a.qp.send_queue_used() < 16 && sent - seen < 60) {
-            const uint32_t length = message_length(sent, 9000);
-            const uint32_t slot = sent % 64;
-            uint8_t* at = a.memory.at(src, a.memory.region(src).addr + uint64_t{slot} * kSlot);
-            fill_message(at, sent, length);
-            SendWqe w;
-            w.wr_id = sent;
-            w.opcode = WrOpcode::Send;
-            w.length = length;
-            w.num_sge = 1;
-            w.sge[0] = {a.memory.region(src).addr + uint64_t{slot} * kSlot, length, src};
-            REQUIRE(a.qp.post_send(w));
+            REQUIRE(a.qp.post_send(message_send(a.memory, src, sent, message_length(sent, 9000))));
             ++sent;
         }
         link.run(1);

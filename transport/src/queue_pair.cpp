@@ -285,7 +285,7 @@ void QueuePair::flush_send_queue() {
 
 void QueuePair::flush_all() {
     // In the error state receives flush too: the one a message was filling first, then
-    // the QP's own queue. An SRQ's requests stay for its other QPs (10.2.9.5).
+    // the QP's own queue. An SRQ's requests stay for its other QPs.
     flush_send_queue();
     Completion c;
     c.status = WcStatus::WrFlushError;
@@ -305,10 +305,6 @@ void QueuePair::flush_all() {
         last_wqe_reported_ = true;
         sink_.last_wqe_reached();
     }
-    outstanding_rd_atomic_ = 0;
-    outstanding_consuming_ = 0;
-    retry_deadline_ = kNoDeadline;
-    recv_taken_ = false;
     in_progress_ = OpKind::Invalid;
 }
 

@@ -19,7 +19,7 @@ void ReceiveQueue::pop() {
         return;
     ++head_;
     if (limit_ && size() < limit_) {
-        // 10.2.9.3: the limit event is one-shot; the application re-arms it.
+        // ibv_modify_srq(3): the limit event is one-shot; the application re-arms it.
         limit_ = 0;
         limit_fired_ = true;
     }

@@ -137,7 +137,8 @@ size_t QueuePair::build_request(SendEntry& entry, uint8_t* buffer, size_t capaci
              service_ == Service::UD ? wqe.remote_qpn : attr_.dest_qp,
              reliable() && (last || rd_atomic), psn_add(entry.first_psn, packet));
     if (info.has(header_flag::kDeth)) {
-        // C10-15: a Q_Key with the high bit set means "use the QP's own Q_Key".
+        // A Q_Key with the high bit set means "use the QP's own Q_Key" (the IBTA's rule
+        // for privileged Q_Keys).
         const uint32_t qkey = wqe.remote_qkey & 0x80000000u ? attr_.qkey : wqe.remote_qkey;
         reinterpret_cast<Deth*>(buffer + o.deth)->set(qkey, qp_num_);
     }
@@ -174,7 +175,7 @@ size_t QueuePair::build_request(SendEntry& entry, uint8_t* buffer, size_t capaci
         std::memset(buffer + o.payload + payload, 0, pad);
     entry.next_packet = rd_atomic ? entry.packets : entry.next_packet + 1;
     if (!reliable() && entry.next_packet == entry.packets) {
-        // Nothing acknowledges UC or UD: the request is complete once sent (9.8.2).
+        // Nothing acknowledges UC or UD: the request is complete once sent.
         entry.acked = true;
         retire_completed();
     }

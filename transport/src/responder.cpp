@@ -1,4 +1,4 @@
-// Responder (IBTA 9.7.5.1, 9.8.3): validates request packets, executes them against
+// Responder (IBTA 9.7.5.1 for RC): validates request packets, executes them against
 // memory and completes receives. RC takes them in PSN order and answers with ACK/NAK,
 // read responses and atomic ACKs; UC and UD answer nothing and drop what they cannot
 // execute.
@@ -24,10 +24,13 @@ uint8_t QueuePair::ack_syndrome() const {
 }
 
 void QueuePair::reject(uint8_t nak_syndrome, uint32_t psn) {
-    if (reliable()) {
+    if (reliable())
         responder_nak(nak_syndrome, psn, true);
-        return;
-    }
+    else
+        drop_message();
+}
+
+void QueuePair::drop_message() {
     in_progress_ = OpKind::Invalid; // the rest of this message is dropped as it comes
     ++counters_.dropped_messages;
 }
@@ -46,7 +49,7 @@ bool QueuePair::payload_length_valid(const IbPacket& packet) const {
 
 bool QueuePair::take_recv() {
     if (recv_taken_)
-        return true; // UC: kept from a message that was dropped (9.8.3.2)
+        return true; // UC: kept from a message that was dropped
     if (rq_->empty())
         return false;
     recv_ = rq_->front();
@@ -202,11 +205,11 @@ bool QueuePair::accept_send(const IbPacket& packet, uint32_t psn) {
     if (info.starts_message()) {
         if (!take_recv()) {
             // No receive WQE: receiver not ready (9.7.5.1.6). The RC requester retries;
-            // UC drops the message (9.8.3.2).
+            // UC drops the message.
             if (reliable())
                 responder_nak(aeth::kRnrNak | (attr_.min_rnr_timer & aeth::kValueMask), psn, false);
             else
-                reject(0, psn);
+                drop_message();
             return false;
         }
         message_offset_ = 0;
@@ -252,7 +255,7 @@ bool QueuePair::accept_write(const IbPacket& packet, uint32_t psn) {
         }
         // 9.7.5.1.3 / 10.6.3: the QP must grant remote write and, unless the length is
         // zero, the rkey must cover the whole range with remote write rights. (UC drops
-        // the message silently, 9.8.3.2.)
+        // the message silently.)
         if (!(attr_.access & access::kRemoteWrite) ||
             (length && memory_.check(packet.reth->rkey(), true, access::kRemoteWrite,
                                      packet.reth->va(), length) != MemoryStatus::Ok)) {
@@ -280,7 +283,7 @@ bool QueuePair::accept_write(const IbPacket& packet, uint32_t psn) {
             responder_nak(aeth::kRnrNak | (attr_.min_rnr_timer & aeth::kValueMask), psn, false);
             in_progress_ = info.starts_message() ? OpKind::Invalid : OpKind::Write;
         } else {
-            reject(0, psn);
+            drop_message();
         }
         return false;
     }

@@ -1,4 +1,4 @@
-// The responder's way in for the unacknowledged services (IBTA 9.8.3): UC checks
+// The responder's way in for the unacknowledged services: UC checks
 // only that packets continue the message in progress, UD checks the Q_Key and
 // delivers single-packet messages behind a GRH. Execution (receive buffers, RDMA
 // WRITE) is shared with RC in responder.cpp; nothing here answers the requester.
@@ -35,28 +35,23 @@ void QueuePair::on_unacknowledged_request(const IbPacket& packet) {
         return;
     }
     if (psn != epsn_) {
-        // 9.8.3.2: a packet is missing. The message in progress cannot complete and is
+        // A packet is missing. The message in progress cannot complete and is
         // dropped; its receive request stays for the next message. Any PSN may start
         // a new message.
         ++counters_.out_of_sequence;
-        if (in_progress_ != OpKind::Invalid) {
-            in_progress_ = OpKind::Invalid;
-            ++counters_.dropped_messages;
-        }
+        if (in_progress_ != OpKind::Invalid)
+            drop_message();
     }
     epsn_ = psn_add(psn, 1);
     const OpcodeInfo& info = *packet.info;
-    if (in_progress_ != OpKind::Invalid && (info.kind != in_progress_ || info.starts_message())) {
-        // The last packet of the message in progress never came.
-        in_progress_ = OpKind::Invalid;
-        ++counters_.dropped_messages;
-    }
+    if (in_progress_ != OpKind::Invalid && (info.kind != in_progress_ || info.starts_message()))
+        drop_message(); // the last packet of the message in progress never came
     if (in_progress_ == OpKind::Invalid && !info.starts_message()) {
         ++counters_.dropped; // the rest of a message already dropped
         return;
     }
     if (!payload_length_valid(packet)) {
-        reject(0, psn);
+        drop_message();
         return;
     }
     if (info.kind == OpKind::Send)
@@ -64,7 +59,7 @@ void QueuePair::on_unacknowledged_request(const IbPacket& packet) {
     else if (info.kind == OpKind::Write)
         accept_write(packet, psn);
     else
-        reject(0, psn);
+        drop_message();
 }
 
 void QueuePair::on_ud_request(const IbPacket& packet, const uint8_t* grh) {
@@ -72,13 +67,13 @@ void QueuePair::on_ud_request(const IbPacket& packet, const uint8_t* grh) {
         ++counters_.dropped;
         return;
     }
-    // 10.2.4 (Q_Key): a datagram whose Q_Key differs from the QP's is silently dropped.
+    // Q_Key check: a datagram whose Q_Key differs from the QP's is silently dropped.
     if (packet.deth->qkey() != attr_.qkey) {
         ++counters_.qkey_violations;
         return;
     }
     // A UD message is one packet of at most the path MTU; without a receive request
-    // it is dropped (UD has no RNR, 9.8.3.3).
+    // it is dropped (UD has no RNR).
     if (packet.payload_length > path_mtu_bytes(attr_.mtu) || !take_recv()) {
         ++counters_.dropped_messages;
         return;
@@ -89,7 +84,8 @@ void QueuePair::on_ud_request(const IbPacket& packet, const uint8_t* grh) {
         fail_receive(WcStatus::LocalLengthError, 0, psn);
         return;
     }
-    // 11.4.1.2: the first 40 bytes of the buffer receive the GRH, the data follows.
+    // ibv_post_recv(3): the first 40 bytes of the buffer receive the GRH, the data
+    // follows.
     static constexpr std::array<uint8_t, kGrhBytes> kNoGrh{};
     MemoryStatus written = scatter(rq_->memory(), recv_.sge.data(), recv_.num_sge, 0,
                                    grh ? grh : kNoGrh.data(), kGrhBytes);

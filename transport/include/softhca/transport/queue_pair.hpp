@@ -48,7 +48,7 @@ class CompletionSink {
 
 struct QpConfig {
     uint32_t dest_qp = 0;
-    uint32_t qkey = 0; // UD: the Q_Key received messages must carry (10.2.4)
+    uint32_t qkey = 0; // UD: the Q_Key received messages must carry
     PathMtu mtu = PathMtu::Mtu1024;
     uint32_t sq_psn = 0;            // first PSN the requester sends
     uint32_t rq_psn = 0;            // first PSN the responder expects
@@ -74,7 +74,7 @@ struct QpCounters {
     uint64_t duplicates = 0;
     uint64_t out_of_sequence = 0;
     uint64_t dropped = 0;          // packets that could not be processed in the current state
-    uint64_t qkey_violations = 0;  // UD messages with another Q_Key, dropped (10.2.4)
+    uint64_t qkey_violations = 0;  // UD messages with another Q_Key, dropped
     uint64_t dropped_messages = 0; // UC/UD messages dropped whole (lost packet, no WQE...)
 };
 
@@ -117,11 +117,10 @@ class QueuePair {
     bool post_send(const SendWqe& wqe);
     bool post_recv(const RecvWqe& wqe);
     uint32_t send_queue_used() const { return sq_tail_ - sq_head_; }
-    uint32_t recv_queue_used() const { return own_rq_.size(); }
 
     // One packet from the peer (dest QP already matched to this QP). `grh` is the
     // 40-byte GRH a UD receive delivers in front of the data (for RoCEv2 over IPv4,
-    // 20 bytes of zeros and the IPv4 header, as 11.4.1.2 and A17.4.5.1 have it).
+    // 20 bytes of zeros and the IPv4 header, as ibv_init_ah_from_wc reads it).
     void receive(const IbPacket& packet, Nanoseconds now, const uint8_t* grh = nullptr);
 
     // Builds the next packet to send into `buffer` (BTH onwards, pad included, no
@@ -191,11 +190,13 @@ class QueuePair {
         bool replay = false; // answering a duplicate request again
     };
     void on_request(const IbPacket& packet, Nanoseconds now);
-    // UC (9.8.3): in-sequence packets continue a message, a gap drops it.
+    // UC: in-sequence packets continue a message, a gap drops it.
     void on_unacknowledged_request(const IbPacket& packet);
     void on_ud_request(const IbPacket& packet, const uint8_t* grh);
     // A request that cannot be executed: a NAK on RC; UC and UD drop the message.
     void reject(uint8_t nak_syndrome, uint32_t psn);
+    // UC/UD: the message in progress is dropped whole (its later packets with it).
+    void drop_message();
     // Makes the oldest receive request the one the arriving message fills; false when
     // there is none.
     bool take_recv();

@@ -1,7 +1,7 @@
 // A receive queue: the receive work requests of one QP's own RQ, or of a shared
-// receive queue that several QPs take from (IBTA 10.2.9, 11.2.3), oldest first, and the
+// receive queue that several QPs take from (ibv_create_srq(3)), oldest first, and the
 // memory their buffers live in (an SRQ's protection domain need not be its QPs').
-// A QP takes the oldest request when a message begins; the SRQ limit (10.2.9.3) fires
+// A QP takes the oldest request when a message begins; the SRQ limit (ibv_modify_srq(3)) fires
 // once when a take leaves fewer requests than the armed limit.
 #pragma once
 
@@ -17,7 +17,6 @@ class ReceiveQueue {
   public:
     ReceiveQueue(uint32_t depth, MemoryAccess& memory);
 
-    uint32_t capacity() const { return static_cast<uint32_t>(ring_.size()); }
     uint32_t size() const { return static_cast<uint32_t>(tail_ - head_); }
     bool empty() const { return head_ == tail_; }
     MemoryAccess& memory() { return memory_; }
@@ -28,8 +27,6 @@ class ReceiveQueue {
     const RecvWqe& front() const { return ring_[head_ % ring_.size()]; }
     // Removes the oldest request.
     void pop();
-    // Requests taken since creation (the engine frees ring slots up to here).
-    uint64_t taken() const { return head_; }
     // Drops every request (a reset or a destroyed SRQ: nothing completes).
     void clear() { head_ = tail_; }
     // Changes the depth keeping what is posted; false when more is posted than fits.

@@ -66,7 +66,7 @@ enum class FrameError : uint8_t {
 
 FrameError parse_roce_frame(const uint8_t* frame, size_t length, ParsedFrame& out);
 
-// The 40 bytes a UD receive finds in front of its data (11.4.1.2): for RoCEv2 over
+// The 40 bytes a UD receive finds in front of its data (ibv_post_recv(3)): for RoCEv2 over
 // IPv6 the IPv6 header; over IPv4, 20 zero bytes and then the IPv4 header, as
 // rdma-core's ibv_init_ah_from_wc expects.
 void grh_from_frame(const ParsedFrame& frame, uint8_t (&grh)[40]);

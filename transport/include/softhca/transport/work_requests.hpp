@@ -53,7 +53,7 @@ struct Sge {
     uint32_t lkey = 0;
 };
 
-// Where a UD send goes (its address handle, IBTA 10.2.2.2): RoCE always has a GRH.
+// Where a UD send goes (its address handle): RoCE always has a GRH.
 struct AddressVector {
     std::array<uint8_t, 16> dgid{};
     uint32_t flow_label = 0;
@@ -62,7 +62,7 @@ struct AddressVector {
     uint8_t sl = 0;
 };
 
-// Bytes a UD receive reserves in front of the data for the GRH (IBTA 11.4.1.2).
+// Bytes a UD receive reserves in front of the data for the GRH (ibv_post_recv(3)).
 constexpr uint32_t kGrhBytes = 40;
 
 struct SendWqe {
