@@ -91,6 +91,10 @@ void write_device(const InstanceRegistration& instance, const DeviceRegistration
     ::unlink(node.c_str());
     if (::mknod(node.c_str(), S_IFCHR | 0666, makedev(kCmdDeviceMajor, kCmdDeviceMinor)) != 0)
         fail("mknod " + node.string());
+    // Every user may open it, as rdma-core's udev rule makes the kernel's uverbs nodes:
+    // mknod's mode went through the umask.
+    if (::chmod(node.c_str(), 0666) != 0)
+        fail("chmod " + node.string());
     manifest.record(Manifest::Kind::File, node);
 }
 

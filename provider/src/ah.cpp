@@ -14,6 +14,11 @@ ibv_ah* create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
         return fail_with<ibv_ah>(EINVAL);
     if (!attr->is_global || attr->grh.sgid_index != 0 || attr->port_num != 1)
         return fail_with<ibv_ah>(EINVAL);
+    // Our ports carry IPv4: the destination must be an IPv4-mapped GID (::ffff:a.b.c.d),
+    // as modify_qp requires of a connected QP's path.
+    static constexpr uint8_t kMappedPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (std::memcmp(attr->grh.dgid.raw, kMappedPrefix, sizeof(kMappedPrefix)) != 0)
+        return fail_with<ibv_ah>(EINVAL);
     auto* ah = new (std::nothrow) Ah{};
     if (!ah)
         return fail_with<ibv_ah>(ENOMEM);

@@ -8,7 +8,10 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <grp.h>
+#include <sys/wait.h>
 #include <thread>
+#include <unistd.h>
 
 namespace {
 
@@ -69,6 +72,40 @@ void expect_quiet(Device& d, int ms = 300) {
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     ibv_wc wc;
     CHECK(ibv_poll_cq(d.cq, 1, &wc) == 0);
+}
+
+// In a child process that dropped root for `nobody`: a UD QP of its own context moved to
+// INIT with `qkey`. Returns the errno of that ibv_modify_qp (or 100+ when setting up
+// failed).
+int modify_as_nobody(uint32_t qkey) {
+    const pid_t child = ::fork();
+    if (child == 0) {
+        if (::setgroups(0, nullptr) != 0 || ::setresgid(65534, 65534, 65534) != 0 ||
+            ::setresuid(65534, 65534, 65534) != 0)
+            ::_exit(101);
+        ibv_context* context = open_test_device(device_name(0));
+        if (!context)
+            ::_exit(102);
+        ibv_pd* pd = ibv_alloc_pd(context);
+        ibv_cq* cq = ibv_create_cq(context, 16, nullptr, nullptr, 0);
+        ibv_qp_init_attr init{};
+        init.send_cq = init.recv_cq = cq;
+        init.qp_type = IBV_QPT_UD;
+        init.cap = {4, 4, 1, 1, 0};
+        ibv_qp* qp = pd && cq ? ibv_create_qp(pd, &init) : nullptr;
+        if (!qp)
+            ::_exit(103);
+        ibv_qp_attr a{};
+        a.qp_state = IBV_QPS_INIT;
+        a.port_num = 1;
+        a.qkey = qkey;
+        ::_exit(
+            ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY));
+    }
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    REQUIRE(WIFEXITED(status));
+    return WEXITSTATUS(status);
 }
 
 // `softhca status` for this instance.
@@ -153,6 +190,28 @@ TEST_CASE("UD: a wrong Q_Key is dropped and counted; no AH is EINVAL; too large 
     CHECK(status.find("qp " + std::to_string(b->qp_num) + " UD RTS") != std::string::npos);
     CHECK(status.find("qkey_violations 1 ") != std::string::npos);
 
+    // Q_Keys with the high bit set are privileged: root (or the engine's user) only.
+    if (::geteuid() == 0) {
+        CHECK(modify_as_nobody(kQkey) == 0);
+        CHECK(modify_as_nobody(0x80000001u) == EPERM);
+    }
+    ibv_qp* privileged = make_qp(dev(0), IBV_QPT_UD);
+    ud_ready(privileged, 0x80000001u); // as root
+    ibv_destroy_qp(privileged);
+
+    // An address handle needs a GRH, and our ports reach IPv4-mapped GIDs only.
+    ibv_ah_attr bad_attr{};
+    bad_attr.port_num = 1;
+    bad_attr.grh.dgid = dev(1).gid;
+    errno = 0;
+    CHECK(ibv_create_ah(dev(0).pd, &bad_attr) == nullptr); // is_global 0
+    CHECK(errno == EINVAL);
+    bad_attr.is_global = 1;
+    bad_attr.grh.dgid.raw[0] = 0x20; // 2000::/3, not IPv4-mapped
+    errno = 0;
+    CHECK(ibv_create_ah(dev(0).pd, &bad_attr) == nullptr);
+    CHECK(errno == EINVAL);
+
     // A datagram needs an address handle.
     ibv_sge sge{src.addr(), 64, src.mr->lkey};
     ibv_send_wr wr{};
@@ -211,6 +270,21 @@ TEST_CASE("Multicast: a send to a group reaches every attached QP on both device
     ibv_qp* rc = make_qp(dev(1), IBV_QPT_RC);
     CHECK(ibv_attach_mcast(rc, &group, 0) == EINVAL); // only UD QPs join groups
     ibv_destroy_qp(rc);
+    {
+        // A group takes max_mcast_qp_attach members; one more is ENOMEM.
+        ibv_device_attr attr{};
+        REQUIRE(ibv_query_device(dev(1).context, &attr) == 0);
+        ibv_gid crowded = group;
+        crowded.raw[15] = 4;
+        std::vector<ibv_qp*> members;
+        for (int i = 0; i <= attr.max_mcast_qp_attach; ++i) {
+            members.push_back(make_qp(dev(1), IBV_QPT_UD));
+            const int err = ibv_attach_mcast(members.back(), &crowded, 0);
+            CHECK(err == (i < attr.max_mcast_qp_attach ? 0 : ENOMEM));
+        }
+        for (ibv_qp* qp : members)
+            ibv_destroy_qp(qp); // leaving the group with them
+    }
 
     Buffer src(dev(0), 4096, kAllAccess), near_buf(dev(0), 4096, kAllAccess);
     Buffer far_buf(dev(1), 8192, kAllAccess);
@@ -340,6 +414,29 @@ TEST_CASE("SRQ: one queue feeds RC, UC and UD QPs; the limit event fires once") 
     expect_async_event(dev(1), IBV_EVENT_SRQ_LIMIT_REACHED, srq);
     REQUIRE(ibv_query_srq(srq, &q) == 0);
     CHECK(q.srq_limit == 0); // disarmed until the application arms it again
+
+    // The ring the resize handed over takes exactly max_wr outstanding: 7 are still
+    // queued, so 57 more fit and the next is ENOMEM; what it holds is received too.
+    REQUIRE(q.max_wr == 64);
+    uint64_t posted = 0;
+    for (;; ++posted) {
+        ibv_sge sge{dst.addr((posted % 16) * 4096), 4096, dst.mr->lkey};
+        ibv_recv_wr wr{};
+        wr.wr_id = 100 + posted;
+        wr.sg_list = &sge;
+        wr.num_sge = 1;
+        ibv_recv_wr* full = nullptr;
+        if (ibv_post_srq_recv(srq, &wr, &full) != 0) {
+            CHECK(full == &wr);
+            break;
+        }
+    }
+    CHECK(posted == 57);
+    for (uint64_t i = 0; i < 8; ++i)
+        send(ud_a, 10 + i); // 7 old requests, then the first from the new ring
+    wait_completions(dev(0), 8);
+    std::vector<ibv_wc> later = wait_completions(dev(1), 8);
+    CHECK(later.back().wr_id == 100);
 
     // A QP on an SRQ that leaves service: IBV_EVENT_QP_LAST_WQE_REACHED.
     ibv_qp_attr err{};

@@ -57,6 +57,7 @@ TEST_CASE("registration writes the tree libibverbs reads and removal takes it al
     struct stat st {};
     REQUIRE(stat((fs::path(reg.cdev_dir) / "shimtest0_uverbs").c_str(), &st) == 0);
     CHECK(S_ISCHR(st.st_mode));
+    CHECK((st.st_mode & 0777) == 0666); // any user may open the device, umask or not
     CHECK(major(st.st_rdev) == kCmdDeviceMajor);
     CHECK(minor(st.st_rdev) == kCmdDeviceMinor);
 

@@ -125,3 +125,40 @@ TEST_CASE("XRC opcodes: requests carry an XRCETH after the BTH, responses do not
     CHECK(opcode_info(op::xrc(op::kReadResponseMiddle)).valid());
     CHECK_FALSE(opcode_info(op::xrc(0x1f)).valid());
 }
+
+TEST_CASE("a UD receive's GRH is the IPv6 header, or 20 zero bytes and the IPv4 header") {
+    for (bool v4 : {true, false}) {
+        INFO((v4 ? "IPv4" : "IPv6"));
+        FrameAddressing a;
+        if (v4) {
+            a.src_gid = gid_from_ipv4(0xc6120001);
+            a.dst_gid = gid_from_ipv4(0xc6120002);
+        } else {
+            a.src_gid = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+            a.dst_gid = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2};
+            a.flow_label = 0x12345;
+        }
+        a.hop_limit = 17;
+        uint8_t frame[256] = {};
+        const size_t front = roce_header_bytes(a);
+        auto* bth = reinterpret_cast<Bth*>(frame + front);
+        bth->set(op::ud(op::kSendOnly), false, 0, kDefaultPkey, 5, false, 1);
+        reinterpret_cast<Deth*>(frame + front + 12)->set(0x1111, 9);
+        const size_t n = finish_roce_frame(frame, a, 20);
+        ParsedFrame parsed;
+        REQUIRE(parse_roce_frame(frame, n, parsed) == FrameError::None);
+        uint8_t grh[40];
+        std::memset(grh, 0xee, sizeof(grh));
+        grh_from_frame(parsed, grh);
+        const uint8_t* ip = frame + kEthernetHeaderBytes;
+        if (v4) {
+            for (int i = 0; i < 20; ++i)
+                CHECK(grh[i] == 0);
+            CHECK(std::memcmp(grh + 20, ip, kIpv4HeaderBytes) == 0);
+            CHECK(grh[20] >> 4 == 4); // what ibv_init_ah_from_wc looks for
+        } else {
+            CHECK(std::memcmp(grh, ip, kIpv6HeaderBytes) == 0);
+            CHECK(std::memcmp(grh + 8, a.src_gid.data(), 16) == 0); // the sender's GID
+        }
+    }
+}
