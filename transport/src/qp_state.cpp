@@ -72,14 +72,31 @@ Rule rule_for(QpType type, QpState from, QpState to) {
     return {};
 }
 
+// XRC QPs follow RC's table, each side requiring only what it uses: an initiator has
+// no receive side, a target no send side (the rest stays allowed).
+Rule xrc_rule_for(QpType type, QpState from, QpState to) {
+    Rule rule = rule_for(QpType::RC, from, to);
+    uint32_t required = rule.required;
+    if (type == QpType::XrcSend && from == QpState::Reset && to == QpState::Init)
+        required = kPkeyIndex | kPort;
+    else if (type == QpType::XrcSend && from == QpState::Init && to == QpState::Rtr)
+        required = kAv | kPathMtu | kDestQpn | kRqPsn;
+    else if (type == QpType::XrcRecv && from == QpState::Rtr && to == QpState::Rts)
+        required = kTimeout | kSqPsn;
+    rule.optional |= rule.required & ~required;
+    rule.required = required;
+    return rule;
+}
+
 } // namespace
 
 bool modify_qp_allowed(QpType type, QpState from, QpState to, uint32_t mask) {
     if (!(mask & kState))
         to = from;
-    if (type == QpType::RC && to == QpState::Sqe)
-        return false; // RC QPs never enter SQE by request (they go to ERR)
-    const Rule rule = rule_for(type, from, to);
+    const bool xrc = type == QpType::XrcSend || type == QpType::XrcRecv;
+    if ((type == QpType::RC || xrc) && to == QpState::Sqe)
+        return false; // reliable QPs never enter SQE by request (they go to ERR)
+    const Rule rule = xrc ? xrc_rule_for(type, from, to) : rule_for(type, from, to);
     if (!rule.legal)
         return false;
     const uint32_t given = mask & ~(kState | kCurState);

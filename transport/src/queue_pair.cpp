@@ -291,6 +291,7 @@ void QueuePair::flush_all() {
     c.status = WcStatus::WrFlushError;
     c.opcode = WcOpcode::Recv;
     c.qp_num = qp_num_;
+    c.srq_num = xrc_srqn_;
     if (recv_taken_) {
         c.wr_id = recv_.wr_id;
         recv_taken_ = false;

@@ -114,9 +114,7 @@ size_t QueuePair::build_request(SendEntry& entry, uint8_t* buffer, size_t capaci
     // A read resumes after the response packets already received (9.7.6.1.2).
     const uint32_t packet = rd_atomic ? entry.received_packets : entry.next_packet;
     const uint8_t code = request_opcode(wqe.opcode, packet, entry.packets);
-    const uint8_t opcode = service_ == Service::UD   ? op::ud(code)
-                           : service_ == Service::UC ? op::uc(code)
-                                                     : op::rc(code);
+    const uint8_t opcode = wire_opcode(code);
     const OpcodeInfo& info = opcode_info(opcode);
     const HeaderOffsets o = header_offsets(info);
 
@@ -136,6 +134,8 @@ size_t QueuePair::build_request(SendEntry& entry, uint8_t* buffer, size_t capaci
     bth->set(opcode, wqe.solicited && last, static_cast<uint8_t>(pad), attr_.pkey,
              service_ == Service::UD ? wqe.remote_qpn : attr_.dest_qp,
              reliable() && (last || rd_atomic), psn_add(entry.first_psn, packet));
+    if (info.has(header_flag::kXrceth))
+        reinterpret_cast<Xrceth*>(buffer + o.xrceth)->set(wqe.remote_srqn);
     if (info.has(header_flag::kDeth)) {
         // A Q_Key with the high bit set means "use the QP's own Q_Key" (the IBTA's rule
         // for privileged Q_Keys).

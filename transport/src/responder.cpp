@@ -35,6 +35,20 @@ void QueuePair::drop_message() {
     ++counters_.dropped_messages;
 }
 
+bool QueuePair::select_xrc_srq(const IbPacket& packet, uint32_t psn) {
+    // Annex A14: the XRCETH names an XRC SRQ, which must be of the target's XRC domain.
+    // It receives a send and supplies the protection domain remote access is checked in.
+    const uint32_t srqn = packet.xrceth ? packet.xrceth->srqn() : 0;
+    ReceiveQueue* srq = srqs_ && packet.xrceth ? srqs_->xrc_srq(srqn) : nullptr;
+    if (!srq) {
+        responder_nak(aeth::kNak | aeth::kNakInvalidRequest, psn, true);
+        return false;
+    }
+    rq_ = srq;
+    xrc_srqn_ = srqn;
+    return true;
+}
+
 bool QueuePair::payload_length_valid(const IbPacket& packet) const {
     // Payload sizes (9.7.5.1.4): first and middle packets are exactly one path MTU,
     // last and only packets at most one.
@@ -113,6 +127,8 @@ void QueuePair::on_request(const IbPacket& packet, Nanoseconds now) {
         return;
     }
     nak_sequence_sent_ = false;
+    if (service_ == Service::XRC && in_progress_ == OpKind::Invalid && !select_xrc_srq(packet, psn))
+        return;
 
     // 9.7.5.1.3: a packet must continue the message in progress, or start a
     // new one when none is; anything else is an invalid request.
@@ -178,6 +194,7 @@ void QueuePair::complete_recv(const IbPacket& packet, uint32_t byte_len) {
         c.src_qp = packet.deth->src_qp();
         c.with_grh = true;
     }
+    c.srq_num = xrc_srqn_;
     recv_taken_ = false;
     sink_.recv_completion(c);
 }
@@ -191,6 +208,7 @@ void QueuePair::fail_receive(WcStatus status, uint8_t nak_code, uint32_t psn) {
     c.opcode = WcOpcode::Recv;
     c.qp_num = qp_num_;
     c.src_qp = attr_.dest_qp;
+    c.srq_num = xrc_srqn_;
     recv_taken_ = false;
     sink_.recv_completion(c);
     in_progress_ = OpKind::Invalid;
@@ -257,8 +275,8 @@ bool QueuePair::accept_write(const IbPacket& packet, uint32_t psn) {
         // zero, the rkey must cover the whole range with remote write rights. (UC drops
         // the message silently.)
         if (!(attr_.access & access::kRemoteWrite) ||
-            (length && memory_.check(packet.reth->rkey(), true, access::kRemoteWrite,
-                                     packet.reth->va(), length) != MemoryStatus::Ok)) {
+            (length && responder_memory().check(packet.reth->rkey(), true, access::kRemoteWrite,
+                                                packet.reth->va(), length) != MemoryStatus::Ok)) {
             reject(aeth::kNak | aeth::kNakRemoteAccessError, psn);
             return false;
         }
@@ -288,9 +306,10 @@ bool QueuePair::accept_write(const IbPacket& packet, uint32_t psn) {
         return false;
     }
     const MemoryStatus written =
-        packet.payload_length ? memory_.write(write_rkey_, true, access::kRemoteWrite, write_va_,
-                                              packet.payload, packet.payload_length)
-                              : MemoryStatus::Ok;
+        packet.payload_length
+            ? responder_memory().write(write_rkey_, true, access::kRemoteWrite, write_va_,
+                                       packet.payload, packet.payload_length)
+            : MemoryStatus::Ok;
     if (written == MemoryStatus::Gone) {
         ++counters_.dropped;
         return false;
@@ -320,8 +339,8 @@ bool QueuePair::accept_read(const IbPacket& packet, uint32_t psn) {
         return false;
     }
     if (!(attr_.access & access::kRemoteRead) ||
-        (length && memory_.check(packet.reth->rkey(), true, access::kRemoteRead, packet.reth->va(),
-                                 length) != MemoryStatus::Ok)) {
+        (length && responder_memory().check(packet.reth->rkey(), true, access::kRemoteRead,
+                                            packet.reth->va(), length) != MemoryStatus::Ok)) {
         responder_nak(aeth::kNak | aeth::kNakRemoteAccessError, psn, true);
         return false;
     }
@@ -337,6 +356,7 @@ bool QueuePair::accept_read(const IbPacket& packet, uint32_t psn) {
     ResponderResource& r = resources_[resource_next_++ % resources_.size()];
     r = ResponderResource{};
     r.read = true;
+    r.memory = &responder_memory();
     r.first_psn = psn;
     r.packets = std::max<uint32_t>(1, (length + mtu - 1) / mtu);
     r.va = packet.reth->va();
@@ -359,8 +379,9 @@ bool QueuePair::accept_atomic(const IbPacket& packet, uint32_t psn) {
     const bool compare_swap = packet.info->kind == OpKind::CompareSwap;
     const MemoryStatus done =
         attr_.access & access::kRemoteAtomic
-            ? memory_.atomic(a.rkey(), a.va(), compare_swap,
-                             compare_swap ? a.compare() : a.swap_add(), a.swap_add(), original)
+            ? responder_memory().atomic(a.rkey(), a.va(), compare_swap,
+                                        compare_swap ? a.compare() : a.swap_add(), a.swap_add(),
+                                        original)
             : MemoryStatus::NoAccess;
     if (done == MemoryStatus::Gone) {
         ++counters_.dropped;
@@ -421,11 +442,11 @@ size_t QueuePair::build_response(uint8_t* buffer, size_t capacity) {
             continue;
         const uint32_t psn = psn_add(r.first_psn, r.next_packet);
         if (!r.read) {
-            const OpcodeInfo& info = opcode_info(op::rc(op::kAtomicAck));
+            const OpcodeInfo& info = opcode_info(wire_opcode(op::kAtomicAck));
             const HeaderOffsets o = header_offsets(info);
             if (o.payload > capacity)
                 return 0;
-            reinterpret_cast<Bth*>(buffer)->set(op::rc(op::kAtomicAck), false, 0, attr_.pkey,
+            reinterpret_cast<Bth*>(buffer)->set(wire_opcode(op::kAtomicAck), false, 0, attr_.pkey,
                                                 attr_.dest_qp, false, psn);
             reinterpret_cast<Aeth*>(buffer + o.aeth)->set(ack_syndrome(), msn_);
             reinterpret_cast<AtomicAckEth*>(buffer + o.atomic_ack)->set(r.atomic_original);
@@ -440,18 +461,19 @@ size_t QueuePair::build_response(uint8_t* buffer, size_t capacity) {
                        : k == 0             ? op::kReadResponseFirst
                        : k + 1 == r.packets ? op::kReadResponseLast
                                             : op::kReadResponseMiddle;
-        const OpcodeInfo& info = opcode_info(op::rc(code));
+        const OpcodeInfo& info = opcode_info(wire_opcode(code));
         const HeaderOffsets o = header_offsets(info);
         const uint32_t pad = (4 - payload % 4) % 4;
         if (o.payload + payload + pad > capacity)
             return 0;
-        reinterpret_cast<Bth*>(buffer)->set(op::rc(code), false, static_cast<uint8_t>(pad),
+        reinterpret_cast<Bth*>(buffer)->set(wire_opcode(code), false, static_cast<uint8_t>(pad),
                                             attr_.pkey, attr_.dest_qp, false, psn);
         if (info.has(header_flag::kAeth))
             reinterpret_cast<Aeth*>(buffer + o.aeth)->set(ack_syndrome(), msn_);
-        const MemoryStatus read = payload ? memory_.read(r.rkey, true, access::kRemoteRead,
-                                                         r.va + offset, buffer + o.payload, payload)
-                                          : MemoryStatus::Ok;
+        const MemoryStatus read = payload
+                                      ? r.memory->read(r.rkey, true, access::kRemoteRead,
+                                                       r.va + offset, buffer + o.payload, payload)
+                                      : MemoryStatus::Ok;
         if (read == MemoryStatus::Gone) {
             r.active = false;
             return 0;
@@ -470,12 +492,12 @@ size_t QueuePair::build_response(uint8_t* buffer, size_t capacity) {
     }
     if (!ack_pending_)
         return 0;
-    const OpcodeInfo& info = opcode_info(op::rc(op::kAck));
+    const OpcodeInfo& info = opcode_info(wire_opcode(op::kAck));
     const HeaderOffsets o = header_offsets(info);
     if (o.payload > capacity)
         return 0;
     const uint8_t syndrome = ack_syndrome_override_ ? ack_syndrome_override_ : ack_syndrome();
-    reinterpret_cast<Bth*>(buffer)->set(op::rc(op::kAck), false, 0, attr_.pkey, attr_.dest_qp,
+    reinterpret_cast<Bth*>(buffer)->set(wire_opcode(op::kAck), false, 0, attr_.pkey, attr_.dest_qp,
                                         false, ack_psn_);
     reinterpret_cast<Aeth*>(buffer + o.aeth)->set(syndrome, msn_);
     ack_pending_ = false;

@@ -9,7 +9,9 @@ namespace softhca::transport {
 
 enum class QpState : uint8_t { Reset = 0, Init = 1, Rtr = 2, Rts = 3, Sqd = 4, Sqe = 5, Error = 6 };
 
-enum class QpType : uint8_t { RC = 2, UC = 3, UD = 4 }; // ibv_qp_type values
+// ibv_qp_type values; XRC initiators (XrcSend) only send, XRC targets (XrcRecv) only
+// receive, into the XRC SRQ each message names.
+enum class QpType : uint8_t { RC = 2, UC = 3, UD = 4, XrcSend = 9, XrcRecv = 10 };
 
 namespace qp_attr {
 constexpr uint32_t kState = 1u << 0;

@@ -8,7 +8,8 @@
 //   responder  request packets -> memory, receive completions, ACK/NAK and responses
 // The service decides which of those rules apply: RC uses them all; UC (9.8) sends
 // without acknowledgements and drops a message with a lost packet; UD (9.8) sends
-// single-packet messages to the address in each work request, checked by Q_Key.
+// single-packet messages to the address in each work request, checked by Q_Key; XRC
+// (Annex A14) is RC with the target's SRQ named in each request (XRCETH).
 #pragma once
 
 #include "softhca/transport/ib_packet.hpp"
@@ -98,7 +99,9 @@ class QueuePair {
 
     // Receive from a shared receive queue instead of the QP's own (before any use).
     void use_srq(ReceiveQueue& srq) { rq_ = &srq; }
-    bool has_srq() const { return rq_ != &own_rq_; }
+    // XRC target: each message's XRCETH names its SRQ, found here.
+    void use_srq_directory(SrqDirectory& srqs) { srqs_ = &srqs; }
+    bool has_srq() const { return rq_ != &own_rq_ || service_ == Service::XRC; }
 
     uint32_t qp_num() const { return qp_num_; }
     Service service() const { return service_; }
@@ -156,6 +159,19 @@ class QueuePair {
     };
     SendEntry& sq_at(uint32_t index) { return sq_[index % sq_.size()]; }
     bool reliable() const { return service_ == Service::RC || service_ == Service::XRC; }
+    // An opcode of op:: (the low five bits) in this QP's service.
+    uint8_t wire_opcode(uint8_t code) const {
+        switch (service_) {
+        case Service::UC:
+            return op::uc(code);
+        case Service::UD:
+            return op::ud(code);
+        case Service::XRC:
+            return op::xrc(code);
+        default:
+            return op::rc(code);
+        }
+    }
     bool is_read_or_atomic(const SendWqe& wqe) const;
     bool start_entry(SendEntry& entry);
     size_t build_request(SendEntry& entry, uint8_t* buffer, size_t capacity);
@@ -186,8 +202,9 @@ class QueuePair {
         uint32_t rkey = 0;
         uint32_t length = 0;
         uint64_t atomic_original = 0;
-        bool active = false; // responses still to send
-        bool replay = false; // answering a duplicate request again
+        MemoryAccess* memory = nullptr; // where a read's data comes from
+        bool active = false;            // responses still to send
+        bool replay = false;            // answering a duplicate request again
     };
     void on_request(const IbPacket& packet, Nanoseconds now);
     // UC: in-sequence packets continue a message, a gap drops it.
@@ -201,6 +218,12 @@ class QueuePair {
     // there is none.
     bool take_recv();
     bool payload_length_valid(const IbPacket& packet) const;
+    // Memory remote requests reach: the QP's PD, or for an XRC target the PD of the
+    // SRQ the message named.
+    MemoryAccess& responder_memory() { return service_ == Service::XRC ? rq_->memory() : memory_; }
+    // XRC target: makes the SRQ a new message names the one it uses; false (after a
+    // NAK) when there is no such SRQ in the target's domain.
+    bool select_xrc_srq(const IbPacket& packet, uint32_t psn);
     void on_duplicate_request(const IbPacket& packet);
     bool accept_send(const IbPacket& packet, uint32_t psn);
     bool accept_write(const IbPacket& packet, uint32_t psn);
@@ -250,7 +273,9 @@ class QueuePair {
 
     ReceiveQueue own_rq_;
     ReceiveQueue* rq_; // own_rq_ or an SRQ
-    RecvWqe recv_;     // the receive request the message in progress fills
+    SrqDirectory* srqs_ = nullptr;
+    uint32_t xrc_srqn_ = 0; // XRC target: the SRQ of the message in progress
+    RecvWqe recv_;          // the receive request the message in progress fills
     bool last_wqe_reported_ = false;
 
     uint32_t epsn_ = 0; // next PSN the responder expects

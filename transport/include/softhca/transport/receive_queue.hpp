@@ -47,4 +47,12 @@ class ReceiveQueue {
     bool limit_fired_ = false;
 };
 
+// How an XRC target finds the SRQ a message names in its XRCETH.
+class SrqDirectory {
+  public:
+    virtual ~SrqDirectory() = default;
+    // The XRC SRQ numbered `srqn` in the target's XRC domain, or nullptr.
+    virtual ReceiveQueue* xrc_srq(uint32_t srqn) = 0;
+};
+
 } // namespace softhca::transport

@@ -106,6 +106,7 @@ struct Completion {
     uint32_t qp_num = 0;
     uint32_t src_qp = 0;
     bool with_grh = false; // UD: the first 40 bytes of the buffer hold the GRH
+    uint32_t srq_num = 0;  // XRC target: the SRQ the receive came from
     uint8_t sl = 0;
     uint16_t pkey_index = 0;
 };
