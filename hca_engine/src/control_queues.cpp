@@ -146,11 +146,14 @@ bool ControlServer::dispatch_srq(Connection& c, const di::MessageHeader& header,
         reply(c, &q, sizeof(q));
         return true;
     }
-    case di::Opcode::DestroySrq: {
+    case di::Opcode::DestroySrq:
+    case di::Opcode::CloseXrcd: {
         const auto* request = as<di::HandleRequest>(message, size);
         if (!request)
             break;
-        reply_status(c, header, res.destroy_srq(request->handle));
+        const bool srq = static_cast<di::Opcode>(header.opcode) == di::Opcode::DestroySrq;
+        reply_status(c, header,
+                     srq ? res.destroy_srq(request->handle) : res.close_xrcd(request->handle));
         return true;
     }
     default:

@@ -245,6 +245,21 @@ void ControlServer::dispatch(Connection& c, const void* message, size_t size, in
     const Device& device = devices_[static_cast<size_t>(c.device)];
     ContextResources& res = *c.resources;
 
+    if (opcode == di::Opcode::OpenXrcd) {
+        const auto* request = as<di::OpenXrcdRequest>(message, size);
+        if (!request) {
+            reply_status(c, header, EBADMSG);
+            return;
+        }
+        di::HandleReply r{};
+        r.reply.header = reply_header(header, sizeof(r));
+        r.reply.status =
+            request->with_fd && guard.fd < 0
+                ? EBADF
+                : res.open_xrcd(request->with_fd ? guard.fd : -1, request->oflags, r.handle);
+        reply(c, &r, sizeof(r));
+        return;
+    }
     if (dispatch_qp(c, header, message, size))
         return;
 
@@ -385,13 +400,27 @@ const char* qp_state_name(transport::QpState state) {
     return kNames[static_cast<size_t>(state)];
 }
 
+const char* qp_type_name(transport::QpType type) {
+    switch (type) {
+    case transport::QpType::RC:
+        return "RC";
+    case transport::QpType::UC:
+        return "UC";
+    case transport::QpType::UD:
+        return "UD";
+    case transport::QpType::XrcSend:
+        return "XRC_INI";
+    case transport::QpType::XrcRecv:
+        return "XRC_TGT";
+    }
+    return "?";
+}
+
 // One QP's state and transport counters, for `softhca status`.
 std::string qp_status_line(const EngineQp& qp) {
     const transport::QpCounters& k = qp.transport().counters();
     std::ostringstream out;
-    static constexpr const char* kTypes[] = {"", "", "RC", "UC", "UD"};
-    const auto type = static_cast<size_t>(qp.type());
-    out << "  qp " << qp.qp_num() << " " << (type < 5 ? kTypes[type] : "?") << " "
+    out << "  qp " << qp.qp_num() << " " << qp_type_name(qp.type()) << " "
         << qp_state_name(qp.transport().state()) << " dest_qp "
         << qp.transport().attributes().dest_qp << (qp.srq() ? " srq" : "") << ": packets_sent "
         << k.packets_sent << " packets_received " << k.packets_received << " retransmitted "

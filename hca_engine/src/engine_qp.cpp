@@ -26,6 +26,9 @@ tp::Service service_of(tp::QpType type) {
         return tp::Service::UC;
     case tp::QpType::UD:
         return tp::Service::UD;
+    case tp::QpType::XrcSend:
+    case tp::QpType::XrcRecv:
+        return tp::Service::XRC;
     default:
         return tp::Service::RC;
     }
@@ -47,15 +50,17 @@ uint32_t read_sges(const uint8_t* at, uint32_t count, std::array<tp::Sge, tp::kM
 } // namespace
 
 EngineQp::EngineQp(uint32_t handle, uint32_t qp_num, tp::QpType type, size_t device, pid_t owner,
-                   const ContextResources& context, uint32_t pd_handle, CompletionQueue* send_cq,
-                   CompletionQueue* recv_cq, EngineSrq* srq, const di::QpCaps& caps,
-                   bool sq_sig_all, uint64_t user_handle, const PortInfo& port)
-    : handle_(handle), qp_num_(qp_num), type_(type), device_(device), pd_handle_(pd_handle),
-      send_cq_(send_cq), recv_cq_(recv_cq), srq_(srq), caps_(caps), sq_sig_all_(sq_sig_all),
-      user_handle_(user_handle), context_(context), memory_(owner, context, pd_handle),
+                   const ContextResources& context, const QpBinding& binding,
+                   const di::QpCaps& caps, bool sq_sig_all, uint64_t user_handle,
+                   const PortInfo& port)
+    : handle_(handle), qp_num_(qp_num), type_(type), device_(device), binding_(binding),
+      caps_(caps), sq_sig_all_(sq_sig_all), user_handle_(user_handle), context_(context),
+      memory_(owner, context, binding.pd_handle),
       transport_(qp_num, service_of(type), caps.max_send_wr, caps.max_recv_wr, memory_, *this) {
-    if (srq)
-        transport_.use_srq(srq->queue());
+    if (binding.srq)
+        transport_.use_srq(binding.srq->queue());
+    if (type == tp::QpType::XrcRecv)
+        transport_.use_srq_directory(*this);
     // UDP source port: per-QP entropy in the range RoCEv2 uses (A17.4.5.1).
     addressing_.udp_src_port = static_cast<uint16_t>(0xc000 | (qp_num & 0x3fff));
     addressing_.src_gid = tp::gid_from_ipv4(port.ipv4);
@@ -292,6 +297,8 @@ void EngineQp::arm_doorbell() {
 }
 
 void EngineQp::push_completion(CompletionQueue* cq, const tp::Completion& c) {
+    if (!cq)
+        return; // an XRC SRQ destroyed under a message in progress
     di::CompletionEntry e{};
     e.wr_id = c.wr_id;
     e.status = static_cast<uint32_t>(c.status);
@@ -314,13 +321,27 @@ void EngineQp::push_completion(CompletionQueue* cq, const tp::Completion& c) {
 }
 
 void EngineQp::send_completion(const tp::Completion& c) {
-    push_completion(send_cq_, c);
+    push_completion(binding_.send_cq, c);
 }
 
 void EngineQp::recv_completion(const tp::Completion& c) {
-    push_completion(recv_cq_, c);
-    if (!srq_) // an SRQ frees its slots as QPs take requests (EngineSrq::sync)
+    // The request's slot is free before its completion is visible: an application that
+    // posts again on seeing it must find room. An SRQ's slots free as requests are taken.
+    EngineSrq* srq = type_ == tp::QpType::XrcRecv
+                         ? context_.find_xrc_srq(c.srq_num, binding_.xrc_domain)
+                         : binding_.srq;
+    if (srq)
+        srq->sync();
+    else if (type_ != tp::QpType::XrcRecv)
         ring_->rq_completed.fetch_add(1, std::memory_order_release);
+    // An XRC target completes into the CQ of the SRQ the message named (Annex A14).
+    push_completion(
+        type_ == tp::QpType::XrcRecv ? (srq ? srq->xrc_cq() : nullptr) : binding_.recv_cq, c);
+}
+
+tp::ReceiveQueue* EngineQp::xrc_srq(uint32_t srqn) {
+    EngineSrq* srq = context_.find_xrc_srq(srqn, binding_.xrc_domain);
+    return srq ? &srq->queue() : nullptr;
 }
 
 void EngineQp::send_wqe_retired() {

@@ -31,12 +31,24 @@ struct QpLimits {
     static constexpr uint32_t kMaxRdAtomic = 16;
 };
 
-class EngineQp : public transport::CompletionSink {
+// What a QP is bound to at creation. An XRC initiator has no receive side, an XRC
+// target no PD, no CQs and no queues of its own: it receives into the SRQs of its XRC
+// domain, whose CQs its completions go to.
+struct QpBinding {
+    uint32_t pd_handle = 0;
+    CompletionQueue* send_cq = nullptr;
+    CompletionQueue* recv_cq = nullptr;
+    EngineSrq* srq = nullptr;
+    uint32_t xrcd_handle = 0; // XRC target: the context's handle of its domain
+    uint32_t xrc_domain = 0;  // XRC target: the domain (KeySpace id)
+};
+
+class EngineQp : public transport::CompletionSink, public transport::SrqDirectory {
   public:
     EngineQp(uint32_t handle, uint32_t qp_num, transport::QpType type, size_t device, pid_t owner,
-             const ContextResources& context, uint32_t pd_handle, CompletionQueue* send_cq,
-             CompletionQueue* recv_cq, EngineSrq* srq, const device_interface::QpCaps& caps,
-             bool sq_sig_all, uint64_t user_handle, const PortInfo& port);
+             const ContextResources& context, const QpBinding& binding,
+             const device_interface::QpCaps& caps, bool sq_sig_all, uint64_t user_handle,
+             const PortInfo& port);
 
     // Creates the shared work queues; returns 0 or an errno.
     int create_ring();
@@ -59,10 +71,8 @@ class EngineQp : public transport::CompletionSink {
     uint32_t handle() const { return handle_; }
     uint32_t qp_num() const { return qp_num_; }
     size_t device() const { return device_; }
-    uint32_t pd_handle() const { return pd_handle_; }
-    CompletionQueue* send_cq() const { return send_cq_; }
-    CompletionQueue* recv_cq() const { return recv_cq_; }
-    EngineSrq* srq() const { return srq_; }
+    const QpBinding& binding() const { return binding_; }
+    EngineSrq* srq() const { return binding_.srq; }
     transport::QpType type() const { return type_; }
     uint32_t dest_ip() const { return dest_ip_; }
     const transport::FrameAddressing& addressing() const { return addressing_; }
@@ -78,6 +88,9 @@ class EngineQp : public transport::CompletionSink {
     void send_queue_drained() override;
     void last_wqe_reached() override;
 
+    // transport::SrqDirectory (XRC targets)
+    transport::ReceiveQueue* xrc_srq(uint32_t srqn) override;
+
   private:
     void push_completion(CompletionQueue* cq, const transport::Completion& completion);
     const uint8_t* ring_slot(bool send, uint64_t index) const;
@@ -86,10 +99,7 @@ class EngineQp : public transport::CompletionSink {
     uint32_t qp_num_;
     transport::QpType type_;
     size_t device_;
-    uint32_t pd_handle_;
-    CompletionQueue* send_cq_;
-    CompletionQueue* recv_cq_;
-    EngineSrq* srq_;
+    QpBinding binding_;
     device_interface::QpCaps caps_;
     bool sq_sig_all_;
     uint64_t user_handle_;

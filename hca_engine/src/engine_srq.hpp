@@ -22,9 +22,15 @@ struct SrqLimits {
 
 class EngineSrq {
   public:
+    // XRC SRQs (xrc_cq set) belong to an XRC domain and complete into their own CQ.
+    struct Xrc {
+        CompletionQueue* cq = nullptr;
+        uint32_t xrcd_handle = 0; // the creating context's handle of the domain
+        uint32_t domain = 0;      // KeySpace id
+    };
     EngineSrq(uint32_t handle, uint32_t srq_num, pid_t owner, const ContextResources& context,
               uint32_t pd_handle, uint32_t max_wr, uint32_t max_sge, uint64_t user_handle,
-              CompletionQueue* xrc_cq);
+              const Xrc& xrc);
 
     // Creates the shared ring; returns 0 or an errno.
     int create_ring();
@@ -48,7 +54,8 @@ class EngineSrq {
     uint32_t pd_handle() const { return pd_handle_; }
     uint32_t max_wr() const { return max_wr_; }
     uint32_t max_sge() const { return max_sge_; }
-    CompletionQueue* xrc_cq() const { return xrc_cq_; }
+    CompletionQueue* xrc_cq() const { return xrc_.cq; }
+    const Xrc& xrc() const { return xrc_; }
     uint32_t qp_count = 0; // QPs attached
 
   private:
@@ -58,7 +65,7 @@ class EngineSrq {
     uint32_t max_wr_;
     uint32_t max_sge_;
     uint64_t user_handle_;
-    CompletionQueue* xrc_cq_;
+    Xrc xrc_;
     const ContextResources& context_;
     ProcessMemory memory_;
     transport::ReceiveQueue queue_;

@@ -77,6 +77,8 @@ ContextResources::~ContextResources() {
         destroy_qp(qps_.begin()->first);
     while (!srqs_.empty())
         destroy_srq(srqs_.begin()->first);
+    while (!xrcds_.empty())
+        close_xrcd(xrcds_.begin()->first);
     keys_.pds -= static_cast<uint32_t>(pds_.size());
     keys_.mrs -= static_cast<uint32_t>(mrs_.size());
     keys_.cqs -= static_cast<uint32_t>(cqs_.size());
@@ -227,52 +229,92 @@ int ContextResources::create_qp(const di::CreateQpRequest& request, const PortIn
                                 EngineQp*& qp) {
     using transport::QpType;
     const auto type = static_cast<QpType>(request.qp_type);
-    if (type != QpType::RC && type != QpType::UC && type != QpType::UD)
-        return EOPNOTSUPP; // raw packet, XRC and driver QPs
-    auto pd = pds_.find(request.pd_handle);
-    auto send_cq = cqs_.find(request.send_cq_handle);
-    auto recv_cq = cqs_.find(request.recv_cq_handle);
-    if (pd == pds_.end() || send_cq == cqs_.end() || recv_cq == cqs_.end())
+    if (type != QpType::RC && type != QpType::UC && type != QpType::UD && type != QpType::XrcSend &&
+        type != QpType::XrcRecv)
+        return EOPNOTSUPP; // raw packet and driver QPs
+    // What each type has (ibv_create_qp_ex(3)): an XRC initiator only sends; an XRC
+    // target has no PD, CQs or queues, it receives into the SRQs of its XRC domain.
+    const bool sends = type != QpType::XrcRecv;
+    const bool receives = type != QpType::XrcSend && type != QpType::XrcRecv;
+    QpBinding binding;
+    ProtectionDomain* pd = nullptr;
+    if (sends) {
+        auto found_pd = pds_.find(request.pd_handle);
+        auto send_cq = cqs_.find(request.send_cq_handle);
+        if (found_pd == pds_.end() || send_cq == cqs_.end())
+            return EINVAL;
+        pd = &found_pd->second;
+        binding.pd_handle = request.pd_handle;
+        binding.send_cq = &send_cq->second;
+    }
+    if (receives) {
+        auto recv_cq = cqs_.find(request.recv_cq_handle);
+        if (recv_cq == cqs_.end())
+            return EINVAL;
+        binding.recv_cq = &recv_cq->second;
+        if (request.srq_handle) {
+            binding.srq = find_srq(request.srq_handle);
+            if (!binding.srq || binding.srq->xrc_cq())
+                return EINVAL; // no such SRQ, or an XRC SRQ (only XRC targets use those)
+        }
+    } else if (request.srq_handle) {
         return EINVAL;
-    EngineSrq* srq = nullptr;
-    if (request.srq_handle) {
-        srq = find_srq(request.srq_handle);
-        if (!srq || srq->xrc_cq())
-            return EINVAL; // no such SRQ, or an XRC SRQ (only XRC targets use those)
+    }
+    XrcdHandle* xrcd = nullptr;
+    if (type == QpType::XrcRecv) {
+        auto found = xrcds_.find(request.xrcd_handle);
+        if (found == xrcds_.end())
+            return EINVAL;
+        xrcd = &found->second;
+        binding.xrcd_handle = request.xrcd_handle;
+        binding.xrc_domain = xrcd->domain;
     }
     const di::QpCaps& asked = request.caps;
     // With an SRQ the receive queue sizes are ignored (ibv_create_qp(3)).
-    const bool recv_ok =
-        srq || (asked.max_recv_wr >= 1 && asked.max_recv_wr <= QpLimits::kMaxQpWr &&
-                asked.max_recv_sge <= QpLimits::kMaxSge);
-    if (asked.max_send_wr < 1 || asked.max_send_wr > QpLimits::kMaxQpWr || !recv_ok ||
-        asked.max_send_sge > QpLimits::kMaxSge || asked.max_inline_data > QpLimits::kMaxInline)
+    const bool send_ok =
+        !sends ||
+        (asked.max_send_wr >= 1 && asked.max_send_wr <= QpLimits::kMaxQpWr &&
+         asked.max_send_sge <= QpLimits::kMaxSge && asked.max_inline_data <= QpLimits::kMaxInline);
+    const bool recv_ok = !receives || binding.srq ||
+                         (asked.max_recv_wr >= 1 && asked.max_recv_wr <= QpLimits::kMaxQpWr &&
+                          asked.max_recv_sge <= QpLimits::kMaxSge);
+    if (!send_ok || !recv_ok)
         return EINVAL;
     if (keys_.qps >= QpLimits::kMaxQp)
         return ENOMEM;
     di::QpCaps caps{};
-    caps.max_send_wr = std::bit_ceil(asked.max_send_wr);
-    caps.max_recv_wr = srq ? 0 : std::bit_ceil(asked.max_recv_wr);
-    caps.max_send_sge = std::max<uint32_t>(asked.max_send_sge, 1);
-    caps.max_recv_sge = srq ? 0 : std::max<uint32_t>(asked.max_recv_sge, 1);
-    // Inline data shares the slot with the SGEs: report all the room there is.
-    caps.max_inline_data = std::max<uint32_t>(
-        asked.max_inline_data, std::min<uint32_t>(QpLimits::kMaxInline, caps.max_send_sge * 16));
+    if (sends) {
+        caps.max_send_wr = std::bit_ceil(asked.max_send_wr);
+        caps.max_send_sge = std::max<uint32_t>(asked.max_send_sge, 1);
+        // Inline data shares the slot with the SGEs: report all the room there is.
+        caps.max_inline_data =
+            std::max<uint32_t>(asked.max_inline_data,
+                               std::min<uint32_t>(QpLimits::kMaxInline, caps.max_send_sge * 16));
+    }
+    if (receives && !binding.srq) {
+        caps.max_recv_wr = std::bit_ceil(asked.max_recv_wr);
+        caps.max_recv_sge = std::max<uint32_t>(asked.max_recv_sge, 1);
+    }
     const uint32_t handle = next_handle_++;
     const uint32_t qpn = keys_.next_qp_num();
-    auto created = std::make_unique<EngineQp>(
-        handle, qpn, type, device_, owner_, *this, request.pd_handle, &send_cq->second,
-        &recv_cq->second, srq, caps, request.sq_sig_all != 0, request.user_handle, port);
+    auto created =
+        std::make_unique<EngineQp>(handle, qpn, type, device_, owner_, *this, binding, caps,
+                                   request.sq_sig_all != 0, request.user_handle, port);
     if (int err = created->create_ring())
         return err;
     qp = created.get();
     qps_.emplace(handle, std::move(created));
     keys_.qps_by_device[device_][qpn] = qp;
-    ++pd->second.qp_count;
-    ++send_cq->second.qp_count;
-    ++recv_cq->second.qp_count;
-    if (srq)
-        ++srq->qp_count;
+    if (pd)
+        ++pd->qp_count;
+    if (binding.send_cq)
+        ++binding.send_cq->qp_count;
+    if (binding.recv_cq)
+        ++binding.recv_cq->qp_count;
+    if (binding.srq)
+        ++binding.srq->qp_count;
+    if (xrcd)
+        ++xrcd->users;
     ++keys_.qps;
     return 0;
 }
@@ -282,12 +324,18 @@ int ContextResources::destroy_qp(uint32_t handle) {
     if (it == qps_.end())
         return EINVAL;
     EngineQp& qp = *it->second;
+    const QpBinding& b = qp.binding();
     keys_.qps_by_device[device_].erase(qp.qp_num());
-    --pds_.at(qp.pd_handle()).qp_count;
-    --qp.send_cq()->qp_count;
-    --qp.recv_cq()->qp_count;
-    if (qp.srq())
-        --qp.srq()->qp_count;
+    if (b.pd_handle)
+        --pds_.at(b.pd_handle).qp_count;
+    if (b.send_cq)
+        --b.send_cq->qp_count;
+    if (b.recv_cq)
+        --b.recv_cq->qp_count;
+    if (b.srq)
+        --b.srq->qp_count;
+    if (b.xrcd_handle)
+        --xrcds_.at(b.xrcd_handle).users;
     keys_.mcast_by_device[device_].detach_all(&qp);
     qps_.erase(it);
     --keys_.qps;

@@ -38,12 +38,26 @@ class KeySpace {
     // Sizes the per-device tables.
     void set_device_count(size_t count);
 
+    // XRC domains (ibv_open_xrcd(3)), shared by every context that opens them: those
+    // opened through a file are found again by its inode, on the same device.
+    // Returns 0 or EINVAL (no such domain without O_CREAT, or one exists with O_EXCL).
+    int open_xrc_domain(size_t device, int fd, uint32_t oflags, uint32_t& domain);
+    void close_xrc_domain(uint32_t domain);
+
   private:
     uint32_t next_index_ = 1;
     uint32_t tag_ = 0x5a;
     static constexpr uint32_t kFirstQpn = 0x11; // QP0 and QP1 are special (IBTA 3.5.3)
     uint32_t next_qpn_ = kFirstQpn;
     uint32_t next_srqn_ = 1;
+    struct XrcDomain {
+        size_t device = 0;
+        bool has_inode = false;
+        uint64_t dev = 0, ino = 0;
+        uint32_t opened = 0; // contexts' handles to it
+    };
+    std::map<uint32_t, XrcDomain> xrc_domains_;
+    uint32_t next_xrc_domain_ = 1;
 };
 
 struct ProtectionDomain {
@@ -106,6 +120,12 @@ class ContextResources {
     // Multicast: only UD QPs join groups (ibv_attach_mcast(3)).
     int attach_mcast(uint32_t qp_handle, const uint8_t* gid);
     int detach_mcast(uint32_t qp_handle, const uint8_t* gid);
+    // XRC domains: `fd` is the file naming a shared domain, or -1.
+    int open_xrcd(int fd, uint32_t oflags, uint32_t& handle);
+    int close_xrcd(uint32_t handle);
+    // The XRC SRQ numbered `srqn` in XRC domain `domain` on this device, whichever
+    // context made it; nullptr if none.
+    EngineSrq* find_xrc_srq(uint32_t srqn, uint32_t domain) const;
     const MemoryRegion* find_mr_by_key(uint32_t key) const;
     const std::map<uint32_t, std::unique_ptr<EngineQp>>& qps() const { return qps_; }
 
@@ -131,6 +151,11 @@ class ContextResources {
     std::map<uint32_t, CompletionQueue> cqs_;
     std::map<uint32_t, std::unique_ptr<EngineQp>> qps_;
     std::map<uint32_t, std::unique_ptr<EngineSrq>> srqs_;
+    struct XrcdHandle {
+        uint32_t domain = 0;
+        uint32_t users = 0; // SRQs and target QPs made in it through this handle
+    };
+    std::map<uint32_t, XrcdHandle> xrcds_;
 };
 
 // The slot count for a CQ of at least `cqe` usable entries (one slot stays spare, as

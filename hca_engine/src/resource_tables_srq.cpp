@@ -1,4 +1,4 @@
-// ContextResources: shared receive queues and multicast attachment.
+// ContextResources: shared receive queues, XRC domains and multicast attachment.
 #include "engine_qp.hpp"
 #include "engine_srq.hpp"
 #include "resource_tables.hpp"
@@ -7,18 +7,31 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <fcntl.h>
+#include <sys/stat.h>
 
 namespace softhca::engine {
 
 namespace di = device_interface;
 
 int ContextResources::create_srq(const di::CreateSrqRequest& request, EngineSrq*& srq) {
-    constexpr uint32_t kSrqBasic = 0;
-    if (request.srq_type != kSrqBasic)
-        return EOPNOTSUPP; // XRC SRQs need an XRC domain
+    constexpr uint32_t kSrqBasic = 0, kSrqXrc = 1; // enum ibv_srq_type
+    if (request.srq_type != kSrqBasic && request.srq_type != kSrqXrc)
+        return EOPNOTSUPP; // tag matching
     auto pd = pds_.find(request.pd_handle);
     if (pd == pds_.end())
         return EINVAL;
+    // An XRC SRQ belongs to an XRC domain and completes into a CQ of its own.
+    EngineSrq::Xrc xrc;
+    XrcdHandle* xrcd = nullptr;
+    if (request.srq_type == kSrqXrc) {
+        auto found_xrcd = xrcds_.find(request.xrcd_handle);
+        auto cq = cqs_.find(request.cq_handle);
+        if (found_xrcd == xrcds_.end() || cq == cqs_.end())
+            return EINVAL;
+        xrcd = &found_xrcd->second;
+        xrc = {&cq->second, request.xrcd_handle, xrcd->domain};
+    }
     if (request.max_wr < 1 || request.max_wr > SrqLimits::kMaxSrqWr ||
         request.max_sge > SrqLimits::kMaxSrqSge)
         return EINVAL;
@@ -30,7 +43,7 @@ int ContextResources::create_srq(const di::CreateSrqRequest& request, EngineSrq*
     const uint32_t handle = next_handle_++;
     auto created = std::make_unique<EngineSrq>(
         handle, keys_.next_srq_num(), owner_, *this, request.pd_handle, max_wr,
-        std::max<uint32_t>(request.max_sge, 1), request.user_handle, nullptr);
+        std::max<uint32_t>(request.max_sge, 1), request.user_handle, xrc);
     if (int err = created->create_ring())
         return err;
     created->queue().arm_limit(request.srq_limit);
@@ -38,6 +51,10 @@ int ContextResources::create_srq(const di::CreateSrqRequest& request, EngineSrq*
     srqs_.emplace(handle, std::move(created));
     keys_.srqs_by_device[device_][srq->srq_num()] = srq;
     ++pd->second.srq_count;
+    if (xrcd) {
+        ++xrcd->users;
+        ++xrc.cq->qp_count;
+    }
     ++keys_.srqs;
     return 0;
 }
@@ -59,8 +76,14 @@ int ContextResources::destroy_srq(uint32_t handle) {
         return EBUSY; // QPs still receive from it (ib_destroy_srq refuses)
     keys_.srqs_by_device[device_].erase(srq.srq_num());
     --pds_.at(srq.pd_handle()).srq_count;
-    if (srq.xrc_cq())
+    if (srq.xrc_cq()) {
         --srq.xrc_cq()->qp_count;
+        --xrcds_.at(srq.xrc().xrcd_handle).users;
+        // XRC targets of any context may be in a message into it: they let go first.
+        for (auto& [qpn, qp] : keys_.qps_by_device[device_])
+            if (qp->type() == transport::QpType::XrcRecv)
+                qp->transport().forget_srq(srq.queue());
+    }
     srqs_.erase(it);
     --keys_.srqs;
     return 0;
@@ -87,6 +110,68 @@ int ContextResources::detach_mcast(uint32_t qp_handle, const uint8_t* gid) {
     transport::Gid g;
     std::memcpy(g.data(), gid, g.size());
     return keys_.mcast_by_device[device_].detach(g, qp);
+}
+
+int KeySpace::open_xrc_domain(size_t device, int fd, uint32_t oflags, uint32_t& domain) {
+    struct stat st {};
+    if (fd >= 0 && ::fstat(fd, &st) != 0)
+        return EBADF;
+    if (fd >= 0) {
+        for (auto& [id, d] : xrc_domains_) {
+            if (d.device != device || !d.has_inode || d.dev != st.st_dev || d.ino != st.st_ino)
+                continue;
+            if (oflags & O_EXCL)
+                return EINVAL; // ibv_open_xrcd(3): O_EXCL fails on an existing domain
+            ++d.opened;
+            domain = id;
+            return 0;
+        }
+        if (!(oflags & O_CREAT))
+            return EINVAL; // none yet, and not asked to create one
+    }
+    XrcDomain d;
+    d.device = device;
+    d.has_inode = fd >= 0;
+    d.dev = st.st_dev;
+    d.ino = st.st_ino;
+    d.opened = 1;
+    domain = next_xrc_domain_++;
+    xrc_domains_.emplace(domain, d);
+    return 0;
+}
+
+void KeySpace::close_xrc_domain(uint32_t domain) {
+    auto it = xrc_domains_.find(domain);
+    if (it != xrc_domains_.end() && --it->second.opened == 0)
+        xrc_domains_.erase(it);
+}
+
+int ContextResources::open_xrcd(int fd, uint32_t oflags, uint32_t& handle) {
+    uint32_t domain = 0;
+    if (int err = keys_.open_xrc_domain(device_, fd, oflags, domain))
+        return err;
+    handle = next_handle_++;
+    xrcds_.emplace(handle, XrcdHandle{domain, 0});
+    return 0;
+}
+
+int ContextResources::close_xrcd(uint32_t handle) {
+    auto it = xrcds_.find(handle);
+    if (it == xrcds_.end())
+        return EINVAL;
+    if (it->second.users)
+        return EBUSY; // SRQs or target QPs still in it
+    keys_.close_xrc_domain(it->second.domain);
+    xrcds_.erase(it);
+    return 0;
+}
+
+EngineSrq* ContextResources::find_xrc_srq(uint32_t srqn, uint32_t domain) const {
+    const auto& srqs = keys_.srqs_by_device[device_];
+    auto it = srqs.find(srqn);
+    if (it == srqs.end() || !it->second->xrc_cq() || it->second->xrc().domain != domain)
+        return nullptr; // no such SRQ, a basic one, or one of another domain
+    return it->second;
 }
 
 } // namespace softhca::engine

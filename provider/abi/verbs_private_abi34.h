@@ -106,7 +106,13 @@ struct verbs_cq {
     };
 };
 
-struct verbs_xrcd;
+struct verbs_xrcd {
+    struct ibv_xrcd xrcd;
+    uint32_t comp_mask;
+    uint32_t handle;
+};
+enum { SOFTHCA_VERBS_XRCD_HANDLE = 1 << 0, SOFTHCA_VERBS_QP_XRCD = 1 << 0 };
+
 struct verbs_qp {
     union {
         struct ibv_qp qp;

@@ -72,6 +72,10 @@ struct Srq {
     uint64_t next = 0;
 };
 
+struct Xrcd {
+    verbs_xrcd vxrcd; // must be first; vxrcd.handle is the engine's
+};
+
 // An address handle lives in the provider only: its vector travels in each UD work
 // request (the engine resolves the MAC, as the kernel would at ibv_create_ah).
 struct Ah {
@@ -107,6 +111,9 @@ inline Srq* to_srq(ibv_srq* srq) {
 inline Ah* to_ah(ibv_ah* ah) {
     return reinterpret_cast<Ah*>(ah);
 }
+inline Xrcd* to_xrcd(ibv_xrcd* xrcd) {
+    return reinterpret_cast<Xrcd*>(xrcd);
+}
 
 // Sets errno and returns nullptr: how a verb that creates something reports failure.
 template <typename T> T* fail_with(int err) {
@@ -128,12 +135,17 @@ int resize_cq(ibv_cq* cq, int cqe);
 int destroy_cq(ibv_cq* cq);
 int req_notify_cq(ibv_cq* cq, int solicited_only);
 ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr);
+ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr);
 int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask);
 int query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* init_attr);
 int destroy_qp(ibv_qp* qp);
 int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr);
 int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 ibv_srq* create_srq(ibv_pd* pd, ibv_srq_init_attr* attr);
+ibv_srq* create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr);
+int get_srq_num(ibv_srq* srq, uint32_t* srq_num);
+ibv_xrcd* open_xrcd(ibv_context* context, ibv_xrcd_init_attr* attr);
+int close_xrcd(ibv_xrcd* xrcd);
 int modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int attr_mask);
 int query_srq(ibv_srq* srq, ibv_srq_attr* attr);
 int destroy_srq(ibv_srq* srq);

@@ -23,9 +23,11 @@ Qp* to_qp(ibv_qp* qp) {
     return reinterpret_cast<Qp*>(qp);
 }
 
-// The opcodes each service carries (IBTA 9.2 table 38): RC all of ours, UC sends and
-// writes, UD sends.
+// The opcodes each service carries (IBTA 9.2 table 38): RC and XRC all of ours, UC
+// sends and writes, UD sends; an XRC target sends nothing.
 bool supported_send_opcode(ibv_qp_type type, ibv_wr_opcode opcode) {
+    if (type == IBV_QPT_XRC_RECV)
+        return false;
     switch (opcode) {
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_IMM:
@@ -36,7 +38,7 @@ bool supported_send_opcode(ibv_qp_type type, ibv_wr_opcode opcode) {
     case IBV_WR_RDMA_READ:
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
-        return type == IBV_QPT_RC;
+        return type == IBV_QPT_RC || type == IBV_QPT_XRC_SEND;
     default:
         return false;
     }
@@ -102,28 +104,35 @@ void fill_attributes(const ibv_qp_attr& in, int mask, di::QpAttributes& out) {
 
 } // namespace
 
-ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
-    if (!attr || !attr->send_cq || !attr->recv_cq)
+namespace {
+
+// Creates a QP of any type in the engine and maps its work queues. `pd` is null for an
+// XRC target, `xrcd` null for every other type. What was granted goes back into
+// attr.cap, as the verbs do.
+ibv_qp* create_queue_pair(ibv_context* context, ibv_pd* pd, ibv_xrcd* xrcd,
+                          ibv_qp_init_attr_ex& attr) {
+    const bool sends = attr.qp_type != IBV_QPT_XRC_RECV;
+    const bool receives = attr.qp_type != IBV_QPT_XRC_RECV && attr.qp_type != IBV_QPT_XRC_SEND;
+    auto foreign = [&](auto* object) { return object && object->context != context; };
+    if ((sends && (!pd || !attr.send_cq)) || (receives && !attr.recv_cq) ||
+        (attr.qp_type == IBV_QPT_XRC_RECV && !xrcd) || foreign(pd) || foreign(attr.send_cq) ||
+        foreign(attr.recv_cq) || foreign(attr.srq) || foreign(xrcd))
         return fail_with<ibv_qp>(EINVAL);
-    if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC && attr->qp_type != IBV_QPT_UD)
-        return fail_with<ibv_qp>(EOPNOTSUPP); // XRC QPs come through ibv_create_qp_ex
-    if (attr->send_cq->context != pd->context || attr->recv_cq->context != pd->context ||
-        (attr->srq && attr->srq->context != pd->context))
-        return fail_with<ibv_qp>(EINVAL);
-    ContextState& state = state_of(pd->context);
+    ContextState& state = state_of(context);
     auto* qp = new (std::nothrow) Qp{};
     if (!qp)
         return fail_with<ibv_qp>(ENOMEM);
     di::CreateQpRequest request{};
     request.user_handle = reinterpret_cast<uintptr_t>(&qp->vqp.qp);
-    request.pd_handle = to_pd(pd)->handle;
-    request.send_cq_handle = to_cq(attr->send_cq)->handle;
-    request.recv_cq_handle = to_cq(attr->recv_cq)->handle;
-    request.qp_type = attr->qp_type;
-    request.sq_sig_all = attr->sq_sig_all ? 1 : 0;
-    request.srq_handle = attr->srq ? to_srq(attr->srq)->handle : 0;
-    request.caps = {attr->cap.max_send_wr,  attr->cap.max_recv_wr,     attr->cap.max_send_sge,
-                    attr->cap.max_recv_sge, attr->cap.max_inline_data, 0};
+    request.pd_handle = pd ? to_pd(pd)->handle : 0;
+    request.send_cq_handle = sends ? to_cq(attr.send_cq)->handle : 0;
+    request.recv_cq_handle = receives ? to_cq(attr.recv_cq)->handle : 0;
+    request.qp_type = attr.qp_type;
+    request.sq_sig_all = attr.sq_sig_all ? 1 : 0;
+    request.srq_handle = attr.srq ? to_srq(attr.srq)->handle : 0;
+    request.xrcd_handle = xrcd ? to_xrcd(xrcd)->vxrcd.handle : 0;
+    request.caps = {attr.cap.max_send_wr,  attr.cap.max_recv_wr,     attr.cap.max_send_sge,
+                    attr.cap.max_recv_sge, attr.cap.max_inline_data, 0};
     di::CreateQpReply reply{};
     if (int err = call_for_ring(
             state.control, di::Opcode::CreateQp, request, reply, qp->ring, map_work_ring,
@@ -135,30 +144,73 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
     qp->ring_bytes = reply.ring_bytes;
     qp->caps = reply.caps;
     qp->doorbell_fd = state.doorbell_fd;
-    // The verbs report what was granted back through the caller's attributes.
-    attr->cap.max_send_wr = reply.caps.max_send_wr;
-    attr->cap.max_send_sge = reply.caps.max_send_sge;
-    if (!attr->srq) {
-        attr->cap.max_recv_wr = reply.caps.max_recv_wr;
-        attr->cap.max_recv_sge = reply.caps.max_recv_sge;
+    attr.cap.max_send_wr = reply.caps.max_send_wr;
+    attr.cap.max_send_sge = reply.caps.max_send_sge;
+    if (!attr.srq) {
+        attr.cap.max_recv_wr = reply.caps.max_recv_wr;
+        attr.cap.max_recv_sge = reply.caps.max_recv_sge;
     }
-    attr->cap.max_inline_data = reply.caps.max_inline_data;
+    attr.cap.max_inline_data = reply.caps.max_inline_data;
 
     ibv_qp& q = qp->vqp.qp;
-    q.context = pd->context;
-    q.qp_context = attr->qp_context;
+    q.context = context;
+    q.qp_context = attr.qp_context;
     q.pd = pd;
-    q.send_cq = attr->send_cq;
-    q.recv_cq = attr->recv_cq;
-    q.srq = attr->srq;
+    q.send_cq = attr.send_cq;
+    q.recv_cq = attr.recv_cq;
+    q.srq = attr.srq;
     q.handle = reply.qp_handle;
     q.qp_num = reply.qp_num;
     q.state = IBV_QPS_RESET;
-    q.qp_type = attr->qp_type;
+    q.qp_type = attr.qp_type;
     pthread_mutex_init(&q.mutex, nullptr);
     pthread_cond_init(&q.cond, nullptr);
     q.events_completed = 0;
+    if (xrcd) {
+        qp->vqp.comp_mask = SOFTHCA_VERBS_QP_XRCD;
+        qp->vqp.xrcd = &to_xrcd(xrcd)->vxrcd;
+    }
     return &q;
+}
+
+bool supported_qp_type(ibv_qp_type type) {
+    return type == IBV_QPT_RC || type == IBV_QPT_UC || type == IBV_QPT_UD ||
+           type == IBV_QPT_XRC_SEND || type == IBV_QPT_XRC_RECV;
+}
+
+} // namespace
+
+ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
+    // ibv_create_qp, and ibv_create_qp_ex with only a PD (libibverbs routes that here).
+    if (!attr)
+        return fail_with<ibv_qp>(EINVAL);
+    if (!supported_qp_type(attr->qp_type) || attr->qp_type == IBV_QPT_XRC_RECV)
+        return fail_with<ibv_qp>(EOPNOTSUPP); // XRC targets have an XRCD, not a PD
+    ibv_qp_init_attr_ex ex{};
+    std::memcpy(&ex, attr, sizeof(*attr)); // the leading fields of the _ex form
+    ibv_qp* qp = create_queue_pair(pd->context, pd, nullptr, ex);
+    if (qp)
+        attr->cap = ex.cap;
+    return qp;
+}
+
+ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
+    if (!attr)
+        return fail_with<ibv_qp>(EINVAL);
+    constexpr uint32_t kKnown = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD |
+                                IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    if ((attr->comp_mask & ~kKnown) ||
+        ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags))
+        return fail_with<ibv_qp>(EOPNOTSUPP); // no create flags (scatter FCS, ...) here
+    if ((attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && attr->send_ops_flags)
+        return fail_with<ibv_qp>(EOPNOTSUPP); // the ibv_wr_* API comes with its own issue
+    if (!supported_qp_type(attr->qp_type))
+        return fail_with<ibv_qp>(EOPNOTSUPP);
+    ibv_pd* pd = attr->comp_mask & IBV_QP_INIT_ATTR_PD ? attr->pd : nullptr;
+    ibv_xrcd* xrcd = attr->comp_mask & IBV_QP_INIT_ATTR_XRCD ? attr->xrcd : nullptr;
+    if ((attr->qp_type == IBV_QPT_XRC_RECV) != (xrcd != nullptr))
+        return fail_with<ibv_qp>(EINVAL); // an XRCD for XRC targets, and for them only
+    return create_queue_pair(context, pd, xrcd, *attr);
 }
 
 int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int attr_mask) {
@@ -281,6 +333,8 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
             h.remote_addr = wr->wr.rdma.remote_addr;
             h.rkey = wr->wr.rdma.rkey;
         }
+        if (ibqp->qp_type == IBV_QPT_XRC_SEND)
+            h.remote_srqn = wr->qp_type.xrc.remote_srqn;
         uint8_t* payload = slot + sizeof(h);
         if (wr->send_flags & IBV_SEND_INLINE) {
             // Inline data is copied now: the buffer may be reused as soon as we return.
@@ -318,9 +372,9 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
 
 int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     Qp* qp = to_qp(ibqp);
-    if (ibqp->state == IBV_QPS_RESET || ibqp->srq) {
+    if (ibqp->state == IBV_QPS_RESET || qp->caps.max_recv_wr == 0) {
         *bad_wr = wr;
-        return EINVAL; // receives may be posted from INIT on, to a QP's own queue
+        return EINVAL; // from INIT on, to a QP's own queue (not an SRQ's, not XRC)
     }
     std::lock_guard<std::mutex> lock(qp->rq_lock);
     return post_receive_requests(qp->ring, qp->rq_next, qp->caps.max_recv_sge, qp->doorbell_fd, wr,

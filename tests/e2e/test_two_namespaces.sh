@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Two hosts on one machine (tools/netns-pair.sh): two namespaces joined by a veth pair,
 # an engine in each on a DPDK af_packet port. ibv_rc_pingpong at every size, the eight
-# perftest RC tools, the UC/UD/SRQ pingpongs and perftest over UD, UC and an SRQ run
+# perftest RC tools, the UC/UD/SRQ/XRC pingpongs and perftest over UD, UC, XRC and an SRQ run
 # between them, over a real kernel link; then again with 1%
 # loss, duplication and reordering injected at both engines' ports: ib_write_bw,
 # ib_read_bw and ib_send_bw complete and ibv_rc_pingpong's data checks (-c) pass, with
@@ -28,8 +28,10 @@ done
 # The veth MTU is 1500, so the path MTU is 1024: UD messages go up to that.
 "$here/test_pingpong.sh" ibv_ud_pingpong 512 1024 || fail "ibv_ud_pingpong across namespaces"
 "$here/test_pingpong.sh" ibv_srq_pingpong 4096 65536 || fail "ibv_srq_pingpong across namespaces"
+"$here/test_pingpong.sh" ibv_xsrq_pingpong 4096 65536 ||
+    fail "ibv_xsrq_pingpong across namespaces"
 for run in "ib_send_bw -c UD" "ib_send_lat -c UD" "ib_send_bw -c UC" "ib_write_bw -c UC" \
-    "ib_send_lat -c UC" "ib_send_bw --use-srq"; do
+    "ib_send_lat -c UC" "ib_send_bw --use-srq" "ib_send_bw -c XRC" "ib_write_bw -c XRC"; do
     # shellcheck disable=SC2086 # the tool and its arguments
     "$here/test_perftest.sh" $run | tail -2 || fail "$run across namespaces"
 done

@@ -15,7 +15,7 @@
 
 namespace {
 
-std::string device_name(int n) {
+inline std::string device_name(int n) {
     const char* prefix = std::getenv("SOFTHCA_PREFIX");
     return std::string(prefix && *prefix ? prefix : "softhca") + std::to_string(n);
 }
@@ -40,7 +40,7 @@ struct Device {
     }
 };
 
-Device& dev(int n) {
+inline Device& dev(int n) {
     static std::unique_ptr<Device> devices[2];
     if (!devices[n])
         devices[n] = std::make_unique<Device>(n);
@@ -63,16 +63,16 @@ struct Buffer {
 constexpr int kAllAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                            IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
 
-uint8_t pattern(uint64_t seed, size_t i) {
+inline uint8_t pattern(uint64_t seed, size_t i) {
     return static_cast<uint8_t>((seed * 131 + i * 7 + (i >> 9)) ^ 0xa5);
 }
 
-void fill(Buffer& b, uint64_t seed, size_t offset, size_t length) {
+inline void fill(Buffer& b, uint64_t seed, size_t offset, size_t length) {
     for (size_t i = 0; i < length; ++i)
         b.bytes[offset + i] = pattern(seed, i);
 }
 
-bool matches(const Buffer& b, uint64_t seed, size_t offset, size_t length) {
+inline bool matches(const Buffer& b, uint64_t seed, size_t offset, size_t length) {
     for (size_t i = 0; i < length; ++i)
         if (b.bytes[offset + i] != pattern(seed, i))
             return false;
@@ -86,10 +86,10 @@ struct Path {
     uint8_t timeout = 14;
 };
 
-// RESET -> INIT -> RTR -> RTS for a connected QP (RC, or UC: the attributes each state
+// RESET -> INIT -> RTR -> RTS for a connected QP (RC, XRC or UC: the attributes each state
 // requires of its type) towards remote_qpn at remote_gid, PSNs near the wrap.
-void connect(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& remote_gid, Path path = {}) {
-    const bool rc = qp->qp_type == IBV_QPT_RC;
+inline void connect(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& remote_gid, Path path = {}) {
+    const bool rc = qp->qp_type != IBV_QPT_UC; // RC or XRC: RC's attributes serve both
     ibv_qp_attr a{};
     a.qp_state = IBV_QPS_INIT;
     a.port_num = 1;
@@ -125,7 +125,7 @@ void connect(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& remote_gid, Path pa
 }
 
 // Polls until `count` completions arrived on the device's CQ (bounded in time).
-std::vector<ibv_wc> wait_completions(Device& d, size_t count, int seconds = 30) {
+inline std::vector<ibv_wc> wait_completions(Device& d, size_t count, int seconds = 30) {
     std::vector<ibv_wc> out;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
     while (out.size() < count && std::chrono::steady_clock::now() < deadline) {
@@ -139,7 +139,7 @@ std::vector<ibv_wc> wait_completions(Device& d, size_t count, int seconds = 30) 
 }
 
 // Waits (bounded) for the next async event of a device and checks it.
-void expect_async_event(Device& d, ibv_event_type type, const void* element) {
+inline void expect_async_event(Device& d, ibv_event_type type, const void* element) {
     pollfd pfd{d.context->async_fd, POLLIN, 0};
     REQUIRE(poll(&pfd, 1, 5000) == 1);
     ibv_async_event event{};
@@ -156,7 +156,8 @@ void expect_async_event(Device& d, ibv_event_type type, const void* element) {
 
 // A signaled work request of `opcode` over `num_sge` SGEs at `sge`; the caller adds the
 // remote address, immediate data, atomic operands or UD address.
-ibv_send_wr signaled_wr(ibv_wr_opcode opcode, ibv_sge* sge, int num_sge = 1, uint64_t id = 0) {
+inline ibv_send_wr signaled_wr(ibv_wr_opcode opcode, ibv_sge* sge, int num_sge = 1,
+                               uint64_t id = 0) {
     ibv_send_wr wr{};
     wr.wr_id = id;
     wr.opcode = opcode;
@@ -166,12 +167,12 @@ ibv_send_wr signaled_wr(ibv_wr_opcode opcode, ibv_sge* sge, int num_sge = 1, uin
     return wr;
 }
 
-void post(ibv_qp* qp, ibv_send_wr& wr) {
+inline void post(ibv_qp* qp, ibv_send_wr& wr) {
     ibv_send_wr* bad = nullptr;
     REQUIRE(ibv_post_send(qp, &wr, &bad) == 0);
 }
 
-void post_recv(ibv_qp* qp, uint64_t id, ibv_sge* sge, int num_sge) {
+inline void post_recv(ibv_qp* qp, uint64_t id, ibv_sge* sge, int num_sge) {
     ibv_recv_wr wr{};
     wr.wr_id = id;
     wr.sg_list = sge;

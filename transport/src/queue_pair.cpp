@@ -254,8 +254,9 @@ void QueuePair::enter_error(WcStatus cause, bool detected_by_responder) {
     if (state_ == QpState::Error)
         return;
     state_ = QpState::Error;
-    flush_all();
+    // The error is reported first; flushing follows (and, on an SRQ, LAST_WQE_REACHED).
     sink_.qp_error(cause, detected_by_responder);
+    flush_all();
 }
 
 void QueuePair::enter_send_queue_error() {

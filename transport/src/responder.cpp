@@ -49,6 +49,18 @@ bool QueuePair::select_xrc_srq(const IbPacket& packet, uint32_t psn) {
     return true;
 }
 
+void QueuePair::forget_srq(ReceiveQueue& srq) {
+    if (rq_ != &srq)
+        return;
+    // A message in progress into it cannot complete: its later packets find no SRQ
+    // memory, and replays of reads from it are not served.
+    rq_ = &own_rq_;
+    in_progress_ = OpKind::Invalid;
+    for (auto& r : resources_)
+        if (r.memory == &srq.memory())
+            r = ResponderResource{};
+}
+
 bool QueuePair::payload_length_valid(const IbPacket& packet) const {
     // Payload sizes (9.7.5.1.4): first and middle packets are exactly one path MTU,
     // last and only packets at most one.

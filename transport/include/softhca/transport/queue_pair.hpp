@@ -101,6 +101,8 @@ class QueuePair {
     void use_srq(ReceiveQueue& srq) { rq_ = &srq; }
     // XRC target: each message's XRCETH names its SRQ, found here.
     void use_srq_directory(SrqDirectory& srqs) { srqs_ = &srqs; }
+    // XRC target: `srq` is being destroyed; nothing may refer to it any more.
+    void forget_srq(ReceiveQueue& srq);
     bool has_srq() const { return rq_ != &own_rq_ || service_ == Service::XRC; }
 
     uint32_t qp_num() const { return qp_num_; }

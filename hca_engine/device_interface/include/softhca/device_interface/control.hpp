@@ -39,6 +39,8 @@ enum class Opcode : uint16_t {
     DestroySrq = 20,
     AttachMcast = 21,
     DetachMcast = 22,
+    OpenXrcd = 23,  // OpenXrcdRequest, reply HandleReply
+    CloseXrcd = 24, // HandleRequest
 };
 
 struct MessageHeader {
@@ -373,6 +375,16 @@ struct QuerySrqReply {
     uint32_t reserved;
 };
 static_assert(sizeof(QuerySrqReply) == 40);
+
+// ibv_open_xrcd: sent with an SCM_RIGHTS fd when the domain is named by a file (its
+// inode is the domain's name, shared by every process that opens it); without one a new
+// anonymous domain is made. oflags: O_CREAT and O_EXCL as ibv_open_xrcd(3) has them.
+struct OpenXrcdRequest {
+    MessageHeader header;
+    uint32_t oflags;
+    uint32_t with_fd; // 1 when an fd comes along
+};
+static_assert(sizeof(OpenXrcdRequest) == 24);
 
 // ibv_attach_mcast / ibv_detach_mcast.
 struct McastRequest {
