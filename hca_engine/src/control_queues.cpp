@@ -22,16 +22,26 @@ bool ControlServer::dispatch_qp(Connection& c, const di::MessageHeader& header, 
                                 size_t size) {
     ContextResources& res = *c.resources;
     switch (static_cast<di::Opcode>(header.opcode)) {
-    case di::Opcode::CreateQp: {
-        const auto* request = as<di::CreateQpRequest>(message, size);
-        if (!request)
-            break;
+    case di::Opcode::CreateQp:
+    case di::Opcode::OpenQp: {
+        // Both answer with the QP's handle here, its number, caps and ring.
         EngineQp* qp = nullptr;
         di::CreateQpReply r{};
         r.reply.header = reply_header(header, sizeof(r));
-        r.reply.status = res.create_qp(*request, port_of(c), qp);
+        if (static_cast<di::Opcode>(header.opcode) == di::Opcode::CreateQp) {
+            const auto* request = as<di::CreateQpRequest>(message, size);
+            if (!request)
+                break;
+            r.reply.status = res.create_qp(*request, port_of(c), qp);
+            if (qp)
+                r.qp_handle = qp->handle();
+        } else {
+            const auto* request = as<di::OpenQpRequest>(message, size);
+            if (!request)
+                break;
+            r.reply.status = res.open_qp(request->qp_num, request->xrcd_handle, r.qp_handle, qp);
+        }
         if (qp) {
-            r.qp_handle = qp->handle();
             r.qp_num = qp->qp_num();
             r.caps = qp->caps();
             r.ring_bytes = qp->ring_bytes();

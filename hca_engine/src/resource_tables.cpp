@@ -72,9 +72,12 @@ ContextResources::ContextResources(pid_t owner, KeySpace& keys, size_t device)
 }
 
 ContextResources::~ContextResources() {
-    // QPs go first: they point at this context's CQs and MRs.
+    // QPs go first: they point at this context's CQs and MRs. Handles opened here close,
+    // and QPs made here go even if other contexts opened them.
+    while (!opened_.empty())
+        close_opened(opened_.begin()->first);
     while (!qps_.empty())
-        destroy_qp(qps_.begin()->first);
+        destroy_owned_qp(qps_.begin());
     while (!srqs_.empty())
         destroy_srq(srqs_.begin()->first);
     while (!xrcds_.empty())
@@ -221,6 +224,8 @@ const MemoryRegion* ContextResources::find_mr_by_key(uint32_t key) const {
 }
 
 EngineQp* ContextResources::find_qp(uint32_t handle) {
+    if (auto opened = opened_.find(handle); opened != opened_.end())
+        return opened->second.qp;
     auto it = qps_.find(handle);
     return it == qps_.end() ? nullptr : it->second.get();
 }
@@ -320,10 +325,29 @@ int ContextResources::create_qp(const di::CreateQpRequest& request, const PortIn
 }
 
 int ContextResources::destroy_qp(uint32_t handle) {
+    if (opened_.count(handle)) {
+        close_opened(handle);
+        return 0;
+    }
     auto it = qps_.find(handle);
     if (it == qps_.end())
         return EINVAL;
+    if (keys_.opened_qps.count(it->second.get()))
+        return EBUSY; // other contexts still hold it open
+    destroy_owned_qp(it);
+    return 0;
+}
+
+void ContextResources::destroy_owned_qp(
+    std::map<uint32_t, std::unique_ptr<EngineQp>>::iterator it) {
     EngineQp& qp = *it->second;
+    // Handles others opened go with it.
+    auto [first, last] = keys_.opened_qps.equal_range(&qp);
+    std::vector<std::pair<ContextResources*, uint32_t>> openers;
+    for (auto o = first; o != last; ++o)
+        openers.push_back(o->second);
+    for (auto [context, opened] : openers)
+        context->close_opened(opened);
     const QpBinding& b = qp.binding();
     keys_.qps_by_device[device_].erase(qp.qp_num());
     if (b.pd_handle)
@@ -339,7 +363,40 @@ int ContextResources::destroy_qp(uint32_t handle) {
     keys_.mcast_by_device[device_].detach_all(&qp);
     qps_.erase(it);
     --keys_.qps;
+}
+
+int ContextResources::open_qp(uint32_t qp_num, uint32_t xrcd_handle, uint32_t& handle,
+                              EngineQp*& qp) {
+    auto xrcd = xrcds_.find(xrcd_handle);
+    if (xrcd == xrcds_.end())
+        return EINVAL;
+    const auto& qps = keys_.qps_by_device[device_];
+    auto target = qps.find(qp_num);
+    // ibv_open_qp(3): an XRC target QP of the same XRC domain.
+    if (target == qps.end() || target->second->type() != transport::QpType::XrcRecv ||
+        target->second->binding().xrc_domain != xrcd->second.domain)
+        return EINVAL;
+    qp = target->second;
+    handle = next_handle_++;
+    opened_[handle] = {qp, xrcd_handle};
+    ++xrcd->second.users;
+    keys_.opened_qps.emplace(qp, std::make_pair(this, handle));
     return 0;
+}
+
+void ContextResources::close_opened(uint32_t handle) {
+    auto it = opened_.find(handle);
+    if (it == opened_.end())
+        return;
+    auto [first, last] = keys_.opened_qps.equal_range(it->second.qp);
+    for (auto o = first; o != last; ++o) {
+        if (o->second.first == this && o->second.second == handle) {
+            keys_.opened_qps.erase(o);
+            break;
+        }
+    }
+    --xrcds_.at(it->second.xrcd_handle).users;
+    opened_.erase(it);
 }
 
 } // namespace softhca::engine

@@ -19,6 +19,7 @@ namespace softhca::engine {
 
 class EngineQp;
 class EngineSrq;
+class ContextResources;
 struct PortInfo;
 
 // Engine-wide accounting: unique MR keys, QP numbers, the QPs of each device by number
@@ -43,6 +44,9 @@ class KeySpace {
     // Returns 0 or EINVAL (no such domain without O_CREAT, or one exists with O_EXCL).
     int open_xrc_domain(size_t device, int fd, uint32_t oflags, uint32_t& domain);
     void close_xrc_domain(uint32_t domain);
+    // XRC target QPs opened by other contexts (ibv_open_qp): the QP, the opener and the
+    // opener's handle.
+    std::multimap<const EngineQp*, std::pair<ContextResources*, uint32_t>> opened_qps;
 
   private:
     uint32_t next_index_ = 1;
@@ -108,8 +112,14 @@ class ContextResources {
     // On success `qp` points at the new QP (its ring fd is sent to the provider).
     int create_qp(const device_interface::CreateQpRequest& request, const PortInfo& port,
                   EngineQp*& qp);
+    // Destroys a QP, or closes a handle ibv_open_qp gave. The creator of an XRC target
+    // others have opened gets EBUSY (its handle goes only with its context, which closes
+    // theirs too).
     int destroy_qp(uint32_t handle);
+    // The QP of a handle, created here or opened here.
     EngineQp* find_qp(uint32_t handle);
+    // ibv_open_qp: a handle to the XRC target `qp_num` of this context's domain `xrcd`.
+    int open_qp(uint32_t qp_num, uint32_t xrcd_handle, uint32_t& handle, EngineQp*& qp);
     // Shared receive queues (resource_tables_srq.cpp). On success `srq` points at the
     // SRQ whose ring fd goes to the provider.
     int create_srq(const device_interface::CreateSrqRequest& request, EngineSrq*& srq);
@@ -156,6 +166,13 @@ class ContextResources {
         uint32_t users = 0; // SRQs and target QPs made in it through this handle
     };
     std::map<uint32_t, XrcdHandle> xrcds_;
+    struct OpenedQp {
+        EngineQp* qp = nullptr;
+        uint32_t xrcd_handle = 0;
+    };
+    std::map<uint32_t, OpenedQp> opened_; // handles from ibv_open_qp
+    void close_opened(uint32_t handle);
+    void destroy_owned_qp(std::map<uint32_t, std::unique_ptr<EngineQp>>::iterator it);
 };
 
 // The slot count for a CQ of at least `cqe` usable entries (one slot stays spare, as

@@ -82,6 +82,7 @@ const verbs_context_ops kContextOps = [] {
     ops.open_xrcd = open_xrcd;
     ops.close_xrcd = close_xrcd;
     ops.create_qp_ex = create_qp_ex;
+    ops.open_qp = open_qp;
     ops.modify_srq = modify_srq;
     ops.query_srq = query_srq;
     ops.destroy_srq = destroy_srq;

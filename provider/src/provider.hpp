@@ -136,6 +136,7 @@ int destroy_cq(ibv_cq* cq);
 int req_notify_cq(ibv_cq* cq, int solicited_only);
 ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr);
 ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr);
+ibv_qp* open_qp(ibv_context* context, ibv_qp_open_attr* attr);
 int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask);
 int query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* init_attr);
 int destroy_qp(ibv_qp* qp);

@@ -213,6 +213,52 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     return create_queue_pair(context, pd, xrcd, *attr);
 }
 
+ibv_qp* open_qp(ibv_context* context, ibv_qp_open_attr* attr) {
+    // ibv_open_qp(3): another handle to an XRC target QP of one of our XRC domains.
+    constexpr uint32_t kRequired =
+        IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE;
+    if (!attr || (attr->comp_mask & kRequired) != kRequired || !attr->xrcd ||
+        attr->xrcd->context != context)
+        return fail_with<ibv_qp>(EINVAL);
+    if ((attr->comp_mask & ~(kRequired | IBV_QP_OPEN_ATTR_CONTEXT)) ||
+        attr->qp_type != IBV_QPT_XRC_RECV)
+        return fail_with<ibv_qp>(EOPNOTSUPP);
+    ContextState& state = state_of(context);
+    auto* qp = new (std::nothrow) Qp{};
+    if (!qp)
+        return fail_with<ibv_qp>(ENOMEM);
+    di::OpenQpRequest request{};
+    request.user_handle = reinterpret_cast<uintptr_t>(&qp->vqp.qp);
+    request.qp_num = attr->qp_num;
+    request.xrcd_handle = to_xrcd(attr->xrcd)->vxrcd.handle;
+    di::CreateQpReply reply{};
+    if (int err = call_for_ring(
+            state.control, di::Opcode::OpenQp, request, reply, qp->ring, map_work_ring,
+            [&] { state.control.destroy(di::Opcode::DestroyQp, reply.qp_handle); })) {
+        delete qp;
+        return fail_with<ibv_qp>(err);
+    }
+    qp->handle = reply.qp_handle;
+    qp->ring_bytes = reply.ring_bytes;
+    qp->caps = reply.caps;
+    qp->doorbell_fd = state.doorbell_fd;
+    ibv_qp& q = qp->vqp.qp;
+    q.context = context;
+    q.qp_context = attr->comp_mask & IBV_QP_OPEN_ATTR_CONTEXT ? attr->qp_context : nullptr;
+    q.handle = reply.qp_handle;
+    q.qp_num = reply.qp_num;
+    q.qp_type = IBV_QPT_XRC_RECV;
+    pthread_mutex_init(&q.mutex, nullptr);
+    pthread_cond_init(&q.cond, nullptr);
+    qp->vqp.comp_mask = SOFTHCA_VERBS_QP_XRCD;
+    qp->vqp.xrcd = &to_xrcd(attr->xrcd)->vxrcd;
+    // The QP may be anywhere in its life already.
+    ibv_qp_attr now{};
+    ibv_qp_init_attr init{};
+    q.state = query_qp(&q, &now, IBV_QP_STATE, &init) == 0 ? now.qp_state : IBV_QPS_UNKNOWN;
+    return &q;
+}
+
 int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int attr_mask) {
     Qp* qp = to_qp(ibqp);
     di::ModifyQpRequest request{};

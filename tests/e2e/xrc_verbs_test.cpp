@@ -171,6 +171,34 @@ TEST_CASE("XRC: a file names one domain across contexts; the SRQ is chosen per m
     CHECK(matches(dst, 7, 4096, 3000));
     CHECK(matches(dst, 7, 0, 1000));
 
+    // ibv_open_qp: the first context opens the target made by the other, through its own
+    // handle of the same domain; a stranger's domain or a QP that is no target is EINVAL.
+    ibv_qp_open_attr open_attr{};
+    open_attr.comp_mask = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE;
+    open_attr.qp_num = target->qp_num;
+    open_attr.xrcd = mine;
+    open_attr.qp_type = IBV_QPT_XRC_RECV;
+    ibv_qp* opened = ibv_open_qp(dev(1).context, &open_attr);
+    REQUIRE(opened);
+    CHECK(opened->qp_num == target->qp_num);
+    CHECK(opened->state == IBV_QPS_RTS);
+    ibv_qp_attr qattr{};
+    ibv_qp_init_attr qinit{};
+    REQUIRE(ibv_query_qp(opened, &qattr, IBV_QP_STATE, &qinit) == 0);
+    CHECK(qattr.qp_state == IBV_QPS_RTS);
+    CHECK(qinit.qp_type == IBV_QPT_XRC_RECV);
+    open_attr.xrcd = stranger;
+    errno = 0;
+    CHECK(ibv_open_qp(dev(1).context, &open_attr) == nullptr);
+    CHECK(errno == EINVAL);
+    open_attr.xrcd = mine;
+    open_attr.qp_num = initiator->qp_num; // on the other device, and no target
+    errno = 0;
+    CHECK(ibv_open_qp(dev(1).context, &open_attr) == nullptr);
+    CHECK(errno == EINVAL);
+    CHECK(ibv_destroy_qp(target) == EBUSY); // still open in another context
+    CHECK(ibv_destroy_qp(opened) == 0);     // closes that handle only
+
     // An SRQ of another domain: the target refuses (remote invalid request) and its QP
     // reports the error to its own context.
     send_to_srq(initiator, src, 100, srq_num(foreign), 12);

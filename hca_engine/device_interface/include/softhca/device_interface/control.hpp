@@ -41,6 +41,7 @@ enum class Opcode : uint16_t {
     DetachMcast = 22,
     OpenXrcd = 23,  // OpenXrcdRequest, reply HandleReply
     CloseXrcd = 24, // HandleRequest
+    OpenQp = 25,    // OpenQpRequest, reply CreateQpReply with the QP's ring fd
 };
 
 struct MessageHeader {
@@ -385,6 +386,16 @@ struct OpenXrcdRequest {
     uint32_t with_fd; // 1 when an fd comes along
 };
 static_assert(sizeof(OpenXrcdRequest) == 24);
+
+// ibv_open_qp: another handle to an XRC target QP of the same XRC domain. The handle
+// is closed with DestroyQp.
+struct OpenQpRequest {
+    MessageHeader header;
+    uint64_t user_handle; // the opener's ibv_qp
+    uint32_t qp_num;
+    uint32_t xrcd_handle;
+};
+static_assert(sizeof(OpenQpRequest) == 32);
 
 // ibv_attach_mcast / ibv_detach_mcast.
 struct McastRequest {
