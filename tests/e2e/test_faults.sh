@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The built-in wire with a fault injector on both ports. First 1% drop plus 1%
-# duplication and 1% reordering (and a little corruption): ib_write_bw, ib_read_bw and
-# ib_send_bw complete, and the RC data-integrity and atomics tests pass with every byte
-# checked. Then corruption alone: the ICRC rejects every corrupted frame and the same
-# byte-checking tests pass.
-#   test_faults.sh RC_VERBS_TEST
+# duplication and 1% reordering (and a little corruption): ib_write_bw, ib_read_bw,
+# ib_send_bw and ib_send_bw over an SRQ complete, the RC data-integrity and atomics tests
+# pass with every byte checked, and UC and UD deliver only whole messages. Then
+# corruption alone: the ICRC rejects every corrupted frame and the same byte-checking
+# tests pass.
+#   test_faults.sh RC_VERBS_TEST UD_SRQ_VERBS_TEST
 source "$(dirname "$0")/lib.sh"
 RC_VERBS_TEST=${1:?path to rc_verbs_test}
 UD_SRQ_VERBS_TEST=${2:?path to ud_srq_verbs_test}
@@ -13,14 +14,15 @@ server_out=$(mktemp)
 
 run_perftest() {
     local tool=$1 port=$((30000 + RANDOM % 20000))
+    shift
     "$SOFTHCA" exec -- timeout 120 "$tool" -d "${SOFTHCA_PREFIX}0" -x 0 -p "$port" -n 500 \
-        -s 16384 >"$server_out" 2>&1 &
+        -s 16384 "$@" >"$server_out" 2>&1 &
     local server=$!
     wait_listening "$port" || fail "$tool server did not start: $(cat "$server_out")"
     out=$("$SOFTHCA" exec -- timeout 120 "$tool" -d "${SOFTHCA_PREFIX}1" -x 0 -p "$port" -n 500 \
-        -s 16384 127.0.0.1 2>&1) || fail "$tool failed under faults: $out"$'\n'"$("$SOFTHCA" status)"
+        -s 16384 "$@" 127.0.0.1 2>&1) || fail "$tool failed under faults: $out"$'\n'"$("$SOFTHCA" status)"
     wait "$server" || fail "$tool server failed under faults: $(cat "$server_out")"
-    echo "$tool under faults: $(grep -E '^ +16384' <<<"$out")"
+    echo "$tool $* under faults: $(grep -E '^ +16384' <<<"$out")"
 }
 
 # Sums a counter over both ports of `softhca status`.
@@ -33,6 +35,7 @@ port_total() {
 for tool in ib_write_bw ib_read_bw ib_send_bw; do
     run_perftest "$tool"
 done
+run_perftest ib_send_bw --use-srq # RC over an SRQ: every message (send_bw waits for each)
 "$SOFTHCA" exec -- env SOFTHCA_PREFIX="$SOFTHCA_PREFIX" timeout 300 "$RC_VERBS_TEST" ||
     fail "RC data integrity under loss, duplication and reordering"
 out=$("$SOFTHCA" exec -- env SOFTHCA="$SOFTHCA" SOFTHCA_PREFIX="$SOFTHCA_PREFIX" timeout 300 \
