@@ -106,6 +106,39 @@ void fill_attributes(const ibv_qp_attr& in, int mask, di::QpAttributes& out) {
 
 namespace {
 
+// Asks the engine for a QP handle (CreateQp or OpenQp; `request` gets the new ibv_qp as
+// its user handle, the element of its async events), maps its work queues and fills the
+// ibv_qp fields every QP has. nullptr, errno set, on failure.
+template <typename Request>
+Qp* engine_qp(ibv_context* context, di::Opcode opcode, Request& request, ibv_qp_type type) {
+    ContextState& state = state_of(context);
+    auto* qp = new (std::nothrow) Qp{};
+    if (!qp)
+        return fail_with<Qp>(ENOMEM);
+    request.user_handle = reinterpret_cast<uintptr_t>(&qp->vqp.qp);
+    di::CreateQpReply reply{};
+    if (int err =
+            call_for_ring(state.control, opcode, request, reply, qp->ring, map_work_ring,
+                          [&] { state.control.destroy(di::Opcode::DestroyQp, reply.qp_handle); })) {
+        delete qp;
+        return fail_with<Qp>(err);
+    }
+    qp->handle = reply.qp_handle;
+    qp->ring_bytes = reply.ring_bytes;
+    qp->caps = reply.caps;
+    qp->doorbell_fd = state.doorbell_fd;
+    ibv_qp& q = qp->vqp.qp;
+    q.context = context;
+    q.handle = reply.qp_handle;
+    q.qp_num = reply.qp_num;
+    q.state = IBV_QPS_RESET;
+    q.qp_type = type;
+    pthread_mutex_init(&q.mutex, nullptr);
+    pthread_cond_init(&q.cond, nullptr);
+    q.events_completed = 0;
+    return qp;
+}
+
 // Creates a QP of any type in the engine and maps its work queues. `pd` is null for an
 // XRC target, `xrcd` null for every other type. What was granted goes back into
 // attr.cap, as the verbs do.
@@ -118,12 +151,7 @@ ibv_qp* create_queue_pair(ibv_context* context, ibv_pd* pd, ibv_xrcd* xrcd,
         (attr.qp_type == IBV_QPT_XRC_RECV && !xrcd) || foreign(pd) || foreign(attr.send_cq) ||
         foreign(attr.recv_cq) || foreign(attr.srq) || foreign(xrcd))
         return fail_with<ibv_qp>(EINVAL);
-    ContextState& state = state_of(context);
-    auto* qp = new (std::nothrow) Qp{};
-    if (!qp)
-        return fail_with<ibv_qp>(ENOMEM);
     di::CreateQpRequest request{};
-    request.user_handle = reinterpret_cast<uintptr_t>(&qp->vqp.qp);
     request.pd_handle = pd ? to_pd(pd)->handle : 0;
     request.send_cq_handle = sends ? to_cq(attr.send_cq)->handle : 0;
     request.recv_cq_handle = receives ? to_cq(attr.recv_cq)->handle : 0;
@@ -133,39 +161,22 @@ ibv_qp* create_queue_pair(ibv_context* context, ibv_pd* pd, ibv_xrcd* xrcd,
     request.xrcd_handle = xrcd ? to_xrcd(xrcd)->vxrcd.handle : 0;
     request.caps = {attr.cap.max_send_wr,  attr.cap.max_recv_wr,     attr.cap.max_send_sge,
                     attr.cap.max_recv_sge, attr.cap.max_inline_data, 0};
-    di::CreateQpReply reply{};
-    if (int err = call_for_ring(
-            state.control, di::Opcode::CreateQp, request, reply, qp->ring, map_work_ring,
-            [&] { state.control.destroy(di::Opcode::DestroyQp, reply.qp_handle); })) {
-        delete qp;
-        return fail_with<ibv_qp>(err);
-    }
-    qp->handle = reply.qp_handle;
-    qp->ring_bytes = reply.ring_bytes;
-    qp->caps = reply.caps;
-    qp->doorbell_fd = state.doorbell_fd;
-    attr.cap.max_send_wr = reply.caps.max_send_wr;
-    attr.cap.max_send_sge = reply.caps.max_send_sge;
+    Qp* qp = engine_qp(context, di::Opcode::CreateQp, request, attr.qp_type);
+    if (!qp)
+        return nullptr;
+    attr.cap.max_send_wr = qp->caps.max_send_wr;
+    attr.cap.max_send_sge = qp->caps.max_send_sge;
     if (!attr.srq) {
-        attr.cap.max_recv_wr = reply.caps.max_recv_wr;
-        attr.cap.max_recv_sge = reply.caps.max_recv_sge;
+        attr.cap.max_recv_wr = qp->caps.max_recv_wr;
+        attr.cap.max_recv_sge = qp->caps.max_recv_sge;
     }
-    attr.cap.max_inline_data = reply.caps.max_inline_data;
-
+    attr.cap.max_inline_data = qp->caps.max_inline_data;
     ibv_qp& q = qp->vqp.qp;
-    q.context = context;
     q.qp_context = attr.qp_context;
     q.pd = pd;
     q.send_cq = attr.send_cq;
     q.recv_cq = attr.recv_cq;
     q.srq = attr.srq;
-    q.handle = reply.qp_handle;
-    q.qp_num = reply.qp_num;
-    q.state = IBV_QPS_RESET;
-    q.qp_type = attr.qp_type;
-    pthread_mutex_init(&q.mutex, nullptr);
-    pthread_cond_init(&q.cond, nullptr);
-    q.events_completed = 0;
     if (xrcd) {
         qp->vqp.comp_mask = SOFTHCA_VERBS_QP_XRCD;
         qp->vqp.xrcd = &to_xrcd(xrcd)->vxrcd;
@@ -223,33 +234,14 @@ ibv_qp* open_qp(ibv_context* context, ibv_qp_open_attr* attr) {
     if ((attr->comp_mask & ~(kRequired | IBV_QP_OPEN_ATTR_CONTEXT)) ||
         attr->qp_type != IBV_QPT_XRC_RECV)
         return fail_with<ibv_qp>(EOPNOTSUPP);
-    ContextState& state = state_of(context);
-    auto* qp = new (std::nothrow) Qp{};
-    if (!qp)
-        return fail_with<ibv_qp>(ENOMEM);
     di::OpenQpRequest request{};
-    request.user_handle = reinterpret_cast<uintptr_t>(&qp->vqp.qp);
     request.qp_num = attr->qp_num;
     request.xrcd_handle = to_xrcd(attr->xrcd)->vxrcd.handle;
-    di::CreateQpReply reply{};
-    if (int err = call_for_ring(
-            state.control, di::Opcode::OpenQp, request, reply, qp->ring, map_work_ring,
-            [&] { state.control.destroy(di::Opcode::DestroyQp, reply.qp_handle); })) {
-        delete qp;
-        return fail_with<ibv_qp>(err);
-    }
-    qp->handle = reply.qp_handle;
-    qp->ring_bytes = reply.ring_bytes;
-    qp->caps = reply.caps;
-    qp->doorbell_fd = state.doorbell_fd;
+    Qp* qp = engine_qp(context, di::Opcode::OpenQp, request, IBV_QPT_XRC_RECV);
+    if (!qp)
+        return nullptr;
     ibv_qp& q = qp->vqp.qp;
-    q.context = context;
     q.qp_context = attr->comp_mask & IBV_QP_OPEN_ATTR_CONTEXT ? attr->qp_context : nullptr;
-    q.handle = reply.qp_handle;
-    q.qp_num = reply.qp_num;
-    q.qp_type = IBV_QPT_XRC_RECV;
-    pthread_mutex_init(&q.mutex, nullptr);
-    pthread_cond_init(&q.cond, nullptr);
     qp->vqp.comp_mask = SOFTHCA_VERBS_QP_XRCD;
     qp->vqp.xrcd = &to_xrcd(attr->xrcd)->vxrcd;
     // The QP may be anywhere in its life already.
