@@ -12,6 +12,8 @@ packages=(
     libdpdk-dev
     # Tests: Catch2, real verbs programs and rdma-core's Python bindings
     catch2 ibverbs-utils python3-pyverbs perftest
+    # UCX (ucx_perftest over rc_verbs and ud_verbs): a library that runs on verbs unmodified
+    ucx-utils
     # Tests and scripts: network namespaces and process inspection
     iproute2 procps
 )

@@ -74,6 +74,11 @@ std::string provider_prefix() {
                   "-rdmav34.so");
 }
 
+std::string preload_library() {
+    return locate({SOFTHCA_BUILD_PRELOAD, self_dir() + "/../lib/softhca/libsofthca-preload.so",
+                   SOFTHCA_INSTALL_PRELOAD});
+}
+
 bool wait_for(const std::function<bool()>& condition, std::chrono::milliseconds limit) {
     const auto deadline = std::chrono::steady_clock::now() + limit;
     while (std::chrono::steady_clock::now() < deadline) {
@@ -239,12 +244,20 @@ int main(int argc, char** argv) {
         return cmd_status(instance);
     if (command == "env") {
         std::cout << "export SYSFS_PATH=" << instance.sysfs_root() << "\n";
+        if (const std::string preload = preload_library(); !preload.empty())
+            std::cout << "export LD_PRELOAD=" << preload << "${LD_PRELOAD:+:$LD_PRELOAD}\n";
         return 0;
     }
     if (command == "exec") {
         if (i >= argc || !rest.empty())
             return usage();
         ::setenv("SYSFS_PATH", instance.sysfs_root().c_str(), 1);
+        // Completion channels, hard-coded sysfs paths, RDMA netlink (kernel_shim/preload).
+        if (const std::string preload = preload_library(); !preload.empty()) {
+            const char* existing = std::getenv("LD_PRELOAD");
+            const std::string value = existing && *existing ? preload + ":" + existing : preload;
+            ::setenv("LD_PRELOAD", value.c_str(), 1);
+        }
         ::execvp(argv[i], argv + i);
         std::cerr << "softhca: cannot run " << argv[i] << ": " << std::strerror(errno) << "\n";
         return 127;

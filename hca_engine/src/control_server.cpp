@@ -331,8 +331,14 @@ void ControlServer::dispatch(Connection& c, const void* message, size_t size, in
             const auto* request = as<di::CreateCqRequest>(message, size);
             if (!request)
                 break;
-            r.reply.status = res.create_cq(request->cqe, request->comp_vector, request->user_handle,
-                                           r.cq_handle, cq);
+            const bool with_channel = request->flags & di::kCreateCqChannel;
+            if ((request->flags & ~di::kCreateCqChannel) || with_channel != (guard.fd >= 0)) {
+                reply_status(c, header, EINVAL);
+                return;
+            }
+            r.reply.status =
+                res.create_cq(request->cqe, request->comp_vector, request->user_handle,
+                              CompletionChannel(std::exchange(guard.fd, -1)), r.cq_handle, cq);
         } else {
             const auto* request = as<di::ResizeCqRequest>(message, size);
             if (!request)

@@ -27,6 +27,12 @@ class CqRingOwner {
     // Appends one completion; returns false (and marks overrun) when the ring is full.
     bool push(const device_interface::CompletionEntry& entry);
 
+    // After a push: whether the completion just added satisfies the arm the provider set
+    // with ibv_req_notify_cq (11.4.2.2: the next completion, or with solicited-only the
+    // next solicited or unsuccessful one). Taking it disarms the CQ, so one arm gives at
+    // most one event.
+    bool take_notification(bool solicited_or_error);
+
   private:
     SharedMemory memory_;
     device_interface::CqRingHeader* header_ = nullptr;

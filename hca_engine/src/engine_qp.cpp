@@ -310,7 +310,14 @@ void EngineQp::push_completion(CompletionQueue* cq, const tp::Completion& c) {
     e.wc_flags = (c.with_imm ? kIbvWcWithImm : 0) | (c.with_grh ? kIbvWcGrh : 0);
     e.sl = c.sl;
     e.pkey_index = c.pkey_index;
-    if (!cq->ring.push(e)) {
+    if (cq->ring.push(e)) {
+        // Completion events (11.4.2.2): written by the card, whether or not the
+        // application is polling. A receive completion is solicited when the message's
+        // last packet had the SE bit; any error completion counts as solicited.
+        const bool solicited = c.solicited || c.status != tp::WcStatus::Success;
+        if (cq->ring.take_notification(solicited))
+            cq->channel.signal(cq->user_handle);
+    } else {
         // CQ overrun (11.4.2.1): the completion is lost and the CQ reports an error.
         ++cq_overruns_;
         if (!cq->overrun_reported) {

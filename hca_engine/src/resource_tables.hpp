@@ -4,6 +4,7 @@
 // Keys (lkey/rkey) and device-wide limits live in KeySpace, shared by all contexts.
 #pragma once
 
+#include "completion_channel.hpp"
 #include "cq_ring_owner.hpp"
 #include "multicast_groups.hpp"
 #include "softhca/device_interface/control.hpp"
@@ -87,6 +88,7 @@ struct CompletionQueue {
     uint32_t qp_count = 0; // QPs (and XRC SRQs) that complete into it
     bool overrun_reported = false;
     CqRingOwner ring;
+    CompletionChannel channel; // not attached when created without one
 };
 
 struct RegisteredMr {
@@ -105,8 +107,9 @@ class ContextResources {
     int reg_mr(const device_interface::RegMrRequest& request, RegisteredMr& out);
     int dereg_mr(uint32_t handle);
     // On success `cq` points at the new CQ (its ring fd is sent to the provider).
-    int create_cq(uint32_t cqe, uint32_t comp_vector, uint64_t user_handle, uint32_t& handle,
-                  const CompletionQueue*& cq);
+    // `channel` is the completion channel's write end, or a detached one.
+    int create_cq(uint32_t cqe, uint32_t comp_vector, uint64_t user_handle,
+                  CompletionChannel channel, uint32_t& handle, const CompletionQueue*& cq);
     int resize_cq(uint32_t handle, uint32_t cqe, const CompletionQueue*& cq);
     int destroy_cq(uint32_t handle);
     // On success `qp` points at the new QP (its ring fd is sent to the provider).

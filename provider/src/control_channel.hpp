@@ -52,11 +52,13 @@ class ControlChannel {
 // CreateSrq): `map(fd, bytes)` maps it and closes the fd, nullptr when it is not a ring
 // of ours. Returns the reply status or an errno, and on success the mapping in `ring`.
 // A ring that cannot be mapped is ENOMEM, after `undo` released what the engine made.
+// `fd_to_pass`, when not -1, rides along with the request (the engine keeps its copy).
 template <typename Request, typename Reply, typename Ring, typename Map, typename Undo>
 int call_for_ring(ControlChannel& control, device_interface::Opcode opcode, Request& request,
-                  Reply& reply, Ring*& ring, Map map, Undo undo) {
+                  Reply& reply, Ring*& ring, Map map, Undo undo, int fd_to_pass = -1) {
     int fd = -1;
-    if (int err = control.call(opcode, &request, sizeof(request), &reply, sizeof(reply), -1, &fd)) {
+    if (int err = control.call(opcode, &request, sizeof(request), &reply, sizeof(reply), fd_to_pass,
+                               &fd)) {
         if (fd >= 0)
             ::close(fd);
         return err;

@@ -2,10 +2,13 @@
 // provider consumes them in poll_cq without any system call.
 #include "provider.hpp"
 
+#include <cstdio>
 #include <cstdlib>
+#include <fcntl.h>
 #include <new>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace softhca::provider {
@@ -50,24 +53,49 @@ void to_wc(const di::CompletionEntry& e, ibv_wc& wc) {
     wc.dlid_path_bits = e.dlid_path_bits;
 }
 
+// The engine's end of a completion channel. The channel's fd is the pipe that the
+// interposer (kernel_shim/preload) made in place of the kernel's event file; the engine
+// gets a description of its own (opened through /proc), so that making its writes
+// non-blocking leaves the application's fd as the application set it. Returns an fd,
+// or -1 with errno (EINVAL: not a channel of ours).
+int open_channel_writer(const ibv_comp_channel& channel) {
+    struct stat st {};
+    if (::fstat(channel.fd, &st) != 0 || !S_ISFIFO(st.st_mode)) {
+        errno = EINVAL;
+        return -1;
+    }
+    char path[48];
+    std::snprintf(path, sizeof(path), "/proc/self/fd/%d", channel.fd);
+    return ::open(path, O_WRONLY | O_CLOEXEC);
+}
+
 } // namespace
 
 ibv_cq* create_cq(ibv_context* context, int cqe, ibv_comp_channel* channel, int comp_vector) {
-    if (channel)
-        return fail_with<ibv_cq>(EOPNOTSUPP); // completion channels: not yet
     if (cqe < 1 || comp_vector < 0)
         return fail_with<ibv_cq>(EINVAL);
+    int channel_writer = -1;
+    if (channel && (channel_writer = open_channel_writer(*channel)) < 0)
+        return nullptr; // errno from open_channel_writer
     auto* cq = new (std::nothrow) Cq{};
-    if (!cq)
+    if (!cq) {
+        if (channel_writer >= 0)
+            ::close(channel_writer);
         return fail_with<ibv_cq>(ENOMEM);
+    }
     di::CreateCqRequest request{};
     request.user_handle = reinterpret_cast<uintptr_t>(&cq->vcq.cq);
     request.cqe = static_cast<uint32_t>(cqe);
     request.comp_vector = static_cast<uint32_t>(comp_vector);
+    request.flags = channel ? di::kCreateCqChannel : 0;
     di::CreateCqReply reply{};
     ControlChannel& control = state_of(context).control;
-    if (int err = call_for_ring(control, di::Opcode::CreateCq, request, reply, cq->ring, map_ring,
-                                [&] { control.destroy(di::Opcode::DestroyCq, reply.cq_handle); })) {
+    const int err = call_for_ring(
+        control, di::Opcode::CreateCq, request, reply, cq->ring, map_ring,
+        [&] { control.destroy(di::Opcode::DestroyCq, reply.cq_handle); }, channel_writer);
+    if (channel_writer >= 0)
+        ::close(channel_writer); // the engine holds its own copy now
+    if (err) {
         delete cq;
         return fail_with<ibv_cq>(err);
     }
@@ -130,8 +158,16 @@ int destroy_cq(ibv_cq* ibcq) {
     return 0;
 }
 
-int req_notify_cq(ibv_cq* /*cq*/, int /*solicited_only*/) {
-    return EOPNOTSUPP; // needs completion channels (a later issue)
+int req_notify_cq(ibv_cq* ibcq, int solicited_only) {
+    // Arming is a store into the shared ring: the engine reads it when it adds the next
+    // completion and writes the event itself (see take_notification in the engine). A CQ
+    // without a channel can be armed too; its events go nowhere, as with the kernel.
+    Cq* cq = to_cq(ibcq);
+    std::lock_guard<std::mutex> lock(cq->lock); // resize swaps the ring
+    cq->ring->notify.store(solicited_only ? di::kNotifySolicited : di::kNotifyNext,
+                           std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst); // before the application polls
+    return 0;
 }
 
 } // namespace softhca::provider

@@ -93,7 +93,7 @@ TEST_CASE("destroying a context releases its share of the device limits") {
         uint32_t pd = 0, cq = 0;
         const CompletionQueue* q = nullptr;
         REQUIRE(ctx.alloc_pd(pd) == 0);
-        REQUIRE(ctx.create_cq(10, 0, 0, cq, q) == 0);
+        REQUIRE(ctx.create_cq(10, 0, 0, {}, cq, q) == 0);
         CHECK(keys.pds == 1);
         CHECK(keys.cqs == 1);
     }
@@ -113,9 +113,9 @@ TEST_CASE("CQ sizes round up to 2^n - 1 and are bounded") {
     ContextResources ctx(getpid(), keys);
     uint32_t handle = 0;
     const CompletionQueue* cq = nullptr;
-    CHECK(ctx.create_cq(0, 0, 0, handle, cq) == EINVAL);
-    CHECK(ctx.create_cq(10, 1, 0, handle, cq) == EINVAL); // comp_vector out of range
-    REQUIRE(ctx.create_cq(100, 0, 0, handle, cq) == 0);
+    CHECK(ctx.create_cq(0, 0, 0, {}, handle, cq) == EINVAL);
+    CHECK(ctx.create_cq(10, 1, 0, {}, handle, cq) == EINVAL); // comp_vector out of range
+    REQUIRE(ctx.create_cq(100, 0, 0, {}, handle, cq) == 0);
     CHECK(cq->cqe == 127);
     CHECK(cq->ring.bytes() == di::cq_ring_bytes(128));
 }
@@ -125,7 +125,7 @@ TEST_CASE("resize keeps unpolled completions and refuses to drop any") {
     ContextResources ctx(getpid(), keys);
     uint32_t handle = 0;
     const CompletionQueue* cq = nullptr;
-    REQUIRE(ctx.create_cq(7, 0, 0, handle, cq) == 0);
+    REQUIRE(ctx.create_cq(7, 0, 0, {}, handle, cq) == 0);
     auto& ring = const_cast<CqRingOwner&>(cq->ring);
     for (uint64_t i = 0; i < 7; ++i) {
         di::CompletionEntry e{};

@@ -198,6 +198,7 @@ void QueuePair::complete_recv(const IbPacket& packet, uint32_t byte_len) {
     c.byte_len = byte_len;
     c.qp_num = qp_num_;
     c.src_qp = attr_.dest_qp;
+    c.solicited = packet.bth->solicited();
     if (packet.imm) {
         c.with_imm = true;
         std::memcpy(&c.imm_data, packet.imm->b, 4);

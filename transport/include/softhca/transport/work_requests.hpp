@@ -105,8 +105,9 @@ struct Completion {
     bool with_imm = false;
     uint32_t qp_num = 0;
     uint32_t src_qp = 0;
-    bool with_grh = false; // UD: the first 40 bytes of the buffer hold the GRH
-    uint32_t srq_num = 0;  // XRC target: the SRQ the receive came from
+    bool with_grh = false;  // UD: the first 40 bytes of the buffer hold the GRH
+    bool solicited = false; // a receive whose message's last packet had the BTH SE bit
+    uint32_t srq_num = 0;   // XRC target: the SRQ the receive came from
     uint8_t sl = 0;
     uint16_t pkey_index = 0;
 };

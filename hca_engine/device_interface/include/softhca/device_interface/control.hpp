@@ -13,7 +13,7 @@
 namespace softhca::device_interface {
 
 constexpr uint16_t kControlMagic = 0x5348; // "SH"
-constexpr uint16_t kControlVersion = 2;
+constexpr uint16_t kControlVersion = 3;
 constexpr size_t kMaxControlMessage = 4096;
 
 enum class Opcode : uint16_t {
@@ -207,13 +207,19 @@ struct RegMrReply {
 };
 static_assert(sizeof(RegMrReply) == 40);
 
+// With kCreateCqChannel, an SCM_RIGHTS fd rides along: the write end of the completion
+// channel (a pipe) that receives one ib_uverbs_comp_event_desc {user_handle} per event.
+constexpr uint32_t kCreateCqChannel = 1u << 0;
+
 struct CreateCqRequest {
     MessageHeader header;
-    uint64_t user_handle; // returned as the element of CQ async events
+    uint64_t user_handle; // the element of CQ async events and of completion events
     uint32_t cqe;
     uint32_t comp_vector;
+    uint32_t flags; // kCreateCq*
+    uint32_t reserved;
 };
-static_assert(sizeof(CreateCqRequest) == 32);
+static_assert(sizeof(CreateCqRequest) == 40);
 
 // Sent with an SCM_RIGHTS fd: the memfd holding the CQ ring (see cq_ring.hpp).
 struct CreateCqReply {

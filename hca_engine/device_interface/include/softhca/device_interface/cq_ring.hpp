@@ -12,7 +12,14 @@
 namespace softhca::device_interface {
 
 constexpr uint32_t kCqRingMagic = 0x53484351; // "SHCQ"
-constexpr uint32_t kCqRingVersion = 1;
+constexpr uint32_t kCqRingVersion = 2;
+
+// Values of CqRingHeader::notify: what ibv_req_notify_cq asked for. The provider sets
+// it; the engine takes it back (exchange to kNotifyNone) when it adds a completion that
+// satisfies it and writes one event into the CQ's completion channel.
+constexpr uint32_t kNotifyNone = 0;
+constexpr uint32_t kNotifyNext = 1;      // the next completion of any kind
+constexpr uint32_t kNotifySolicited = 2; // the next solicited or unsuccessful completion
 
 struct alignas(64) CqRingHeader {
     uint32_t magic;
@@ -22,6 +29,7 @@ struct alignas(64) CqRingHeader {
     alignas(64) std::atomic<uint64_t> producer; // written by the engine
     alignas(64) std::atomic<uint64_t> consumer; // written by the provider
     alignas(64) std::atomic<uint32_t> overrun;  // engine sets when it found the ring full
+    std::atomic<uint32_t> notify;               // kNotify*: the arm, see above
 };
 static_assert(sizeof(CqRingHeader) == 256);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);

@@ -1,0 +1,40 @@
+#include "completion_channel.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <utility>
+
+namespace softhca::engine {
+
+CompletionChannel::CompletionChannel(int fd) : fd_(fd) {
+    // The provider opened this description for the engine alone, so the flag does not
+    // reach the application's end.
+    if (fd_ >= 0)
+        ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) | O_NONBLOCK);
+}
+
+CompletionChannel::CompletionChannel(CompletionChannel&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)) {}
+
+CompletionChannel& CompletionChannel::operator=(CompletionChannel&& other) noexcept {
+    if (this != &other) {
+        if (fd_ >= 0)
+            ::close(fd_);
+        fd_ = std::exchange(other.fd_, -1);
+    }
+    return *this;
+}
+
+CompletionChannel::~CompletionChannel() {
+    if (fd_ >= 0)
+        ::close(fd_);
+}
+
+bool CompletionChannel::signal(uint64_t cq_user_handle) const {
+    // One 8-byte write into a pipe is atomic (below PIPE_BUF): records never interleave
+    // even when several CQs share the channel.
+    return fd_ >= 0 && ::write(fd_, &cq_user_handle, sizeof(cq_user_handle)) ==
+                           static_cast<ssize_t>(sizeof(cq_user_handle));
+}
+
+} // namespace softhca::engine

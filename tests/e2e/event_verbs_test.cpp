@@ -1,0 +1,242 @@
+// Completion channels and the extended CQ, through the system libibverbs: run under
+// `softhca exec`, whose interposer (kernel_shim/preload) makes ibv_create_comp_channel
+// work. Events come from the engine while nobody polls.
+#define CATCH_CONFIG_MAIN
+#include "verbs_fixture.hpp"
+
+#include <atomic>
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <thread>
+
+namespace {
+
+// An RC pair whose CQs the test chooses (one per side, send and receive together).
+struct ChannelPair {
+    ibv_qp* a = nullptr;
+    ibv_qp* b = nullptr;
+    ChannelPair(ibv_cq* cq_a, ibv_cq* cq_b) {
+        a = make(dev(0), cq_a);
+        b = make(dev(1), cq_b);
+        connect(a, b->qp_num, dev(1).gid);
+        connect(b, a->qp_num, dev(0).gid);
+    }
+    ~ChannelPair() {
+        ibv_destroy_qp(a);
+        ibv_destroy_qp(b);
+    }
+    static ibv_qp* make(Device& d, ibv_cq* cq) {
+        ibv_qp_init_attr init{};
+        init.send_cq = cq;
+        init.recv_cq = cq;
+        init.qp_type = IBV_QPT_RC;
+        init.cap = {64, 64, 2, 2, 64};
+        ibv_qp* qp = ibv_create_qp(d.pd, &init);
+        REQUIRE(qp);
+        return qp;
+    }
+};
+
+// A channel with one CQ on it, both destroyed at the end.
+struct ChannelCq {
+    ibv_comp_channel* channel = nullptr;
+    ibv_cq* cq = nullptr;
+    ChannelCq(Device& d, int cqe, void* cq_context = nullptr) {
+        channel = ibv_create_comp_channel(d.context);
+        REQUIRE(channel);
+        cq = ibv_create_cq(d.context, cqe, cq_context, channel, 0);
+        REQUIRE(cq);
+    }
+    ~ChannelCq() {
+        ibv_destroy_cq(cq);
+        ibv_destroy_comp_channel(channel);
+    }
+};
+
+bool readable(int fd, int timeout_ms) {
+    pollfd pfd{fd, POLLIN, 0};
+    return poll(&pfd, 1, timeout_ms) == 1 && (pfd.revents & POLLIN);
+}
+
+// Polls `cq` until `count` completions arrived (bounded).
+std::vector<ibv_wc> poll_until(ibv_cq* cq, size_t count) {
+    std::vector<ibv_wc> out;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (out.size() < count && std::chrono::steady_clock::now() < deadline) {
+        ibv_wc wc[16];
+        const int n = ibv_poll_cq(cq, 16, wc);
+        REQUIRE(n >= 0);
+        out.insert(out.end(), wc, wc + n);
+    }
+    REQUIRE(out.size() == count);
+    return out;
+}
+
+void send_message(ibv_qp* qp, Buffer& buf, uint32_t length, unsigned flags, uint64_t id) {
+    ibv_sge sge{buf.addr(), length, buf.mr->lkey};
+    ibv_send_wr wr = signaled_wr(IBV_WR_SEND, &sge, 1, id);
+    wr.send_flags |= flags;
+    post(qp, wr);
+}
+
+} // namespace
+
+TEST_CASE("a thread blocked in epoll on a completion channel wakes on a completion") {
+    int marker = 0;
+    ChannelCq events(dev(1), 16, &marker);
+    ChannelPair pair(dev(0).cq, events.cq);
+    Buffer src(dev(0), 4096, kAllAccess), dst(dev(1), 4096, kAllAccess);
+    ibv_sge rsge{dst.addr(), 4096, dst.mr->lkey};
+    post_recv(pair.b, 7, &rsge, 1);
+    REQUIRE(ibv_req_notify_cq(events.cq, 0) == 0);
+
+    const int ep = epoll_create1(EPOLL_CLOEXEC);
+    REQUIRE(ep >= 0);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    REQUIRE(epoll_ctl(ep, EPOLL_CTL_ADD, events.channel->fd, &ev) == 0);
+    std::atomic<int> woke{-1};
+    std::thread waiter([&] { woke = epoll_wait(ep, &ev, 1, 20000); });
+    // The waiter sleeps: nothing has completed yet.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    CHECK(woke.load() == -1);
+    fill(src, 3, 0, 1000);
+    send_message(pair.a, src, 1000, 0, 1);
+    waiter.join();
+    close(ep);
+    REQUIRE(woke.load() == 1);
+
+    ibv_cq* cq = nullptr;
+    void* context = nullptr;
+    REQUIRE(ibv_get_cq_event(events.channel, &cq, &context) == 0);
+    CHECK(cq == events.cq);
+    CHECK(context == &marker);
+    ibv_ack_cq_events(cq, 1);
+    const auto wc = poll_until(events.cq, 1);
+    CHECK(wc[0].status == IBV_WC_SUCCESS);
+    CHECK(wc[0].wr_id == 7);
+    CHECK(wc[0].byte_len == 1000);
+    CHECK(matches(dst, 3, 0, 1000));
+    wait_completions(dev(0), 1);
+}
+
+TEST_CASE("one arm gives one event and a non-blocking channel says EAGAIN when empty") {
+    ChannelCq events(dev(1), 16);
+    ChannelPair pair(dev(0).cq, events.cq);
+    Buffer src(dev(0), 256, kAllAccess), dst(dev(1), 4096, kAllAccess);
+    const int flags = fcntl(events.channel->fd, F_GETFL);
+    REQUIRE(fcntl(events.channel->fd, F_SETFL, flags | O_NONBLOCK) == 0);
+    ibv_cq* cq = nullptr;
+    void* context = nullptr;
+    errno = 0;
+    CHECK(ibv_get_cq_event(events.channel, &cq, &context) == -1);
+    CHECK(errno == EAGAIN);
+
+    for (int i = 0; i < 3; ++i) {
+        ibv_sge rsge{dst.addr(i * 1024), 1024, dst.mr->lkey};
+        post_recv(pair.b, i, &rsge, 1);
+    }
+    // Not armed: a completion raises nothing.
+    send_message(pair.a, src, 64, 0, 10);
+    poll_until(events.cq, 1);
+    CHECK_FALSE(readable(events.channel->fd, 100));
+    // Armed once, two completions: one event.
+    REQUIRE(ibv_req_notify_cq(events.cq, 0) == 0);
+    send_message(pair.a, src, 64, 0, 11);
+    send_message(pair.a, src, 64, 0, 12);
+    poll_until(events.cq, 2);
+    REQUIRE(readable(events.channel->fd, 5000));
+    REQUIRE(ibv_get_cq_event(events.channel, &cq, &context) == 0);
+    CHECK(cq == events.cq);
+    ibv_ack_cq_events(cq, 1);
+    CHECK_FALSE(readable(events.channel->fd, 100));
+    wait_completions(dev(0), 3);
+}
+
+TEST_CASE("a solicited-only arm ignores unsolicited completions and wakes on a solicited one") {
+    ChannelCq events(dev(1), 16);
+    ChannelPair pair(dev(0).cq, events.cq);
+    Buffer src(dev(0), 256, kAllAccess), dst(dev(1), 4096, kAllAccess);
+    for (int i = 0; i < 2; ++i) {
+        ibv_sge rsge{dst.addr(i * 1024), 1024, dst.mr->lkey};
+        post_recv(pair.b, i, &rsge, 1);
+    }
+    REQUIRE(ibv_req_notify_cq(events.cq, 1) == 0);
+    send_message(pair.a, src, 100, 0, 20);
+    const auto first = poll_until(events.cq, 1);
+    CHECK(first[0].status == IBV_WC_SUCCESS);
+    CHECK_FALSE(readable(events.channel->fd, 200));
+
+    send_message(pair.a, src, 100, IBV_SEND_SOLICITED, 21);
+    REQUIRE(readable(events.channel->fd, 5000));
+    ibv_cq* cq = nullptr;
+    void* context = nullptr;
+    REQUIRE(ibv_get_cq_event(events.channel, &cq, &context) == 0);
+    CHECK(cq == events.cq);
+    ibv_ack_cq_events(cq, 1);
+    const auto second = poll_until(events.cq, 1);
+    CHECK(second[0].wr_id == 1);
+    wait_completions(dev(0), 2);
+}
+
+TEST_CASE("several CQs share a channel and each event names its CQ") {
+    Device& d = dev(0);
+    ibv_comp_channel* channel = ibv_create_comp_channel(d.context);
+    REQUIRE(channel);
+    ibv_cq* first = ibv_create_cq(d.context, 8, nullptr, channel, 0);
+    ibv_cq* second = ibv_create_cq(d.context, 8, nullptr, channel, 0);
+    REQUIRE((first && second));
+    // A channel in use cannot go (libibverbs counts the CQs on it).
+    CHECK(ibv_destroy_comp_channel(channel) == EBUSY);
+    ibv_qp* qp1 = ChannelPair::make(d, first);
+    ibv_qp* qp2 = ChannelPair::make(d, second);
+    connect(qp1, qp1->qp_num, d.gid);
+    connect(qp2, qp2->qp_num, d.gid);
+    REQUIRE(ibv_req_notify_cq(first, 0) == 0);
+    REQUIRE(ibv_req_notify_cq(second, 0) == 0);
+    Buffer buf(d, 4096, kAllAccess);
+    for (ibv_qp* qp : {qp2, qp1}) {
+        ibv_sge sge{buf.addr(), 8, buf.mr->lkey};
+        ibv_send_wr wr = signaled_wr(IBV_WR_RDMA_WRITE, &sge, 1, qp->qp_num);
+        wr.wr.rdma.remote_addr = buf.addr(64);
+        wr.wr.rdma.rkey = buf.mr->rkey;
+        post(qp, wr);
+    }
+    std::vector<ibv_cq*> seen;
+    for (int i = 0; i < 2; ++i) {
+        ibv_cq* cq = nullptr;
+        void* context = nullptr;
+        REQUIRE(readable(channel->fd, 5000));
+        REQUIRE(ibv_get_cq_event(channel, &cq, &context) == 0);
+        seen.push_back(cq);
+        ibv_ack_cq_events(cq, 1);
+    }
+    CHECK(((seen[0] == first && seen[1] == second) || (seen[0] == second && seen[1] == first)));
+    CHECK(poll_until(first, 1)[0].wr_id == qp1->qp_num);
+    CHECK(poll_until(second, 1)[0].wr_id == qp2->qp_num);
+    ibv_destroy_qp(qp1);
+    ibv_destroy_qp(qp2);
+    REQUIRE(ibv_destroy_cq(first) == 0);
+    REQUIRE(ibv_destroy_cq(second) == 0);
+    CHECK(ibv_destroy_comp_channel(channel) == 0);
+}
+
+TEST_CASE("an error completion wakes a solicited-only arm") {
+    ChannelCq events(dev(0), 16);
+    ChannelPair pair(events.cq, dev(1).cq);
+    Buffer src(dev(0), 256, kAllAccess);
+    REQUIRE(ibv_req_notify_cq(events.cq, 1) == 0);
+    // An RDMA WRITE with a wrong rkey: REM_ACCESS_ERR on the requester's CQ.
+    ibv_sge sge{src.addr(), 8, src.mr->lkey};
+    ibv_send_wr wr = signaled_wr(IBV_WR_RDMA_WRITE, &sge, 1, 30);
+    wr.wr.rdma.remote_addr = 0x1000;
+    wr.wr.rdma.rkey = 0xdead;
+    post(pair.a, wr);
+    REQUIRE(readable(events.channel->fd, 5000));
+    ibv_cq* cq = nullptr;
+    void* context = nullptr;
+    REQUIRE(ibv_get_cq_event(events.channel, &cq, &context) == 0);
+    ibv_ack_cq_events(cq, 1);
+    CHECK(poll_until(events.cq, 1)[0].status == IBV_WC_REM_ACCESS_ERR);
+    expect_async_event(dev(1), IBV_EVENT_QP_ACCESS_ERR, pair.b);
+}
