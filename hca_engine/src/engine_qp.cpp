@@ -309,6 +309,9 @@ void EngineQp::push_completion(CompletionQueue* cq, const tp::Completion& c) {
     e.src_qp = c.src_qp;
     e.wc_flags = (c.with_imm ? kIbvWcWithImm : 0) | (c.with_grh ? kIbvWcGrh : 0);
     e.sl = c.sl;
+    e.network_header = c.network_header == tp::NetworkHeader::Ipv4   ? di::kNetworkHeaderIpv4
+                       : c.network_header == tp::NetworkHeader::Ipv6 ? di::kNetworkHeaderIpv6
+                                                                     : di::kNetworkHeaderNone;
     e.pkey_index = c.pkey_index;
     if (cq->ring.push(e)) {
         // Completion events (11.4.2.2): written by the card, whether or not the

@@ -50,6 +50,14 @@ void to_wc(const di::CompletionEntry& e, ibv_wc& wc) {
     wc.pkey_index = e.pkey_index;
     wc.slid = e.slid;
     wc.sl = e.sl;
+    // RoCE has no SL on the wire. For a UD receive over RoCE, hardware HCAs (mlx5) report
+    // the frame's type in the SL bits instead, the flag Annex A17.4.5.1 puts in the
+    // completion: bit 3 set for RoCEv2 (UDP), bits 2..0 the L3 header, 2 IPv4 and 1
+    // IPv6. UCX's UD transport reads it to find the destination GID in the GRH area.
+    if (e.network_header == di::kNetworkHeaderIpv4)
+        wc.sl = 0x8 | 0x2;
+    else if (e.network_header == di::kNetworkHeaderIpv6)
+        wc.sl = 0x8 | 0x1;
     wc.dlid_path_bits = e.dlid_path_bits;
 }
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Two hosts on one machine (tools/netns-pair.sh): two namespaces joined by a veth pair,
 # an engine in each on a DPDK af_packet port. ibv_rc_pingpong at every size, the eight
-# perftest RC tools, the UC/UD/SRQ/XRC pingpongs and perftest over UD, UC, XRC and an SRQ run
-# between them, over a real kernel link; then again with 1%
+# perftest RC tools, the UC/UD/SRQ/XRC pingpongs and perftest over UD, UC, XRC and an SRQ,
+# ibv_rc_pingpong -e and ib_send_lat -e (completion channels), and UCX's ucx_perftest
+# over rc_verbs and ud_verbs run between them, over a real kernel link; then again with 1%
 # loss, duplication and reordering injected at both engines' ports: ib_write_bw,
 # ib_read_bw and ib_send_bw complete and ibv_rc_pingpong's data checks (-c) pass, with
 # messages up to 64 KiB.
@@ -36,6 +37,15 @@ for run in "ib_send_bw -c UD" "ib_send_lat -c UD" "ib_send_bw -c UC" "ib_write_b
     "ib_send_lat -c UC" "ib_send_bw --use-srq" "ib_send_bw -c XRC" "ib_write_bw -c XRC"; do
     # shellcheck disable=SC2086 # the tool and its arguments
     "$here/test_perftest.sh" $run | tail -2 || fail "$run across namespaces"
+done
+# Completion channels (the tools sleep in ibv_get_cq_event) and UCX over RC and UD.
+"$here/test_pingpong.sh" ibv_rc_pingpong 4096 65536 -- -e ||
+    fail "ibv_rc_pingpong -e across namespaces"
+"$here/test_perftest.sh" ib_send_lat -e | tail -2 || fail "ib_send_lat -e across namespaces"
+for run in "rc_verbs tag_lat 8" "rc_verbs tag_bw 1048576" "ud_verbs tag_lat 8" \
+    "ud_verbs tag_bw 65536"; do
+    # shellcheck disable=SC2086
+    "$here/test_ucx_perftest.sh" $run 200 | tail -2 || fail "ucx_perftest $run across namespaces"
 done
 ip netns exec "$SERVER_NS" "$SOFTHCA" status --prefix "$SERVER_PREFIX" | head -3
 

@@ -190,7 +190,8 @@ void QueuePair::on_request(const IbPacket& packet, Nanoseconds now) {
     }
 }
 
-void QueuePair::complete_recv(const IbPacket& packet, uint32_t byte_len) {
+void QueuePair::complete_recv(const IbPacket& packet, uint32_t byte_len,
+                              NetworkHeader network_header) {
     Completion c;
     c.wr_id = recv_.wr_id;
     c.status = WcStatus::Success;
@@ -207,6 +208,7 @@ void QueuePair::complete_recv(const IbPacket& packet, uint32_t byte_len) {
         c.src_qp = packet.deth->src_qp();
         c.with_grh = true;
     }
+    c.network_header = network_header;
     c.srq_num = xrc_srqn_;
     recv_taken_ = false;
     sink_.recv_completion(c);

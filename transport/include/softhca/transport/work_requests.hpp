@@ -96,6 +96,10 @@ struct RecvWqe {
     std::array<Sge, kMaxSge> sge{};
 };
 
+// The network header a RoCEv2 datagram came with (Annex A17.4.5.1: for UD the
+// completion tells IPv4 from IPv6).
+enum class NetworkHeader : uint8_t { None, Ipv4, Ipv6 };
+
 struct Completion {
     uint64_t wr_id = 0;
     WcStatus status = WcStatus::Success;
@@ -107,6 +111,7 @@ struct Completion {
     uint32_t src_qp = 0;
     bool with_grh = false;  // UD: the first 40 bytes of the buffer hold the GRH
     bool solicited = false; // a receive whose message's last packet had the BTH SE bit
+    NetworkHeader network_header = NetworkHeader::None; // UD receives
     uint32_t srq_num = 0;   // XRC target: the SRQ the receive came from
     uint8_t sl = 0;
     uint16_t pkey_index = 0;

@@ -34,6 +34,10 @@ struct alignas(64) CqRingHeader {
 static_assert(sizeof(CqRingHeader) == 256);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
+constexpr uint8_t kNetworkHeaderNone = 0;
+constexpr uint8_t kNetworkHeaderIpv4 = 1;
+constexpr uint8_t kNetworkHeaderIpv6 = 2;
+
 // One work completion, in the fields of struct ibv_wc.
 struct CompletionEntry {
     uint64_t wr_id;
@@ -49,7 +53,8 @@ struct CompletionEntry {
     uint16_t slid;
     uint8_t sl;
     uint8_t dlid_path_bits;
-    uint16_t reserved0;
+    uint8_t network_header; // kNetworkHeader*: what a UD receive came over
+    uint8_t reserved0;
     uint64_t reserved1[2];
 };
 static_assert(sizeof(CompletionEntry) == 64);
