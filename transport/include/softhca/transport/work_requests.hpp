@@ -112,7 +112,7 @@ struct Completion {
     bool with_grh = false;  // UD: the first 40 bytes of the buffer hold the GRH
     bool solicited = false; // a receive whose message's last packet had the BTH SE bit
     NetworkHeader network_header = NetworkHeader::None; // UD receives
-    uint32_t srq_num = 0;   // XRC target: the SRQ the receive came from
+    uint32_t srq_num = 0;                               // XRC target: the SRQ the receive came from
     uint8_t sl = 0;
     uint16_t pkey_index = 0;
 };
