@@ -111,7 +111,11 @@ struct verbs_xrcd {
     uint32_t comp_mask;
     uint32_t handle;
 };
-enum { SOFTHCA_VERBS_XRCD_HANDLE = 1 << 0, SOFTHCA_VERBS_QP_XRCD = 1 << 0 };
+enum {
+    SOFTHCA_VERBS_XRCD_HANDLE = 1 << 0,
+    SOFTHCA_VERBS_QP_XRCD = 1 << 0,
+    SOFTHCA_VERBS_QP_EX = 1 << 1
+};
 
 struct verbs_qp {
     union {

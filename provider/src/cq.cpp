@@ -36,6 +36,8 @@ di::CqRingHeader* map_ring(int fd, size_t bytes) {
     return ring;
 }
 
+} // namespace
+
 void to_wc(const di::CompletionEntry& e, ibv_wc& wc) {
     wc = {};
     wc.wr_id = e.wr_id;
@@ -49,17 +51,23 @@ void to_wc(const di::CompletionEntry& e, ibv_wc& wc) {
     wc.wc_flags = e.wc_flags;
     wc.pkey_index = e.pkey_index;
     wc.slid = e.slid;
-    wc.sl = e.sl;
+    wc.sl = wc_sl(e);
+    wc.dlid_path_bits = e.dlid_path_bits;
+}
+
+uint8_t wc_sl(const di::CompletionEntry& e) {
     // RoCE has no SL on the wire. For a UD receive over RoCE, hardware HCAs (mlx5) report
     // the frame's type in the SL bits instead, the flag Annex A17.4.5.1 puts in the
     // completion: bit 3 set for RoCEv2 (UDP), bits 2..0 the L3 header, 2 IPv4 and 1
     // IPv6. UCX's UD transport reads it to find the destination GID in the GRH area.
     if (e.network_header == di::kNetworkHeaderIpv4)
-        wc.sl = 0x8 | 0x2;
-    else if (e.network_header == di::kNetworkHeaderIpv6)
-        wc.sl = 0x8 | 0x1;
-    wc.dlid_path_bits = e.dlid_path_bits;
+        return 0x8 | 0x2;
+    if (e.network_header == di::kNetworkHeaderIpv6)
+        return 0x8 | 0x1;
+    return e.sl;
 }
+
+namespace {
 
 // The engine's end of a completion channel. The channel's fd is the pipe that the
 // interposer (kernel_shim/preload) made in place of the kernel's event file; the engine
@@ -79,9 +87,10 @@ int open_channel_writer(const ibv_comp_channel& channel) {
 
 } // namespace
 
-ibv_cq* create_cq(ibv_context* context, int cqe, ibv_comp_channel* channel, int comp_vector) {
+Cq* create_completion_queue(ibv_context* context, int cqe, ibv_comp_channel* channel,
+                            int comp_vector) {
     if (cqe < 1 || comp_vector < 0)
-        return fail_with<ibv_cq>(EINVAL);
+        return fail_with<Cq>(EINVAL);
     int channel_writer = -1;
     if (channel && (channel_writer = open_channel_writer(*channel)) < 0)
         return nullptr; // errno from open_channel_writer
@@ -89,7 +98,7 @@ ibv_cq* create_cq(ibv_context* context, int cqe, ibv_comp_channel* channel, int 
     if (!cq) {
         if (channel_writer >= 0)
             ::close(channel_writer);
-        return fail_with<ibv_cq>(ENOMEM);
+        return fail_with<Cq>(ENOMEM);
     }
     di::CreateCqRequest request{};
     request.user_handle = reinterpret_cast<uintptr_t>(&cq->vcq.cq);
@@ -105,12 +114,17 @@ ibv_cq* create_cq(ibv_context* context, int cqe, ibv_comp_channel* channel, int 
         ::close(channel_writer); // the engine holds its own copy now
     if (err) {
         delete cq;
-        return fail_with<ibv_cq>(err);
+        return fail_with<Cq>(err);
     }
     cq->handle = reply.cq_handle;
     cq->ring_bytes = reply.ring_bytes;
     cq->vcq.cq.cqe = static_cast<int>(reply.cqe);
-    return &cq->vcq.cq;
+    return cq;
+}
+
+ibv_cq* create_cq(ibv_context* context, int cqe, ibv_comp_channel* channel, int comp_vector) {
+    Cq* cq = create_completion_queue(context, cqe, channel, comp_vector);
+    return cq ? &cq->vcq.cq : nullptr;
 }
 
 int poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
@@ -127,14 +141,18 @@ int poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
         ++polled;
     }
     ring->consumer.store(consumer, std::memory_order_release);
+    note_empty_poll(*cq, polled == 0);
+    return polled;
+}
+
+void note_empty_poll(Cq& cq, bool empty) {
     // The card is a process that shares the CPUs with the application: an application
     // that spins on an empty CQ gives it a turn now and then, or on a machine with few
     // cores it would be polling for completions the engine has no CPU to produce.
-    if (polled == 0 && ++cq->empty_polls % kEmptyPollsPerYield == 0)
+    if (!empty)
+        cq.empty_polls = 0;
+    else if (++cq.empty_polls % kEmptyPollsPerYield == 0)
         sched_yield();
-    else if (polled)
-        cq->empty_polls = 0;
-    return polled;
 }
 
 int resize_cq(ibv_cq* ibcq, int cqe) {

@@ -60,6 +60,7 @@ const verbs_context_ops kContextOps = [] {
     verbs_context_ops ops{};
     ops.alloc_pd = alloc_pd;
     ops.create_cq = create_cq;
+    ops.create_cq_ex = create_cq_ex;
     ops.create_qp = create_qp;
     ops.destroy_qp = destroy_qp;
     ops.modify_qp = modify_qp;

@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstddef>
+#include <memory>
 #include <mutex>
 #include <pthread.h>
 
@@ -47,6 +48,22 @@ struct Mr {
     uint32_t handle;
 };
 
+// Requests of the ibv_wr_* API between ibv_wr_start and ibv_wr_complete (qp_ex.cpp),
+// in memory reserved when the QP is created.
+struct WrStaging {
+    std::mutex lock;       // held from ibv_wr_start to ibv_wr_complete / ibv_wr_abort
+    uint32_t capacity = 0; // max_send_wr
+    uint32_t max_sge = 0;
+    uint32_t sge_stride = 1;
+    uint32_t max_inline = 0;
+    ibv_send_wr* wrs = nullptr;      // capacity
+    ibv_sge* sges = nullptr;         // capacity * sge_stride
+    uint8_t* inline_bytes = nullptr; // capacity * max_inline
+    uint32_t count = 0;
+    int error = 0; // the first error of the batch, returned by ibv_wr_complete
+    ~WrStaging();
+};
+
 struct Qp {
     verbs_qp vqp; // must be first
     uint32_t handle = 0;
@@ -58,6 +75,7 @@ struct Qp {
     std::mutex rq_lock;
     uint64_t sq_next = 0; // producer indices, published to the ring after each post
     uint64_t rq_next = 0;
+    std::unique_ptr<WrStaging> wr_staging; // with ibv_qp_ex's work-request API only
 };
 
 struct Srq {
@@ -90,6 +108,10 @@ struct Cq {
     device_interface::CqRingHeader* ring = nullptr;
     size_t ring_bytes = 0;
     uint32_t empty_polls = 0; // consecutive polls that found nothing
+    // ibv_start_poll .. ibv_end_poll (lock held in between): the entry the read_*
+    // accessors read, and how far the batch has consumed.
+    const device_interface::CompletionEntry* current = nullptr;
+    uint64_t batch_consumer = 0;
 };
 
 inline Context* to_context(ibv_context* ibctx) {
@@ -130,6 +152,15 @@ int dealloc_pd(ibv_pd* pd);
 ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t hca_va, int access);
 int dereg_mr(verbs_mr* vmr);
 ibv_cq* create_cq(ibv_context* context, int cqe, ibv_comp_channel* channel, int comp_vector);
+ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr);
+// What both creates share (cq.cpp): nullptr with errno on failure.
+Cq* create_completion_queue(ibv_context* context, int cqe, ibv_comp_channel* channel,
+                            int comp_vector);
+// A completion as ibv_poll_cq returns it (cq.cpp).
+void to_wc(const device_interface::CompletionEntry& e, ibv_wc& wc);
+uint8_t wc_sl(const device_interface::CompletionEntry& e);
+// An application that polls an empty CQ gives the engine a turn now and then (cq.cpp).
+void note_empty_poll(Cq& cq, bool empty);
 int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc);
 int resize_cq(ibv_cq* cq, int cqe);
 int destroy_cq(ibv_cq* cq);
@@ -141,6 +172,10 @@ int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask);
 int query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* init_attr);
 int destroy_qp(ibv_qp* qp);
 int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr);
+// ibv_post_send's work (qp.cpp); with `all_or_nothing` a failing list posts nothing.
+int post_send_requests(Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr, bool all_or_nothing);
+// Gives a QP created with send_ops_flags the ibv_wr_* API (qp_ex.cpp). 0 or ENOMEM.
+int enable_wr_api(Qp& qp, uint64_t send_ops_flags);
 int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 ibv_srq* create_srq(ibv_pd* pd, ibv_srq_init_attr* attr);
 ibv_srq* create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr);

@@ -213,15 +213,29 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     if ((attr->comp_mask & ~kKnown) ||
         ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags))
         return fail_with<ibv_qp>(EOPNOTSUPP); // no create flags (scatter FCS, ...) here
-    if ((attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && attr->send_ops_flags)
-        return fail_with<ibv_qp>(EOPNOTSUPP); // the ibv_wr_* API comes with its own issue
+    // The ibv_wr_* builders we have; TSO, flush and atomic write are not.
+    constexpr uint64_t kSendOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
+                                  IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
+                                  IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+                                  IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+    const uint64_t send_ops =
+        attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS ? attr->send_ops_flags : 0;
+    if (send_ops & ~kSendOps)
+        return fail_with<ibv_qp>(EOPNOTSUPP);
     if (!supported_qp_type(attr->qp_type))
         return fail_with<ibv_qp>(EOPNOTSUPP);
     ibv_pd* pd = attr->comp_mask & IBV_QP_INIT_ATTR_PD ? attr->pd : nullptr;
     ibv_xrcd* xrcd = attr->comp_mask & IBV_QP_INIT_ATTR_XRCD ? attr->xrcd : nullptr;
     if ((attr->qp_type == IBV_QPT_XRC_RECV) != (xrcd != nullptr))
         return fail_with<ibv_qp>(EINVAL); // an XRCD for XRC targets, and for them only
-    return create_queue_pair(context, pd, xrcd, *attr);
+    ibv_qp* qp = create_queue_pair(context, pd, xrcd, *attr);
+    if (qp && send_ops) {
+        if (int err = enable_wr_api(*to_qp(qp), send_ops)) {
+            destroy_qp(qp);
+            return fail_with<ibv_qp>(err);
+        }
+    }
+    return qp;
 }
 
 ibv_qp* open_qp(ibv_context* context, ibv_qp_open_attr* attr) {
@@ -324,7 +338,11 @@ int destroy_qp(ibv_qp* ibqp) {
 }
 
 int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
-    Qp* qp = to_qp(ibqp);
+    return post_send_requests(to_qp(ibqp), wr, bad_wr, false);
+}
+
+int post_send_requests(Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr, bool all_or_nothing) {
+    ibv_qp* ibqp = &qp->vqp.qp;
     // Sends are accepted from RTS on (and queue while the send queue is drained; in
     // SQE and ERR they complete as flushed).
     if (ibqp->state != IBV_QPS_RTS && ibqp->state != IBV_QPS_SQD && ibqp->state != IBV_QPS_ERR &&
@@ -335,6 +353,7 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     std::lock_guard<std::mutex> lock(qp->sq_lock);
     di::QpRingHeader* ring = qp->ring;
     const uint64_t completed = ring->sq_completed.load(std::memory_order_acquire);
+    const uint64_t first = qp->sq_next;
     int err = 0;
     for (; wr; wr = wr->next) {
         if ((err = validate_send(*qp, *wr)))
@@ -401,6 +420,8 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
         std::memcpy(slot, &h, sizeof(h));
         ++qp->sq_next;
     }
+    if (err && all_or_nothing)
+        qp->sq_next = first; // the slots written stay unpublished
     ring->sq_producer.store(qp->sq_next, std::memory_order_release);
     ring_doorbell(ring, qp->doorbell_fd);
     if (err)

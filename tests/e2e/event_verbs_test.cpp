@@ -4,6 +4,7 @@
 #define CATCH_CONFIG_MAIN
 #include "verbs_fixture.hpp"
 
+#include <arpa/inet.h>
 #include <atomic>
 #include <fcntl.h>
 #include <sys/epoll.h>
@@ -239,4 +240,99 @@ TEST_CASE("an error completion wakes a solicited-only arm") {
     ibv_ack_cq_events(cq, 1);
     CHECK(poll_until(events.cq, 1)[0].status == IBV_WC_REM_ACCESS_ERR);
     expect_async_event(dev(1), IBV_EVENT_QP_ACCESS_ERR, pair.b);
+}
+
+TEST_CASE("a CQ polled with both ibv_poll_cq and the ibv_start_poll family gives the same "
+          "completions") {
+    Device& d = dev(1);
+    ibv_cq_init_attr_ex attr{};
+    attr.cqe = 64;
+    attr.wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM |
+                    IBV_WC_EX_WITH_SRC_QP | IBV_WC_EX_WITH_SL | IBV_WC_EX_WITH_SLID |
+                    IBV_WC_EX_WITH_DLID_PATH_BITS;
+    ibv_cq_ex* cq_ex = ibv_create_cq_ex(d.context, &attr);
+    REQUIRE(cq_ex);
+    ibv_cq* cq = ibv_cq_ex_to_cq(cq_ex);
+    ibv_poll_cq_attr poll_attr{};
+    CHECK(ibv_start_poll(cq_ex, &poll_attr) == ENOENT); // empty (no end_poll after ENOENT)
+    {
+        ChannelPair pair(dev(0).cq, cq);
+        Buffer src(dev(0), 4096, kAllAccess), dst(d, 64 * 1024, kAllAccess);
+        constexpr int kMessages = 40;
+        for (int i = 0; i < kMessages; ++i) {
+            ibv_sge rsge{dst.addr(i * 1024), 1024, dst.mr->lkey};
+            post_recv(pair.b, 100 + i, &rsge, 1);
+        }
+        for (int i = 0; i < kMessages; ++i) {
+            ibv_sge sge{src.addr(), static_cast<uint32_t>(i * 10 + 1), src.mr->lkey};
+            ibv_send_wr wr = signaled_wr(i % 2 ? IBV_WR_SEND : IBV_WR_SEND_WITH_IMM, &sge, 1, i);
+            wr.imm_data = htonl(0x1000 + i);
+            post(pair.a, wr);
+        }
+        wait_completions(dev(0), kMessages);
+        // Alternate: five by the extended API, five by ibv_poll_cq, ...
+        std::vector<ibv_wc> got;
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (got.size() < kMessages && std::chrono::steady_clock::now() < deadline) {
+            if ((got.size() / 5) % 2 == 0) {
+                if (ibv_start_poll(cq_ex, &poll_attr) != 0)
+                    continue;
+                int taken = 0;
+                do {
+                    ibv_wc wc{};
+                    wc.wr_id = cq_ex->wr_id;
+                    wc.status = cq_ex->status;
+                    wc.opcode = ibv_wc_read_opcode(cq_ex);
+                    wc.byte_len = ibv_wc_read_byte_len(cq_ex);
+                    wc.wc_flags = ibv_wc_read_wc_flags(cq_ex);
+                    wc.imm_data = ibv_wc_read_imm_data(cq_ex);
+                    wc.qp_num = ibv_wc_read_qp_num(cq_ex);
+                    wc.src_qp = ibv_wc_read_src_qp(cq_ex);
+                    wc.sl = ibv_wc_read_sl(cq_ex);
+                    wc.slid = ibv_wc_read_slid(cq_ex);
+                    wc.dlid_path_bits = ibv_wc_read_dlid_path_bits(cq_ex);
+                    got.push_back(wc);
+                } while (++taken < 5 && ibv_next_poll(cq_ex) == 0);
+                ibv_end_poll(cq_ex);
+            } else {
+                ibv_wc wc[5];
+                const int n = ibv_poll_cq(cq, 5, wc);
+                REQUIRE(n >= 0);
+                got.insert(got.end(), wc, wc + n);
+            }
+        }
+        REQUIRE(got.size() == kMessages);
+        for (int i = 0; i < kMessages; ++i) {
+            INFO("message " << i);
+            CHECK(got[i].wr_id == static_cast<uint64_t>(100 + i));
+            CHECK(got[i].status == IBV_WC_SUCCESS);
+            CHECK(got[i].opcode == IBV_WC_RECV);
+            CHECK(got[i].byte_len == static_cast<uint32_t>(i * 10 + 1));
+            CHECK(got[i].qp_num == pair.b->qp_num);
+            CHECK(got[i].src_qp == pair.a->qp_num);
+            if (i % 2 == 0) {
+                CHECK((got[i].wc_flags & IBV_WC_WITH_IMM));
+                CHECK(ntohl(got[i].imm_data) == static_cast<uint32_t>(0x1000 + i));
+            } else {
+                CHECK_FALSE((got[i].wc_flags & IBV_WC_WITH_IMM));
+            }
+        }
+        // Nothing left, either way.
+        ibv_wc wc;
+        CHECK(ibv_poll_cq(cq, 1, &wc) == 0);
+        CHECK(ibv_start_poll(cq_ex, &poll_attr) == ENOENT);
+    }
+    CHECK(ibv_destroy_cq(cq) == 0);
+}
+
+TEST_CASE("extended CQ fields we cannot report are EOPNOTSUPP") {
+    for (uint64_t flag : {uint64_t{IBV_WC_EX_WITH_COMPLETION_TIMESTAMP},
+                          uint64_t{IBV_WC_EX_WITH_CVLAN}, uint64_t{IBV_WC_EX_WITH_FLOW_TAG}}) {
+        ibv_cq_init_attr_ex attr{};
+        attr.cqe = 8;
+        attr.wc_flags = IBV_WC_EX_WITH_BYTE_LEN | flag;
+        errno = 0;
+        CHECK(ibv_create_cq_ex(dev(0).context, &attr) == nullptr);
+        CHECK(errno == EOPNOTSUPP);
+    }
 }

@@ -15,8 +15,6 @@
 
 namespace {
 
-constexpr uint32_t kQkey = 0x11111111;
-
 ibv_qp* make_qp(Device& d, ibv_qp_type type, ibv_srq* srq = nullptr) {
     ibv_qp_init_attr init{};
     init.send_cq = d.cq;
@@ -27,33 +25,6 @@ ibv_qp* make_qp(Device& d, ibv_qp_type type, ibv_srq* srq = nullptr) {
     ibv_qp* qp = ibv_create_qp(d.pd, &init);
     REQUIRE(qp);
     return qp;
-}
-
-// RESET -> INIT -> RTR -> RTS for a UD QP.
-void ud_ready(ibv_qp* qp, uint32_t qkey = kQkey) {
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    a.qkey = qkey;
-    REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY) ==
-            0);
-    a = {};
-    a.qp_state = IBV_QPS_RTR;
-    REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE) == 0);
-    a.qp_state = IBV_QPS_RTS;
-    a.sq_psn = 1;
-    REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0);
-}
-
-ibv_ah* make_ah(Device& from, const ibv_gid& to) {
-    ibv_ah_attr attr{};
-    attr.is_global = 1;
-    attr.grh.dgid = to;
-    attr.grh.hop_limit = 64;
-    attr.port_num = 1;
-    ibv_ah* ah = ibv_create_ah(from.pd, &attr);
-    REQUIRE(ah);
-    return ah;
 }
 
 // A signaled SEND of `length` bytes of `b` to a UD address (RC and UC QPs ignore it).

@@ -124,6 +124,36 @@ inline void connect(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& remote_gid, 
     REQUIRE(ibv_modify_qp(qp, &a, mask) == 0);
 }
 
+// The Q_Key the UD tests use.
+constexpr uint32_t kQkey = 0x11111111;
+
+// RESET -> INIT -> RTR -> RTS for a UD QP.
+inline void ud_ready(ibv_qp* qp, uint32_t qkey = kQkey) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    a.qkey = qkey;
+    REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY) ==
+            0);
+    a = {};
+    a.qp_state = IBV_QPS_RTR;
+    REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE) == 0);
+    a.qp_state = IBV_QPS_RTS;
+    a.sq_psn = 1;
+    REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0);
+}
+
+inline ibv_ah* make_ah(Device& from, const ibv_gid& to) {
+    ibv_ah_attr attr{};
+    attr.is_global = 1;
+    attr.grh.dgid = to;
+    attr.grh.hop_limit = 64;
+    attr.port_num = 1;
+    ibv_ah* ah = ibv_create_ah(from.pd, &attr);
+    REQUIRE(ah);
+    return ah;
+}
+
 // Polls until `count` completions arrived on the device's CQ (bounded in time).
 inline std::vector<ibv_wc> wait_completions(Device& d, size_t count, int seconds = 30) {
     std::vector<ibv_wc> out;
