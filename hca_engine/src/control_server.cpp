@@ -298,27 +298,47 @@ void ControlServer::dispatch(Connection& c, const void* message, size_t size, in
     }
     case di::Opcode::DeallocPd:
     case di::Opcode::DeregMr:
+    case di::Opcode::DeallocMw:
     case di::Opcode::DestroyCq: {
         const auto* request = as<di::HandleRequest>(message, size);
         if (!request)
             break;
-        int status = opcode == di::Opcode::DeallocPd ? res.dealloc_pd(request->handle)
-                     : opcode == di::Opcode::DeregMr ? res.dereg_mr(request->handle)
-                                                     : res.destroy_cq(request->handle);
+        int status = opcode == di::Opcode::DeallocPd   ? res.dealloc_pd(request->handle)
+                     : opcode == di::Opcode::DeregMr   ? res.dereg_mr(request->handle)
+                     : opcode == di::Opcode::DeallocMw ? res.dealloc_mw(request->handle)
+                                                       : res.destroy_cq(request->handle);
         reply_status(c, header, status);
         return;
     }
-    case di::Opcode::RegMr: {
-        const auto* request = as<di::RegMrRequest>(message, size);
-        if (!request)
-            break;
+    case di::Opcode::RegMr:
+    case di::Opcode::ReregMr: {
         RegisteredMr mr{};
         di::RegMrReply r{};
         r.reply.header = reply_header(header, sizeof(r));
-        r.reply.status = res.reg_mr(*request, mr);
+        if (opcode == di::Opcode::RegMr) {
+            const auto* request = as<di::RegMrRequest>(message, size);
+            if (!request)
+                break;
+            r.reply.status = res.reg_mr(*request, mr);
+        } else {
+            const auto* request = as<di::ReregMrRequest>(message, size);
+            if (!request)
+                break;
+            r.reply.status = res.rereg_mr(*request, mr);
+        }
         r.mr_handle = mr.handle;
         r.lkey = mr.lkey;
         r.rkey = mr.rkey;
+        reply(c, &r, sizeof(r));
+        return;
+    }
+    case di::Opcode::AllocMw: {
+        const auto* request = as<di::AllocMwRequest>(message, size);
+        if (!request)
+            break;
+        di::AllocMwReply r{};
+        r.reply.header = reply_header(header, sizeof(r));
+        r.reply.status = res.alloc_mw(request->pd_handle, request->type, r.mw_handle, r.rkey);
         reply(c, &r, sizeof(r));
         return;
     }

@@ -22,8 +22,11 @@ di::DeviceAttributes device_attributes(const Device& device) {
     a.vendor_part_id = kVendorPartId;
     a.hw_ver = 1;
     // IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_RC_RNR_NAK_GEN |
-    // IBV_DEVICE_SRQ_RESIZE
-    a.device_cap_flags = (1u << 11) | (1u << 10) | (1u << 12) | (1u << 13);
+    // IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_XRC |
+    // IBV_DEVICE_MEM_WINDOW_TYPE_2B (type 2 windows bound to a QP)
+    a.device_cap_flags =
+        (1u << 11) | (1u << 10) | (1u << 12) | (1u << 13) | (1u << 17) | (1u << 20) | (1u << 24);
+    a.max_mw = DeviceLimits::kMaxMw;
     a.max_srq = SrqLimits::kMaxSrq;
     a.max_srq_wr = SrqLimits::kMaxSrqWr;
     a.max_srq_sge = SrqLimits::kMaxSrqSge;

@@ -10,11 +10,10 @@
 namespace softhca::engine {
 
 // Limits of the resources this engine implements (queue pair limits: QpLimits).
-// SRQs, memory windows and address handles are not implemented yet, so the device
-// honestly reports none of them.
 struct DeviceLimits {
     static constexpr uint32_t kMaxPd = 1u << 16;
     static constexpr uint32_t kMaxMr = 1u << 20;
+    static constexpr uint32_t kMaxMw = 1u << 16;
     static constexpr uint32_t kMaxCq = 1u << 16;
     static constexpr uint32_t kMaxCqe = (1u << 20) - 1;
     static constexpr uint64_t kMaxMrSize = 1ull << 47;

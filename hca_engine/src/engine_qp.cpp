@@ -19,6 +19,7 @@ namespace {
 
 constexpr uint32_t kIbvWcGrh = 1u << 0;     // IBV_WC_GRH
 constexpr uint32_t kIbvWcWithImm = 1u << 1; // IBV_WC_WITH_IMM
+constexpr uint32_t kIbvWcWithInv = 1u << 3; // IBV_WC_WITH_INV
 
 tp::Service service_of(tp::QpType type) {
     switch (type) {
@@ -50,13 +51,13 @@ uint32_t read_sges(const uint8_t* at, uint32_t count, std::array<tp::Sge, tp::kM
 } // namespace
 
 EngineQp::EngineQp(uint32_t handle, uint32_t qp_num, tp::QpType type, size_t device, pid_t owner,
-                   const ContextResources& context, const QpBinding& binding,
-                   const di::QpCaps& caps, bool sq_sig_all, uint64_t user_handle,
-                   const PortInfo& port)
+                   ContextResources& context, const QpBinding& binding, const di::QpCaps& caps,
+                   bool sq_sig_all, uint64_t user_handle, const PortInfo& port)
     : handle_(handle), qp_num_(qp_num), type_(type), device_(device), binding_(binding),
       caps_(caps), sq_sig_all_(sq_sig_all), user_handle_(user_handle), context_(context),
       memory_(owner, context, binding.pd_handle),
       transport_(qp_num, service_of(type), caps.max_send_wr, caps.max_recv_wr, memory_, *this) {
+    memory_.set_qp_num(qp_num);
     if (binding.srq)
         transport_.use_srq(binding.srq->queue());
     if (type == tp::QpType::XrcRecv)
@@ -217,7 +218,7 @@ void EngineQp::query(di::QueryQpReply& reply) const {
     reply.attr = attr_;
     reply.attr.qp_state = static_cast<uint32_t>(transport_.state());
     reply.attr.cur_qp_state = reply.attr.qp_state;
-    reply.attr.sq_draining = 0;
+    reply.attr.sq_draining = transport_.send_queue_draining() ? 1 : 0;
     reply.caps = caps_;
     reply.sq_sig_all = sq_sig_all_;
 }
@@ -232,7 +233,7 @@ bool EngineQp::pull_work(tp::Nanoseconds now) {
         std::memcpy(&h, slot, sizeof(h));
         tp::SendWqe w;
         w.wr_id = h.wr_id;
-        w.opcode = static_cast<tp::WrOpcode>(std::min<uint8_t>(h.opcode, 6));
+        w.opcode = static_cast<tp::WrOpcode>(h.opcode);
         w.signaled = sq_sig_all_ || (h.flags & di::kSendSignaled);
         w.fence = h.flags & di::kSendFence;
         w.solicited = h.flags & di::kSendSolicited;
@@ -250,6 +251,14 @@ bool EngineQp::pull_work(tp::Nanoseconds now) {
         w.av.hop_limit = h.hop_limit;
         w.av.traffic_class = h.traffic_class;
         w.av.sl = h.sl;
+        w.bind = {h.bind_mw_handle, h.rkey,        h.bind_mr_lkey,
+                  h.bind_access,    h.remote_addr, h.compare_add};
+        if (h.opcode > static_cast<uint8_t>(tp::WrOpcode::SendWithInvalidate)) {
+            // Not an operation of ours (the provider refuses them): invalidating rkey 0,
+            // which no window has, completes it with LOC_QP_OP_ERR.
+            w.opcode = tp::WrOpcode::LocalInvalidate;
+            w.rkey = 0;
+        }
         // The provider validated the request; the engine clamps, never trusts, sizes.
         if (w.inline_data) {
             w.length = std::min(h.length, caps_.max_inline_data);
@@ -307,7 +316,11 @@ void EngineQp::push_completion(CompletionQueue* cq, const tp::Completion& c) {
     e.imm_data = c.imm_data;
     e.qp_num = c.qp_num;
     e.src_qp = c.src_qp;
-    e.wc_flags = (c.with_imm ? kIbvWcWithImm : 0) | (c.with_grh ? kIbvWcGrh : 0);
+    e.wc_flags = (c.with_imm ? kIbvWcWithImm : 0) | (c.with_grh ? kIbvWcGrh : 0) |
+                 (c.with_invalidate ? kIbvWcWithInv : 0);
+    if (c.with_invalidate)
+        e.imm_data = c.invalidated_rkey; // ibv_wc's invalidated_rkey shares imm_data
+
     e.sl = c.sl;
     e.network_header = c.network_header == tp::NetworkHeader::Ipv4   ? di::kNetworkHeaderIpv4
                        : c.network_header == tp::NetworkHeader::Ipv6 ? di::kNetworkHeaderIpv6

@@ -46,7 +46,7 @@ struct QpBinding {
 class EngineQp : public transport::CompletionSink, public transport::SrqDirectory {
   public:
     EngineQp(uint32_t handle, uint32_t qp_num, transport::QpType type, size_t device, pid_t owner,
-             const ContextResources& context, const QpBinding& binding,
+             ContextResources& context, const QpBinding& binding,
              const device_interface::QpCaps& caps, bool sq_sig_all, uint64_t user_handle,
              const PortInfo& port);
 
@@ -103,7 +103,7 @@ class EngineQp : public transport::CompletionSink, public transport::SrqDirector
     device_interface::QpCaps caps_;
     bool sq_sig_all_;
     uint64_t user_handle_;
-    const ContextResources& context_;
+    ContextResources& context_;
     ProcessMemory memory_;
     transport::QueuePair transport_;
     device_interface::QpAttributes attr_{}; // as last set, for query

@@ -28,7 +28,7 @@ class EngineSrq {
         uint32_t xrcd_handle = 0; // the creating context's handle of the domain
         uint32_t domain = 0;      // KeySpace id
     };
-    EngineSrq(uint32_t handle, uint32_t srq_num, pid_t owner, const ContextResources& context,
+    EngineSrq(uint32_t handle, uint32_t srq_num, pid_t owner, ContextResources& context,
               uint32_t pd_handle, uint32_t max_wr, uint32_t max_sge, uint64_t user_handle,
               const Xrc& xrc);
 
@@ -66,7 +66,7 @@ class EngineSrq {
     uint32_t max_sge_;
     uint64_t user_handle_;
     Xrc xrc_;
-    const ContextResources& context_;
+    ContextResources& context_;
     ProcessMemory memory_;
     transport::ReceiveQueue queue_;
     SharedMemory ring_memory_;

@@ -11,6 +11,8 @@ using transport::MemoryStatus;
 MemoryStatus ProcessMemory::resolve(uint32_t key, bool remote, uint32_t rights, uint64_t addr,
                                     uint64_t length, uint64_t& process_addr) {
     const MemoryRegion* mr = context_.find_mr_by_key(key);
+    if (!mr && remote)
+        return resolve_window(key, rights, addr, length, process_addr);
     // The key must name an MR of this QP's PD (10.6.3.1); lkey and rkey are equal here.
     if (!mr || mr->pd_handle != pd_)
         return MemoryStatus::BadKey;
@@ -21,6 +23,33 @@ MemoryStatus ProcessMemory::resolve(uint32_t key, bool remote, uint32_t rights, 
     (void)remote;
     process_addr = mr->addr + (addr - mr->iova);
     return MemoryStatus::Ok;
+}
+
+MemoryStatus ProcessMemory::resolve_window(uint32_t rkey, uint32_t rights, uint64_t addr,
+                                           uint64_t length, uint64_t& process_addr) {
+    // A memory window (10.6.7): bound, of this QP's PD, and a type 2 window only on the
+    // QP it was bound on; the window's own rights and bounds, then its MR's memory.
+    const MemoryWindow* mw = context_.find_window(rkey);
+    if (!mw || mw->pd_handle != pd_ || (mw->type == 2 && mw->qp_num != qp_num_))
+        return MemoryStatus::BadKey;
+    if ((mw->access & rights) != rights)
+        return MemoryStatus::NoAccess;
+    if (addr < mw->addr || addr + length < addr || addr + length > mw->addr + mw->length)
+        return MemoryStatus::OutOfRange;
+    const MemoryRegion* mr = context_.find_mr_by_key(mw->mr_lkey);
+    if (!mr)
+        return MemoryStatus::BadKey;
+    process_addr = mr->addr + (addr - mr->iova);
+    return MemoryStatus::Ok;
+}
+
+MemoryStatus ProcessMemory::bind_window(const transport::WindowBind& bind) {
+    return context_.bind_mw(bind, pd_, qp_num_) == 0 ? MemoryStatus::Ok : MemoryStatus::BadKey;
+}
+
+MemoryStatus ProcessMemory::invalidate(uint32_t rkey, bool remote) {
+    return context_.invalidate_mw(rkey, pd_, qp_num_, remote) == 0 ? MemoryStatus::Ok
+                                                                   : MemoryStatus::BadKey;
 }
 
 MemoryStatus ProcessMemory::failure() {

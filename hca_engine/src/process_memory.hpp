@@ -13,8 +13,10 @@ namespace softhca::engine {
 
 class ProcessMemory : public transport::MemoryAccess {
   public:
-    ProcessMemory(pid_t pid, const ContextResources& context, uint32_t pd_handle)
+    ProcessMemory(pid_t pid, ContextResources& context, uint32_t pd_handle)
         : pid_(pid), context_(context), pd_(pd_handle) {}
+    // The QP this memory serves (type 2 memory windows are bound to one QP).
+    void set_qp_num(uint32_t qp_num) { qp_num_ = qp_num; }
 
     transport::MemoryStatus check(uint32_t key, bool remote, uint32_t rights, uint64_t addr,
                                   uint64_t length) override;
@@ -30,6 +32,8 @@ class ProcessMemory : public transport::MemoryAccess {
     transport::MemoryStatus atomic(uint32_t rkey, uint64_t addr, bool compare_swap,
                                    uint64_t compare_add, uint64_t swap,
                                    uint64_t& original) override;
+    transport::MemoryStatus bind_window(const transport::WindowBind& bind) override;
+    transport::MemoryStatus invalidate(uint32_t rkey, bool remote) override;
 
     uint64_t faults() const { return faults_; }
 
@@ -37,13 +41,16 @@ class ProcessMemory : public transport::MemoryAccess {
     // Validates and translates a (key, address) range to an address in the process.
     transport::MemoryStatus resolve(uint32_t key, bool remote, uint32_t rights, uint64_t addr,
                                     uint64_t length, uint64_t& process_addr);
+    transport::MemoryStatus resolve_window(uint32_t rkey, uint32_t rights, uint64_t addr,
+                                           uint64_t length, uint64_t& process_addr);
     transport::MemoryStatus failure();
     transport::MemoryStatus transfer(const transport::MemoryPiece* pieces, uint32_t count,
                                      uint8_t* buffer, bool to_process);
     pid_t pid_;
     bool gone_ = false;
-    const ContextResources& context_;
+    ContextResources& context_;
     uint32_t pd_;
+    uint32_t qp_num_ = 0;
     uint64_t faults_ = 0;
 };
 

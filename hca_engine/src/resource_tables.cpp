@@ -100,41 +100,60 @@ int ContextResources::dealloc_pd(uint32_t handle) {
     auto it = pds_.find(handle);
     if (it == pds_.end())
         return EINVAL;
-    if (it->second.mr_count || it->second.qp_count || it->second.srq_count)
+    if (it->second.mr_count || it->second.mw_count || it->second.qp_count || it->second.srq_count)
         return EBUSY; // objects still use it (ib_uverbs: ib_dealloc_pd refuses)
     pds_.erase(it);
     --keys_.pds;
     return 0;
 }
 
-int ContextResources::reg_mr(const di::RegMrRequest& request, RegisteredMr& out) {
-    auto pd = pds_.find(request.pd_handle);
-    if (pd == pds_.end())
-        return EINVAL;
+namespace {
+
+// What ibv_reg_mr(3) and ibv_rereg_mr(3) accept as access flags. 0 or an errno.
+int check_mr_access(uint32_t access) {
     constexpr uint32_t known = di::kAccessLocalWrite | di::kAccessRemoteWrite |
                                di::kAccessRemoteRead | di::kAccessRemoteAtomic | di::kAccessMwBind |
                                di::kAccessZeroBased | di::kAccessOnDemand | di::kAccessHugetlb |
                                di::kAccessOptionalRange;
-    if (request.access & ~known)
+    if (access & ~known)
         return EINVAL;
     // ibv_reg_mr(3) and the kernel (ib_check_mr_access): remote write or remote
     // atomic access requires local write.
-    if ((request.access & (di::kAccessRemoteWrite | di::kAccessRemoteAtomic)) &&
-        !(request.access & di::kAccessLocalWrite))
+    if ((access & (di::kAccessRemoteWrite | di::kAccessRemoteAtomic)) &&
+        !(access & di::kAccessLocalWrite))
         return EINVAL;
-    if (request.access & (di::kAccessOnDemand | di::kAccessZeroBased))
+    if (access & (di::kAccessOnDemand | di::kAccessZeroBased))
         return EOPNOTSUPP;
-    if (request.length == 0 || request.length > DeviceLimits::kMaxMrSize)
+    return 0;
+}
+
+// The memory behind a registration: a sane range, mapped in the owner with the rights
+// the access needs (as the kernel pins user pages). 0 or an errno.
+int check_mr_memory(pid_t owner, uint64_t addr, uint64_t length, uint64_t iova, uint32_t access) {
+    if (length == 0 || length > DeviceLimits::kMaxMrSize)
         return EINVAL;
-    if (request.addr + request.length < request.addr ||
-        request.iova + request.length < request.iova)
+    if (addr + length < addr || iova + length < iova)
         return EINVAL; // wraps around the address space
+    const bool writable =
+        access & (di::kAccessLocalWrite | di::kAccessRemoteWrite | di::kAccessRemoteAtomic);
+    if (int err = check_user_range(owner, addr, length, writable))
+        return err == ESRCH ? EFAULT : err;
+    return 0;
+}
+
+} // namespace
+
+int ContextResources::reg_mr(const di::RegMrRequest& request, RegisteredMr& out) {
+    auto pd = pds_.find(request.pd_handle);
+    if (pd == pds_.end())
+        return EINVAL;
+    if (int err = check_mr_access(request.access))
+        return err;
     if (keys_.mrs >= DeviceLimits::kMaxMr)
         return ENOMEM;
-    const bool writable =
-        request.access & (di::kAccessLocalWrite | di::kAccessRemoteWrite | di::kAccessRemoteAtomic);
-    if (int err = check_user_range(owner_, request.addr, request.length, writable))
-        return err == ESRCH ? EFAULT : err;
+    if (int err =
+            check_mr_memory(owner_, request.addr, request.length, request.iova, request.access))
+        return err;
 
     MemoryRegion mr;
     mr.pd_handle = request.pd_handle;
@@ -152,10 +171,50 @@ int ContextResources::reg_mr(const di::RegMrRequest& request, RegisteredMr& out)
     return 0;
 }
 
+int ContextResources::rereg_mr(const di::ReregMrRequest& request, RegisteredMr& out) {
+    auto it = mrs_.find(request.mr_handle);
+    if (it == mrs_.end() || !request.flags ||
+        (request.flags & ~(di::kReregTranslation | di::kReregPd | di::kReregAccess)))
+        return EINVAL;
+    MemoryRegion& mr = it->second;
+    if (mr.bound_windows)
+        return EBUSY; // windows are bound to it
+    // Everything is checked before anything changes: a failed rereg leaves the MR as
+    // it was (ibv_rereg_mr(3) allows either, this is the kinder).
+    MemoryRegion next = mr;
+    if (request.flags & di::kReregPd) {
+        if (!pds_.count(request.pd_handle))
+            return EINVAL;
+        next.pd_handle = request.pd_handle;
+    }
+    if (request.flags & di::kReregAccess) {
+        if (int err = check_mr_access(request.access))
+            return err;
+        next.access = request.access;
+    }
+    if (request.flags & di::kReregTranslation) {
+        next.addr = request.addr;
+        next.length = request.length;
+        next.iova = request.addr;
+    }
+    if (request.flags & (di::kReregTranslation | di::kReregAccess))
+        if (int err = check_mr_memory(owner_, next.addr, next.length, next.iova, next.access))
+            return err;
+    if (next.pd_handle != mr.pd_handle) {
+        --pds_.at(mr.pd_handle).mr_count;
+        ++pds_.at(next.pd_handle).mr_count;
+    }
+    mr = next; // same keys, same place in mrs_by_key_
+    out = {request.mr_handle, mr.lkey, mr.rkey};
+    return 0;
+}
+
 int ContextResources::dereg_mr(uint32_t handle) {
     auto it = mrs_.find(handle);
     if (it == mrs_.end())
         return EINVAL;
+    if (it->second.bound_windows)
+        return EBUSY; // memory windows are bound to it (ibv_dereg_mr(3))
     --pds_.at(it->second.pd_handle).mr_count;
     mrs_by_key_.erase(it->second.lkey);
     mrs_.erase(it);

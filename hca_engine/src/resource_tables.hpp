@@ -8,6 +8,7 @@
 #include "cq_ring_owner.hpp"
 #include "multicast_groups.hpp"
 #include "softhca/device_interface/control.hpp"
+#include "softhca/transport/work_requests.hpp"
 
 #include <cstdint>
 #include <map>
@@ -30,7 +31,7 @@ class KeySpace {
     uint32_t next_key();
     uint32_t next_qp_num();
     uint32_t next_srq_num();
-    uint32_t pds = 0, mrs = 0, cqs = 0, qps = 0, srqs = 0;
+    uint32_t pds = 0, mrs = 0, mws = 0, cqs = 0, qps = 0, srqs = 0;
     // device index -> QP number -> QP
     std::vector<std::unordered_map<uint32_t, EngineQp*>> qps_by_device;
     // device index -> SRQ number -> SRQ (the data path pulls their rings; XRC finds
@@ -66,6 +67,7 @@ class KeySpace {
 };
 
 struct ProtectionDomain {
+    uint32_t mw_count = 0;
     uint32_t mr_count = 0;
     uint32_t qp_count = 0;
     uint32_t srq_count = 0;
@@ -79,6 +81,22 @@ struct MemoryRegion {
     uint32_t access = 0;
     uint32_t lkey = 0;
     uint32_t rkey = 0;
+    uint32_t bound_windows = 0; // deregistering is EBUSY while windows are bound to it
+};
+
+// A memory window (10.6.7, ibv_alloc_mw(3)): an rkey onto part of an MR, bound and
+// invalidated by work requests. Its index (the rkey's upper 24 bits) stays; each bind
+// gives it a new rkey.
+struct MemoryWindow {
+    uint32_t pd_handle = 0;
+    uint32_t type = 1; // 1 or 2
+    uint32_t rkey = 0;
+    bool bound = false;
+    uint32_t mr_lkey = 0;
+    uint64_t addr = 0;
+    uint64_t length = 0;
+    uint32_t access = 0;
+    uint32_t qp_num = 0; // type 2: the QP it was bound on, the only one it serves
 };
 
 struct CompletionQueue {
@@ -106,6 +124,16 @@ class ContextResources {
     int dealloc_pd(uint32_t handle);
     int reg_mr(const device_interface::RegMrRequest& request, RegisteredMr& out);
     int dereg_mr(uint32_t handle);
+    int rereg_mr(const device_interface::ReregMrRequest& request, RegisteredMr& out);
+    // Memory windows (resource_tables_mw.cpp).
+    int alloc_mw(uint32_t pd_handle, uint32_t type, uint32_t& handle, uint32_t& rkey);
+    int dealloc_mw(uint32_t handle);
+    // A BIND_MW work request of the QP `qp_num` in PD `pd_handle`; 0 or an errno.
+    int bind_mw(const transport::WindowBind& bind, uint32_t pd_handle, uint32_t qp_num);
+    // LOCAL_INV (remote false) or SEND with Invalidate (remote true) of `rkey`.
+    int invalidate_mw(uint32_t rkey, uint32_t pd_handle, uint32_t qp_num, bool remote);
+    // The bound window whose current rkey is `rkey`; nullptr if none.
+    const MemoryWindow* find_window(uint32_t rkey) const;
     // On success `cq` points at the new CQ (its ring fd is sent to the provider).
     // `channel` is the completion channel's write end, or a detached one.
     int create_cq(uint32_t cqe, uint32_t comp_vector, uint64_t user_handle,
@@ -160,7 +188,9 @@ class ContextResources {
     uint32_t next_handle_ = 1;
     std::map<uint32_t, ProtectionDomain> pds_;
     std::map<uint32_t, MemoryRegion> mrs_;
-    std::unordered_map<uint32_t, const MemoryRegion*> mrs_by_key_;
+    std::unordered_map<uint32_t, MemoryRegion*> mrs_by_key_;
+    std::map<uint32_t, MemoryWindow> mws_;
+    std::unordered_map<uint32_t, MemoryWindow*> mws_by_index_; // rkey >> 8
     std::map<uint32_t, CompletionQueue> cqs_;
     std::map<uint32_t, std::unique_ptr<EngineQp>> qps_;
     std::map<uint32_t, std::unique_ptr<EngineSrq>> srqs_;

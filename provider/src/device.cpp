@@ -91,6 +91,10 @@ const verbs_context_ops kContextOps = [] {
     ops.create_ah = create_ah;
     ops.destroy_ah = destroy_ah;
     ops.attach_mcast = attach_mcast;
+    ops.alloc_mw = alloc_mw;
+    ops.dealloc_mw = dealloc_mw;
+    ops.bind_mw = bind_mw;
+    ops.rereg_mr = rereg_mr;
     ops.detach_mcast = detach_mcast;
     // Everything else stays libibverbs' default, which fails with EOPNOTSUPP.
     return ops;

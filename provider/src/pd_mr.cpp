@@ -58,6 +58,35 @@ ibv_mr* reg_mr(ibv_pd* ibpd, void* addr, size_t length, uint64_t hca_va, int acc
     return &mr->vmr.ibv_mr;
 }
 
+int rereg_mr(verbs_mr* vmr, int flags, ibv_pd* pd, void* addr, size_t length, int access) {
+    // libibverbs has checked the flags' combinations and updates mr->pd, addr and
+    // length on success; a failure here leaves the MR as it was.
+    Mr* mr = reinterpret_cast<Mr*>(vmr);
+    di::ReregMrRequest request{};
+    request.mr_handle = mr->handle;
+    request.flags = static_cast<uint32_t>(flags);
+    request.addr = reinterpret_cast<uintptr_t>(addr);
+    request.length = length;
+    if (flags & IBV_REREG_MR_CHANGE_PD) {
+        if (!pd || pd->context != vmr->ibv_mr.context) {
+            errno = EINVAL;
+            return EINVAL;
+        }
+        request.pd_handle = to_pd(pd)->handle;
+    }
+    request.access = static_cast<uint32_t>(access);
+    di::RegMrReply reply{};
+    if (int err = state_of(vmr->ibv_mr.context)
+                      .control.call(di::Opcode::ReregMr, &request, sizeof(request), &reply,
+                                    sizeof(reply))) {
+        errno = err;
+        return err;
+    }
+    if (flags & IBV_REREG_MR_CHANGE_ACCESS)
+        vmr->access = access;
+    return 0;
+}
+
 int dereg_mr(verbs_mr* vmr) {
     Mr* mr = reinterpret_cast<Mr*>(vmr);
     if (int err = state_of(vmr->ibv_mr.context).control.destroy(di::Opcode::DeregMr, mr->handle))

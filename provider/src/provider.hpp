@@ -172,8 +172,11 @@ int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask);
 int query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* init_attr);
 int destroy_qp(ibv_qp* qp);
 int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr);
-// ibv_post_send's work (qp.cpp); with `all_or_nothing` a failing list posts nothing.
-int post_send_requests(Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr, bool all_or_nothing);
+// ibv_post_send's work (qp.cpp). Modes: kPostAllOrNothing, a failing list posts nothing
+// (ibv_wr_complete); kPostType1Bind, the BIND_MW of ibv_bind_mw (type 1 windows).
+constexpr unsigned kPostAllOrNothing = 1u << 0;
+constexpr unsigned kPostType1Bind = 1u << 1;
+int post_send_requests(Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr, unsigned mode);
 // Gives a QP created with send_ops_flags the ibv_wr_* API (qp_ex.cpp). 0 or ENOMEM.
 int enable_wr_api(Qp& qp, uint64_t send_ops_flags);
 int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
@@ -189,6 +192,10 @@ int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 ibv_ah* create_ah(ibv_pd* pd, ibv_ah_attr* attr);
 int destroy_ah(ibv_ah* ah);
 int attach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid);
+ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type);
+int dealloc_mw(ibv_mw* mw);
+int bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind);
+int rereg_mr(verbs_mr* vmr, int flags, ibv_pd* pd, void* addr, size_t length, int access);
 int detach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid);
 
 // Async events: the watchdog thread that turns the engine's death into DEVICE_FATAL.

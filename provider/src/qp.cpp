@@ -38,16 +38,38 @@ bool supported_send_opcode(ibv_qp_type type, ibv_wr_opcode opcode) {
     case IBV_WR_RDMA_READ:
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
+    case IBV_WR_SEND_WITH_INV: // the IETH is in RC and XRC only
         return type == IBV_QPT_RC || type == IBV_QPT_XRC_SEND;
+    case IBV_WR_BIND_MW:
+    case IBV_WR_LOCAL_INV:
+        return type != IBV_QPT_UD;
     default:
         return false;
     }
 }
 
+// A BIND_MW request (ibv_post_send(3), ibv_bind_mw(3)): a window of this device, of type
+// 2 unless ibv_bind_mw posts it, and an MR of this device unless a type 1 window is
+// being unbound (length zero). The engine checks PDs, ranges and rights.
+int validate_bind(const Qp& qp, const ibv_send_wr& wr, bool type1_bind) {
+    const ibv_mw* mw = wr.bind_mw.mw;
+    const ibv_mw_bind_info& info = wr.bind_mw.bind_info;
+    if (!mw || mw->context != qp.vqp.qp.context ||
+        mw->type != (type1_bind ? IBV_MW_TYPE_1 : IBV_MW_TYPE_2))
+        return EINVAL;
+    if (info.mr ? info.mr->context != qp.vqp.qp.context : info.length != 0 || mw->type == 2)
+        return EINVAL;
+    return 0;
+}
+
 // Checks one send work request against the QP; returns 0 or the errno to report.
-int validate_send(const Qp& qp, const ibv_send_wr& wr) {
+int validate_send(const Qp& qp, const ibv_send_wr& wr, bool type1_bind) {
     if (!supported_send_opcode(qp.vqp.qp.qp_type, wr.opcode) || wr.num_sge < 0)
         return EINVAL;
+    if (wr.opcode == IBV_WR_BIND_MW)
+        return validate_bind(qp, wr, type1_bind);
+    if (wr.opcode == IBV_WR_LOCAL_INV)
+        return 0; // nothing but the rkey
     if (qp.vqp.qp.qp_type == IBV_QPT_UD &&
         (!wr.wr.ud.ah || wr.wr.ud.ah->context != qp.vqp.qp.context))
         return EINVAL; // a datagram needs an address handle of this device
@@ -217,7 +239,8 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     constexpr uint64_t kSendOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
                                   IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
                                   IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-                                  IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+                                  IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV |
+                                  IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_SEND_WITH_INV;
     const uint64_t send_ops =
         attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS ? attr->send_ops_flags : 0;
     if (send_ops & ~kSendOps)
@@ -298,6 +321,9 @@ int query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int /*attr_mask*/, ibv_qp_init_att
     attr->qp_access_flags = static_cast<int>(a.qp_access_flags);
     attr->cap = {reply.caps.max_send_wr, reply.caps.max_recv_wr, reply.caps.max_send_sge,
                  reply.caps.max_recv_sge, reply.caps.max_inline_data};
+    if (ibqp->srq || ibqp->qp_type == IBV_QPT_XRC_SEND || ibqp->qp_type == IBV_QPT_XRC_RECV)
+        attr->cap.max_recv_wr = attr->cap.max_recv_sge = 0; // no receive queue of its own
+    attr->en_sqd_async_notify = a.en_sqd_async_notify;
     std::memcpy(attr->ah_attr.grh.dgid.raw, a.dgid, 16);
     attr->ah_attr.grh.flow_label = a.flow_label;
     attr->ah_attr.grh.sgid_index = a.sgid_index;
@@ -306,6 +332,7 @@ int query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int /*attr_mask*/, ibv_qp_init_att
     attr->ah_attr.is_global = a.is_global;
     attr->ah_attr.sl = a.sl;
     attr->ah_attr.port_num = a.ah_port_num;
+    attr->ah_attr.dlid = a.dlid;
     attr->pkey_index = a.pkey_index;
     attr->sq_draining = a.sq_draining;
     attr->max_rd_atomic = a.max_rd_atomic;
@@ -338,10 +365,11 @@ int destroy_qp(ibv_qp* ibqp) {
 }
 
 int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
-    return post_send_requests(to_qp(ibqp), wr, bad_wr, false);
+    return post_send_requests(to_qp(ibqp), wr, bad_wr, 0);
 }
 
-int post_send_requests(Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr, bool all_or_nothing) {
+int post_send_requests(Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr, unsigned mode) {
+    const bool all_or_nothing = mode & kPostAllOrNothing;
     ibv_qp* ibqp = &qp->vqp.qp;
     // Sends are accepted from RTS on (and queue while the send queue is drained; in
     // SQE and ERR they complete as flushed).
@@ -356,7 +384,7 @@ int post_send_requests(Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr, bool all_o
     const uint64_t first = qp->sq_next;
     int err = 0;
     for (; wr; wr = wr->next) {
-        if ((err = validate_send(*qp, *wr)))
+        if ((err = validate_send(*qp, *wr, mode & kPostType1Bind)))
             break;
         if (qp->sq_next - completed >= ring->sq_slots) {
             err = ENOMEM; // the send queue is full
@@ -386,6 +414,16 @@ int post_send_requests(Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr, bool all_o
             h.hop_limit = av.grh.hop_limit;
             h.traffic_class = av.grh.traffic_class;
             h.sl = av.sl;
+        } else if (wr->opcode == IBV_WR_BIND_MW) {
+            const ibv_mw_bind_info& info = wr->bind_mw.bind_info;
+            h.rkey = wr->bind_mw.rkey;
+            h.remote_addr = info.addr;
+            h.compare_add = info.length;
+            h.bind_mw_handle = wr->bind_mw.mw->handle;
+            h.bind_mr_lkey = info.mr ? info.mr->lkey : 0;
+            h.bind_access = info.mw_access_flags;
+        } else if (wr->opcode == IBV_WR_LOCAL_INV || wr->opcode == IBV_WR_SEND_WITH_INV) {
+            h.rkey = wr->invalidate_rkey;
         } else {
             h.remote_addr = wr->wr.rdma.remote_addr;
             h.rkey = wr->wr.rdma.rkey;
@@ -393,7 +431,9 @@ int post_send_requests(Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr, bool all_o
         if (ibqp->qp_type == IBV_QPT_XRC_SEND)
             h.remote_srqn = wr->qp_type.xrc.remote_srqn;
         uint8_t* payload = slot + sizeof(h);
-        if (wr->send_flags & IBV_SEND_INLINE) {
+        if (wr->opcode == IBV_WR_BIND_MW || wr->opcode == IBV_WR_LOCAL_INV) {
+            // Local operations carry no data.
+        } else if (wr->send_flags & IBV_SEND_INLINE) {
             // Inline data is copied now: the buffer may be reused as soon as we return.
             uint32_t at = 0;
             for (int i = 0; i < wr->num_sge; ++i) {

@@ -181,7 +181,7 @@ int wr_complete(ibv_qp_ex* qpx) {
             s.wrs[i].next = &s.wrs[i + 1];
         s.wrs[s.count - 1].next = nullptr;
         ibv_send_wr* bad = nullptr;
-        err = post_send_requests(qp_of(qpx), s.wrs, &bad, true);
+        err = post_send_requests(qp_of(qpx), s.wrs, &bad, kPostAllOrNothing);
     }
     s.count = 0;
     s.lock.unlock();

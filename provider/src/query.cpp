@@ -39,6 +39,7 @@ int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input
     d.max_cq = static_cast<int>(a.max_cq);
     d.max_cqe = static_cast<int>(a.max_cqe);
     d.max_mr = static_cast<int>(a.max_mr);
+    d.max_mw = static_cast<int>(a.max_mw);
     d.max_pd = static_cast<int>(a.max_pd);
     d.max_qp_rd_atom = static_cast<int>(a.max_qp_rd_atom);
     d.max_ee_rd_atom = static_cast<int>(a.max_ee_rd_atom);

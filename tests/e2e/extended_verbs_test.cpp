@@ -231,3 +231,330 @@ TEST_CASE("work-request builders we do not have are EOPNOTSUPP at creation") {
     CHECK(ibv_qp_to_qp_ex(plain) == nullptr);
     ibv_destroy_qp(plain);
 }
+
+namespace {
+
+constexpr int kWindowMrAccess = kAllAccess | IBV_ACCESS_MW_BIND;
+
+// Posts one signaled request and returns its completion on `d`'s CQ.
+ibv_wc run_one(ibv_qp* qp, ibv_send_wr& wr, Device& d) {
+    wr.send_flags |= IBV_SEND_SIGNALED;
+    post(qp, wr);
+    return wait_completions(d, 1)[0];
+}
+
+ibv_wc rdma(ibv_qp* qp, ibv_wr_opcode opcode, Buffer& local, uint32_t length, uint32_t rkey,
+            uint64_t remote_addr) {
+    ibv_sge sge{local.addr(), length, local.mr->lkey};
+    ibv_send_wr wr = signaled_wr(opcode, &sge);
+    wr.wr.rdma.rkey = rkey;
+    wr.wr.rdma.remote_addr = remote_addr;
+    return run_one(qp, wr, dev(0));
+}
+
+// Binds type 2 window `mw` over [offset, offset + length) of `target` with `access`,
+// posting on `qp` (of dev(1)); returns the new rkey.
+uint32_t bind_type2(ibv_qp* qp, ibv_mw* mw, Buffer& target, size_t offset, size_t length,
+                    unsigned access) {
+    ibv_send_wr wr{};
+    wr.wr_id = 77;
+    wr.opcode = IBV_WR_BIND_MW;
+    wr.bind_mw.mw = mw;
+    wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+    wr.bind_mw.bind_info = {target.mr, target.addr(offset), length, access};
+    const ibv_wc wc = run_one(qp, wr, dev(1));
+    CHECK(wc.status == IBV_WC_SUCCESS);
+    CHECK(wc.opcode == IBV_WC_BIND_MW);
+    CHECK(wc.wr_id == 77);
+    mw->rkey = wr.bind_mw.rkey;
+    return mw->rkey;
+}
+
+} // namespace
+
+TEST_CASE("a type 2 window bound, used remotely, invalidated by SEND_WITH_INV, then used again "
+          "gets REM_ACCESS_ERR") {
+    ExPair pair;
+    Buffer target(dev(1), 64 * 1024, kWindowMrAccess), src(dev(0), 16 * 1024, kAllAccess);
+    Buffer recv(dev(1), 4096, kAllAccess);
+    ibv_mw* mw = ibv_alloc_mw(dev(1).pd, IBV_MW_TYPE_2);
+    REQUIRE(mw);
+    const uint32_t rkey = bind_type2(pair.b, mw, target, 8192, 16384,
+                                     IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+    // The MR under a bound window cannot go.
+    CHECK(ibv_dereg_mr(target.mr) == EBUSY);
+
+    fill(src, 21, 0, 16384);
+    CHECK(rdma(pair.a, IBV_WR_RDMA_WRITE, src, 16384, rkey, target.addr(8192)).status ==
+          IBV_WC_SUCCESS);
+    CHECK(matches(target, 21, 8192, 16384));
+    Buffer back(dev(0), 4096, kAllAccess);
+    CHECK(rdma(pair.a, IBV_WR_RDMA_READ, back, 4096, rkey, target.addr(8192)).status ==
+          IBV_WC_SUCCESS);
+    CHECK(std::memcmp(back.bytes.data(), &target.bytes[8192], 4096) == 0);
+
+    ibv_sge rsge{recv.addr(), 4096, recv.mr->lkey};
+    post_recv(pair.b, 5, &rsge, 1);
+    ibv_sge sge{src.addr(), 100, src.mr->lkey};
+    ibv_send_wr inv = signaled_wr(IBV_WR_SEND_WITH_INV, &sge);
+    inv.invalidate_rkey = rkey;
+    CHECK(run_one(pair.a, inv, dev(0)).status == IBV_WC_SUCCESS);
+    const ibv_wc got = wait_completions(dev(1), 1)[0];
+    CHECK(got.status == IBV_WC_SUCCESS);
+    CHECK(got.opcode == IBV_WC_RECV);
+    CHECK((got.wc_flags & IBV_WC_WITH_INV));
+    CHECK(got.invalidated_rkey == rkey);
+    CHECK(got.byte_len == 100);
+
+    // Invalidated: the window grants nothing, and its MR may go once it is freed.
+    CHECK(rdma(pair.a, IBV_WR_RDMA_WRITE, src, 64, rkey, target.addr(8192)).status ==
+          IBV_WC_REM_ACCESS_ERR);
+    expect_async_event(dev(1), IBV_EVENT_QP_ACCESS_ERR, pair.b);
+    CHECK(ibv_dealloc_mw(mw) == 0);
+}
+
+TEST_CASE("a type 2 window grants only its range and rights, on the QP it was bound on") {
+    Buffer target(dev(1), 64 * 1024, kWindowMrAccess), src(dev(0), 8192, kAllAccess);
+    ibv_mw* mw = ibv_alloc_mw(dev(1).pd, IBV_MW_TYPE_2);
+    REQUIRE(mw);
+    uint32_t rkey = 0;
+    {
+        ExPair pair;
+        rkey = bind_type2(pair.b, mw, target, 4096, 4096, IBV_ACCESS_REMOTE_READ);
+        SECTION("past its end") {
+            Buffer back(dev(0), 8192, kAllAccess);
+            CHECK(rdma(pair.a, IBV_WR_RDMA_READ, back, 4097, rkey, target.addr(4096)).status ==
+                  IBV_WC_REM_ACCESS_ERR);
+        }
+        SECTION("a right it does not grant") {
+            CHECK(rdma(pair.a, IBV_WR_RDMA_WRITE, src, 8, rkey, target.addr(4096)).status ==
+                  IBV_WC_REM_ACCESS_ERR);
+        }
+        SECTION("from another QP") {
+            ExPair other;
+            CHECK(rdma(other.a, IBV_WR_RDMA_READ, src, 8, rkey, target.addr(4096)).status ==
+                  IBV_WC_REM_ACCESS_ERR);
+            expect_async_event(dev(1), IBV_EVENT_QP_ACCESS_ERR, other.b);
+            // ... while on its own QP it still works.
+            CHECK(rdma(pair.a, IBV_WR_RDMA_READ, src, 8, rkey, target.addr(4096)).status ==
+                  IBV_WC_SUCCESS);
+        }
+        SECTION("after LOCAL_INV") {
+            ibv_send_wr wr{};
+            wr.opcode = IBV_WR_LOCAL_INV;
+            wr.invalidate_rkey = rkey;
+            const ibv_wc wc = run_one(pair.b, wr, dev(1));
+            CHECK(wc.status == IBV_WC_SUCCESS);
+            CHECK(wc.opcode == IBV_WC_LOCAL_INV);
+            CHECK(rdma(pair.a, IBV_WR_RDMA_READ, src, 8, rkey, target.addr(4096)).status ==
+                  IBV_WC_REM_ACCESS_ERR);
+        }
+    }
+    // Drain the access error events the sections caused (at most one each).
+    pollfd pfd{dev(1).context->async_fd, POLLIN, 0};
+    while (poll(&pfd, 1, 200) == 1) {
+        ibv_async_event event{};
+        REQUIRE(ibv_get_async_event(dev(1).context, &event) == 0);
+        CHECK(event.event_type == IBV_EVENT_QP_ACCESS_ERR);
+        ibv_ack_async_event(&event);
+    }
+    CHECK(ibv_dealloc_mw(mw) == 0);
+}
+
+TEST_CASE("a type 1 window: ibv_bind_mw gives a new rkey each time and the old one stops "
+          "working") {
+    ExPair pair;
+    Buffer target(dev(1), 16 * 1024, kWindowMrAccess), src(dev(0), 4096, kAllAccess);
+    ibv_mw* mw = ibv_alloc_mw(dev(1).pd, IBV_MW_TYPE_1);
+    REQUIRE(mw);
+    const uint32_t unbound = mw->rkey;
+    ibv_mw_bind bind{};
+    bind.wr_id = 3;
+    bind.send_flags = IBV_SEND_SIGNALED;
+    bind.bind_info = {target.mr, target.addr(0), 8192, IBV_ACCESS_REMOTE_WRITE};
+    REQUIRE(ibv_bind_mw(pair.b, mw, &bind) == 0);
+    const uint32_t first = mw->rkey;
+    CHECK(first != unbound);
+    CHECK((first >> 8) == (unbound >> 8));
+    ibv_wc wc = wait_completions(dev(1), 1)[0];
+    CHECK(wc.status == IBV_WC_SUCCESS);
+    CHECK(wc.opcode == IBV_WC_BIND_MW);
+    fill(src, 31, 0, 4096);
+    CHECK(rdma(pair.a, IBV_WR_RDMA_WRITE, src, 4096, first, target.addr(100)).status ==
+          IBV_WC_SUCCESS);
+    CHECK(matches(target, 31, 100, 4096));
+
+    REQUIRE(ibv_bind_mw(pair.b, mw, &bind) == 0); // rebinding: a type 1 window may
+    const uint32_t second = mw->rkey;
+    CHECK(second != first);
+    CHECK(wait_completions(dev(1), 1)[0].status == IBV_WC_SUCCESS);
+    CHECK(rdma(pair.a, IBV_WR_RDMA_WRITE, src, 8, second, target.addr(0)).status == IBV_WC_SUCCESS);
+    // Type 1 windows go through ibv_bind_mw, not ibv_post_send, and LOCAL_INV cannot
+    // invalidate them.
+    ibv_send_wr wr{};
+    wr.opcode = IBV_WR_BIND_MW;
+    wr.bind_mw.mw = mw;
+    wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+    wr.bind_mw.bind_info = bind.bind_info;
+    ibv_send_wr* bad = nullptr;
+    CHECK(ibv_post_send(pair.b, &wr, &bad) == EINVAL);
+    CHECK(rdma(pair.a, IBV_WR_RDMA_WRITE, src, 8, first, target.addr(0)).status ==
+          IBV_WC_REM_ACCESS_ERR);
+    expect_async_event(dev(1), IBV_EVENT_QP_ACCESS_ERR, pair.b);
+    CHECK(ibv_dealloc_mw(mw) == 0);
+    CHECK(ibv_dereg_mr(target.mr) == 0); // dealloc unbound it
+    target.mr = ibv_reg_mr(dev(1).pd, target.bytes.data(), target.bytes.size(), kAllAccess);
+    REQUIRE(target.mr);
+}
+
+TEST_CASE("binding errors complete with MW_BIND_ERR and windows need MW_BIND on their MR") {
+    ExPair pair;
+    Buffer plain(dev(1), 8192, kAllAccess); // no IBV_ACCESS_MW_BIND
+    Buffer readonly(dev(1), 8192, IBV_ACCESS_MW_BIND | IBV_ACCESS_REMOTE_READ);
+    ibv_mw* mw = ibv_alloc_mw(dev(1).pd, IBV_MW_TYPE_2);
+    REQUIRE(mw);
+    ibv_send_wr wr{};
+    wr.opcode = IBV_WR_BIND_MW;
+    wr.bind_mw.mw = mw;
+    wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+    SECTION("an MR without MW_BIND") {
+        wr.bind_mw.bind_info = {plain.mr, plain.addr(), 4096, IBV_ACCESS_REMOTE_READ};
+    }
+    SECTION("remote write on an MR without local write") {
+        wr.bind_mw.bind_info = {readonly.mr, readonly.addr(), 4096, IBV_ACCESS_REMOTE_WRITE};
+    }
+    SECTION("a window past the MR") {
+        wr.bind_mw.bind_info = {readonly.mr, readonly.addr(4096), 8192, IBV_ACCESS_REMOTE_READ};
+    }
+    SECTION("an rkey of another index") {
+        wr.bind_mw.rkey = mw->rkey + 0x100;
+        wr.bind_mw.bind_info = {readonly.mr, readonly.addr(), 4096, IBV_ACCESS_REMOTE_READ};
+    }
+    CHECK(run_one(pair.b, wr, dev(1)).status == IBV_WC_MW_BIND_ERR);
+    CHECK(ibv_dealloc_mw(mw) == 0);
+}
+
+TEST_CASE("ibv_rereg_mr changes rights and translation and keeps the keys") {
+    ExPair pair;
+    Buffer src(dev(0), 4096, kAllAccess);
+    std::vector<uint8_t> first(8192), second(8192);
+    ibv_mr* mr = ibv_reg_mr(dev(1).pd, first.data(), first.size(), IBV_ACCESS_REMOTE_READ);
+    REQUIRE(mr);
+    const uint32_t lkey = mr->lkey, rkey = mr->rkey;
+    CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0,
+                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE) == 0);
+    fill(src, 41, 0, 512);
+    CHECK(rdma(pair.a, IBV_WR_RDMA_WRITE, src, 512, rkey, reinterpret_cast<uintptr_t>(first.data()))
+              .status == IBV_WC_SUCCESS);
+    CHECK(std::memcmp(first.data(), src.bytes.data(), 512) == 0);
+
+    CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, second.data(), second.size(),
+                       0) == 0);
+    CHECK(mr->lkey == lkey);
+    CHECK(mr->rkey == rkey);
+    CHECK(mr->addr == second.data());
+    CHECK(rdma(pair.a, IBV_WR_RDMA_WRITE, src, 512, rkey,
+               reinterpret_cast<uintptr_t>(second.data()) + 100)
+              .status == IBV_WC_SUCCESS);
+    CHECK(std::memcmp(second.data() + 100, src.bytes.data(), 512) == 0);
+
+    // Bad input: flags libibverbs refuses, and rights the kernel refuses.
+    CHECK(ibv_rereg_mr(mr, 0x80, nullptr, nullptr, 0, 0) == IBV_REREG_MR_ERR_INPUT);
+    errno = 0;
+    CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0,
+                       IBV_ACCESS_REMOTE_WRITE) == IBV_REREG_MR_ERR_CMD);
+    CHECK(errno == EINVAL); // remote write without local write
+    // The old address range grants nothing now.
+    CHECK(rdma(pair.a, IBV_WR_RDMA_WRITE, src, 8, rkey, reinterpret_cast<uintptr_t>(first.data()))
+              .status == IBV_WC_REM_ACCESS_ERR);
+    expect_async_event(dev(1), IBV_EVENT_QP_ACCESS_ERR, pair.b);
+    CHECK(ibv_dereg_mr(mr) == 0);
+}
+
+TEST_CASE("ibv_query_qp reads back every attribute the QP was given") {
+    ExPair pair; // connect() set these (verbs_fixture.hpp)
+    ibv_qp_attr attr{};
+    ibv_qp_init_attr init{};
+    const int all = IBV_QP_STATE | IBV_QP_CUR_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY |
+                    IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY |
+                    IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                    IBV_QP_RNR_RETRY | IBV_QP_RQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC |
+                    IBV_QP_MIN_RNR_TIMER | IBV_QP_SQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+                    IBV_QP_DEST_QPN | IBV_QP_CAP;
+    REQUIRE(ibv_query_qp(pair.a, &attr, all, &init) == 0);
+    CHECK(attr.qp_state == IBV_QPS_RTS);
+    CHECK(attr.cur_qp_state == IBV_QPS_RTS);
+    CHECK(attr.path_mtu == IBV_MTU_1024);
+    CHECK(attr.path_mig_state == IBV_MIG_MIGRATED);
+    CHECK(attr.dest_qp_num == pair.b->qp_num);
+    CHECK(attr.rq_psn == 0xfffff0);
+    CHECK(attr.sq_psn == 0xfffff0);
+    CHECK(attr.qp_access_flags ==
+          (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC));
+    CHECK(attr.pkey_index == 0);
+    CHECK(attr.port_num == 1);
+    CHECK(attr.max_rd_atomic == 4);
+    CHECK(attr.max_dest_rd_atomic == 4);
+    CHECK(attr.min_rnr_timer == 1);
+    CHECK(attr.timeout == 14);
+    CHECK(attr.retry_cnt == 7);
+    CHECK(attr.rnr_retry == 7);
+    CHECK(attr.sq_draining == 0);
+    CHECK(attr.ah_attr.is_global == 1);
+    CHECK(attr.ah_attr.port_num == 1);
+    CHECK(attr.ah_attr.grh.hop_limit == 64);
+    CHECK(std::memcmp(attr.ah_attr.grh.dgid.raw, dev(1).gid.raw, 16) == 0);
+    CHECK(attr.cap.max_send_wr >= 64);
+    CHECK(attr.cap.max_recv_wr >= 64);
+    CHECK(attr.cap.max_send_sge >= 4);
+    CHECK(attr.cap.max_recv_sge >= 4);
+    CHECK(attr.cap.max_inline_data >= 128);
+    CHECK(init.qp_type == IBV_QPT_RC);
+    CHECK(init.send_cq == dev(0).cq);
+    CHECK(init.recv_cq == dev(0).cq);
+    CHECK(init.srq == nullptr);
+    CHECK(init.sq_sig_all == 0);
+    CHECK(init.cap.max_send_wr == attr.cap.max_send_wr);
+
+    // SQD with the async notification asked for: both read back.
+    ibv_qp_attr sqd{};
+    sqd.qp_state = IBV_QPS_SQD;
+    sqd.en_sqd_async_notify = 1;
+    REQUIRE(ibv_modify_qp(pair.a, &sqd, IBV_QP_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY) == 0);
+    expect_async_event(dev(0), IBV_EVENT_SQ_DRAINED, pair.a);
+    REQUIRE(ibv_query_qp(pair.a, &attr, all, &init) == 0);
+    CHECK(attr.qp_state == IBV_QPS_SQD);
+    CHECK(attr.en_sqd_async_notify == 1);
+    CHECK(attr.sq_draining == 0); // drained
+
+    // A QP on an SRQ has no receive queue of its own.
+    ibv_srq_init_attr srq_init{};
+    srq_init.attr = {32, 2, 0};
+    ibv_srq* srq = ibv_create_srq(dev(0).pd, &srq_init);
+    REQUIRE(srq);
+    ibv_qp_init_attr on_srq{};
+    on_srq.send_cq = dev(0).cq;
+    on_srq.recv_cq = dev(0).cq;
+    on_srq.srq = srq;
+    on_srq.qp_type = IBV_QPT_RC;
+    on_srq.cap = {4, 0, 1, 0, 0};
+    ibv_qp* qp = ibv_create_qp(dev(0).pd, &on_srq);
+    REQUIRE(qp);
+    REQUIRE(ibv_query_qp(qp, &attr, IBV_QP_CAP, &init) == 0);
+    CHECK(attr.cap.max_recv_wr == 0);
+    CHECK(attr.cap.max_recv_sge == 0);
+    CHECK(init.srq == srq);
+    CHECK(attr.qp_state == IBV_QPS_RESET);
+    ibv_destroy_qp(qp);
+
+    ibv_srq_attr srq_attr{};
+    REQUIRE(ibv_query_srq(srq, &srq_attr) == 0);
+    CHECK(srq_attr.max_wr >= 32);
+    CHECK(srq_attr.max_sge >= 2);
+    CHECK(srq_attr.srq_limit == 0);
+    srq_attr.srq_limit = 5;
+    REQUIRE(ibv_modify_srq(srq, &srq_attr, IBV_SRQ_LIMIT) == 0);
+    REQUIRE(ibv_query_srq(srq, &srq_attr) == 0);
+    CHECK(srq_attr.srq_limit == 5);
+    ibv_destroy_srq(srq);
+}

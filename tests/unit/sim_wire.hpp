@@ -85,6 +85,26 @@ class HostMemory : public MemoryAccess {
         return MemoryStatus::Ok;
     }
 
+    // Windows, simply: a bind makes `new_rkey` a region of its own over the bound bytes
+    // (a copy: the tests only check the rkey's life), an invalidation removes it.
+    MemoryStatus bind_window(const WindowBind& bind) override {
+        if (!regions_.count(bind.mr_lkey))
+            return MemoryStatus::BadKey;
+        Region r;
+        r.bytes.assign(bind.length, 0);
+        r.addr = bind.addr;
+        r.rights = bind.access;
+        regions_[bind.new_rkey] = std::move(r);
+        return MemoryStatus::Ok;
+    }
+    MemoryStatus invalidate(uint32_t rkey, bool remote) override {
+        if (!regions_.erase(rkey))
+            return MemoryStatus::BadKey;
+        invalidated.push_back({rkey, remote});
+        return MemoryStatus::Ok;
+    }
+    std::vector<std::pair<uint32_t, bool>> invalidated; // (rkey, remote) in order
+
   private:
     std::map<uint32_t, Region> regions_;
     uint32_t next_key_ = 1;

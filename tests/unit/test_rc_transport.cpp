@@ -589,3 +589,108 @@ TEST_CASE("RC: COMM_EST on the first packet in RTR, SQ_DRAINED once SQD has drai
     CHECK(link.a().sink.drained == 1);
     CHECK(link.b().sink.established == 1); // once
 }
+
+TEST_CASE("RC: SEND with Invalidate invalidates the rkey at the responder before completing") {
+    Link link(8, {});
+    link.connect(PathMtu::Mtu1024, kAllRemote);
+    HostMemory& am = link.a().memory;
+    HostMemory& bm = link.b().memory;
+    const uint32_t src = am.add_region(8192, kRegionRights);
+    const uint32_t dst = bm.add_region(8192, kRegionRights);
+    const uint32_t window = bm.add_region(4096, kRegionRights); // stands for a bound window
+    REQUIRE(link.b().qp.post_recv(one_sge_receive(7, bm, dst, 8192)));
+    SendWqe w = one_sge_request(1, WrOpcode::SendWithInvalidate, am, src, 3000); // 3 packets
+    w.signaled = true;
+    w.rkey = window;
+    REQUIRE(link.a().qp.post_send(w));
+    REQUIRE(link.run_until([&] { return !link.a().sink.sends.empty(); }));
+    CHECK(link.a().sink.sends[0].status == WcStatus::Success);
+    CHECK(link.a().sink.sends[0].opcode == WcOpcode::Send);
+    REQUIRE(link.b().sink.recvs.size() == 1);
+    const Completion& r = link.b().sink.recvs[0];
+    CHECK(r.status == WcStatus::Success);
+    CHECK(r.byte_len == 3000);
+    CHECK(r.with_invalidate);
+    CHECK(r.invalidated_rkey == window);
+    REQUIRE(bm.invalidated.size() == 1);
+    CHECK(bm.invalidated[0] == std::make_pair(window, true));
+
+    // The rkey grants nothing now: a WRITE through it is a remote access error.
+    SendWqe write = one_sge_request(2, WrOpcode::RdmaWrite, am, src, 8);
+    write.signaled = true;
+    write.rkey = window;
+    write.remote_addr = 0x1000;
+    REQUIRE(link.a().qp.post_send(write));
+    REQUIRE(link.run_until([&] { return link.a().sink.sends.size() == 2; }));
+    CHECK(link.a().sink.sends[1].status == WcStatus::RemoteAccessError);
+}
+
+TEST_CASE("RC: SEND with Invalidate of an rkey that is not ours is an invalid request") {
+    Link link(9, {});
+    link.connect(PathMtu::Mtu1024, kAllRemote);
+    HostMemory& am = link.a().memory;
+    HostMemory& bm = link.b().memory;
+    const uint32_t src = am.add_region(4096, kRegionRights);
+    const uint32_t dst = bm.add_region(4096, kRegionRights);
+    REQUIRE(link.b().qp.post_recv(one_sge_receive(7, bm, dst, 4096)));
+    SendWqe w = one_sge_request(1, WrOpcode::SendWithInvalidate, am, src, 100);
+    w.signaled = true;
+    w.rkey = 0xbad00;
+    REQUIRE(link.a().qp.post_send(w));
+    REQUIRE(link.run_until([&] { return !link.a().sink.sends.empty(); }));
+    CHECK(link.a().sink.sends[0].status == WcStatus::RemoteInvalidRequestError);
+    REQUIRE(link.b().sink.recvs.size() == 1);
+    CHECK(link.b().sink.recvs[0].status == WcStatus::RemoteInvalidRequestError);
+    CHECK(bm.invalidated.empty());
+}
+
+TEST_CASE("RC: binds and local invalidations run in send queue order and send nothing") {
+    Link link(10, {});
+    link.connect(PathMtu::Mtu1024, kAllRemote);
+    HostMemory& am = link.a().memory;
+    HostMemory& bm = link.b().memory;
+    const uint32_t src = am.add_region(4096, kRegionRights);
+    const uint32_t dst = bm.add_region(65536, kRegionRights);
+    // A long WRITE, then a bind and an invalidation behind it: they complete after it.
+    SendWqe write = one_sge_request(1, WrOpcode::RdmaWrite, am, src, 4096);
+    write.signaled = true;
+    write.rkey = dst;
+    write.remote_addr = bm.region(dst).addr;
+    SendWqe bind;
+    bind.wr_id = 2;
+    bind.opcode = WrOpcode::BindMemoryWindow;
+    bind.signaled = true;
+    bind.bind = {1, 0x4200, src, access::kRemoteRead, am.region(src).addr, 1024};
+    SendWqe inv;
+    inv.wr_id = 3;
+    inv.opcode = WrOpcode::LocalInvalidate;
+    inv.signaled = true;
+    inv.rkey = 0x4200;
+    REQUIRE(link.a().qp.post_send(write));
+    REQUIRE(link.a().qp.post_send(bind));
+    REQUIRE(link.a().qp.post_send(inv));
+    REQUIRE(link.run_until([&] { return link.a().sink.sends.size() == 3; }));
+    const auto& s = link.a().sink.sends;
+    CHECK(s[0].wr_id == 1);
+    CHECK(s[1].wr_id == 2);
+    CHECK(s[1].opcode == WcOpcode::BindMemoryWindow);
+    CHECK(s[2].wr_id == 3);
+    CHECK(s[2].opcode == WcOpcode::LocalInvalidate);
+    for (const Completion& c : s)
+        CHECK(c.status == WcStatus::Success);
+    REQUIRE(am.invalidated.size() == 1);
+    CHECK(am.invalidated[0] == std::make_pair(0x4200u, false));
+
+    // Invalidating it again fails: LOC_QP_OP_ERR, and what follows flushes.
+    SendWqe again = inv;
+    again.wr_id = 4;
+    SendWqe after = one_sge_request(5, WrOpcode::RdmaWrite, am, src, 8);
+    after.rkey = dst;
+    after.remote_addr = bm.region(dst).addr;
+    REQUIRE(link.a().qp.post_send(again));
+    REQUIRE(link.a().qp.post_send(after));
+    REQUIRE(link.run_until([&] { return link.a().sink.sends.size() == 5; }));
+    CHECK(s[3].status == WcStatus::LocalQpOperationError);
+    CHECK(s[4].status == WcStatus::WrFlushError);
+    CHECK(link.a().qp.state() == QpState::Error);
+}

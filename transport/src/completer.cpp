@@ -18,6 +18,7 @@ WcOpcode completion_opcode(WrOpcode opcode) {
         return WcOpcode::RdmaWrite;
     case WrOpcode::Send:
     case WrOpcode::SendWithImm:
+    case WrOpcode::SendWithInvalidate:
         return WcOpcode::Send;
     case WrOpcode::RdmaRead:
         return WcOpcode::RdmaRead;
@@ -25,6 +26,10 @@ WcOpcode completion_opcode(WrOpcode opcode) {
         return WcOpcode::CompareSwap;
     case WrOpcode::AtomicFetchAdd:
         return WcOpcode::FetchAdd;
+    case WrOpcode::BindMemoryWindow:
+        return WcOpcode::BindMemoryWindow;
+    case WrOpcode::LocalInvalidate:
+        return WcOpcode::LocalInvalidate;
     }
     return WcOpcode::Send;
 }

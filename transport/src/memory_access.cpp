@@ -65,4 +65,12 @@ MemoryStatus scatter(MemoryAccess& memory, const Sge* sge, uint32_t num_sge, uin
     return memory.write_pieces(pieces, static_cast<uint32_t>(count), src);
 }
 
+MemoryStatus MemoryAccess::bind_window(const WindowBind& /*bind*/) {
+    return MemoryStatus::BadKey;
+}
+
+MemoryStatus MemoryAccess::invalidate(uint32_t /*rkey*/, bool /*remote*/) {
+    return MemoryStatus::BadKey;
+}
+
 } // namespace softhca::transport

@@ -167,6 +167,11 @@ size_t QueuePair::transmit(uint8_t* buffer, size_t capacity, Nanoseconds now,
         if (!entry.started) {
             if (state_ == QpState::Sqd || !start_entry(entry))
                 return 0;
+            if (entry.packets == 0) { // a local operation, done: it completes in order
+                ++sq_send_;
+                retire_completed();
+                continue;
+            }
         }
         const bool more = is_read_or_atomic(entry.wqe) ? entry.next_packet == 0
                                                        : entry.next_packet < entry.packets;

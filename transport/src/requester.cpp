@@ -14,6 +14,32 @@ bool QueuePair::is_read_or_atomic(const SendWqe& wqe) const {
            wqe.opcode == WrOpcode::AtomicFetchAdd;
 }
 
+bool QueuePair::is_local_operation(const SendWqe& wqe) {
+    return wqe.opcode == WrOpcode::BindMemoryWindow || wqe.opcode == WrOpcode::LocalInvalidate;
+}
+
+bool QueuePair::run_local_operation(SendEntry& entry) {
+    // Binding a memory window and invalidating an rkey act on this HCA's own tables, in
+    // send queue order (10.6.7.3, 10.6.7.2.2 / 11.4.1.1); they take no PSN and send
+    // nothing, and complete after the requests before them.
+    const SendWqe& wqe = entry.wqe;
+    entry.packets = 0;
+    entry.first_psn = next_psn_;
+    entry.next_packet = 0;
+    entry.received_packets = 0;
+    entry.started = true;
+    const bool bind = wqe.opcode == WrOpcode::BindMemoryWindow;
+    const MemoryStatus s =
+        bind ? memory_.bind_window(wqe.bind) : memory_.invalidate(wqe.rkey, false);
+    if (s != MemoryStatus::Ok) {
+        complete_send_error(entry, bind ? WcStatus::MemoryWindowBindError
+                                        : WcStatus::LocalQpOperationError);
+        return false;
+    }
+    entry.acked = true;
+    return true;
+}
+
 bool QueuePair::start_entry(SendEntry& entry) {
     const SendWqe& wqe = entry.wqe;
     const bool rd_atomic = is_read_or_atomic(wqe);
@@ -34,6 +60,8 @@ bool QueuePair::start_entry(SendEntry& entry) {
     // Fence (10.8.3.3): wait for every earlier read and atomic to complete.
     if (wqe.fence && outstanding_rd_atomic_ > 0)
         return false;
+    if (is_local_operation(wqe))
+        return run_local_operation(entry);
     // 9.7.4.1.4: no more outstanding reads/atomics than the responder accepts.
     if (rd_atomic && outstanding_rd_atomic_ >= std::max<uint32_t>(1, attr_.max_rd_atomic))
         return false;
@@ -59,7 +87,7 @@ bool QueuePair::start_entry(SendEntry& entry) {
 
 bool QueuePair::consumes_recv(const SendWqe& wqe) {
     return wqe.opcode == WrOpcode::Send || wqe.opcode == WrOpcode::SendWithImm ||
-           wqe.opcode == WrOpcode::RdmaWriteWithImm;
+           wqe.opcode == WrOpcode::SendWithInvalidate || wqe.opcode == WrOpcode::RdmaWriteWithImm;
 }
 
 void QueuePair::update_credits(uint8_t syndrome) {
@@ -85,6 +113,11 @@ uint8_t request_opcode(WrOpcode opcode, uint32_t packet, uint32_t packets) {
                : first ? op::kSendFirst
                : last  ? op::kSendLastImm
                        : op::kSendMiddle;
+    case WrOpcode::SendWithInvalidate:
+        return only    ? op::kSendOnlyInv
+               : first ? op::kSendFirst
+               : last  ? op::kSendLastInv
+                       : op::kSendMiddle;
     case WrOpcode::RdmaWrite:
         return only    ? op::kWriteOnly
                : first ? op::kWriteFirst
@@ -101,6 +134,9 @@ uint8_t request_opcode(WrOpcode opcode, uint32_t packet, uint32_t packets) {
         return op::kCompareSwap;
     case WrOpcode::AtomicFetchAdd:
         return op::kFetchAdd;
+    case WrOpcode::LocalInvalidate:
+    case WrOpcode::BindMemoryWindow:
+        break; // local operations send nothing
     }
     return op::kSendOnly;
 }
@@ -159,6 +195,8 @@ size_t QueuePair::build_request(SendEntry& entry, uint8_t* buffer, size_t capaci
     }
     if (info.has(header_flag::kImmDt))
         std::memcpy(buffer + o.imm, &wqe.imm_data, 4);
+    if (info.has(header_flag::kIeth))
+        reinterpret_cast<Ieth*>(buffer + o.ieth)->set(wqe.rkey);
     if (payload) {
         uint8_t* data = buffer + o.payload;
         const uint32_t offset = packet * mtu;

@@ -209,6 +209,10 @@ void QueuePair::complete_recv(const IbPacket& packet, uint32_t byte_len,
         c.with_grh = true;
     }
     c.network_header = network_header;
+    if (packet.ieth) {
+        c.with_invalidate = true;
+        c.invalidated_rkey = packet.ieth->rkey();
+    }
     c.srq_num = xrc_srqn_;
     recv_taken_ = false;
     sink_.recv_completion(c);
@@ -269,6 +273,14 @@ bool QueuePair::accept_send(const IbPacket& packet, uint32_t psn) {
     }
     message_offset_ += packet.payload_length;
     if (info.ends_message()) {
+        // SEND with Invalidate (9.4.1.1, 10.6.7.2.2): the rkey in the IETH stops granting
+        // access before the receive completes. One that is not a valid window of ours
+        // fails the message as an invalid request (9.7.5.1.7).
+        if (packet.ieth &&
+            responder_memory().invalidate(packet.ieth->rkey(), true) != MemoryStatus::Ok) {
+            fail_receive(WcStatus::RemoteInvalidRequestError, aeth::kNakInvalidRequest, psn);
+            return false;
+        }
         in_progress_ = OpKind::Invalid;
         msn_ = (msn_ + 1) & kPsnMask;
         complete_recv(packet, message_offset_);

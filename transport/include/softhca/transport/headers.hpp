@@ -113,6 +113,7 @@ static_assert(sizeof(ImmDt) == 4);
 struct Ieth {
     uint8_t b[4];
     uint32_t rkey() const { return load_be32(b); }
+    void set(uint32_t rkey) { store_be32(b, rkey); }
 };
 static_assert(sizeof(Ieth) == 4);
 

@@ -54,6 +54,11 @@ class MemoryAccess {
     // 8-byte atomic at an 8-byte aligned remote address; returns the original value.
     virtual MemoryStatus atomic(uint32_t rkey, uint64_t addr, bool compare_swap,
                                 uint64_t compare_add, uint64_t swap, uint64_t& original) = 0;
+    // Memory windows (10.6.7). bind_window executes a BIND_MW work request of this QP;
+    // invalidate a LOCAL_INV (remote false) or, at the responder, the rkey a SEND with
+    // Invalidate names (remote true). Memory without windows refuses both (BadKey).
+    virtual MemoryStatus bind_window(const WindowBind& bind);
+    virtual MemoryStatus invalidate(uint32_t rkey, bool remote);
 };
 
 // Copies `length` bytes starting `offset` bytes into a scatter/gather list.

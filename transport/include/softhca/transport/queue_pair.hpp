@@ -108,6 +108,8 @@ class QueuePair {
     uint32_t qp_num() const { return qp_num_; }
     Service service() const { return service_; }
     QpState state() const { return state_; }
+    // In SQD with started requests still outstanding (ibv_query_qp's sq_draining).
+    bool send_queue_draining() const { return state_ == QpState::Sqd && !drain_reported_; }
     QpConfig& attributes() { return attr_; }
     const QpConfig& attributes() const { return attr_; }
     const QpCounters& counters() const { return counters_; }
@@ -176,6 +178,8 @@ class QueuePair {
     }
     bool is_read_or_atomic(const SendWqe& wqe) const;
     bool start_entry(SendEntry& entry);
+    static bool is_local_operation(const SendWqe& wqe);
+    bool run_local_operation(SendEntry& entry);
     size_t build_request(SendEntry& entry, uint8_t* buffer, size_t capacity);
     void rewind_to(uint32_t psn);
     void handle_ack_psn(uint32_t psn, Nanoseconds now); // everything up to psn is acked

@@ -19,6 +19,9 @@ enum class WrOpcode : uint8_t {
     RdmaRead = 4,
     AtomicCompareSwap = 5,
     AtomicFetchAdd = 6,
+    LocalInvalidate = 7,  // a local operation: no packet
+    BindMemoryWindow = 8, // a local operation: no packet
+    SendWithInvalidate = 9,
 };
 
 enum class WcStatus : uint8_t {
@@ -27,6 +30,7 @@ enum class WcStatus : uint8_t {
     LocalQpOperationError = 2,
     LocalProtectionError = 4,
     WrFlushError = 5,
+    MemoryWindowBindError = 6,
     BadResponseError = 7,
     LocalAccessError = 8,
     RemoteInvalidRequestError = 9,
@@ -43,6 +47,8 @@ enum class WcOpcode : uint8_t {
     RdmaRead = 2,
     CompareSwap = 3,
     FetchAdd = 4,
+    BindMemoryWindow = 5,
+    LocalInvalidate = 6,
     Recv = 128,
     RecvRdmaWithImm = 129,
 };
@@ -65,6 +71,18 @@ struct AddressVector {
 // Bytes a UD receive reserves in front of the data for the GRH (ibv_post_recv(3)).
 constexpr uint32_t kGrhBytes = 40;
 
+// What a BIND_MW work request asks (10.6.7.3): window `mw_handle` covers [addr,
+// addr + length) of the region `mr_lkey` with `access`, under the rkey `new_rkey`.
+// A length of zero unbinds.
+struct WindowBind {
+    uint32_t mw_handle = 0;
+    uint32_t new_rkey = 0;
+    uint32_t mr_lkey = 0;
+    uint32_t access = 0;
+    uint64_t addr = 0;
+    uint64_t length = 0;
+};
+
 struct SendWqe {
     uint64_t wr_id = 0;
     WrOpcode opcode = WrOpcode::Send;
@@ -74,7 +92,7 @@ struct SendWqe {
     bool inline_data = false; // payload in inline_bytes, not in memory
     uint32_t imm_data = 0;    // network byte order, as the verbs carry it
     uint64_t remote_addr = 0;
-    uint32_t rkey = 0;
+    uint32_t rkey = 0; // RDMA and atomics; LOCAL_INV and SEND_WITH_INV: the rkey to invalidate
     uint64_t compare_add = 0;
     uint64_t swap = 0;
     uint32_t num_sge = 0;
@@ -85,6 +103,7 @@ struct SendWqe {
     AddressVector av;
     // XRC: the SRQ at the target that receives the message.
     uint32_t remote_srqn = 0;
+    WindowBind bind; // BIND_MW
     std::array<Sge, kMaxSge> sge{};
     std::array<uint8_t, kMaxInlineData> inline_bytes{};
 };
@@ -112,7 +131,9 @@ struct Completion {
     bool with_grh = false;  // UD: the first 40 bytes of the buffer hold the GRH
     bool solicited = false; // a receive whose message's last packet had the BTH SE bit
     NetworkHeader network_header = NetworkHeader::None; // UD receives
-    uint32_t srq_num = 0;                               // XRC target: the SRQ the receive came from
+    bool with_invalidate = false; // a SEND with Invalidate: invalidated_rkey is gone
+    uint32_t invalidated_rkey = 0;
+    uint32_t srq_num = 0; // XRC target: the SRQ the receive came from
     uint8_t sl = 0;
     uint16_t pkey_index = 0;
 };

@@ -42,6 +42,9 @@ enum class Opcode : uint16_t {
     OpenXrcd = 23,  // OpenXrcdRequest, reply HandleReply
     CloseXrcd = 24, // HandleRequest
     OpenQp = 25,    // OpenQpRequest, reply CreateQpReply with the QP's ring fd
+    AllocMw = 26,   // AllocMwRequest, reply AllocMwReply
+    DeallocMw = 27, // HandleRequest
+    ReregMr = 28,   // ReregMrRequest, reply RegMrReply (the keys stay)
 };
 
 struct MessageHeader {
@@ -131,7 +134,7 @@ struct DeviceAttributes {
     uint32_t max_mcast_grp;
     uint32_t max_mcast_qp_attach;
     uint32_t max_total_mcast_qp_attach;
-    uint32_t reserved;
+    uint32_t max_mw;
 };
 static_assert(sizeof(DeviceAttributes) == 216);
 
@@ -206,6 +209,38 @@ struct RegMrReply {
     uint32_t reserved;
 };
 static_assert(sizeof(RegMrReply) == 40);
+
+// ibv_rereg_mr(3): what changes (the IBV_REREG_MR_CHANGE_* values).
+constexpr uint32_t kReregTranslation = 1u << 0;
+constexpr uint32_t kReregPd = 1u << 1;
+constexpr uint32_t kReregAccess = 1u << 2;
+
+struct ReregMrRequest {
+    MessageHeader header;
+    uint32_t mr_handle;
+    uint32_t flags; // kRereg*
+    uint64_t addr;  // with kReregTranslation (the iova is the address)
+    uint64_t length;
+    uint32_t pd_handle; // with kReregPd
+    uint32_t access;    // with kReregAccess
+};
+static_assert(sizeof(ReregMrRequest) == 48);
+
+// Memory windows (ibv_alloc_mw(3)): type 1 or 2; the reply's rkey is the window's
+// first (the index is fixed, a bind changes the low 8 bits).
+struct AllocMwRequest {
+    MessageHeader header;
+    uint32_t pd_handle;
+    uint32_t type;
+};
+static_assert(sizeof(AllocMwRequest) == 24);
+
+struct AllocMwReply {
+    ReplyHeader reply;
+    uint32_t mw_handle;
+    uint32_t rkey;
+};
+static_assert(sizeof(AllocMwReply) == 32);
 
 // With kCreateCqChannel, an SCM_RIGHTS fd rides along: the write end of the completion
 // channel (a pipe) that receives one ib_uverbs_comp_event_desc {user_handle} per event.

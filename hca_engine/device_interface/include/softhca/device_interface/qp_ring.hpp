@@ -14,7 +14,7 @@
 namespace softhca::device_interface {
 
 constexpr uint32_t kQpRingMagic = 0x53485150; // "SHQP"
-constexpr uint32_t kQpRingVersion = 2;
+constexpr uint32_t kQpRingVersion = 3;
 
 struct alignas(64) QpRingHeader {
     uint32_t magic;
@@ -74,7 +74,12 @@ struct SendWqeHeader {
     uint8_t reserved1;
     // XRC: the SRQ number at the target.
     uint32_t remote_srqn;
-    uint32_t reserved2[3];
+    // BIND_MW: the window (engine handle), the MR (lkey) and the window's rights; the
+    // new rkey is in `rkey`, the window's start and length in remote_addr and
+    // compare_add. LOCAL_INV and SEND_WITH_INV carry the rkey to invalidate in `rkey`.
+    uint32_t bind_mw_handle;
+    uint32_t bind_mr_lkey;
+    uint32_t bind_access;
 };
 static_assert(sizeof(SendWqeHeader) == 96);
 

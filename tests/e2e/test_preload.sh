@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# What libsofthca-preload.so does for a program run with `softhca exec`, besides
+# completion channels (the verbs tests cover those): the hard-coded sysfs paths NCCL and
+# UCX open resolve into the device tree, paths of devices that are not ours are left
+# alone, and RDMA netlink is hidden so libibverbs uses the tree.
+source "$(dirname "$0")/lib.sh"
+dev="${SOFTHCA_PREFIX}0"
+run() { "$SOFTHCA" exec -- "$@"; }
+
+types=$(run cat "/sys/class/infiniband/$dev/ports/1/gid_attrs/types/0") ||
+    fail "cannot read the GID type at the hard-coded path"
+[ "$types" = "RoCE v2" ] || fail "GID type read as '$types'"
+[ "$(run cat "/sys/class/infiniband/$dev/node_type")" = "1: CA" ] || fail "node_type"
+run ls /sys/class/infiniband | grep -qx "$dev" || fail "$dev not listed in /sys/class/infiniband"
+run ls /sys/class/infiniband_verbs | grep -qx "${dev}_uverbs" ||
+    fail "${dev}_uverbs not listed in /sys/class/infiniband_verbs"
+run test -d "/sys/class/infiniband/$dev/ports/1" || fail "stat of a port directory"
+run python3 -c "import os,sys; sys.exit(not os.path.exists('/sys/class/infiniband/$dev/node_guid'))" ||
+    fail "python os.path.exists"
+# A device that is not in the tree: the path is the kernel's, untouched.
+if run test -e /sys/class/infiniband/softhca_no_such_dev/node_type; then
+    fail "a device outside the tree resolved"
+fi
+# Without the preload (SYSFS_PATH alone) the hard-coded path is the kernel's.
+if SYSFS_PATH=$("$SOFTHCA" env | sed -n 's/^export SYSFS_PATH=//p') \
+    test -e "/sys/class/infiniband/$dev/node_type"; then
+    fail "the path resolved without the preload library"
+fi
+# RDMA netlink (NETLINK_RDMA = 20) is not there for the program.
+run python3 - <<'PY' || fail "NETLINK_RDMA socket was not refused"
+import errno, socket, sys
+try:
+    socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 20)
+except OSError as e:
+    sys.exit(0 if e.errno == errno.EPROTONOSUPPORT else 1)
+sys.exit(1)
+PY
+# Other netlink families still work (route netlink for ip, UCX's interface lookups).
+run python3 -c "import socket; socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0).close()" ||
+    fail "route netlink refused"
+echo PASS
