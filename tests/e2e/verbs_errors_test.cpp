@@ -246,6 +246,41 @@ TEST_CASE("what softhca does not implement fails with EOPNOTSUPP") {
     errno = 0;
     CHECK(ibv_alloc_mw(pd.pd, static_cast<ibv_mw_type>(3)) == nullptr); // no such type
     CHECK(errno == EINVAL);
+    // Memory that is not ordinary process memory, device memory, thread and parent
+    // domains, flow steering and ECE: consumers and test suites skip on EOPNOTSUPP.
+    std::vector<uint8_t> bytes(4096);
+    errno = 0;
+    CHECK(ibv_reg_mr(pd.pd, bytes.data(), bytes.size(),
+                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND) == nullptr);
+    CHECK(errno == EOPNOTSUPP);
+    errno = 0;
+    CHECK(ibv_reg_dmabuf_mr(pd.pd, 0, 4096, 0, -1, IBV_ACCESS_LOCAL_WRITE) == nullptr);
+    CHECK(errno == EOPNOTSUPP);
+    ibv_alloc_dm_attr dm{4096, 0, 0};
+    errno = 0;
+    CHECK(ibv_alloc_dm(context(), &dm) == nullptr);
+    CHECK(errno == EOPNOTSUPP);
+    ibv_td_init_attr td{};
+    errno = 0;
+    CHECK(ibv_alloc_td(context(), &td) == nullptr);
+    CHECK(errno == EOPNOTSUPP);
+    ibv_parent_domain_init_attr parent{};
+    parent.pd = pd.pd;
+    errno = 0;
+    CHECK(ibv_alloc_parent_domain(context(), &parent) == nullptr);
+    CHECK(errno == EOPNOTSUPP);
+    init.qp_type = IBV_QPT_RC;
+    ibv_qp* qp = ibv_create_qp(pd.pd, &init);
+    REQUIRE(qp);
+    ibv_flow_attr flow{};
+    flow.size = sizeof(flow);
+    flow.port = 1;
+    errno = 0;
+    CHECK(ibv_create_flow(qp, &flow) == nullptr);
+    CHECK(errno == EOPNOTSUPP);
+    ibv_ece ece{};
+    CHECK(ibv_query_ece(qp, &ece) == EOPNOTSUPP);
+    CHECK(ibv_destroy_qp(qp) == 0);
     CHECK(ibv_destroy_cq(cq) == 0);
 }
 
