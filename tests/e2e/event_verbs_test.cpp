@@ -27,14 +27,7 @@ struct ChannelPair {
         ibv_destroy_qp(b);
     }
     static ibv_qp* make(Device& d, ibv_cq* cq) {
-        ibv_qp_init_attr init{};
-        init.send_cq = cq;
-        init.recv_cq = cq;
-        init.qp_type = IBV_QPT_RC;
-        init.cap = {64, 64, 2, 2, 64};
-        ibv_qp* qp = ibv_create_qp(d.pd, &init);
-        REQUIRE(qp);
-        return qp;
+        return create_qp_on(d, IBV_QPT_RC, {64, 64, 2, 2, 64}, cq);
     }
 };
 

@@ -17,14 +17,7 @@
 namespace {
 
 ibv_qp* make_qp(Device& d, uint32_t depth = 256) {
-    ibv_qp_init_attr init{};
-    init.send_cq = d.cq;
-    init.recv_cq = d.cq;
-    init.qp_type = IBV_QPT_RC;
-    init.cap = {depth, depth, 4, 4, 128};
-    ibv_qp* qp = ibv_create_qp(d.pd, &init);
-    REQUIRE(qp);
-    return qp;
+    return create_qp_on(d, IBV_QPT_RC, {depth, depth, 4, 4, 128});
 }
 
 struct Pair {

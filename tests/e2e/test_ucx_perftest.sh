@@ -7,7 +7,7 @@
 # memory or TCP).
 #   test_ucx_perftest.sh TLS TEST [SIZE [ITERATIONS]]
 # TLS "rc_verbs" means rc_verbs with ud_verbs as UCX's auxiliary (wire-up) transport,
-# which is how UCP connects RC endpoints (UCX's own alias "rc" is the same): the
+# which is how UCP connects RC endpoints (UCX's own alias "rc_v" is exactly that): the
 # protocol data goes over RC.
 source "$(dirname "$0")/lib.sh"
 tls=${1:?transport}

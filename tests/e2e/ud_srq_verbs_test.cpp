@@ -16,15 +16,7 @@
 namespace {
 
 ibv_qp* make_qp(Device& d, ibv_qp_type type, ibv_srq* srq = nullptr) {
-    ibv_qp_init_attr init{};
-    init.send_cq = d.cq;
-    init.recv_cq = d.cq;
-    init.srq = srq;
-    init.qp_type = type;
-    init.cap = {64, 64, 2, 2, 64};
-    ibv_qp* qp = ibv_create_qp(d.pd, &init);
-    REQUIRE(qp);
-    return qp;
+    return create_qp_on(d, type, {64, 64, 2, 2, 64}, nullptr, srq);
 }
 
 // A signaled SEND of `length` bytes of `b` to a UD address (RC and UC QPs ignore it).

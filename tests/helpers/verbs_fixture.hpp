@@ -124,6 +124,21 @@ inline void connect(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& remote_gid, 
     REQUIRE(ibv_modify_qp(qp, &a, mask) == 0);
 }
 
+// A QP of `type` in `d`'s PD with `cap`, completing into `cq` (default: the device's)
+// and receiving from `srq` if one is given.
+inline ibv_qp* create_qp_on(Device& d, ibv_qp_type type, ibv_qp_cap cap, ibv_cq* cq = nullptr,
+                            ibv_srq* srq = nullptr) {
+    ibv_qp_init_attr init{};
+    init.send_cq = cq ? cq : d.cq;
+    init.recv_cq = cq ? cq : d.cq;
+    init.srq = srq;
+    init.qp_type = type;
+    init.cap = cap;
+    ibv_qp* qp = ibv_create_qp(d.pd, &init);
+    REQUIRE(qp);
+    return qp;
+}
+
 // The Q_Key the UD tests use.
 constexpr uint32_t kQkey = 0x11111111;
 

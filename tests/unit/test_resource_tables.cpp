@@ -157,3 +157,34 @@ TEST_CASE("a full CQ ring refuses a completion and flags the overrun") {
     CHECK_FALSE(ring.push(e));
     CHECK(ring.pending() == 4);
 }
+
+TEST_CASE("a CQ arm gives one notification and solicited-only waits for a solicited one") {
+    CqRingOwner ring;
+    REQUIRE(ring.create(16) == 0);
+    // The provider's view of the ring, where ibv_req_notify_cq writes the arm.
+    void* map = mmap(nullptr, ring.bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, ring.fd(), 0);
+    REQUIRE(map != MAP_FAILED);
+    auto* shared = static_cast<di::CqRingHeader*>(map);
+    CHECK(shared->version == di::kCqRingVersion);
+    di::CompletionEntry e{};
+    REQUIRE(ring.push(e));
+    CHECK_FALSE(ring.take_notification(true)); // not armed
+    shared->notify.store(di::kNotifyNext);
+    REQUIRE(ring.push(e));
+    CHECK(ring.take_notification(false));
+    CHECK(shared->notify.load() == di::kNotifyNone);
+    REQUIRE(ring.push(e));
+    CHECK_FALSE(ring.take_notification(false)); // one event per arm
+    shared->notify.store(di::kNotifySolicited);
+    CHECK_FALSE(ring.take_notification(false)); // unsolicited: the arm stays
+    CHECK(shared->notify.load() == di::kNotifySolicited);
+    CHECK(ring.take_notification(true)); // solicited (or an error completion)
+    // A resize carries the arm over to the new ring.
+    shared->notify.store(di::kNotifyNext);
+    CqRingOwner bigger;
+    REQUIRE(bigger.create(32) == 0);
+    ring.move_pending_to(bigger);
+    CHECK(bigger.pending() == 3);
+    CHECK(bigger.take_notification(false));
+    munmap(map, ring.bytes());
+}
