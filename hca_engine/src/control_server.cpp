@@ -352,7 +352,11 @@ void ControlServer::dispatch(Connection& c, const void* message, size_t size, in
             if (!request)
                 break;
             const bool with_channel = request->flags & di::kCreateCqChannel;
-            if ((request->flags & ~di::kCreateCqChannel) || with_channel != (guard.fd >= 0)) {
+            // A channel is a pipe: anything else could block the card on a write.
+            struct stat channel {};
+            if ((request->flags & ~di::kCreateCqChannel) || with_channel != (guard.fd >= 0) ||
+                (with_channel &&
+                 (::fstat(guard.fd, &channel) != 0 || !S_ISFIFO(channel.st_mode)))) {
                 reply_status(c, header, EINVAL);
                 return;
             }

@@ -10,6 +10,7 @@
 
 #include <catch2/catch.hpp>
 #include <cerrno>
+#include <fcntl.h>
 #include <cstdint>
 #include <fstream>
 #include <sys/mman.h>
@@ -493,6 +494,12 @@ TEST_CASE("a process that scribbles over its shared rings cannot crash the engin
     CHECK(call(cq_request, di::Opcode::CreateCq, -1, nullptr) == EINVAL);
     cq_request.flags = 0x80;
     CHECK(call(cq_request, di::Opcode::CreateCq, -1, nullptr) == EINVAL);
+    // ... or a "channel" that is not a pipe (a write to it could block the engine).
+    cq_request.flags = di::kCreateCqChannel;
+    const int not_a_pipe = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+    REQUIRE(not_a_pipe >= 0);
+    CHECK(call(cq_request, di::Opcode::CreateCq, not_a_pipe, nullptr) == EINVAL);
+    close(not_a_pipe);
     cq_request.flags = 0;
     int cq_fd = -1;
     REQUIRE(call(cq_request, di::Opcode::CreateCq, -1, &cq_fd) == 0);
