@@ -10,8 +10,8 @@
 
 #include <catch2/catch.hpp>
 #include <cerrno>
-#include <fcntl.h>
 #include <cstdint>
+#include <fcntl.h>
 #include <fstream>
 #include <sys/mman.h>
 #include <sys/socket.h>
