@@ -268,8 +268,12 @@ class Link {
             if (parse_ib_packet(frame.ib, frame.ib_length, packet) != PacketError::None)
                 continue;
             Side& to = f.to_b ? *b_ : *a_;
+            // A datagram's receive buffer gets the network header, as the engine does.
+            uint8_t grh[kGrhBytes];
+            if (packet.deth)
+                grh_from_frame(frame, grh);
             if (packet.bth->dest_qp() == to.qp.qp_num())
-                to.qp.receive(packet, now_);
+                to.qp.receive(packet, now_, packet.deth ? grh : nullptr);
         }
         for (Side* s : {a_.get(), b_.get()})
             if (s->qp.next_deadline() <= now_)

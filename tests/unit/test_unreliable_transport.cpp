@@ -196,6 +196,42 @@ TEST_CASE("UD: datagrams arrive behind a 40-byte GRH with the sender's QPN") {
         CHECK(c.with_grh);
         CHECK(c.src_qp == link.a().qp.qp_num());
         CHECK(c.opcode == WcOpcode::Recv);
+        // The frames are IPv4: the completion says so (A17.4.5.1), for UCX and ibv_wc.sl.
+        CHECK(c.network_header == NetworkHeader::Ipv4);
+        CHECK_FALSE(c.solicited);
+    }
+}
+
+TEST_CASE("UD and RC: a receive is solicited when the message's last packet had SE") {
+    for (Service service : {Service::UD, Service::RC}) {
+        Link link(6, {}, 64, service);
+        link.connect(PathMtu::Mtu1024, kRights);
+        HostMemory& am = link.a().memory;
+        HostMemory& bm = link.b().memory;
+        const uint32_t src = am.add_region(4096, kRights);
+        const uint32_t dst = bm.add_region(8192, kRights);
+        REQUIRE(link.b().qp.post_recv(one_sge_receive(1, bm, dst, 4096)));
+        REQUIRE(link.b().qp.post_recv(one_sge_receive(2, bm, dst, 4096, 4096)));
+        const uint32_t length = service == Service::UD ? 1000 : 3000; // RC: 3 packets
+        SendWqe plain = one_sge_request(1, WrOpcode::Send, am, src, length);
+        if (service == Service::UD) {
+            plain.remote_qpn = link.b().qp.qp_num();
+            plain.remote_qkey = link.b().qp.attributes().qkey;
+        }
+        SendWqe solicited = plain;
+        solicited.wr_id = 2;
+        solicited.solicited = true;
+        solicited.length = solicited.sge[0].length = length - 100; // told apart by length
+        REQUIRE(link.a().qp.post_send(plain));
+        REQUIRE(link.a().qp.post_send(solicited));
+        REQUIRE(link.run_until([&] { return link.b().sink.recvs.size() == 2; }));
+        // The simulated wire reorders: UD datagrams may arrive either way round.
+        const uint32_t grh = service == Service::UD ? kGrhBytes : 0;
+        for (const Completion& c : link.b().sink.recvs) {
+            CHECK(c.solicited == (c.byte_len == length - 100 + grh));
+            CHECK(c.network_header ==
+                  (service == Service::UD ? NetworkHeader::Ipv4 : NetworkHeader::None));
+        }
     }
 }
 
