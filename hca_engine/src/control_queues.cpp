@@ -39,7 +39,8 @@ bool ControlServer::dispatch_qp(Connection& c, const di::MessageHeader& header, 
             const auto* request = as<di::OpenQpRequest>(message, size);
             if (!request)
                 break;
-            r.reply.status = res.open_qp(request->qp_num, request->xrcd_handle, r.qp_handle, qp);
+            r.reply.status = res.open_qp(request->qp_num, request->xrcd_handle,
+                                         request->user_handle, r.qp_handle, qp);
         }
         if (qp) {
             r.qp_num = qp->qp_num();

@@ -372,7 +372,7 @@ void EngineQp::send_wqe_retired() {
 }
 
 void EngineQp::communication_established() {
-    context_.raise_event(user_handle_, di::kEventCommEst);
+    context_.raise_qp_event(*this, user_handle_, di::kEventCommEst);
 }
 
 void EngineQp::send_queue_drained() {
@@ -381,7 +381,7 @@ void EngineQp::send_queue_drained() {
 }
 
 void EngineQp::last_wqe_reached() {
-    context_.raise_event(user_handle_, di::kEventQpLastWqeReached);
+    context_.raise_qp_event(*this, user_handle_, di::kEventQpLastWqeReached);
 }
 
 void EngineQp::qp_error(tp::WcStatus cause, bool detected_by_responder) {
@@ -391,7 +391,7 @@ void EngineQp::qp_error(tp::WcStatus cause, bool detected_by_responder) {
     const uint32_t event = cause == tp::WcStatus::RemoteInvalidRequestError ? di::kEventQpReqErr
                            : cause == tp::WcStatus::RemoteAccessError       ? di::kEventQpAccessErr
                                                                             : di::kEventQpFatal;
-    context_.raise_event(user_handle_, event);
+    context_.raise_qp_event(*this, user_handle_, event);
 }
 
 } // namespace softhca::engine

@@ -279,6 +279,17 @@ void ContextResources::raise_event(uint64_t element, uint32_t event_type) const 
     [[maybe_unused]] ssize_t n = ::write(async_fd_, &record, sizeof(record));
 }
 
+void ContextResources::raise_qp_event(const EngineQp& qp, uint64_t creator_handle,
+                                      uint32_t event_type) const {
+    raise_event(creator_handle, event_type);
+    auto [first, last] = keys_.opened_qps.equal_range(&qp);
+    for (auto o = first; o != last; ++o) {
+        const ContextResources& opener = *o->second.first;
+        if (auto it = opener.opened_.find(o->second.second); it != opener.opened_.end())
+            opener.raise_event(it->second.user_handle, event_type);
+    }
+}
+
 const MemoryRegion* ContextResources::find_mr_by_key(uint32_t key) const {
     auto it = mrs_by_key_.find(key);
     return it == mrs_by_key_.end() ? nullptr : it->second;
@@ -426,8 +437,8 @@ void ContextResources::destroy_owned_qp(
     --keys_.qps;
 }
 
-int ContextResources::open_qp(uint32_t qp_num, uint32_t xrcd_handle, uint32_t& handle,
-                              EngineQp*& qp) {
+int ContextResources::open_qp(uint32_t qp_num, uint32_t xrcd_handle, uint64_t user_handle,
+                              uint32_t& handle, EngineQp*& qp) {
     auto xrcd = xrcds_.find(xrcd_handle);
     if (xrcd == xrcds_.end())
         return EINVAL;
@@ -439,7 +450,7 @@ int ContextResources::open_qp(uint32_t qp_num, uint32_t xrcd_handle, uint32_t& h
         return EINVAL;
     qp = target->second;
     handle = next_handle_++;
-    opened_[handle] = {qp, xrcd_handle};
+    opened_[handle] = {qp, xrcd_handle, user_handle};
     ++xrcd->second.users;
     keys_.opened_qps.emplace(qp, std::make_pair(this, handle));
     return 0;

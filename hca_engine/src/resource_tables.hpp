@@ -150,7 +150,8 @@ class ContextResources {
     // The QP of a handle, created here or opened here.
     EngineQp* find_qp(uint32_t handle);
     // ibv_open_qp: a handle to the XRC target `qp_num` of this context's domain `xrcd`.
-    int open_qp(uint32_t qp_num, uint32_t xrcd_handle, uint32_t& handle, EngineQp*& qp);
+    int open_qp(uint32_t qp_num, uint32_t xrcd_handle, uint64_t user_handle, uint32_t& handle,
+                EngineQp*& qp);
     // Shared receive queues (resource_tables_srq.cpp). On success `srq` points at the
     // SRQ whose ring fd goes to the provider.
     int create_srq(const device_interface::CreateSrqRequest& request, EngineSrq*& srq);
@@ -179,6 +180,10 @@ class ContextResources {
     // Where this context's async events go: the write end of its async event pipe.
     void set_async_fd(int fd) { async_fd_ = fd; }
     void raise_event(uint64_t element, uint32_t event_type) const;
+    // An event of QP `qp` (made here, element `creator_handle`): to this context and, for
+    // an XRC target, to every context that opened it, each with its own handle, as the
+    // kernel does for shared QPs.
+    void raise_qp_event(const EngineQp& qp, uint64_t creator_handle, uint32_t event_type) const;
 
   private:
     pid_t owner_;
@@ -202,6 +207,7 @@ class ContextResources {
     struct OpenedQp {
         EngineQp* qp = nullptr;
         uint32_t xrcd_handle = 0;
+        uint64_t user_handle = 0; // the opener's ibv_qp, the element of its events
     };
     std::map<uint32_t, OpenedQp> opened_; // handles from ibv_open_qp
     void close_opened(uint32_t handle);

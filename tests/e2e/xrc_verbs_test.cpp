@@ -197,13 +197,15 @@ TEST_CASE("XRC: a file names one domain across contexts; the SRQ is chosen per m
     CHECK(ibv_open_qp(dev(1).context, &open_attr) == nullptr);
     CHECK(errno == EINVAL);
     CHECK(ibv_destroy_qp(target) == EBUSY); // still open in another context
-    CHECK(ibv_destroy_qp(opened) == 0);     // closes that handle only
 
     // An SRQ of another domain: the target refuses (remote invalid request) and its QP
-    // reports the error to its own context.
+    // reports the error to its own context and to the one that opened it, each with its
+    // own ibv_qp as the element.
     send_to_srq(initiator, src, 100, srq_num(foreign), 12);
     CHECK(wait_completions(dev(0), 1)[0].status == IBV_WC_REM_INV_REQ_ERR);
     expect_target_error(other.context, target);
+    expect_target_error(dev(1).context, opened);
+    CHECK(ibv_destroy_qp(opened) == 0); // closes that handle only
     ibv_destroy_qp(initiator);
     ibv_destroy_qp(target);
 
