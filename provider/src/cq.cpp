@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <vector>
 
 namespace softhca::provider {
 
@@ -175,10 +176,41 @@ int resize_cq(ibv_cq* ibcq, int cqe) {
     return 0;
 }
 
+namespace {
+
+// Takes this CQ's unread completion events out of its channel, as the kernel does when a
+// CQ is destroyed (ib_uverbs_release_ucq): a later ibv_get_cq_event must never hand out
+// a CQ that no longer exists. Events of other CQs sharing the channel go back in their
+// order. Called once the engine has destroyed the CQ, so no more events come for it.
+void forget_channel_events(const ibv_cq& cq) {
+    if (!cq.channel)
+        return;
+    char path[48];
+    std::snprintf(path, sizeof(path), "/proc/self/fd/%d", cq.channel->fd);
+    // A description of our own: non-blocking here, as the application set it there.
+    const int fd = ::open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    const auto gone = reinterpret_cast<uintptr_t>(&cq);
+    std::vector<uint64_t> kept;
+    uint64_t records[256];
+    ssize_t n;
+    while ((n = ::read(fd, records, sizeof(records))) > 0)
+        for (ssize_t i = 0; i < n / static_cast<ssize_t>(sizeof(uint64_t)); ++i)
+            if (records[i] != gone)
+                kept.push_back(records[i]);
+    if (!kept.empty()) [[maybe_unused]]
+        ssize_t w = ::write(fd, kept.data(), kept.size() * sizeof(uint64_t));
+    ::close(fd);
+}
+
+} // namespace
+
 int destroy_cq(ibv_cq* ibcq) {
     Cq* cq = to_cq(ibcq);
     if (int err = state_of(ibcq->context).control.destroy(di::Opcode::DestroyCq, cq->handle))
         return err; // EBUSY while a QP completes into it
+    forget_channel_events(*ibcq);
     ::munmap(cq->ring, cq->ring_bytes);
     delete cq;
     return 0;

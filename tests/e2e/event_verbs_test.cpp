@@ -329,3 +329,39 @@ TEST_CASE("extended CQ fields we cannot report are EOPNOTSUPP") {
         CHECK(errno == EOPNOTSUPP);
     }
 }
+
+TEST_CASE("destroying a CQ takes its unread events out of a shared channel") {
+    Device& d = dev(0);
+    ibv_comp_channel* channel = ibv_create_comp_channel(d.context);
+    REQUIRE(channel);
+    ibv_cq* doomed = ibv_create_cq(d.context, 8, nullptr, channel, 0);
+    ibv_cq* kept = ibv_create_cq(d.context, 8, nullptr, channel, 0);
+    REQUIRE((doomed && kept));
+    Buffer buf(d, 4096, kAllAccess);
+    auto write_once = [&](ibv_cq* cq) {
+        ibv_qp* qp = ChannelPair::make(d, cq);
+        connect(qp, qp->qp_num, d.gid);
+        REQUIRE(ibv_req_notify_cq(cq, 0) == 0);
+        ibv_sge sge{buf.addr(), 8, buf.mr->lkey};
+        ibv_send_wr wr = signaled_wr(IBV_WR_RDMA_WRITE, &sge);
+        wr.wr.rdma.remote_addr = buf.addr(64);
+        wr.wr.rdma.rkey = buf.mr->rkey;
+        post(qp, wr);
+        poll_until(cq, 1);
+        ibv_destroy_qp(qp);
+    };
+    write_once(doomed); // its event waits in the channel, unread
+    REQUIRE(readable(channel->fd, 5000));
+    REQUIRE(ibv_destroy_cq(doomed) == 0);
+    CHECK_FALSE(readable(channel->fd, 100)); // gone with its CQ
+    write_once(kept);
+    REQUIRE(readable(channel->fd, 5000));
+    ibv_cq* cq = nullptr;
+    void* context = nullptr;
+    REQUIRE(ibv_get_cq_event(channel, &cq, &context) == 0);
+    CHECK(cq == kept);
+    ibv_ack_cq_events(cq, 1);
+    CHECK_FALSE(readable(channel->fd, 100));
+    REQUIRE(ibv_destroy_cq(kept) == 0);
+    CHECK(ibv_destroy_comp_channel(channel) == 0);
+}
