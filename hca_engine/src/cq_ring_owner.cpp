@@ -34,6 +34,8 @@ void CqRingOwner::move_pending_to(CqRingOwner& target) {
         target.push(from[i & (slots_ - 1)]);
     target.header_->notify.store(header_->notify.load(std::memory_order_acquire),
                                  std::memory_order_release);
+    target.header_->events.store(header_->events.load(std::memory_order_acquire),
+                                 std::memory_order_release);
 }
 
 bool CqRingOwner::push(const di::CompletionEntry& entry) {

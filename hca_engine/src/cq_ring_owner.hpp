@@ -32,6 +32,9 @@ class CqRingOwner {
     // next solicited or unsuccessful one). Taking it disarms the CQ, so one arm gives at
     // most one event.
     bool take_notification(bool solicited_or_error);
+    // Counts an event written into the CQ's channel (the provider's destroy_cq waits
+    // until the application has acknowledged every one it read).
+    void count_event() { header_->events.fetch_add(1, std::memory_order_release); }
 
   private:
     SharedMemory memory_;

@@ -331,8 +331,8 @@ void EngineQp::push_completion(CompletionQueue* cq, const tp::Completion& c) {
         // application is polling. A receive completion is solicited when the message's
         // last packet had the SE bit; any error completion counts as solicited.
         const bool solicited = c.solicited || c.status != tp::WcStatus::Success;
-        if (cq->ring.take_notification(solicited))
-            cq->channel.signal(cq->user_handle);
+        if (cq->ring.take_notification(solicited) && cq->channel.signal(cq->user_handle))
+            cq->ring.count_event();
     } else {
         // CQ overrun (11.4.2.1): the completion is lost and the CQ reports an error.
         ++cq_overruns_;

@@ -182,26 +182,44 @@ namespace {
 // CQ is destroyed (ib_uverbs_release_ucq): a later ibv_get_cq_event must never hand out
 // a CQ that no longer exists. Events of other CQs sharing the channel go back in their
 // order. Called once the engine has destroyed the CQ, so no more events come for it.
-void forget_channel_events(const ibv_cq& cq) {
+// Returns how many it took out.
+uint32_t forget_channel_events(const ibv_cq& cq) {
     if (!cq.channel)
-        return;
+        return 0;
     char path[48];
     std::snprintf(path, sizeof(path), "/proc/self/fd/%d", cq.channel->fd);
     // A description of our own: non-blocking here, as the application set it there.
     const int fd = ::open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
-        return;
+        return 0;
     const auto gone = reinterpret_cast<uintptr_t>(&cq);
     std::vector<uint64_t> kept;
     uint64_t records[256];
+    uint32_t taken = 0;
     ssize_t n;
-    while ((n = ::read(fd, records, sizeof(records))) > 0)
-        for (ssize_t i = 0; i < n / static_cast<ssize_t>(sizeof(uint64_t)); ++i)
+    while ((n = ::read(fd, records, sizeof(records))) > 0) {
+        for (ssize_t i = 0; i < n / static_cast<ssize_t>(sizeof(uint64_t)); ++i) {
             if (records[i] != gone)
                 kept.push_back(records[i]);
-    if (!kept.empty()) [[maybe_unused]]
-        ssize_t w = ::write(fd, kept.data(), kept.size() * sizeof(uint64_t));
+            else
+                ++taken;
+        }
+    }
+    if (!kept.empty()) {
+        [[maybe_unused]] const ssize_t w = ::write(fd, kept.data(), kept.size() * sizeof(uint64_t));
+    }
     ::close(fd);
+    return taken;
+}
+
+// ibv_ack_cq_events(3): destroying a CQ waits until the application has acknowledged
+// every completion event it received for it (libibverbs counts the acknowledgements in
+// the ibv_cq; the kernel reports how many it delivered, here the engine's count).
+void wait_for_acknowledgements(ibv_cq& cq, uint32_t delivered) {
+    pthread_mutex_lock(&cq.mutex);
+    while (cq.comp_events_completed < delivered)
+        pthread_cond_wait(&cq.cond, &cq.mutex);
+    pthread_mutex_unlock(&cq.mutex);
 }
 
 } // namespace
@@ -210,7 +228,8 @@ int destroy_cq(ibv_cq* ibcq) {
     Cq* cq = to_cq(ibcq);
     if (int err = state_of(ibcq->context).control.destroy(di::Opcode::DestroyCq, cq->handle))
         return err; // EBUSY while a QP completes into it
-    forget_channel_events(*ibcq);
+    const uint32_t taken = forget_channel_events(*ibcq);
+    wait_for_acknowledgements(*ibcq, cq->ring->events.load(std::memory_order_acquire) - taken);
     ::munmap(cq->ring, cq->ring_bytes);
     delete cq;
     return 0;

@@ -365,3 +365,35 @@ TEST_CASE("destroying a CQ takes its unread events out of a shared channel") {
     REQUIRE(ibv_destroy_cq(kept) == 0);
     CHECK(ibv_destroy_comp_channel(channel) == 0);
 }
+
+TEST_CASE("ibv_destroy_cq waits until the events it delivered are acknowledged") {
+    Device& d = dev(0);
+    ibv_comp_channel* channel = ibv_create_comp_channel(d.context);
+    REQUIRE(channel);
+    ibv_cq* cq = ibv_create_cq(d.context, 8, nullptr, channel, 0);
+    REQUIRE(cq);
+    REQUIRE(ibv_resize_cq(cq, 32) == 0); // the count survives a resize
+    ibv_qp* qp = ChannelPair::make(d, cq);
+    connect(qp, qp->qp_num, d.gid);
+    REQUIRE(ibv_req_notify_cq(cq, 0) == 0);
+    Buffer buf(d, 4096, kAllAccess);
+    ibv_sge sge{buf.addr(), 8, buf.mr->lkey};
+    ibv_send_wr wr = signaled_wr(IBV_WR_RDMA_WRITE, &sge);
+    wr.wr.rdma.remote_addr = buf.addr(64);
+    wr.wr.rdma.rkey = buf.mr->rkey;
+    post(qp, wr);
+    ibv_cq* got = nullptr;
+    void* context = nullptr;
+    REQUIRE(ibv_get_cq_event(channel, &got, &context) == 0); // read, not yet acknowledged
+    REQUIRE(got == cq);
+    poll_until(cq, 1);
+    ibv_destroy_qp(qp);
+    std::atomic<int> destroyed{-1};
+    std::thread destroyer([&] { destroyed = ibv_destroy_cq(cq); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    CHECK(destroyed.load() == -1); // still waiting for the acknowledgement
+    ibv_ack_cq_events(got, 1);
+    destroyer.join();
+    CHECK(destroyed.load() == 0);
+    CHECK(ibv_destroy_comp_channel(channel) == 0);
+}

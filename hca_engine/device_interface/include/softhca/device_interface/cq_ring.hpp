@@ -30,6 +30,7 @@ struct alignas(64) CqRingHeader {
     alignas(64) std::atomic<uint64_t> consumer; // written by the provider
     alignas(64) std::atomic<uint32_t> overrun;  // engine sets when it found the ring full
     std::atomic<uint32_t> notify;               // kNotify*: the arm, see above
+    std::atomic<uint32_t> events; // completion events the engine wrote into the channel
 };
 static_assert(sizeof(CqRingHeader) == 256);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
