@@ -34,6 +34,15 @@ std::string read_command_name(pid_t pid) {
     return name.empty() ? "?" : name;
 }
 
+// CreateCq's channel: the flag and the descriptor come together, and the descriptor is
+// a pipe (a write to anything else could block the card).
+bool valid_channel_request(uint32_t flags, int fd) {
+    if ((flags & ~di::kCreateCqChannel) || ((flags & di::kCreateCqChannel) != 0) != (fd >= 0))
+        return false;
+    struct stat st {};
+    return fd < 0 || (::fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode));
+}
+
 } // namespace
 
 ControlServer::ControlServer(const std::string& socket_path, const std::vector<Device>& devices,
@@ -351,12 +360,7 @@ void ControlServer::dispatch(Connection& c, const void* message, size_t size, in
             const auto* request = as<di::CreateCqRequest>(message, size);
             if (!request)
                 break;
-            const bool with_channel = request->flags & di::kCreateCqChannel;
-            // A channel is a pipe: anything else could block the card on a write.
-            struct stat channel {};
-            if ((request->flags & ~di::kCreateCqChannel) || with_channel != (guard.fd >= 0) ||
-                (with_channel &&
-                 (::fstat(guard.fd, &channel) != 0 || !S_ISFIFO(channel.st_mode)))) {
+            if (!valid_channel_request(request->flags, guard.fd)) {
                 reply_status(c, header, EINVAL);
                 return;
             }

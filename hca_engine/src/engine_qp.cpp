@@ -329,9 +329,11 @@ void EngineQp::push_completion(CompletionQueue* cq, const tp::Completion& c) {
     if (cq->ring.push(e)) {
         // Completion events (11.4.2.2): written by the card, whether or not the
         // application is polling. A receive completion is solicited when the message's
-        // last packet had the SE bit; any error completion counts as solicited.
+        // last packet had the SE bit; any error completion counts as solicited. A CQ
+        // without a channel has nowhere to send events: its arm is not even read.
         const bool solicited = c.solicited || c.status != tp::WcStatus::Success;
-        if (cq->ring.take_notification(solicited) && cq->channel.signal(cq->user_handle))
+        if (cq->channel.attached() && cq->ring.take_notification(solicited) &&
+            cq->channel.signal(cq->user_handle))
             cq->ring.count_event();
     } else {
         // CQ overrun (11.4.2.1): the completion is lost and the CQ reports an error.

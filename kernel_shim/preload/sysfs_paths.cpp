@@ -45,11 +45,12 @@ const char* redirect(const char* path, char (&out)[PATH_MAX]) {
             return path;
         if (path[n] == '\0' || path[n + 1] == '\0')
             return out; // the class directory itself
-        // Only devices the tree has: <root>/class/<cls>/<name> must exist.
-        const size_t device_end = std::strlen(root) + n - 4 + 1 + std::strcspn(path + n + 1, "/");
+        // Only devices the tree has: <root>/class/<class>/<name> must exist. (The tree's
+        // own paths never start with /sys/class, so the check does not come back here.)
+        const size_t name_end = n + 1 + std::strcspn(path + n + 1, "/");
         char device[PATH_MAX];
-        std::snprintf(device, sizeof(device), "%.*s", static_cast<int>(device_end), out);
-        // (The tree's own paths never start with /sys/class, so this does not recurse.)
+        std::snprintf(device, sizeof(device), "%s%.*s", root, static_cast<int>(name_end - 4),
+                      path + 4);
         return ::faccessat(AT_FDCWD, device, F_OK, 0) == 0 ? out : path;
     }
     return path;

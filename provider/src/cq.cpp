@@ -2,15 +2,11 @@
 // provider consumes them in poll_cq without any system call.
 #include "provider.hpp"
 
-#include <cstdio>
 #include <cstdlib>
-#include <fcntl.h>
 #include <new>
 #include <sched.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
-#include <vector>
 
 namespace softhca::provider {
 
@@ -67,26 +63,6 @@ uint8_t wc_sl(const di::CompletionEntry& e) {
         return 0x8 | 0x1;
     return e.sl;
 }
-
-namespace {
-
-// The engine's end of a completion channel. The channel's fd is the pipe that the
-// interposer (kernel_shim/preload) made in place of the kernel's event file; the engine
-// gets a description of its own (opened through /proc), so that making its writes
-// non-blocking leaves the application's fd as the application set it. Returns an fd,
-// or -1 with errno (EINVAL: not a channel of ours).
-int open_channel_writer(const ibv_comp_channel& channel) {
-    struct stat st {};
-    if (::fstat(channel.fd, &st) != 0 || !S_ISFIFO(st.st_mode)) {
-        errno = EINVAL;
-        return -1;
-    }
-    char path[48];
-    std::snprintf(path, sizeof(path), "/proc/self/fd/%d", channel.fd);
-    return ::open(path, O_WRONLY | O_CLOEXEC);
-}
-
-} // namespace
 
 Cq* create_completion_queue(ibv_context* context, int cqe, ibv_comp_channel* channel,
                             int comp_vector) {
@@ -176,74 +152,13 @@ int resize_cq(ibv_cq* ibcq, int cqe) {
     return 0;
 }
 
-namespace {
-
-// Takes this CQ's unread completion events out of its channel, as the kernel does when a
-// CQ is destroyed (ib_uverbs_release_ucq): a later ibv_get_cq_event must never hand out
-// a CQ that no longer exists. Events of other CQs sharing the channel go back in their
-// order. Called once the engine has destroyed the CQ, so no more events come for it.
-// Returns how many it took out.
-uint32_t forget_channel_events(const ibv_cq& cq) {
-    if (!cq.channel)
-        return 0;
-    char path[48];
-    std::snprintf(path, sizeof(path), "/proc/self/fd/%d", cq.channel->fd);
-    // A description of our own: non-blocking here, as the application set it there.
-    const int fd = ::open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    const auto gone = reinterpret_cast<uintptr_t>(&cq);
-    std::vector<uint64_t> kept;
-    uint64_t records[256];
-    uint32_t taken = 0;
-    ssize_t n;
-    while ((n = ::read(fd, records, sizeof(records))) > 0) {
-        for (ssize_t i = 0; i < n / static_cast<ssize_t>(sizeof(uint64_t)); ++i) {
-            if (records[i] != gone)
-                kept.push_back(records[i]);
-            else
-                ++taken;
-        }
-    }
-    if (!kept.empty()) {
-        [[maybe_unused]] const ssize_t w = ::write(fd, kept.data(), kept.size() * sizeof(uint64_t));
-    }
-    ::close(fd);
-    return taken;
-}
-
-// ibv_ack_cq_events(3): destroying a CQ waits until the application has acknowledged
-// every completion event it received for it (libibverbs counts the acknowledgements in
-// the ibv_cq; the kernel reports how many it delivered, here the engine's count).
-void wait_for_acknowledgements(ibv_cq& cq, uint32_t delivered) {
-    pthread_mutex_lock(&cq.mutex);
-    while (cq.comp_events_completed < delivered)
-        pthread_cond_wait(&cq.cond, &cq.mutex);
-    pthread_mutex_unlock(&cq.mutex);
-}
-
-} // namespace
-
 int destroy_cq(ibv_cq* ibcq) {
     Cq* cq = to_cq(ibcq);
     if (int err = state_of(ibcq->context).control.destroy(di::Opcode::DestroyCq, cq->handle))
         return err; // EBUSY while a QP completes into it
-    const uint32_t taken = forget_channel_events(*ibcq);
-    wait_for_acknowledgements(*ibcq, cq->ring->events.load(std::memory_order_acquire) - taken);
+    release_channel(*ibcq, cq->ring->events.load(std::memory_order_acquire));
     ::munmap(cq->ring, cq->ring_bytes);
     delete cq;
-    return 0;
-}
-
-int req_notify_cq(ibv_cq* ibcq, int solicited_only) {
-    // Arming is a store into the shared ring: the engine reads it when it adds the next
-    // completion and writes the event itself (see take_notification in the engine). A CQ
-    // without a channel can be armed too; its events go nowhere, as with the kernel.
-    Cq* cq = to_cq(ibcq);
-    std::lock_guard<std::mutex> lock(cq->lock); // resize swaps the ring
-    cq->ring->notify.store(solicited_only ? di::kNotifySolicited : di::kNotifyNext,
-                           std::memory_order_seq_cst);
-    std::atomic_thread_fence(std::memory_order_seq_cst); // before the application polls
     return 0;
 }
 

@@ -16,12 +16,8 @@ constexpr uint64_t kSupportedWcFlags =
     IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM | IBV_WC_EX_WITH_SRC_QP |
     IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL | IBV_WC_EX_WITH_DLID_PATH_BITS;
 
-Cq* to_cq_ex(ibv_cq_ex* cq) {
-    return reinterpret_cast<Cq*>(cq);
-}
-
 const di::CompletionEntry& current(ibv_cq_ex* ibcq) {
-    return *to_cq_ex(ibcq)->current;
+    return *to_cq(ibv_cq_ex_to_cq(ibcq))->current;
 }
 
 // Makes the entry at the batch position current, if the engine has produced it.
@@ -49,7 +45,7 @@ void consume_current(Cq& cq) {
 int start_poll(ibv_cq_ex* ibcq, ibv_poll_cq_attr* attr) {
     if (attr && attr->comp_mask)
         return EINVAL;
-    Cq& cq = *to_cq_ex(ibcq);
+    Cq& cq = *to_cq(ibv_cq_ex_to_cq(ibcq));
     cq.lock.lock(); // held until end_poll, as the man page allows only one poller
     cq.batch_consumer = cq.ring->consumer.load(std::memory_order_relaxed);
     if (!load_current(cq)) {
@@ -62,13 +58,13 @@ int start_poll(ibv_cq_ex* ibcq, ibv_poll_cq_attr* attr) {
 }
 
 int next_poll(ibv_cq_ex* ibcq) {
-    Cq& cq = *to_cq_ex(ibcq);
+    Cq& cq = *to_cq(ibv_cq_ex_to_cq(ibcq));
     consume_current(cq);
     return load_current(cq) ? 0 : ENOENT;
 }
 
 void end_poll(ibv_cq_ex* ibcq) {
-    Cq& cq = *to_cq_ex(ibcq);
+    Cq& cq = *to_cq(ibv_cq_ex_to_cq(ibcq));
     consume_current(cq);
     cq.lock.unlock();
 }

@@ -161,6 +161,11 @@ void to_wc(const device_interface::CompletionEntry& e, ibv_wc& wc);
 uint8_t wc_sl(const device_interface::CompletionEntry& e);
 // An application that polls an empty CQ gives the engine a turn now and then (cq.cpp).
 void note_empty_poll(Cq& cq, bool empty);
+// Completion channels (comp_channel.cpp): the engine's write end of `channel` (-1 with
+// errno EINVAL when it is not one of ours), and, once the engine has destroyed `cq`,
+// its unread events taken out and the delivered ones waited for.
+int open_channel_writer(const ibv_comp_channel& channel);
+void release_channel(ibv_cq& cq, uint32_t events_written);
 int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc);
 int resize_cq(ibv_cq* cq, int cqe);
 int destroy_cq(ibv_cq* cq);

@@ -57,9 +57,10 @@ int validate_bind(const Qp& qp, const ibv_send_wr& wr, bool type1_bind) {
     if (!mw || mw->context != qp.vqp.qp.context ||
         mw->type != (type1_bind ? IBV_MW_TYPE_1 : IBV_MW_TYPE_2))
         return EINVAL;
-    if (info.mr ? info.mr->context != qp.vqp.qp.context : info.length != 0 || mw->type == 2)
-        return EINVAL;
-    return 0;
+    if (info.mr)
+        return info.mr->context == qp.vqp.qp.context ? 0 : EINVAL;
+    // Without an MR a bind only unbinds, and only a type 1 window.
+    return mw->type == IBV_MW_TYPE_1 && info.length == 0 ? 0 : EINVAL;
 }
 
 // Checks one send work request against the QP; returns 0 or the errno to report.

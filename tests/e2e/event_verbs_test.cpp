@@ -52,18 +52,33 @@ bool readable(int fd, int timeout_ms) {
     return poll(&pfd, 1, timeout_ms) == 1 && (pfd.revents & POLLIN);
 }
 
-// Polls `cq` until `count` completions arrived (bounded).
-std::vector<ibv_wc> poll_until(ibv_cq* cq, size_t count) {
-    std::vector<ibv_wc> out;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (out.size() < count && std::chrono::steady_clock::now() < deadline) {
-        ibv_wc wc[16];
-        const int n = ibv_poll_cq(cq, 16, wc);
-        REQUIRE(n >= 0);
-        out.insert(out.end(), wc, wc + n);
-    }
-    REQUIRE(out.size() == count);
-    return out;
+// Waits (bounded) for the channel's next event, acknowledges it and returns its CQ (and
+// the CQ's context in *cq_context).
+ibv_cq* next_event(ibv_comp_channel* channel, void** cq_context = nullptr) {
+    REQUIRE(readable(channel->fd, 5000));
+    ibv_cq* cq = nullptr;
+    void* context = nullptr;
+    REQUIRE(ibv_get_cq_event(channel, &cq, &context) == 0);
+    ibv_ack_cq_events(cq, 1);
+    if (cq_context)
+        *cq_context = context;
+    return cq;
+}
+
+// A QP of `d` connected to itself, completing into `cq`.
+ibv_qp* self_connected(Device& d, ibv_cq* cq) {
+    ibv_qp* qp = ChannelPair::make(d, cq);
+    connect(qp, qp->qp_num, d.gid);
+    return qp;
+}
+
+// A signaled 8-byte RDMA WRITE within `buf`, by a QP connected to itself.
+void write_within(ibv_qp* qp, Buffer& buf, uint64_t id = 0) {
+    ibv_sge sge{buf.addr(), 8, buf.mr->lkey};
+    ibv_send_wr wr = signaled_wr(IBV_WR_RDMA_WRITE, &sge, 1, id);
+    wr.wr.rdma.remote_addr = buf.addr(64);
+    wr.wr.rdma.rkey = buf.mr->rkey;
+    post(qp, wr);
 }
 
 void send_message(ibv_qp* qp, Buffer& buf, uint32_t length, unsigned flags, uint64_t id) {
@@ -100,13 +115,10 @@ TEST_CASE("a thread blocked in epoll on a completion channel wakes on a completi
     close(ep);
     REQUIRE(woke.load() == 1);
 
-    ibv_cq* cq = nullptr;
     void* context = nullptr;
-    REQUIRE(ibv_get_cq_event(events.channel, &cq, &context) == 0);
-    CHECK(cq == events.cq);
+    CHECK(next_event(events.channel, &context) == events.cq);
     CHECK(context == &marker);
-    ibv_ack_cq_events(cq, 1);
-    const auto wc = poll_until(events.cq, 1);
+    const auto wc = wait_completions(events.cq, 1);
     CHECK(wc[0].status == IBV_WC_SUCCESS);
     CHECK(wc[0].wr_id == 7);
     CHECK(wc[0].byte_len == 1000);
@@ -132,17 +144,14 @@ TEST_CASE("one arm gives one event and a non-blocking channel says EAGAIN when e
     }
     // Not armed: a completion raises nothing.
     send_message(pair.a, src, 64, 0, 10);
-    poll_until(events.cq, 1);
+    wait_completions(events.cq, 1);
     CHECK_FALSE(readable(events.channel->fd, 100));
     // Armed once, two completions: one event.
     REQUIRE(ibv_req_notify_cq(events.cq, 0) == 0);
     send_message(pair.a, src, 64, 0, 11);
     send_message(pair.a, src, 64, 0, 12);
-    poll_until(events.cq, 2);
-    REQUIRE(readable(events.channel->fd, 5000));
-    REQUIRE(ibv_get_cq_event(events.channel, &cq, &context) == 0);
-    CHECK(cq == events.cq);
-    ibv_ack_cq_events(cq, 1);
+    wait_completions(events.cq, 2);
+    CHECK(next_event(events.channel) == events.cq);
     CHECK_FALSE(readable(events.channel->fd, 100));
     wait_completions(dev(0), 3);
 }
@@ -157,18 +166,13 @@ TEST_CASE("a solicited-only arm ignores unsolicited completions and wakes on a s
     }
     REQUIRE(ibv_req_notify_cq(events.cq, 1) == 0);
     send_message(pair.a, src, 100, 0, 20);
-    const auto first = poll_until(events.cq, 1);
+    const auto first = wait_completions(events.cq, 1);
     CHECK(first[0].status == IBV_WC_SUCCESS);
     CHECK_FALSE(readable(events.channel->fd, 200));
 
     send_message(pair.a, src, 100, IBV_SEND_SOLICITED, 21);
-    REQUIRE(readable(events.channel->fd, 5000));
-    ibv_cq* cq = nullptr;
-    void* context = nullptr;
-    REQUIRE(ibv_get_cq_event(events.channel, &cq, &context) == 0);
-    CHECK(cq == events.cq);
-    ibv_ack_cq_events(cq, 1);
-    const auto second = poll_until(events.cq, 1);
+    CHECK(next_event(events.channel) == events.cq);
+    const auto second = wait_completions(events.cq, 1);
     CHECK(second[0].wr_id == 1);
     wait_completions(dev(0), 2);
 }
@@ -182,32 +186,19 @@ TEST_CASE("several CQs share a channel and each event names its CQ") {
     REQUIRE((first && second));
     // A channel in use cannot go (libibverbs counts the CQs on it).
     CHECK(ibv_destroy_comp_channel(channel) == EBUSY);
-    ibv_qp* qp1 = ChannelPair::make(d, first);
-    ibv_qp* qp2 = ChannelPair::make(d, second);
-    connect(qp1, qp1->qp_num, d.gid);
-    connect(qp2, qp2->qp_num, d.gid);
+    ibv_qp* qp1 = self_connected(d, first);
+    ibv_qp* qp2 = self_connected(d, second);
     REQUIRE(ibv_req_notify_cq(first, 0) == 0);
     REQUIRE(ibv_req_notify_cq(second, 0) == 0);
     Buffer buf(d, 4096, kAllAccess);
-    for (ibv_qp* qp : {qp2, qp1}) {
-        ibv_sge sge{buf.addr(), 8, buf.mr->lkey};
-        ibv_send_wr wr = signaled_wr(IBV_WR_RDMA_WRITE, &sge, 1, qp->qp_num);
-        wr.wr.rdma.remote_addr = buf.addr(64);
-        wr.wr.rdma.rkey = buf.mr->rkey;
-        post(qp, wr);
-    }
+    for (ibv_qp* qp : {qp2, qp1})
+        write_within(qp, buf, qp->qp_num);
     std::vector<ibv_cq*> seen;
-    for (int i = 0; i < 2; ++i) {
-        ibv_cq* cq = nullptr;
-        void* context = nullptr;
-        REQUIRE(readable(channel->fd, 5000));
-        REQUIRE(ibv_get_cq_event(channel, &cq, &context) == 0);
-        seen.push_back(cq);
-        ibv_ack_cq_events(cq, 1);
-    }
+    for (int i = 0; i < 2; ++i)
+        seen.push_back(next_event(channel));
     CHECK(((seen[0] == first && seen[1] == second) || (seen[0] == second && seen[1] == first)));
-    CHECK(poll_until(first, 1)[0].wr_id == qp1->qp_num);
-    CHECK(poll_until(second, 1)[0].wr_id == qp2->qp_num);
+    CHECK(wait_completions(first, 1)[0].wr_id == qp1->qp_num);
+    CHECK(wait_completions(second, 1)[0].wr_id == qp2->qp_num);
     ibv_destroy_qp(qp1);
     ibv_destroy_qp(qp2);
     REQUIRE(ibv_destroy_cq(first) == 0);
@@ -226,12 +217,8 @@ TEST_CASE("an error completion wakes a solicited-only arm") {
     wr.wr.rdma.remote_addr = 0x1000;
     wr.wr.rdma.rkey = 0xdead;
     post(pair.a, wr);
-    REQUIRE(readable(events.channel->fd, 5000));
-    ibv_cq* cq = nullptr;
-    void* context = nullptr;
-    REQUIRE(ibv_get_cq_event(events.channel, &cq, &context) == 0);
-    ibv_ack_cq_events(cq, 1);
-    CHECK(poll_until(events.cq, 1)[0].status == IBV_WC_REM_ACCESS_ERR);
+    CHECK(next_event(events.channel) == events.cq);
+    CHECK(wait_completions(events.cq, 1)[0].status == IBV_WC_REM_ACCESS_ERR);
     expect_async_event(dev(1), IBV_EVENT_QP_ACCESS_ERR, pair.b);
 }
 
@@ -339,15 +326,10 @@ TEST_CASE("destroying a CQ takes its unread events out of a shared channel") {
     REQUIRE((doomed && kept));
     Buffer buf(d, 4096, kAllAccess);
     auto write_once = [&](ibv_cq* cq) {
-        ibv_qp* qp = ChannelPair::make(d, cq);
-        connect(qp, qp->qp_num, d.gid);
+        ibv_qp* qp = self_connected(d, cq);
         REQUIRE(ibv_req_notify_cq(cq, 0) == 0);
-        ibv_sge sge{buf.addr(), 8, buf.mr->lkey};
-        ibv_send_wr wr = signaled_wr(IBV_WR_RDMA_WRITE, &sge);
-        wr.wr.rdma.remote_addr = buf.addr(64);
-        wr.wr.rdma.rkey = buf.mr->rkey;
-        post(qp, wr);
-        poll_until(cq, 1);
+        write_within(qp, buf);
+        wait_completions(cq, 1);
         ibv_destroy_qp(qp);
     };
     write_once(doomed); // its event waits in the channel, unread
@@ -355,12 +337,7 @@ TEST_CASE("destroying a CQ takes its unread events out of a shared channel") {
     REQUIRE(ibv_destroy_cq(doomed) == 0);
     CHECK_FALSE(readable(channel->fd, 100)); // gone with its CQ
     write_once(kept);
-    REQUIRE(readable(channel->fd, 5000));
-    ibv_cq* cq = nullptr;
-    void* context = nullptr;
-    REQUIRE(ibv_get_cq_event(channel, &cq, &context) == 0);
-    CHECK(cq == kept);
-    ibv_ack_cq_events(cq, 1);
+    CHECK(next_event(channel) == kept);
     CHECK_FALSE(readable(channel->fd, 100));
     REQUIRE(ibv_destroy_cq(kept) == 0);
     CHECK(ibv_destroy_comp_channel(channel) == 0);
@@ -373,20 +350,15 @@ TEST_CASE("ibv_destroy_cq waits until the events it delivered are acknowledged")
     ibv_cq* cq = ibv_create_cq(d.context, 8, nullptr, channel, 0);
     REQUIRE(cq);
     REQUIRE(ibv_resize_cq(cq, 32) == 0); // the count survives a resize
-    ibv_qp* qp = ChannelPair::make(d, cq);
-    connect(qp, qp->qp_num, d.gid);
+    ibv_qp* qp = self_connected(d, cq);
     REQUIRE(ibv_req_notify_cq(cq, 0) == 0);
     Buffer buf(d, 4096, kAllAccess);
-    ibv_sge sge{buf.addr(), 8, buf.mr->lkey};
-    ibv_send_wr wr = signaled_wr(IBV_WR_RDMA_WRITE, &sge);
-    wr.wr.rdma.remote_addr = buf.addr(64);
-    wr.wr.rdma.rkey = buf.mr->rkey;
-    post(qp, wr);
+    write_within(qp, buf);
     ibv_cq* got = nullptr;
     void* context = nullptr;
     REQUIRE(ibv_get_cq_event(channel, &got, &context) == 0); // read, not yet acknowledged
     REQUIRE(got == cq);
-    poll_until(cq, 1);
+    wait_completions(cq, 1);
     ibv_destroy_qp(qp);
     std::atomic<int> destroyed{-1};
     std::thread destroyer([&] { destroyed = ibv_destroy_cq(cq); });

@@ -169,18 +169,23 @@ inline ibv_ah* make_ah(Device& from, const ibv_gid& to) {
     return ah;
 }
 
-// Polls until `count` completions arrived on the device's CQ (bounded in time).
-inline std::vector<ibv_wc> wait_completions(Device& d, size_t count, int seconds = 30) {
+// Polls until `count` completions arrived on `cq` (bounded in time).
+inline std::vector<ibv_wc> wait_completions(ibv_cq* cq, size_t count, int seconds = 30) {
     std::vector<ibv_wc> out;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
     while (out.size() < count && std::chrono::steady_clock::now() < deadline) {
         ibv_wc wc[32];
-        const int n = ibv_poll_cq(d.cq, 32, wc);
+        const int n = ibv_poll_cq(cq, 32, wc);
         REQUIRE(n >= 0);
         out.insert(out.end(), wc, wc + n);
     }
     REQUIRE(out.size() == count);
     return out;
+}
+
+// ... on the device's CQ.
+inline std::vector<ibv_wc> wait_completions(Device& d, size_t count, int seconds = 30) {
+    return wait_completions(d.cq, count, seconds);
 }
 
 // Waits (bounded) for the next async event of a device and checks it.

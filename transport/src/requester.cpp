@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 
 namespace softhca::transport {
 
@@ -98,47 +99,35 @@ void QueuePair::update_credits(uint8_t syndrome) {
 
 namespace {
 
+// The request opcodes of each work request by where a packet falls in its message (9.2
+// table 38), indexed by WrOpcode. Reads and atomics are one request packet; local
+// operations send nothing and never get here.
+struct RequestCodes {
+    uint8_t first, middle, last, only;
+};
+constexpr RequestCodes kRequestCodes[] = {
+    {op::kWriteFirst, op::kWriteMiddle, op::kWriteLast, op::kWriteOnly},       // RdmaWrite
+    {op::kWriteFirst, op::kWriteMiddle, op::kWriteLastImm, op::kWriteOnlyImm}, // ..WithImm
+    {op::kSendFirst, op::kSendMiddle, op::kSendLast, op::kSendOnly},           // Send
+    {op::kSendFirst, op::kSendMiddle, op::kSendLastImm, op::kSendOnlyImm},     // SendWithImm
+    {op::kReadRequest, op::kReadRequest, op::kReadRequest, op::kReadRequest},  // RdmaRead
+    {op::kCompareSwap, op::kCompareSwap, op::kCompareSwap, op::kCompareSwap},  // CompareSwap
+    {op::kFetchAdd, op::kFetchAdd, op::kFetchAdd, op::kFetchAdd},              // FetchAdd
+    {op::kSendOnly, op::kSendOnly, op::kSendOnly, op::kSendOnly},              // LocalInvalidate
+    {op::kSendOnly, op::kSendOnly, op::kSendOnly, op::kSendOnly},              // BindMemoryWindow
+    {op::kSendFirst, op::kSendMiddle, op::kSendLastInv, op::kSendOnlyInv},     // SendWithInvalidate
+};
+static_assert(std::size(kRequestCodes) == static_cast<size_t>(WrOpcode::SendWithInvalidate) + 1);
+
 uint8_t request_opcode(WrOpcode opcode, uint32_t packet, uint32_t packets) {
-    const bool only = packets == 1;
-    const bool first = packet == 0;
-    const bool last = packet + 1 == packets;
-    switch (opcode) {
-    case WrOpcode::Send:
-        return only    ? op::kSendOnly
-               : first ? op::kSendFirst
-               : last  ? op::kSendLast
-                       : op::kSendMiddle;
-    case WrOpcode::SendWithImm:
-        return only    ? op::kSendOnlyImm
-               : first ? op::kSendFirst
-               : last  ? op::kSendLastImm
-                       : op::kSendMiddle;
-    case WrOpcode::SendWithInvalidate:
-        return only    ? op::kSendOnlyInv
-               : first ? op::kSendFirst
-               : last  ? op::kSendLastInv
-                       : op::kSendMiddle;
-    case WrOpcode::RdmaWrite:
-        return only    ? op::kWriteOnly
-               : first ? op::kWriteFirst
-               : last  ? op::kWriteLast
-                       : op::kWriteMiddle;
-    case WrOpcode::RdmaWriteWithImm:
-        return only    ? op::kWriteOnlyImm
-               : first ? op::kWriteFirst
-               : last  ? op::kWriteLastImm
-                       : op::kWriteMiddle;
-    case WrOpcode::RdmaRead:
-        return op::kReadRequest;
-    case WrOpcode::AtomicCompareSwap:
-        return op::kCompareSwap;
-    case WrOpcode::AtomicFetchAdd:
-        return op::kFetchAdd;
-    case WrOpcode::LocalInvalidate:
-    case WrOpcode::BindMemoryWindow:
-        break; // local operations send nothing
-    }
-    return op::kSendOnly;
+    const size_t row = static_cast<size_t>(opcode);
+    if (row >= std::size(kRequestCodes))
+        return op::kSendOnly;
+    const RequestCodes& codes = kRequestCodes[row];
+    return packets == 1            ? codes.only
+           : packet == 0           ? codes.first
+           : packet + 1 == packets ? codes.last
+                                   : codes.middle;
 }
 
 } // namespace
