@@ -51,17 +51,37 @@ on_client() {
     fi
 }
 
+# Whether something listens on TCP port $1 on the server's host.
+port_in_use() {
+    if [ -n "${SERVER_NS:-}" ]; then
+        ip netns exec "$SERVER_NS" ss -Hltn "sport = :$1" | grep -q .
+    else
+        ss -Hltn "sport = :$1" | grep -q .
+    fi
+}
+
+# A TCP port for a tool's connection exchange that nothing listens on yet. Tests run
+# side by side: a port another test's server holds would pass wait_listening and send
+# this test's client to the wrong server.
+free_port() {
+    local port i
+    for i in $(seq 100); do
+        port=$((20000 + RANDOM % 40000))
+        port_in_use "$port" || {
+            echo "$port"
+            return 0
+        }
+    done
+    fail "no free TCP port found"
+}
+
 # Waits (up to 20 s) until a TCP port listens on the server's host: perftest and the
 # pingpongs exchange their connection data over TCP, and a client that comes too
 # early fails.
 wait_listening() {
     local port=$1 i
     for i in $(seq 200); do
-        if [ -n "${SERVER_NS:-}" ]; then
-            ip netns exec "$SERVER_NS" ss -Hltn "sport = :$port" | grep -q . && return 0
-        else
-            ss -Hltn "sport = :$port" | grep -q . && return 0
-        fi
+        port_in_use "$port" && return 0
         sleep 0.1
     done
     return 1

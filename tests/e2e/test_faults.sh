@@ -13,7 +13,7 @@ trap '"$SOFTHCA" down >/dev/null 2>&1 || true; rm -f "${server_out:-}"' EXIT
 server_out=$(mktemp)
 
 run_perftest() {
-    local tool=$1 port=$((30000 + RANDOM % 20000))
+    local tool=$1 port=$(free_port)
     shift
     "$SOFTHCA" exec -- timeout 120 "$tool" -d "${SOFTHCA_PREFIX}0" -x 0 -p "$port" -n 500 \
         -s 16384 "$@" >"$server_out" 2>&1 &

@@ -9,7 +9,7 @@ dir=$(mktemp -d)
 trap '"$SOFTHCA" down >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
 "$SOFTHCA" up --pcap "$dir/capture" >/dev/null || fail "softhca up --pcap failed"
 for tool in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw; do
-    port=$((30000 + RANDOM % 20000))
+    port=$(free_port)
     extra=(-s 5000)
     [ "$tool" = ib_atomic_bw ] && extra=(-A CMP_AND_SWAP)
     on_server timeout 60 "$tool" -d "$SERVER_DEV" -x 0 -p "$port" -n 50 "${extra[@]}" \
@@ -20,7 +20,7 @@ for tool in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw; do
         "$SERVER_ADDR" >/dev/null 2>&1 || fail "$tool failed"
     wait "$server" || fail "$tool server failed"
 done
-port=$((30000 + RANDOM % 20000))
+port=$(free_port)
 on_server timeout 60 ib_atomic_bw -d "$SERVER_DEV" -x 0 -p "$port" -n 50 >/dev/null 2>&1 &
 server=$!
 wait_listening "$port" || fail "ib_atomic_bw server did not start"

@@ -9,7 +9,7 @@ tool=${1:?perftest tool}
 shift
 server_out=$(mktemp)
 trap 'kill ${server:-} 2>/dev/null || true; rm -f "$server_out"' EXIT
-port=$((20000 + RANDOM % 20000))
+port=$(free_port)
 args=(-x 0 -p "$port" -n 20 "$@")
 case "$tool" in
 ib_atomic_bw | ib_atomic_lat) ;; # 8-byte operations only

@@ -19,7 +19,7 @@ ucx_tls=$tls
 command -v ucx_perftest >/dev/null || fail "ucx_perftest not installed (ucx-utils)"
 server_out=$(mktemp)
 trap 'kill ${server:-} 2>/dev/null || true; rm -f "$server_out"' EXIT
-port=$((30000 + RANDOM % 20000))
+port=$(free_port)
 common=(-p "$port" -t "$test_name" -s "$size" -n "$iters")
 on_server env UCX_TLS="$ucx_tls" UCX_NET_DEVICES="$SERVER_DEV:1" UCX_WARN_UNUSED_ENV_VARS=n \
     timeout 120 ucx_perftest "${common[@]}" >"$server_out" 2>&1 &
