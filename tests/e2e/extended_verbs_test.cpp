@@ -558,3 +558,37 @@ TEST_CASE("ibv_query_qp reads back every attribute the QP was given") {
     CHECK(srq_attr.srq_limit == 5);
     ibv_destroy_srq(srq);
 }
+
+TEST_CASE("windows and rereg keep PDs and QP types honest") {
+    // A PD with a window, or with an MR moved into it by ibv_rereg_mr, is in use.
+    ibv_pd* pd = ibv_alloc_pd(dev(1).context);
+    REQUIRE(pd);
+    ibv_mw* mw = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
+    REQUIRE(mw);
+    CHECK(ibv_dealloc_pd(pd) == EBUSY);
+    CHECK(ibv_dealloc_mw(mw) == 0);
+    std::vector<uint8_t> bytes(4096);
+    ibv_mr* mr = ibv_reg_mr(dev(1).pd, bytes.data(), bytes.size(), IBV_ACCESS_LOCAL_WRITE);
+    REQUIRE(mr);
+    CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, pd, nullptr, 0, 0) == 0);
+    CHECK(mr->pd == pd);
+    CHECK(ibv_dealloc_pd(pd) == EBUSY);
+    CHECK(ibv_dereg_mr(mr) == 0);
+    CHECK(ibv_dealloc_pd(pd) == 0);
+
+    // SEND with Invalidate is RC and XRC only; UD binds and invalidates nothing.
+    ibv_qp* uc = create_qp_on(dev(0), IBV_QPT_UC, {4, 4, 1, 1, 0});
+    ibv_qp* ud = create_qp_on(dev(0), IBV_QPT_UD, {4, 4, 1, 1, 0});
+    connect(uc, uc->qp_num, dev(0).gid);
+    ud_ready(ud);
+    ibv_send_wr wr{};
+    wr.opcode = IBV_WR_SEND_WITH_INV;
+    ibv_send_wr* bad = nullptr;
+    CHECK(ibv_post_send(uc, &wr, &bad) == EINVAL);
+    wr.opcode = IBV_WR_LOCAL_INV;
+    CHECK(ibv_post_send(ud, &wr, &bad) == EINVAL);
+    wr.opcode = IBV_WR_BIND_MW;
+    CHECK(ibv_post_send(ud, &wr, &bad) == EINVAL);
+    ibv_destroy_qp(uc);
+    ibv_destroy_qp(ud);
+}
