@@ -10,6 +10,8 @@ packages=(
     libibverbs-dev ibverbs-providers
     # The engine's ports (EAL, ethdev, ring/af_packet/memif/tap PMDs)
     libdpdk-dev
+    # The ICRC's CRC-32 at memory speed (ISA-L's PCLMULQDQ/AVX-512 crc32_gzip_refl)
+    libisal-dev
     # Tests: Catch2, real verbs programs and rdma-core's Python bindings
     catch2 ibverbs-utils python3-pyverbs perftest
     # UCX (ucx_perftest over rc_verbs and ud_verbs): a library that runs on verbs unmodified

@@ -6,6 +6,7 @@
 #include "datapath.hpp"
 #include "device_model.hpp"
 #include "engine_config.hpp"
+#include "fast_crc32.hpp"
 #include "ports.hpp"
 
 #include "softhca/device_interface/async_event.hpp"
@@ -83,6 +84,7 @@ int run(const EngineConfig& config) {
         setrlimit(RLIMIT_NOFILE, &files);
     }
 
+    install_fast_crc32();
     PortSet ports(config);
     std::vector<Device> devices;
     for (size_t i = 0; i < ports.size(); ++i)

@@ -1,51 +1,11 @@
 #include "softhca/transport/roce_frame.hpp"
 
 #include "softhca/transport/byte_order.hpp"
+#include "softhca/transport/crc32.hpp"
 
-#include <array>
 #include <cstring>
 
 namespace softhca::transport {
-
-namespace {
-
-// CRC-32 (IEEE 802.3 polynomial, reflected), slicing by 8: eight tables let the loop
-// consume eight bytes per step, which keeps the ICRC off the critical path of a packet.
-constexpr std::array<std::array<uint32_t, 256>, 8> make_crc_tables() {
-    std::array<std::array<uint32_t, 256>, 8> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; ++k)
-            c = (c & 1) ? 0xedb88320u ^ (c >> 1) : c >> 1;
-        t[0][i] = c;
-    }
-    for (uint32_t i = 0; i < 256; ++i)
-        for (size_t k = 1; k < 8; ++k)
-            t[k][i] = (t[k - 1][i] >> 8) ^ t[0][t[k - 1][i] & 0xff];
-    return t;
-}
-constexpr auto kCrcTables = make_crc_tables();
-
-uint32_t crc32_update(uint32_t crc, const uint8_t* p, size_t n) {
-    while (n >= 8) {
-        const uint32_t lo =
-            crc ^ (static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 |
-                   static_cast<uint32_t>(p[2]) << 16 | static_cast<uint32_t>(p[3]) << 24);
-        const uint32_t hi = static_cast<uint32_t>(p[4]) | static_cast<uint32_t>(p[5]) << 8 |
-                            static_cast<uint32_t>(p[6]) << 16 | static_cast<uint32_t>(p[7]) << 24;
-        crc = kCrcTables[7][lo & 0xff] ^ kCrcTables[6][(lo >> 8) & 0xff] ^
-              kCrcTables[5][(lo >> 16) & 0xff] ^ kCrcTables[4][lo >> 24] ^
-              kCrcTables[3][hi & 0xff] ^ kCrcTables[2][(hi >> 8) & 0xff] ^
-              kCrcTables[1][(hi >> 16) & 0xff] ^ kCrcTables[0][hi >> 24];
-        p += 8;
-        n -= 8;
-    }
-    for (size_t i = 0; i < n; ++i)
-        crc = kCrcTables[0][(crc ^ p[i]) & 0xff] ^ (crc >> 8);
-    return crc;
-}
-
-} // namespace
 
 uint16_t ipv4_header_checksum(const uint8_t* header, size_t length) {
     uint32_t sum = 0;
@@ -80,10 +40,9 @@ uint32_t compute_icrc(const uint8_t* ip, size_t ip_length) {
     masked[ip_header + 7] = 0xff;
     masked[ip_header + kUdpHeaderBytes + 4] = 0xff; // BTH: FECN, BECN, reserved
     static constexpr uint8_t ones[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
-    uint32_t crc = crc32_update(0xffffffffu, ones, sizeof(ones));
-    crc = crc32_update(crc, masked, masked_length);
-    crc = crc32_update(crc, ip + masked_length, ip_length - masked_length);
-    return ~crc;
+    uint32_t crc = crc32(0, ones, sizeof(ones));
+    crc = crc32(crc, masked, masked_length);
+    return crc32(crc, ip + masked_length, ip_length - masked_length);
 }
 
 size_t roce_header_bytes(const FrameAddressing& a) {
