@@ -11,6 +11,8 @@ uint32_t fast_crc32(uint32_t crc, const uint8_t* data, size_t length) {
     return crc32_gzip_refl(crc, data, length);
 }
 
-void install_fast_crc32() { transport::set_crc32(fast_crc32); }
+void install_fast_crc32() {
+    transport::set_crc32(fast_crc32);
+}
 
 } // namespace softhca::engine

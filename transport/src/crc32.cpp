@@ -46,7 +46,9 @@ uint32_t crc32_portable(uint32_t crc, const uint8_t* p, size_t n) {
     return ~crc;
 }
 
-void set_crc32(Crc32Function function) { installed = function ? function : crc32_portable; }
+void set_crc32(Crc32Function function) {
+    installed = function ? function : crc32_portable;
+}
 
 uint32_t crc32(uint32_t crc, const uint8_t* data, size_t length) {
     return installed(crc, data, length);
