@@ -4,36 +4,59 @@
 # one run, with the ratio. Not a test: machines here are shared and noisy, so read the
 # figures as a comparison made under the same conditions, not as absolutes.
 #
-#   tools/bench.sh [-q]     # -q: fewer iterations (a quick look)
-# Needs a build (tools/build.sh) and root; installs qperf if missing.
+#   tools/bench.sh [-q] [PLOT.png]   # -q: fewer iterations (a quick look)
+#
+# Prints bandwidth (write/read/send at 8 B, 4 KiB, 64 KiB, 1 MiB, with application
+# buffers from the heap, which the engine reaches with cross-memory attach, and with
+# buffers in a shared file, which it maps), message rate of 8-byte writes with 1 and 16
+# QPs, 64 KiB bandwidth with 16 QPs, and latency (send/write/read at 8 B and 4 KiB),
+# each beside qperf's tcp_bw/tcp_lat and with its ratio to TCP. Writes a PNG plot of
+# bandwidth against message size (default build/bench.png).
+# Needs a build (tools/build.sh) and root; installs qperf and gnuplot if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 softhca=build/tools/softhca
 prefix=shbench
 iters=2000
-[ "${1:-}" = "-q" ] && iters=300
-command -v qperf >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q qperf >/dev/null
+if [ "${1:-}" = "-q" ]; then
+    iters=300
+    shift
+fi
+plot=${1:-build/bench.png}
+for tool in qperf gnuplot; do
+    command -v "$tool" >/dev/null ||
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+            "$([ "$tool" = gnuplot ] && echo gnuplot-nox || echo qperf)" >/dev/null
+done
 
+work=$(mktemp -d)
+shm_file=/dev/shm/softhca-bench-$$
 cleanup() {
     [ -n "${qperf_pid:-}" ] && kill "$qperf_pid" 2>/dev/null || true
     "$softhca" down --prefix "$prefix" >/dev/null 2>&1 || true
+    rm -rf "$work" "$shm_file"
 }
 trap cleanup EXIT
 "$softhca" up --prefix "$prefix" >/dev/null
 qperf >/dev/null 2>&1 &
 qperf_pid=$!
 sleep 0.5
+# A shared file for perftest --mmap (the engine maps such memory: no system call per
+# access). Big enough for the largest message and both sides.
+dd if=/dev/zero of="$shm_file" bs=1M count=8 status=none
 
 # perftest between <prefix>0 (server) and <prefix>1 (client); prints the value of
-# column $3 of the result row.
+# column $3 of the result row. Further arguments go to both sides.
 perftest() {
-    local tool=$1 size=$2 column=$3 port=$((40000 + RANDOM % 20000))
+    local tool=$1 size=$2 column=$3 port
+    shift 3
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     "$softhca" exec --prefix "$prefix" -- timeout 120 "$tool" -d "${prefix}0" -x 0 -p "$port" \
-        -s "$size" -n "$iters" >/dev/null 2>&1 &
+        -s "$size" -n "$iters" "$@" >/dev/null 2>&1 &
     local server=$!
     sleep 0.3
     "$softhca" exec --prefix "$prefix" -- timeout 120 "$tool" -d "${prefix}1" -x 0 -p "$port" \
-        -s "$size" -n "$iters" 127.0.0.1 2>/dev/null |
+        -s "$size" -n "$iters" "$@" 127.0.0.1 2>/dev/null |
         awk -v size="$size" -v col="$column" '$1 == size && NF >= col {print $col; exit}'
     wait "$server" 2>/dev/null || true
 }
@@ -46,23 +69,62 @@ tcp() {
         awk '$1 == "bw" {printf "%.2f\n", $3 / 1e6; exit} $1 == "latency" {printf "%.2f\n", $3 / 1000; exit}'
 }
 
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.2f", a / b; else print "-"}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a != "" && b > 0) printf "%.2f", a / b; else print "-"}'; }
 
 echo "softhca $(git rev-parse --short HEAD 2>/dev/null || echo '?') on $(nproc) cores, $(date -u +%F)"
 echo "Bandwidth, MB/s (softhca: perftest BW average; TCP: qperf tcp_bw over loopback)"
-printf "%-12s %10s %12s %12s %12s %14s\n" size write_bw send_bw read_bw tcp_bw "write/tcp"
-for size in 64 4096 65536 1048576; do
-    w=$(perftest ib_write_bw "$size" 4)
-    s=$(perftest ib_send_bw "$size" 4)
-    r=$(perftest ib_read_bw "$size" 4)
+printf "%-9s %-6s %9s %9s %9s %9s %7s %7s %7s\n" size memory write read send tcp_bw \
+    "w/tcp" "r/tcp" "s/tcp"
+for size in 8 4096 65536 1048576; do
     t=$(tcp tcp_bw "$size")
-    printf "%-12s %10s %12s %12s %12s %14s\n" "$size" "$w" "$s" "$r" "$t" "$(ratio "$w" "$t")"
+    for memory in heap shared; do
+        extra=()
+        [ "$memory" = shared ] && extra=(--mmap="$shm_file")
+        w=$(perftest ib_write_bw "$size" 4 "${extra[@]}")
+        r=$(perftest ib_read_bw "$size" 4 "${extra[@]}")
+        s=$(perftest ib_send_bw "$size" 4 "${extra[@]}")
+        printf "%-9s %-6s %9s %9s %9s %9s %7s %7s %7s\n" "$size" "$memory" "$w" "$r" "$s" "$t" \
+            "$(ratio "$w" "$t")" "$(ratio "$r" "$t")" "$(ratio "$s" "$t")"
+        echo "$size $memory ${w:-0} ${r:-0} ${s:-0} ${t:-0}" >>"$work/bw.dat"
+    done
 done
+
+echo "Message rate of 8-byte RDMA writes, M messages/s (perftest MsgRate), and 16 QPs at 64 KiB"
+m1=$(perftest ib_write_bw 8 5)
+m16=$(perftest ib_write_bw 8 5 -q 16)
+b1=$(perftest ib_write_bw 65536 4)
+b16=$(perftest ib_write_bw 65536 4 -q 16)
+printf "%-30s %10s\n" "write 8 B, 1 QP (Mmsg/s)" "$m1" "write 8 B, 16 QPs (Mmsg/s)" "$m16" \
+    "write 64 KiB, 1 QP (MB/s)" "$b1" "write 64 KiB, 16 QPs (MB/s)" "$b16"
+
 echo "Latency, microseconds (softhca: perftest typical; TCP: qperf tcp_lat, one way)"
-printf "%-12s %10s %12s %12s %14s\n" size send_lat write_lat tcp_lat "tcp/send"
+printf "%-9s %9s %9s %9s %9s %8s %8s %8s\n" size send write read tcp_lat \
+    "tcp/s" "tcp/w" "tcp/r"
 for size in 8 4096; do
     s=$(perftest ib_send_lat "$size" 5)
     w=$(perftest ib_write_lat "$size" 5)
+    r=$(perftest ib_read_lat "$size" 5)
     t=$(tcp tcp_lat "$size")
-    printf "%-12s %10s %12s %12s %14s\n" "$size" "$s" "$w" "$t" "$(ratio "$t" "$s")"
+    printf "%-9s %9s %9s %9s %9s %8s %8s %8s\n" "$size" "$s" "$w" "$r" "$t" \
+        "$(ratio "$t" "$s")" "$(ratio "$t" "$w")" "$(ratio "$t" "$r")"
 done
+
+# Bandwidth against message size, softhca (both memory kinds) and TCP.
+awk '$2 == "heap"' "$work/bw.dat" >"$work/heap.dat"
+awk '$2 == "shared"' "$work/bw.dat" >"$work/shared.dat"
+gnuplot <<EOF
+set terminal pngcairo size 900,560 noenhanced
+set output "$plot"
+set title "softhca $(git rev-parse --short HEAD 2>/dev/null) vs TCP over loopback, $(nproc) cores, $(date -u +%F)"
+set logscale x 2
+set xlabel "message size (bytes)"
+set ylabel "MB/s"
+set key top left
+set grid
+plot "$work/heap.dat" using 1:3 with linespoints title "ib_write_bw (heap buffers)", \
+     "$work/heap.dat" using 1:4 with linespoints title "ib_read_bw (heap)", \
+     "$work/heap.dat" using 1:5 with linespoints title "ib_send_bw (heap)", \
+     "$work/shared.dat" using 1:3 with linespoints title "ib_write_bw (shared file)", \
+     "$work/heap.dat" using 1:6 with linespoints lw 2 title "qperf tcp_bw"
+EOF
+echo "plot: $plot"

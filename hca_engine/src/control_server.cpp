@@ -518,6 +518,8 @@ std::string ControlServer::status_report() const {
     out << "contexts " << contexts << " (refused for lack of descriptors: " << refused_connections_
         << ")\n";
     out << "objects: pd " << pds << " mr " << mrs << " cq " << cqs << " qp " << qps << "\n";
+    // MRs on shared memory the engine has mapped (shared_mapping.hpp).
+    out << "memory: mapped mr " << SharedMapping::live() << "\n";
     return out.str();
 }
 

@@ -2,6 +2,7 @@
 
 #include "engine_qp.hpp"
 #include "engine_srq.hpp"
+#include "process_memory.hpp"
 #include "softhca/transport/ib_packet.hpp"
 #include "softhca/transport/roce_frame.hpp"
 
@@ -67,10 +68,13 @@ void Datapath::arm_doorbells() {
 void Datapath::receive(size_t port, uint64_t now) {
     RxFrame frames[kRxBurst];
     const size_t n = ports_.receive(port, frames, kRxBurst);
-    for (size_t i = 0; i < n; ++i) {
+    for (size_t i = 0; i < n; ++i)
         handle_frame(port, frames[i].data, frames[i].length, now);
+    // Writes into applications' memory were queued from the frames: do them (one call
+    // per process memory) before the frames go back and before any ACK leaves.
+    ProcessMemory::flush_all_writes();
+    for (size_t i = 0; i < n; ++i)
         ports_.release(frames[i].handle);
-    }
 }
 
 void Datapath::handle_arp(size_t port, const ArpMessage& arp) {
@@ -242,6 +246,7 @@ bool Datapath::transmit(EngineQp& qp, uint64_t now) {
                 }
             }
             handle_frame(port, loopback_.data(), static_cast<uint32_t>(length), now);
+            ProcessMemory::flush_all_writes(); // the next packet reuses loopback_
             sent = true;
             continue;
         }

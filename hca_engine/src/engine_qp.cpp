@@ -58,6 +58,7 @@ EngineQp::EngineQp(uint32_t handle, uint32_t qp_num, tp::QpType type, size_t dev
       memory_(owner, context, binding.pd_handle),
       transport_(qp_num, service_of(type), caps.max_send_wr, caps.max_recv_wr, memory_, *this) {
     memory_.set_qp_num(qp_num);
+    memory_.set_fault_listener(this);
     if (binding.srq)
         transport_.use_srq(binding.srq->queue());
     if (type == tp::QpType::XrcRecv)
@@ -305,12 +306,23 @@ void EngineQp::arm_doorbell() {
     ring_->doorbell_armed.store(1, std::memory_order_seq_cst);
 }
 
+void EngineQp::deferred_memory_fault() {
+    transport_.memory_fault();
+}
+
 void EngineQp::push_completion(CompletionQueue* cq, const tp::Completion& c) {
     if (!cq)
         return; // an XRC SRQ destroyed under a message in progress
+    // Queued writes land before the completion that reports them is visible; one that
+    // could not land fails its completion (the QP fails at the next safe point).
+    ProcessMemory::flush_writes_now();
+    tp::WcStatus status = c.status;
+    ProcessMemory& written = binding_.srq ? binding_.srq->memory() : memory_;
+    if (written.take_write_fault() && status == tp::WcStatus::Success)
+        status = tp::WcStatus::LocalProtectionError;
     di::CompletionEntry e{};
     e.wr_id = c.wr_id;
-    e.status = static_cast<uint32_t>(c.status);
+    e.status = static_cast<uint32_t>(status);
     e.opcode = static_cast<uint32_t>(c.opcode);
     e.byte_len = c.byte_len;
     e.imm_data = c.imm_data;

@@ -43,7 +43,9 @@ struct QpBinding {
     uint32_t xrc_domain = 0;  // XRC target: the domain (KeySpace id)
 };
 
-class EngineQp : public transport::CompletionSink, public transport::SrqDirectory {
+class EngineQp : public transport::CompletionSink,
+                 public transport::SrqDirectory,
+                 public MemoryFaultListener {
   public:
     EngineQp(uint32_t handle, uint32_t qp_num, transport::QpType type, size_t device, pid_t owner,
              ContextResources& context, const QpBinding& binding,
@@ -87,6 +89,9 @@ class EngineQp : public transport::CompletionSink, public transport::SrqDirector
     void communication_established() override;
     void send_queue_drained() override;
     void last_wqe_reached() override;
+
+    // MemoryFaultListener: queued writes into this QP's memory failed.
+    void deferred_memory_fault() override;
 
     // transport::SrqDirectory (XRC targets)
     transport::ReceiveQueue* xrc_srq(uint32_t srqn) override;

@@ -49,6 +49,7 @@ class EngineSrq {
     void arm_doorbell();
 
     transport::ReceiveQueue& queue() { return queue_; }
+    ProcessMemory& memory() { return memory_; }
     uint32_t handle() const { return handle_; }
     uint32_t srq_num() const { return srq_num_; }
     uint32_t pd_handle() const { return pd_handle_; }

@@ -1,5 +1,7 @@
 #include "process_memory.hpp"
 
+#include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <sys/uio.h>
@@ -9,10 +11,10 @@ namespace softhca::engine {
 using transport::MemoryStatus;
 
 MemoryStatus ProcessMemory::resolve(uint32_t key, bool remote, uint32_t rights, uint64_t addr,
-                                    uint64_t length, uint64_t& process_addr) {
+                                    uint64_t length, uint64_t& process_addr, uint8_t** local) {
     const MemoryRegion* mr = context_.find_mr_by_key(key);
     if (!mr && remote)
-        return resolve_window(key, rights, addr, length, process_addr);
+        return resolve_window(key, rights, addr, length, process_addr, local);
     // The key must name an MR of this QP's PD (10.6.3.1); lkey and rkey are equal here.
     if (!mr || mr->pd_handle != pd_)
         return MemoryStatus::BadKey;
@@ -22,11 +24,14 @@ MemoryStatus ProcessMemory::resolve(uint32_t key, bool remote, uint32_t rights, 
         return MemoryStatus::OutOfRange;
     (void)remote;
     process_addr = mr->addr + (addr - mr->iova);
+    if (local)
+        *local = mr->local(addr);
     return MemoryStatus::Ok;
 }
 
 MemoryStatus ProcessMemory::resolve_window(uint32_t rkey, uint32_t rights, uint64_t addr,
-                                           uint64_t length, uint64_t& process_addr) {
+                                           uint64_t length, uint64_t& process_addr,
+                                           uint8_t** local) {
     // A memory window (10.6.7): bound, of this QP's PD, and a type 2 window only on the
     // QP it was bound on; the window's own rights and bounds, then its MR's memory.
     const MemoryWindow* mw = context_.find_window(rkey);
@@ -40,6 +45,8 @@ MemoryStatus ProcessMemory::resolve_window(uint32_t rkey, uint32_t rights, uint6
     if (!mr)
         return MemoryStatus::BadKey;
     process_addr = mr->addr + (addr - mr->iova);
+    if (local)
+        *local = mr->local(addr);
     return MemoryStatus::Ok;
 }
 
@@ -70,14 +77,21 @@ MemoryStatus ProcessMemory::failure() {
 MemoryStatus ProcessMemory::check(uint32_t key, bool remote, uint32_t rights, uint64_t addr,
                                   uint64_t length) {
     uint64_t ignored;
-    return resolve(key, remote, rights, addr, length, ignored);
+    return resolve(key, remote, rights, addr, length, ignored, nullptr);
 }
 
 MemoryStatus ProcessMemory::read(uint32_t key, bool remote, uint32_t rights, uint64_t addr,
                                  void* dst, uint32_t length) {
     uint64_t at = 0;
-    if (MemoryStatus s = resolve(key, remote, rights, addr, length, at); s != MemoryStatus::Ok)
+    uint8_t* mapped = nullptr;
+    if (MemoryStatus s = resolve(key, remote, rights, addr, length, at, &mapped);
+        s != MemoryStatus::Ok)
         return s;
+    if (mapped) {
+        std::memcpy(dst, mapped, length);
+        return MemoryStatus::Ok;
+    }
+    flush_writes_now(); // reads see every write accepted before them
     iovec local{dst, length};
     iovec far{reinterpret_cast<void*>(at), length};
     if (::process_vm_readv(pid_, &local, 1, &far, 1, 0) != static_cast<ssize_t>(length))
@@ -88,33 +102,53 @@ MemoryStatus ProcessMemory::read(uint32_t key, bool remote, uint32_t rights, uin
 MemoryStatus ProcessMemory::write(uint32_t key, bool remote, uint32_t rights, uint64_t addr,
                                   const void* src, uint32_t length) {
     uint64_t at = 0;
-    if (MemoryStatus s = resolve(key, remote, rights, addr, length, at); s != MemoryStatus::Ok)
+    uint8_t* mapped = nullptr;
+    if (MemoryStatus s = resolve(key, remote, rights, addr, length, at, &mapped);
+        s != MemoryStatus::Ok)
         return s;
-    iovec local{const_cast<void*>(src), length};
-    iovec far{reinterpret_cast<void*>(at), length};
-    if (::process_vm_writev(pid_, &local, 1, &far, 1, 0) != static_cast<ssize_t>(length))
-        return failure();
+    if (mapped)
+        std::memcpy(mapped, src, length);
+    else if (length)
+        queue_write(reinterpret_cast<void*>(at), src, length);
     return MemoryStatus::Ok;
 }
 
 MemoryStatus ProcessMemory::transfer(const transport::MemoryPiece* pieces, uint32_t count,
-                                     uint8_t* buffer, bool to_process) {
+                                     uint8_t* buffer, bool to_process, bool remote,
+                                     uint32_t rights) {
     iovec local[transport::kMaxSge];
     iovec far[transport::kMaxSge];
     ssize_t total = 0;
-    const uint32_t rights = to_process ? transport::access::kLocalWrite : 0;
-    for (uint32_t i = 0; i < count && i < transport::kMaxSge; ++i) {
+    if (!remote)
+        rights = to_process ? transport::access::kLocalWrite : 0;
+    uint8_t* mapped[transport::kMaxSge];
+    bool all_mapped = true;
+    count = std::min(count, transport::kMaxSge);
+    for (uint32_t i = 0; i < count; ++i) {
         uint64_t at = 0;
         const transport::MemoryPiece& p = pieces[i];
-        if (MemoryStatus s = resolve(p.key, false, rights, p.addr, p.length, at);
+        if (MemoryStatus s = resolve(p.key, remote, rights, p.addr, p.length, at, &mapped[i]);
             s != MemoryStatus::Ok)
             return s;
         local[i] = {buffer + p.buffer_offset, p.length};
         far[i] = {reinterpret_cast<void*>(at), p.length};
         total += p.length;
+        all_mapped = all_mapped && mapped[i];
     }
-    const ssize_t moved = to_process ? ::process_vm_writev(pid_, local, count, far, count, 0)
-                                     : ::process_vm_readv(pid_, local, count, far, count, 0);
+    if (to_process || all_mapped) {
+        // Shared memory is touched directly; the rest is queued (writes) below.
+        for (uint32_t i = 0; i < count; ++i) {
+            if (!mapped[i])
+                queue_write(far[i].iov_base, local[i].iov_base, local[i].iov_len);
+            else if (to_process)
+                std::memcpy(mapped[i], local[i].iov_base, local[i].iov_len);
+            else
+                std::memcpy(local[i].iov_base, mapped[i], local[i].iov_len);
+        }
+        return MemoryStatus::Ok;
+    }
+    flush_writes_now();
+    const ssize_t moved = ::process_vm_readv(pid_, local, count, far, count, 0);
     return moved == total ? MemoryStatus::Ok : failure();
 }
 
@@ -128,10 +162,178 @@ MemoryStatus ProcessMemory::write_pieces(const transport::MemoryPiece* pieces, u
     return transfer(pieces, count, const_cast<uint8_t*>(buffer), true);
 }
 
+bool ProcessMemory::mapped_message(bool remote, uint32_t rights, const transport::Sge* sge,
+                                   uint32_t num_sge, uint32_t offset, uint8_t* dst,
+                                   uint32_t length) {
+    transport::MemoryPiece pieces[transport::kMaxSge];
+    const int count = transport::split_pieces(sge, num_sge, offset, length, pieces);
+    uint8_t* mapped[transport::kMaxSge];
+    for (int i = 0; i < count; ++i) {
+        uint64_t at = 0;
+        if (resolve(pieces[i].key, remote, rights, pieces[i].addr, pieces[i].length, at,
+                    &mapped[i]) != MemoryStatus::Ok ||
+            !mapped[i])
+            return false; // errors are reported by the general path
+    }
+    for (int i = 0; i < count; ++i)
+        std::memcpy(dst + pieces[i].buffer_offset, mapped[i], pieces[i].length);
+    return count > 0;
+}
+
+MemoryStatus ProcessMemory::read_message(uint64_t tag, bool remote, uint32_t rights,
+                                         const transport::Sge* sge, uint32_t num_sge,
+                                         uint32_t message_length, uint32_t offset, uint8_t* dst,
+                                         uint32_t length) {
+    if (message_length <= kReadAheadMinimum)
+        return MemoryAccess::read_message(tag, remote, rights, sge, num_sge, message_length, offset,
+                                          dst, length);
+    if (mapped_message(remote, rights, sge, num_sge, offset, dst, length))
+        return MemoryStatus::Ok; // shared memory needs no reading ahead
+    for (ReadAhead& a : ahead_) {
+        if (a.valid && a.tag == tag && offset >= a.begin && offset + length <= a.end) {
+            std::memcpy(dst, a.bytes.get() + (offset - a.begin), length);
+            return MemoryStatus::Ok;
+        }
+    }
+    // Not read yet: read from `offset` as far ahead as the buffer holds, in one call,
+    // into the buffer this tag had or the one used less recently.
+    ReadAhead* slot = nullptr;
+    for (ReadAhead& a : ahead_)
+        if (a.valid && a.tag == tag)
+            slot = &a;
+    if (!slot) {
+        slot = &ahead_[ahead_victim_];
+        ahead_victim_ ^= 1;
+    }
+    slot->valid = false;
+    if (!slot->bytes)
+        slot->bytes.reset(new uint8_t[kReadAheadBytes]);
+    const uint32_t span = std::min(kReadAheadBytes, message_length - offset);
+    if (span < length)
+        return MemoryStatus::OutOfRange;
+    transport::MemoryPiece pieces[transport::kMaxSge];
+    const int count = transport::split_pieces(sge, num_sge, offset, span, pieces);
+    if (count < 0)
+        return MemoryStatus::OutOfRange;
+    ++read_ahead_calls_;
+    if (MemoryStatus s = transfer(pieces, static_cast<uint32_t>(count), slot->bytes.get(), false,
+                                  remote, rights);
+        s != MemoryStatus::Ok)
+        return s;
+    slot->tag = tag;
+    slot->begin = offset;
+    slot->end = offset + span;
+    slot->valid = true;
+    std::memcpy(dst, slot->bytes.get(), length);
+    return MemoryStatus::Ok;
+}
+
+ProcessMemory* ProcessMemory::dirty_head_ = nullptr;
+
+ProcessMemory::~ProcessMemory() {
+    flush_writes();
+    for (ProcessMemory** link = &dirty_head_; *link; link = &(*link)->next_dirty_) {
+        if (*link == this) {
+            *link = next_dirty_;
+            break;
+        }
+    }
+}
+
+void ProcessMemory::queue_write(void* far, const void* local, size_t length) {
+    const bool small = length <= kSmallWrite;
+    if (queued_ == kMaxQueuedWrites || (small && small_used_ + length > sizeof(small_)))
+        flush_writes();
+    if (small) {
+        // Small sources (an atomic's result, a GRH) may live on the caller's stack:
+        // copy them. Larger ones are received frames, valid until the flush.
+        std::memcpy(small_ + small_used_, local, length);
+        local = small_ + small_used_;
+        small_used_ += static_cast<uint32_t>(length);
+    }
+    queued_far_[queued_] = {far, length};
+    queued_local_[queued_] = {const_cast<void*>(local), length};
+    ++queued_;
+    queued_bytes_ += static_cast<ssize_t>(length);
+    if (!dirty_) {
+        dirty_ = true;
+        next_dirty_ = dirty_head_;
+        dirty_head_ = this;
+    }
+}
+
+bool ProcessMemory::flush_writes() {
+    if (!queued_)
+        return true;
+    ++write_calls_;
+    const ssize_t moved =
+        ::process_vm_writev(pid_, queued_local_, queued_, queued_far_, queued_, 0);
+    const bool ok = moved == queued_bytes_;
+    queued_ = 0;
+    queued_bytes_ = 0;
+    small_used_ = 0;
+    if (!ok && failure() == MemoryStatus::Fault) {
+        write_fault_ = true;
+        fault_to_report_ = true;
+    }
+    return ok;
+}
+
+unsigned ProcessMemory::flush_all_writes() {
+    unsigned calls = 0;
+    while (ProcessMemory* m = dirty_head_) {
+        dirty_head_ = m->next_dirty_;
+        m->dirty_ = false;
+        calls += m->queued_ != 0;
+        m->flush_writes();
+        if (m->fault_to_report_) {
+            m->fault_to_report_ = false;
+            if (m->listener_)
+                m->listener_->deferred_memory_fault();
+        }
+    }
+    return calls;
+}
+
+void ProcessMemory::flush_writes_now() {
+    for (ProcessMemory* m = dirty_head_; m; m = m->next_dirty_)
+        m->flush_writes();
+}
+
+bool ProcessMemory::take_write_fault() {
+    const bool fault = write_fault_;
+    write_fault_ = false;
+    return fault;
+}
+
+void ProcessMemory::forget_message(uint64_t tag) {
+    for (ReadAhead& a : ahead_)
+        if (tag == kEveryMessage || a.tag == tag)
+            a.valid = false;
+}
+
 MemoryStatus ProcessMemory::atomic(uint32_t rkey, uint64_t addr, bool compare_swap,
                                    uint64_t compare_add, uint64_t swap, uint64_t& original) {
     // Atomic with respect to every other operation of this engine, which runs them one
     // at a time (IBV_ATOMIC_HCA), not with respect to the application's CPU accesses.
+    uint64_t at = 0;
+    uint8_t* mapped = nullptr;
+    if (MemoryStatus s =
+            resolve(rkey, true, transport::access::kRemoteAtomic, addr, 8, at, &mapped);
+        s != MemoryStatus::Ok)
+        return s;
+    if (mapped) {
+        // Shared memory: a CPU atomic, atomic against the application too.
+        auto* word = reinterpret_cast<uint64_t*>(mapped);
+        if (compare_swap) {
+            original = compare_add;
+            __atomic_compare_exchange_n(word, &original, swap, false, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_SEQ_CST);
+        } else {
+            original = __atomic_fetch_add(word, compare_add, __ATOMIC_SEQ_CST);
+        }
+        return MemoryStatus::Ok;
+    }
     uint64_t value = 0;
     if (MemoryStatus s = read(rkey, true, transport::access::kRemoteAtomic, addr, &value, 8);
         s != MemoryStatus::Ok)

@@ -127,6 +127,10 @@ int check_mr_access(uint32_t access) {
     return 0;
 }
 
+bool mr_writable(uint32_t access) {
+    return access & (di::kAccessLocalWrite | di::kAccessRemoteWrite | di::kAccessRemoteAtomic);
+}
+
 // The memory behind a registration: a sane range, mapped in the owner with the rights
 // the access needs (as the kernel pins user pages). 0 or an errno.
 int check_mr_memory(pid_t owner, uint64_t addr, uint64_t length, uint64_t iova, uint32_t access) {
@@ -134,9 +138,7 @@ int check_mr_memory(pid_t owner, uint64_t addr, uint64_t length, uint64_t iova, 
         return EINVAL;
     if (addr + length < addr || iova + length < iova)
         return EINVAL; // wraps around the address space
-    const bool writable =
-        access & (di::kAccessLocalWrite | di::kAccessRemoteWrite | di::kAccessRemoteAtomic);
-    if (int err = check_user_range(owner, addr, length, writable))
+    if (int err = check_user_range(owner, addr, length, mr_writable(access)))
         return err == ESRCH ? EFAULT : err;
     return 0;
 }
@@ -161,6 +163,7 @@ int ContextResources::reg_mr(const di::RegMrRequest& request, RegisteredMr& out)
     mr.length = request.length;
     mr.iova = request.iova;
     mr.access = request.access;
+    mr.mapping = SharedMapping::map(owner_, mr.addr, mr.length, mr_writable(mr.access));
     mr.lkey = keys_.next_key();
     mr.rkey = mr.lkey;
     const uint32_t handle = next_handle_++;
@@ -200,6 +203,8 @@ int ContextResources::rereg_mr(const di::ReregMrRequest& request, RegisteredMr& 
     if (request.flags & (di::kReregTranslation | di::kReregAccess))
         if (int err = check_mr_memory(owner_, next.addr, next.length, next.iova, next.access))
             return err;
+    if (request.flags & (di::kReregTranslation | di::kReregAccess))
+        next.mapping = SharedMapping::map(owner_, next.addr, next.length, mr_writable(next.access));
     if (next.pd_handle != mr.pd_handle) {
         --pds_.at(mr.pd_handle).mr_count;
         ++pds_.at(next.pd_handle).mr_count;

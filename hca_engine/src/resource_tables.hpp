@@ -4,6 +4,8 @@
 // Keys (lkey/rkey) and device-wide limits live in KeySpace, shared by all contexts.
 #pragma once
 
+#include "shared_mapping.hpp"
+
 #include "completion_channel.hpp"
 #include "cq_ring_owner.hpp"
 #include "multicast_groups.hpp"
@@ -82,6 +84,12 @@ struct MemoryRegion {
     uint32_t lkey = 0;
     uint32_t rkey = 0;
     uint32_t bound_windows = 0; // deregistering is EBUSY while windows are bound to it
+    // Shared memory mapped into the engine (shared_mapping.hpp), or none: reached with
+    // cross-memory attach.
+    std::shared_ptr<SharedMapping> mapping;
+    uint8_t* local(uint64_t at_iova) const {
+        return mapping ? mapping->local() + (at_iova - iova) : nullptr;
+    }
 };
 
 // A memory window (10.6.7, ibv_alloc_mw(3)): an rkey onto part of an MR, bound and

@@ -2,7 +2,8 @@
 # The built-in wire with a fault injector on both ports. First 1% drop plus 1%
 # duplication and 1% reordering (and a little corruption): ib_write_bw, ib_read_bw,
 # ib_send_bw and ib_send_bw over an SRQ complete, the RC data-integrity and atomics tests
-# pass with every byte checked, and UC and UD deliver only whole messages. Then
+# pass with every byte checked (with heap buffers and with shared memory, the engine's
+# two memory paths), and UC and UD deliver only whole messages. Then
 # corruption alone: the ICRC rejects every corrupted frame and the same byte-checking
 # tests pass.
 #   test_faults.sh RC_VERBS_TEST UD_SRQ_VERBS_TEST
@@ -36,8 +37,13 @@ for tool in ib_write_bw ib_read_bw ib_send_bw; do
     run_perftest "$tool"
 done
 run_perftest ib_send_bw --use-srq # RC over an SRQ: every message (send_bw waits for each)
-"$SOFTHCA" exec -- env SOFTHCA_PREFIX="$SOFTHCA_PREFIX" timeout 300 "$RC_VERBS_TEST" ||
-    fail "RC data integrity under loss, duplication and reordering"
+# On both memory paths: heap buffers (cross-memory attach, read ahead and written
+# behind) and shared memory (mapped by the engine).
+for memory in heap shared; do
+    "$SOFTHCA" exec -- env SOFTHCA_PREFIX="$SOFTHCA_PREFIX" SOFTHCA_TEST_MEMORY=$memory \
+        SOFTHCA_TEST_LOSSY=1 timeout 300 "$RC_VERBS_TEST" ||
+        fail "RC data integrity under loss, duplication and reordering ($memory memory)"
+done
 out=$("$SOFTHCA" exec -- env SOFTHCA="$SOFTHCA" SOFTHCA_PREFIX="$SOFTHCA_PREFIX" timeout 300 \
     "$UD_SRQ_VERBS_TEST" "[faults]" 2>&1) || fail "UC/UD delivered a partial message: $out"
 grep "arrived whole" <<<"$out"
@@ -47,15 +53,20 @@ grep "arrived whole" <<<"$out"
 "$SOFTHCA" down >/dev/null
 
 "$SOFTHCA" up --faults corrupt=0.01,seed=5 >/dev/null || fail "softhca up with corruption failed"
-"$SOFTHCA" exec -- env SOFTHCA_PREFIX="$SOFTHCA_PREFIX" timeout 300 "$RC_VERBS_TEST" \
-    "[integrity]" ||
-    fail "a corrupted byte reached memory"
+for memory in heap shared; do
+    "$SOFTHCA" exec -- env SOFTHCA_PREFIX="$SOFTHCA_PREFIX" SOFTHCA_TEST_MEMORY=$memory \
+        timeout 300 "$RC_VERBS_TEST" "[integrity]" ||
+        fail "a corrupted byte reached memory ($memory memory)"
+done
 corrupted=$(port_total corrupted)
 rejected=$(port_total rx_bad_icrc)
 echo "corrupted frames: $corrupted, rejected by the ICRC: $rejected"
 [ "$corrupted" -gt 0 ] || fail "no corruption was injected"
-# Every corrupted RoCE frame fails the ICRC (an ARP frame damaged in its padding is not
-# RoCE and is not counted).
-[ "$rejected" -ge $((corrupted - 2)) ] && [ "$rejected" -le "$corrupted" ] ||
+# Every corrupted RoCE frame fails the ICRC, but for two kinds: an ARP frame damaged in
+# its padding is not RoCE, and a flip in the BTH's byte 4 (FECN, BECN, reserved) passes,
+# since the ICRC covers that byte as ones (A17.4.2); that byte is 1 in 40 to 60 of a
+# short ACK's corruptible bytes, so allow one in 20.
+arp=$(($(port_total arp_requests) + $(port_total arp_replies)))
+[ "$rejected" -ge $((corrupted - arp - corrupted / 20)) ] && [ "$rejected" -le "$corrupted" ] ||
     fail "corrupted $corrupted frames but the ICRC rejected $rejected"
 echo PASS

@@ -11,6 +11,8 @@
 #include <memory>
 #include <poll.h>
 #include <string>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <vector>
 
 namespace {
@@ -47,10 +49,56 @@ inline Device& dev(int n) {
     return *devices[n];
 }
 
+// Application memory for a test buffer: from the heap (the engine reaches it with
+// cross-memory attach), or, with SOFTHCA_TEST_MEMORY=shared, a MAP_SHARED memfd (the
+// engine maps it and copies with memcpy), so each test can run on either memory path.
+class TestMemory {
+  public:
+    explicit TestMemory(size_t size, bool shared = shared_by_default()) : size_(size) {
+        if (!shared) {
+            heap_.resize(size);
+            data_ = heap_.data();
+            return;
+        }
+        const int fd = memfd_create("softhca-test", MFD_CLOEXEC);
+        REQUIRE(fd >= 0);
+        REQUIRE(ftruncate(fd, static_cast<off_t>(size)) == 0);
+        void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        close(fd);
+        REQUIRE(p != MAP_FAILED);
+        data_ = static_cast<uint8_t*>(p);
+        mapped_ = true;
+    }
+    ~TestMemory() {
+        if (mapped_)
+            munmap(data_, size_);
+    }
+    TestMemory(const TestMemory&) = delete;
+    TestMemory& operator=(const TestMemory&) = delete;
+    static bool shared_by_default() {
+        const char* kind = std::getenv("SOFTHCA_TEST_MEMORY");
+        return kind && std::string(kind) == "shared";
+    }
+    uint8_t* data() { return data_; }
+    const uint8_t* data() const { return data_; }
+    size_t size() const { return size_; }
+    uint8_t& operator[](size_t i) { return data_[i]; }
+    const uint8_t& operator[](size_t i) const { return data_[i]; }
+    uint8_t* begin() { return data_; }
+    uint8_t* end() { return data_ + size_; }
+
+  private:
+    std::vector<uint8_t> heap_;
+    uint8_t* data_ = nullptr;
+    size_t size_;
+    bool mapped_ = false;
+};
+
 struct Buffer {
-    std::vector<uint8_t> bytes;
+    TestMemory bytes;
     ibv_mr* mr = nullptr;
-    Buffer(Device& d, size_t size, int access) : bytes(size) {
+    Buffer(Device& d, size_t size, int access, bool shared = TestMemory::shared_by_default())
+        : bytes(size, shared) {
         mr = ibv_reg_mr(d.pd, bytes.data(), size, access);
         REQUIRE(mr);
     }

@@ -2,11 +2,8 @@
 
 namespace softhca::transport {
 
-namespace {
-
-// Splits [offset, offset + length) of a scatter/gather list into pieces. Returns the
-// number of pieces, or -1 when the list is shorter than that.
-int split(const Sge* sge, uint32_t num_sge, uint64_t offset, uint32_t length, MemoryPiece* pieces) {
+int split_pieces(const Sge* sge, uint32_t num_sge, uint64_t offset, uint32_t length,
+                 MemoryPiece* pieces) {
     uint32_t done = 0;
     int count = 0;
     for (uint32_t i = 0; i < num_sge && done < length; ++i) {
@@ -23,7 +20,21 @@ int split(const Sge* sge, uint32_t num_sge, uint64_t offset, uint32_t length, Me
     return done == length ? count : -1;
 }
 
-} // namespace
+MemoryStatus MemoryAccess::read_message(uint64_t /*tag*/, bool remote, uint32_t rights,
+                                        const Sge* sge, uint32_t num_sge,
+                                        uint32_t /*message_length*/, uint32_t offset, uint8_t* dst,
+                                        uint32_t length) {
+    if (!remote)
+        return gather(*this, sge, num_sge, offset, dst, length);
+    MemoryPiece pieces[kMaxSge];
+    const int count = split_pieces(sge, num_sge, offset, length, pieces);
+    for (int i = 0; i < count; ++i)
+        if (MemoryStatus s = read(pieces[i].key, true, rights, pieces[i].addr,
+                                  dst + pieces[i].buffer_offset, pieces[i].length);
+            s != MemoryStatus::Ok)
+            return s;
+    return count < 0 ? MemoryStatus::OutOfRange : MemoryStatus::Ok;
+}
 
 MemoryStatus MemoryAccess::read_pieces(const MemoryPiece* pieces, uint32_t count, uint8_t* buffer) {
     for (uint32_t i = 0; i < count; ++i) {
@@ -50,7 +61,7 @@ MemoryStatus MemoryAccess::write_pieces(const MemoryPiece* pieces, uint32_t coun
 MemoryStatus gather(MemoryAccess& memory, const Sge* sge, uint32_t num_sge, uint64_t offset,
                     uint8_t* dst, uint32_t length) {
     MemoryPiece pieces[kMaxSge];
-    const int count = split(sge, num_sge, offset, length, pieces);
+    const int count = split_pieces(sge, num_sge, offset, length, pieces);
     if (count < 0)
         return MemoryStatus::OutOfRange;
     return memory.read_pieces(pieces, static_cast<uint32_t>(count), dst);
@@ -59,7 +70,7 @@ MemoryStatus gather(MemoryAccess& memory, const Sge* sge, uint32_t num_sge, uint
 MemoryStatus scatter(MemoryAccess& memory, const Sge* sge, uint32_t num_sge, uint64_t offset,
                      const uint8_t* src, uint32_t length) {
     MemoryPiece pieces[kMaxSge];
-    const int count = split(sge, num_sge, offset, length, pieces);
+    const int count = split_pieces(sge, num_sge, offset, length, pieces);
     if (count < 0)
         return MemoryStatus::OutOfRange;
     return memory.write_pieces(pieces, static_cast<uint32_t>(count), src);

@@ -63,6 +63,7 @@ void QueuePair::set_state(QpState state, Nanoseconds now) {
         in_progress_ = OpKind::Invalid;
         recv_taken_ = false;
         resources_.clear();
+        memory_.forget_message(MemoryAccess::kEveryMessage);
         counters_ = {};
         break;
     case QpState::Rtr:
@@ -293,6 +294,7 @@ void QueuePair::flush_all() {
     // In the error state receives flush too: the one a message was filling first, then
     // the QP's own queue. An SRQ's requests stay for its other QPs.
     flush_send_queue();
+    memory_.forget_message(MemoryAccess::kEveryMessage);
     Completion c;
     c.status = WcStatus::WrFlushError;
     c.opcode = WcOpcode::Recv;

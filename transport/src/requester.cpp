@@ -191,8 +191,8 @@ size_t QueuePair::build_request(SendEntry& entry, uint8_t* buffer, size_t capaci
         const uint32_t offset = packet * mtu;
         if (wqe.inline_data) {
             std::memcpy(data, wqe.inline_bytes.data() + offset, payload);
-        } else if (gather(memory_, wqe.sge.data(), wqe.num_sge, offset, data, payload) !=
-                   MemoryStatus::Ok) {
+        } else if (memory_.read_message(message_tag(entry), false, 0, wqe.sge.data(), wqe.num_sge,
+                                        wqe.length, offset, data, payload) != MemoryStatus::Ok) {
             // A bad lkey or an SGE outside its MR: local protection error (10.7.3.1).
             complete_send_error(entry, WcStatus::LocalProtectionError);
             return 0;
@@ -201,6 +201,8 @@ size_t QueuePair::build_request(SendEntry& entry, uint8_t* buffer, size_t capaci
     if (pad)
         std::memset(buffer + o.payload + payload, 0, pad);
     entry.next_packet = rd_atomic ? entry.packets : entry.next_packet + 1;
+    if (payload && !wqe.inline_data && entry.next_packet == entry.packets)
+        memory_.forget_message(message_tag(entry));
     if (!reliable() && entry.next_packet == entry.packets) {
         // Nothing acknowledges UC or UD: the request is complete once sent.
         entry.acked = true;

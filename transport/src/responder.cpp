@@ -497,10 +497,13 @@ size_t QueuePair::build_response(uint8_t* buffer, size_t capacity) {
                                             attr_.pkey, attr_.dest_qp, false, psn);
         if (info.has(header_flag::kAeth))
             reinterpret_cast<Aeth*>(buffer + o.aeth)->set(ack_syndrome(), msn_);
-        const MemoryStatus read = payload
-                                      ? r.memory->read(r.rkey, true, access::kRemoteRead,
-                                                       r.va + offset, buffer + o.payload, payload)
-                                      : MemoryStatus::Ok;
+        if (!r.tag)
+            r.tag = kResponseTagBit | uint64_t{qp_num_} << 32 | ++response_tags_;
+        const Sge source{r.va, r.length, r.rkey};
+        const MemoryStatus read =
+            payload ? r.memory->read_message(r.tag, true, access::kRemoteRead, &source, 1, r.length,
+                                             offset, buffer + o.payload, payload)
+                    : MemoryStatus::Ok;
         if (read == MemoryStatus::Gone) {
             r.active = false;
             return 0;
@@ -513,8 +516,10 @@ size_t QueuePair::build_response(uint8_t* buffer, size_t capacity) {
         }
         if (pad)
             std::memset(buffer + o.payload + payload, 0, pad);
-        if (++r.next_packet == r.packets)
+        if (++r.next_packet == r.packets) {
             r.active = false;
+            r.memory->forget_message(r.tag);
+        }
         return o.payload + payload + pad;
     }
     if (!ack_pending_)

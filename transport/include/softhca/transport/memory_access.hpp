@@ -51,6 +51,19 @@ class MemoryAccess {
     virtual MemoryStatus read_pieces(const MemoryPiece* pieces, uint32_t count, uint8_t* buffer);
     virtual MemoryStatus write_pieces(const MemoryPiece* pieces, uint32_t count,
                                       const uint8_t* buffer);
+    // Part of a message that is read whole, piece after piece: the requester's packets
+    // of one send or write (local keys, `remote` false), a responder's read response
+    // packets (one rkey). `tag` names the message among those in progress; the piece is
+    // [offset, offset + length) of the `message_length` bytes `sge` lists. An
+    // implementation may read further ahead in one operation and serve later pieces of
+    // the same tag from what it read, until forget_message(tag): the data of a request
+    // cannot legally change while it is outstanding. The default reads just the piece.
+    virtual MemoryStatus read_message(uint64_t tag, bool remote, uint32_t rights, const Sge* sge,
+                                      uint32_t num_sge, uint32_t message_length, uint32_t offset,
+                                      uint8_t* dst, uint32_t length);
+    // kEveryMessage forgets them all (the QP was reset or flushed).
+    virtual void forget_message(uint64_t /*tag*/) {}
+    static constexpr uint64_t kEveryMessage = ~0ull;
     // 8-byte atomic at an 8-byte aligned remote address; returns the original value.
     virtual MemoryStatus atomic(uint32_t rkey, uint64_t addr, bool compare_swap,
                                 uint64_t compare_add, uint64_t swap, uint64_t& original) = 0;
@@ -60,6 +73,11 @@ class MemoryAccess {
     virtual MemoryStatus bind_window(const WindowBind& bind);
     virtual MemoryStatus invalidate(uint32_t rkey, bool remote);
 };
+
+// Splits [offset, offset + length) of a scatter/gather list into at most kMaxSge pieces.
+// Returns the number of pieces, or -1 when the list is shorter than that.
+int split_pieces(const Sge* sge, uint32_t num_sge, uint64_t offset, uint32_t length,
+                 MemoryPiece* pieces);
 
 // Copies `length` bytes starting `offset` bytes into a scatter/gather list.
 MemoryStatus gather(MemoryAccess& memory, const Sge* sge, uint32_t num_sge, uint64_t offset,

@@ -147,6 +147,11 @@ class QueuePair {
     // True when transmit() may produce something without new input.
     bool wants_transmit(Nanoseconds now) const;
 
+    // Memory this QP's responder or completer wrote turned out not to be writable after
+    // all (its user queues writes and does them later): the data is lost, so the QP
+    // fails as on a local access error detected by the responder.
+    void memory_fault() { enter_error(WcStatus::LocalAccessError, true); }
+
     Nanoseconds next_deadline() const;
     void on_timer(Nanoseconds now);
 
@@ -162,6 +167,14 @@ class QueuePair {
         uint32_t received_packets = 0; // read response packets received in order
     };
     SendEntry& sq_at(uint32_t index) { return sq_[index % sq_.size()]; }
+    // Names an entry's message to MemoryAccess::read_message: its send queue position
+    // and first PSN, unique among outstanding requests. Read responses carry
+    // kResponseTagBit, the QP number (an XRC target's SRQ memory serves several QPs)
+    // and a count.
+    uint64_t message_tag(const SendEntry& entry) const {
+        return static_cast<uint64_t>(&entry - sq_.data()) | uint64_t{entry.first_psn} << 24;
+    }
+    static constexpr uint64_t kResponseTagBit = 1ull << 63;
     bool reliable() const { return service_ == Service::RC || service_ == Service::XRC; }
     // An opcode of op:: (the low five bits) in this QP's service.
     uint8_t wire_opcode(uint8_t code) const {
@@ -209,6 +222,7 @@ class QueuePair {
         uint32_t length = 0;
         uint64_t atomic_original = 0;
         MemoryAccess* memory = nullptr; // where a read's data comes from
+        uint64_t tag = 0;               // names the read to memory.read_message (0: none yet)
         bool active = false;            // responses still to send
         bool replay = false;            // answering a duplicate request again
     };
@@ -297,6 +311,7 @@ class QueuePair {
     uint32_t write_length_ = 0;
     std::vector<ResponderResource> resources_;
     uint32_t resource_next_ = 0; // ring position for the next accepted read/atomic
+    uint32_t response_tags_ = 0; // read responses named to read_message so far
     // ACK/NAK waiting to be sent (one at a time: a newer ACK replaces an older one)
     bool ack_pending_ = false;
     uint32_t ack_psn_ = 0;

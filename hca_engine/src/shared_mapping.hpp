@@ -1,0 +1,53 @@
+// The fast path for memory that is already shared: when every page of a registered
+// range belongs to a shared mapping of a file (memfd, /dev/shm, SysV shm — perftest
+// --use_hugepages — hugetlbfs, or MAP_SHARED anonymous memory, which the kernel backs
+// with a file too), the engine maps the same pages into its own address space, through
+// /proc/PID/map_files, and touches them with memcpy and real CPU atomics: no system
+// call per access, and atomics are atomic against the application's CPU.
+//
+// The mapping holds the pages as a real HCA's pinning does: if the application unmaps
+// its range while registered, the MR keeps reaching the pages it was registered with.
+// It is undone when the MR is deregistered (or its context ends). Private memory (the
+// heap, MAP_PRIVATE) gets no mapping and is reached with cross-memory attach instead.
+// SOFTHCA_SHARED_MAPPING=0 in the engine's environment turns this path off.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <sys/types.h>
+
+namespace softhca::engine {
+
+class SharedMapping {
+  public:
+    // Maps [addr, addr + length) of `pid`, or returns nullptr when some page of it is
+    // not a shared file mapping there (or the path is off, or mapping fails).
+    static std::unique_ptr<SharedMapping> map(pid_t pid, uint64_t addr, uint64_t length,
+                                              bool writable);
+    ~SharedMapping();
+    SharedMapping(const SharedMapping&) = delete;
+    SharedMapping& operator=(const SharedMapping&) = delete;
+
+    // The engine's address of the application's `addr`.
+    uint8_t* local() const { return local_; }
+
+    // Mappings alive now, for `softhca status` and tests.
+    static uint64_t live() { return live_; }
+
+  private:
+    SharedMapping(void* base, size_t bytes, uint8_t* local)
+        : base_(base), bytes_(bytes), local_(local) {}
+    void* base_;
+    size_t bytes_;
+    uint8_t* local_;
+    static uint64_t live_;
+};
+
+// For tests: whether a /proc/PID/maps line describes a shared file mapping, and its
+// start, end and file offset.
+bool parse_shared_maps_line(const std::string& line, uint64_t& start, uint64_t& end,
+                            uint64_t& offset, bool& writable);
+
+} // namespace softhca::engine
