@@ -117,7 +117,9 @@ set terminal pngcairo size 900,560 noenhanced
 set output "$plot"
 set title "softhca $(git rev-parse --short HEAD 2>/dev/null) vs TCP over loopback, $(nproc) cores, $(date -u +%F)"
 set logscale x 2
-set xlabel "message size (bytes)"
+set xrange [4:2097152]
+set format x "%.0b%B"
+set xlabel "message size (bytes; Ki = 1024)"
 set ylabel "MB/s"
 set key top left
 set grid
@@ -125,6 +127,6 @@ plot "$work/heap.dat" using 1:3 with linespoints title "ib_write_bw (heap buffer
      "$work/heap.dat" using 1:4 with linespoints title "ib_read_bw (heap)", \
      "$work/heap.dat" using 1:5 with linespoints title "ib_send_bw (heap)", \
      "$work/shared.dat" using 1:3 with linespoints title "ib_write_bw (shared file)", \
-     "$work/heap.dat" using 1:6 with linespoints lw 2 title "qperf tcp_bw"
+     "$work/heap.dat" using 1:6 with linespoints lw 3 lc rgb "black" title "qperf tcp_bw"
 EOF
 echo "plot: $plot"
