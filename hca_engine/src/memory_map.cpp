@@ -7,23 +7,38 @@
 
 namespace softhca::engine {
 
+bool parse_maps_line(const std::string& line, MapsEntry& entry) {
+    unsigned long long start = 0, end = 0, offset = 0, inode = 0;
+    char perms[5] = {};
+    char dev[16] = {};
+    const int fields = std::sscanf(line.c_str(), "%llx-%llx %4s %llx %15s %llu", &start, &end,
+                                   perms, &offset, dev, &inode);
+    if (fields < 3)
+        return false;
+    entry.start = start;
+    entry.end = end;
+    entry.offset = offset;
+    entry.inode = fields == 6 ? inode : 0;
+    entry.readable = perms[0] == 'r';
+    entry.writable = perms[1] == 'w';
+    entry.shared = perms[3] == 's';
+    return true;
+}
+
 int check_range_in_maps(const std::string& maps, uint64_t addr, uint64_t length, bool need_write) {
     const uint64_t end = addr + length;
     uint64_t covered = addr; // everything below this is known good
     std::istringstream in(maps);
     std::string line;
     while (std::getline(in, line)) {
-        unsigned long long start = 0, stop = 0;
-        char perms[5] = {};
-        if (std::sscanf(line.c_str(), "%llx-%llx %4s", &start, &stop, perms) != 3)
+        MapsEntry vma;
+        if (!parse_maps_line(line, vma) || vma.end <= covered)
             continue;
-        if (stop <= covered)
-            continue;
-        if (start > covered)
+        if (vma.start > covered)
             return EFAULT; // a hole before the next mapping
-        if (perms[0] != 'r' || (need_write && perms[1] != 'w'))
+        if (!vma.readable || (need_write && !vma.writable))
             return EFAULT;
-        covered = stop;
+        covered = vma.end;
         if (covered >= end)
             return 0;
     }

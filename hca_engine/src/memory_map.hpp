@@ -9,6 +9,17 @@
 
 namespace softhca::engine {
 
+// One line of /proc/PID/maps.
+struct MapsEntry {
+    uint64_t start = 0, end = 0;
+    uint64_t offset = 0; // into the file behind it
+    uint64_t inode = 0;  // 0: anonymous memory with no file behind it
+    bool readable = false, writable = false;
+    bool shared = false; // MAP_SHARED ('s'), not private ('p')
+};
+// False when the line is not one (a malformed line).
+bool parse_maps_line(const std::string& line, MapsEntry& entry);
+
 // Returns 0, or EFAULT when some page of [addr, addr+length) is unmapped, not
 // readable, or (need_write) not writable; ESRCH when the process is gone.
 int check_user_range(pid_t pid, uint64_t addr, uint64_t length, bool need_write);

@@ -80,6 +80,13 @@ MemoryStatus ProcessMemory::check(uint32_t key, bool remote, uint32_t rights, ui
     return resolve(key, remote, rights, addr, length, ignored, nullptr);
 }
 
+bool ProcessMemory::read_process(uint64_t at, void* dst, uint32_t length) {
+    flush_writes_now(); // reads see every write accepted before them
+    iovec local{dst, length};
+    iovec far{reinterpret_cast<void*>(at), length};
+    return ::process_vm_readv(pid_, &local, 1, &far, 1, 0) == static_cast<ssize_t>(length);
+}
+
 MemoryStatus ProcessMemory::read(uint32_t key, bool remote, uint32_t rights, uint64_t addr,
                                  void* dst, uint32_t length) {
     uint64_t at = 0;
@@ -87,14 +94,9 @@ MemoryStatus ProcessMemory::read(uint32_t key, bool remote, uint32_t rights, uin
     if (MemoryStatus s = resolve(key, remote, rights, addr, length, at, &mapped);
         s != MemoryStatus::Ok)
         return s;
-    if (mapped) {
+    if (mapped)
         std::memcpy(dst, mapped, length);
-        return MemoryStatus::Ok;
-    }
-    flush_writes_now(); // reads see every write accepted before them
-    iovec local{dst, length};
-    iovec far{reinterpret_cast<void*>(at), length};
-    if (::process_vm_readv(pid_, &local, 1, &far, 1, 0) != static_cast<ssize_t>(length))
+    else if (!read_process(at, dst, length))
         return failure();
     return MemoryStatus::Ok;
 }
@@ -113,71 +115,62 @@ MemoryStatus ProcessMemory::write(uint32_t key, bool remote, uint32_t rights, ui
     return MemoryStatus::Ok;
 }
 
+MemoryStatus ProcessMemory::resolve_pieces(const transport::MemoryPiece* pieces, uint32_t count,
+                                           bool remote, uint32_t rights, ResolvedPieces& out) {
+    out.count = std::min(count, transport::kMaxSge);
+    out.mapped = true;
+    out.bytes = 0;
+    for (uint32_t i = 0; i < out.count; ++i) {
+        const transport::MemoryPiece& p = pieces[i];
+        if (MemoryStatus s =
+                resolve(p.key, remote, rights, p.addr, p.length, out.process[i], &out.local[i]);
+            s != MemoryStatus::Ok)
+            return s;
+        out.mapped = out.mapped && out.local[i];
+        out.bytes += p.length;
+    }
+    return MemoryStatus::Ok;
+}
+
 MemoryStatus ProcessMemory::transfer(const transport::MemoryPiece* pieces, uint32_t count,
                                      uint8_t* buffer, bool to_process, bool remote,
                                      uint32_t rights) {
-    iovec local[transport::kMaxSge];
-    iovec far[transport::kMaxSge];
-    ssize_t total = 0;
-    if (!remote)
-        rights = to_process ? transport::access::kLocalWrite : 0;
-    uint8_t* mapped[transport::kMaxSge];
-    bool all_mapped = true;
-    count = std::min(count, transport::kMaxSge);
-    for (uint32_t i = 0; i < count; ++i) {
-        uint64_t at = 0;
-        const transport::MemoryPiece& p = pieces[i];
-        if (MemoryStatus s = resolve(p.key, remote, rights, p.addr, p.length, at, &mapped[i]);
-            s != MemoryStatus::Ok)
-            return s;
-        local[i] = {buffer + p.buffer_offset, p.length};
-        far[i] = {reinterpret_cast<void*>(at), p.length};
-        total += p.length;
-        all_mapped = all_mapped && mapped[i];
-    }
-    if (to_process || all_mapped) {
-        // Shared memory is touched directly; the rest is queued (writes) below.
-        for (uint32_t i = 0; i < count; ++i) {
-            if (!mapped[i])
-                queue_write(far[i].iov_base, local[i].iov_base, local[i].iov_len);
+    ResolvedPieces r;
+    if (MemoryStatus s = resolve_pieces(pieces, count, remote, rights, r); s != MemoryStatus::Ok)
+        return s;
+    if (to_process || r.mapped) {
+        // Shared memory is touched directly; writes to the rest are queued.
+        for (uint32_t i = 0; i < r.count; ++i) {
+            uint8_t* packet = buffer + pieces[i].buffer_offset;
+            if (!r.local[i])
+                queue_write(reinterpret_cast<void*>(r.process[i]), packet, pieces[i].length);
             else if (to_process)
-                std::memcpy(mapped[i], local[i].iov_base, local[i].iov_len);
+                std::memcpy(r.local[i], packet, pieces[i].length);
             else
-                std::memcpy(local[i].iov_base, mapped[i], local[i].iov_len);
+                std::memcpy(packet, r.local[i], pieces[i].length);
         }
         return MemoryStatus::Ok;
     }
+    iovec local[transport::kMaxSge];
+    iovec far[transport::kMaxSge];
+    for (uint32_t i = 0; i < r.count; ++i) {
+        local[i] = {buffer + pieces[i].buffer_offset, pieces[i].length};
+        far[i] = {reinterpret_cast<void*>(r.process[i]), pieces[i].length};
+    }
     flush_writes_now();
-    const ssize_t moved = ::process_vm_readv(pid_, local, count, far, count, 0);
-    return moved == total ? MemoryStatus::Ok : failure();
+    const ssize_t moved = ::process_vm_readv(pid_, local, r.count, far, r.count, 0);
+    return moved == static_cast<ssize_t>(r.bytes) ? MemoryStatus::Ok : failure();
 }
 
 MemoryStatus ProcessMemory::read_pieces(const transport::MemoryPiece* pieces, uint32_t count,
                                         uint8_t* buffer) {
-    return transfer(pieces, count, buffer, false);
+    return transfer(pieces, count, buffer, false, false, 0);
 }
 
 MemoryStatus ProcessMemory::write_pieces(const transport::MemoryPiece* pieces, uint32_t count,
                                          const uint8_t* buffer) {
-    return transfer(pieces, count, const_cast<uint8_t*>(buffer), true);
-}
-
-bool ProcessMemory::mapped_message(bool remote, uint32_t rights, const transport::Sge* sge,
-                                   uint32_t num_sge, uint32_t offset, uint8_t* dst,
-                                   uint32_t length) {
-    transport::MemoryPiece pieces[transport::kMaxSge];
-    const int count = transport::split_pieces(sge, num_sge, offset, length, pieces);
-    uint8_t* mapped[transport::kMaxSge];
-    for (int i = 0; i < count; ++i) {
-        uint64_t at = 0;
-        if (resolve(pieces[i].key, remote, rights, pieces[i].addr, pieces[i].length, at,
-                    &mapped[i]) != MemoryStatus::Ok ||
-            !mapped[i])
-            return false; // errors are reported by the general path
-    }
-    for (int i = 0; i < count; ++i)
-        std::memcpy(dst + pieces[i].buffer_offset, mapped[i], pieces[i].length);
-    return count > 0;
+    return transfer(pieces, count, const_cast<uint8_t*>(buffer), true, false,
+                    transport::access::kLocalWrite);
 }
 
 MemoryStatus ProcessMemory::read_message(uint64_t tag, bool remote, uint32_t rights,
@@ -187,16 +180,31 @@ MemoryStatus ProcessMemory::read_message(uint64_t tag, bool remote, uint32_t rig
     if (message_length <= kReadAheadMinimum)
         return MemoryAccess::read_message(tag, remote, rights, sge, num_sge, message_length, offset,
                                           dst, length);
-    if (mapped_message(remote, rights, sge, num_sge, offset, dst, length))
-        return MemoryStatus::Ok; // shared memory needs no reading ahead
     for (ReadAhead& a : ahead_) {
         if (a.valid && a.tag == tag && offset >= a.begin && offset + length <= a.end) {
             std::memcpy(dst, a.bytes.get() + (offset - a.begin), length);
             return MemoryStatus::Ok;
         }
     }
-    // Not read yet: read from `offset` as far ahead as the buffer holds, in one call,
-    // into the buffer this tag had or the one used less recently.
+    // Not read yet: from `offset` as far ahead as a buffer holds.
+    const uint32_t span = std::min(kReadAheadBytes, message_length - offset);
+    transport::MemoryPiece pieces[transport::kMaxSge];
+    const int count =
+        span < length ? -1 : transport::split_pieces(sge, num_sge, offset, span, pieces);
+    if (count < 0)
+        return MemoryStatus::OutOfRange;
+    ResolvedPieces r;
+    if (MemoryStatus s = resolve_pieces(pieces, static_cast<uint32_t>(count), remote, rights, r);
+        s != MemoryStatus::Ok)
+        return s;
+    if (r.mapped) {
+        // Shared memory needs no reading ahead: copy just this piece.
+        for (uint32_t i = 0; i < r.count && pieces[i].buffer_offset < length; ++i)
+            std::memcpy(dst + pieces[i].buffer_offset, r.local[i],
+                        std::min(pieces[i].length, length - pieces[i].buffer_offset));
+        return MemoryStatus::Ok;
+    }
+    // One process_vm_readv into the buffer this tag had, or the one used less recently.
     ReadAhead* slot = nullptr;
     for (ReadAhead& a : ahead_)
         if (a.valid && a.tag == tag)
@@ -208,14 +216,6 @@ MemoryStatus ProcessMemory::read_message(uint64_t tag, bool remote, uint32_t rig
     slot->valid = false;
     if (!slot->bytes)
         slot->bytes.reset(new uint8_t[kReadAheadBytes]);
-    const uint32_t span = std::min(kReadAheadBytes, message_length - offset);
-    if (span < length)
-        return MemoryStatus::OutOfRange;
-    transport::MemoryPiece pieces[transport::kMaxSge];
-    const int count = transport::split_pieces(sge, num_sge, offset, span, pieces);
-    if (count < 0)
-        return MemoryStatus::OutOfRange;
-    ++read_ahead_calls_;
     if (MemoryStatus s = transfer(pieces, static_cast<uint32_t>(count), slot->bytes.get(), false,
                                   remote, rights);
         s != MemoryStatus::Ok)
@@ -242,7 +242,7 @@ ProcessMemory::~ProcessMemory() {
 
 void ProcessMemory::queue_write(void* far, const void* local, size_t length) {
     const bool small = length <= kSmallWrite;
-    if (queued_ == kMaxQueuedWrites || (small && small_used_ + length > sizeof(small_)))
+    if (queued_ == kMaxQueuedWrites || (small && small_used_ + length > kSmallArena))
         flush_writes();
     if (small) {
         // Small sources (an atomic's result, a GRH) may live on the caller's stack:
@@ -265,7 +265,6 @@ void ProcessMemory::queue_write(void* far, const void* local, size_t length) {
 bool ProcessMemory::flush_writes() {
     if (!queued_)
         return true;
-    ++write_calls_;
     const ssize_t moved =
         ::process_vm_writev(pid_, queued_local_, queued_, queued_far_, queued_, 0);
     const bool ok = moved == queued_bytes_;
@@ -279,12 +278,10 @@ bool ProcessMemory::flush_writes() {
     return ok;
 }
 
-unsigned ProcessMemory::flush_all_writes() {
-    unsigned calls = 0;
+void ProcessMemory::flush_all_writes() {
     while (ProcessMemory* m = dirty_head_) {
         dirty_head_ = m->next_dirty_;
         m->dirty_ = false;
-        calls += m->queued_ != 0;
         m->flush_writes();
         if (m->fault_to_report_) {
             m->fault_to_report_ = false;
@@ -292,7 +289,6 @@ unsigned ProcessMemory::flush_all_writes() {
                 m->listener_->deferred_memory_fault();
         }
     }
-    return calls;
 }
 
 void ProcessMemory::flush_writes_now() {
@@ -314,8 +310,6 @@ void ProcessMemory::forget_message(uint64_t tag) {
 
 MemoryStatus ProcessMemory::atomic(uint32_t rkey, uint64_t addr, bool compare_swap,
                                    uint64_t compare_add, uint64_t swap, uint64_t& original) {
-    // Atomic with respect to every other operation of this engine, which runs them one
-    // at a time (IBV_ATOMIC_HCA), not with respect to the application's CPU accesses.
     uint64_t at = 0;
     uint8_t* mapped = nullptr;
     if (MemoryStatus s =
@@ -334,15 +328,15 @@ MemoryStatus ProcessMemory::atomic(uint32_t rkey, uint64_t addr, bool compare_sw
         }
         return MemoryStatus::Ok;
     }
-    uint64_t value = 0;
-    if (MemoryStatus s = read(rkey, true, transport::access::kRemoteAtomic, addr, &value, 8);
-        s != MemoryStatus::Ok)
-        return s;
-    original = value;
-    value = compare_swap ? (value == compare_add ? swap : value) : value + compare_add;
+    // Private memory: atomic with respect to every other operation of this engine, which
+    // runs them one at a time (IBV_ATOMIC_HCA), not to the application's CPU accesses.
+    if (!read_process(at, &original, 8))
+        return failure();
     if (compare_swap && original != compare_add)
         return MemoryStatus::Ok;
-    return write(rkey, true, transport::access::kRemoteAtomic, addr, &value, 8);
+    const uint64_t value = compare_swap ? swap : original + compare_add;
+    queue_write(reinterpret_cast<void*>(at), &value, 8); // small: copied
+    return MemoryStatus::Ok;
 }
 
 } // namespace softhca::engine

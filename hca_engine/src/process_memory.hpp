@@ -42,8 +42,8 @@ class ProcessMemory : public transport::MemoryAccess {
     void set_fault_listener(MemoryFaultListener* listener) { listener_ = listener; }
 
     // Moves every queued write of every ProcessMemory and reports faults to their
-    // listeners. Returns the number of process_vm_writev calls made.
-    static unsigned flush_all_writes();
+    // listeners.
+    static void flush_all_writes();
     // The same from inside a transport call (a completion about to be published): no
     // listener is called; faults wait for the next flush_all_writes().
     static void flush_writes_now();
@@ -78,9 +78,6 @@ class ProcessMemory : public transport::MemoryAccess {
     transport::MemoryStatus invalidate(uint32_t rkey, bool remote) override;
 
     uint64_t faults() const { return faults_; }
-    uint64_t read_ahead_calls() const { return read_ahead_calls_; }
-
-    uint64_t write_calls() const { return write_calls_; }
 
     static constexpr uint32_t kReadAheadBytes = 256 * 1024;
     static constexpr uint32_t kMaxQueuedWrites = 128;
@@ -96,13 +93,25 @@ class ProcessMemory : public transport::MemoryAccess {
     transport::MemoryStatus resolve_window(uint32_t rkey, uint32_t rights, uint64_t addr,
                                            uint64_t length, uint64_t& process_addr,
                                            uint8_t** local);
-    // Copies a piece of a message when all of it is mapped memory; false otherwise.
-    bool mapped_message(bool remote, uint32_t rights, const transport::Sge* sge, uint32_t num_sge,
-                        uint32_t offset, uint8_t* dst, uint32_t length);
+    // The pieces of a transfer, each resolved: its address in the process, and in the
+    // engine where its MR is mapped (`mapped`: all of them are).
+    struct ResolvedPieces {
+        uint32_t count = 0;
+        bool mapped = true;
+        uint64_t bytes = 0;
+        uint64_t process[transport::kMaxSge];
+        uint8_t* local[transport::kMaxSge];
+    };
+    transport::MemoryStatus resolve_pieces(const transport::MemoryPiece* pieces, uint32_t count,
+                                           bool remote, uint32_t rights, ResolvedPieces& out);
     transport::MemoryStatus failure();
+    // Moves pieces between `buffer` and the process: mapped ones with memcpy, the rest
+    // with one process_vm_readv, or queued behind when writing.
     transport::MemoryStatus transfer(const transport::MemoryPiece* pieces, uint32_t count,
-                                     uint8_t* buffer, bool to_process, bool remote = false,
-                                     uint32_t rights = 0);
+                                     uint8_t* buffer, bool to_process, bool remote,
+                                     uint32_t rights);
+    // One process_vm_readv of private memory (after the queued writes); false on failure.
+    bool read_process(uint64_t at, void* dst, uint32_t length);
     // Bytes [begin, end) of the message `tag`, read ahead (two: a QP may stream a
     // request and a read response at once). The buffers are allocated on first use.
     struct ReadAhead {
@@ -119,7 +128,8 @@ class ProcessMemory : public transport::MemoryAccess {
     iovec queued_local_[kMaxQueuedWrites];
     iovec queued_far_[kMaxQueuedWrites];
     static constexpr uint32_t kSmallWrite = 256;
-    uint8_t small_[8192]; // copies of small sources (see queue_write)
+    static constexpr uint32_t kSmallArena = 8192;
+    uint8_t small_[kSmallArena]; // copies of small sources (see queue_write)
     uint32_t small_used_ = 0;
     uint32_t queued_ = 0;
     ssize_t queued_bytes_ = 0;
@@ -129,9 +139,7 @@ class ProcessMemory : public transport::MemoryAccess {
     ProcessMemory* next_dirty_ = nullptr;
     static ProcessMemory* dirty_head_; // the engine's data path is one thread
     MemoryFaultListener* listener_ = nullptr;
-    uint64_t write_calls_ = 0;
-    unsigned ahead_victim_ = 0;
-    uint64_t read_ahead_calls_ = 0;
+    unsigned ahead_victim_ = 0; // the read-ahead buffer to reuse next
 
     pid_t pid_;
     bool gone_ = false;

@@ -1,6 +1,7 @@
 #include "shared_mapping.hpp"
 
-#include <algorithm>
+#include "memory_map.hpp"
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -14,35 +15,12 @@ namespace softhca::engine {
 
 uint64_t SharedMapping::live_ = 0;
 
-bool parse_shared_maps_line(const std::string& line, uint64_t& start, uint64_t& end,
-                            uint64_t& offset, bool& writable) {
-    unsigned long long s = 0, e = 0, off = 0, inode = 0;
-    char perms[5] = {};
-    char dev[16] = {};
-    if (std::sscanf(line.c_str(), "%llx-%llx %4s %llx %15s %llu", &s, &e, perms, &off, dev,
-                    &inode) != 6)
-        return false;
-    start = s;
-    end = e;
-    offset = off;
-    writable = perms[1] == 'w';
-    // 's': a shared mapping; an inode: backed by a file (memfd, shm, hugetlbfs and
-    // shared anonymous memory all are), which map_files can open.
-    return perms[0] == 'r' && perms[3] == 's' && inode != 0;
-}
-
 namespace {
 
 bool enabled() {
     const char* v = std::getenv("SOFTHCA_SHARED_MAPPING");
     return !v || std::strcmp(v, "0") != 0;
 }
-
-struct Piece {
-    uint64_t start, end;         // the part of one VMA inside the range
-    uint64_t offset;             // the VMA's file offset
-    uint64_t vma_start, vma_end; // the whole VMA
-};
 
 } // namespace
 
@@ -55,41 +33,42 @@ std::unique_ptr<SharedMapping> SharedMapping::map(pid_t pid, uint64_t addr, uint
     const uint64_t last = (addr + length + page - 1) & ~(page - 1);
     std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
     std::string line;
-    std::vector<Piece> pieces;
+    std::vector<MapsEntry> vmas; // the VMAs holding the range
     uint64_t covered = first;
     while (covered < last && std::getline(maps, line)) {
-        uint64_t start = 0, end = 0, offset = 0;
-        bool vma_writable = false;
-        const bool shared = parse_shared_maps_line(line, start, end, offset, vma_writable);
-        if (end <= covered)
+        MapsEntry vma;
+        if (!parse_maps_line(line, vma) || vma.end <= covered)
             continue;
-        if (start > covered || !shared || (writable && !vma_writable))
-            return nullptr; // a hole, or private memory: cross-memory attach serves it
-        const uint64_t stop = std::min(end, last);
-        pieces.push_back({covered, stop, offset, start, end});
-        covered = stop;
+        // A hole, private memory, or anonymous memory with no file that map_files could
+        // open: cross-memory attach serves it. (memfd, shm, hugetlbfs and MAP_SHARED
+        // anonymous memory all have a file.)
+        if (vma.start > covered || !vma.shared || !vma.inode || !vma.readable ||
+            (writable && !vma.writable))
+            return nullptr;
+        vmas.push_back(vma);
+        covered = vma.end;
     }
     if (covered < last)
         return nullptr;
     // Whole VMAs are mapped, so that huge pages (hugetlbfs, SHM_HUGETLB) stay aligned.
-    const uint64_t low = pieces.front().vma_start;
-    const uint64_t high = pieces.back().vma_end;
+    const uint64_t low = vmas.front().start;
+    const uint64_t high = vmas.back().end;
     const size_t bytes = high - low;
     void* base =
         ::mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (base == MAP_FAILED)
         return nullptr;
     const int prot = PROT_READ | (writable ? PROT_WRITE : 0);
-    for (const Piece& p : pieces) {
+    for (const MapsEntry& vma : vmas) {
         char path[96];
         std::snprintf(path, sizeof(path), "/proc/%d/map_files/%llx-%llx", static_cast<int>(pid),
-                      static_cast<unsigned long long>(p.vma_start),
-                      static_cast<unsigned long long>(p.vma_end));
+                      static_cast<unsigned long long>(vma.start),
+                      static_cast<unsigned long long>(vma.end));
         const int fd = ::open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
-        void* at = static_cast<uint8_t*>(base) + (p.vma_start - low);
+        void* at = static_cast<uint8_t*>(base) + (vma.start - low);
         void* got = fd < 0 ? MAP_FAILED
-                           : ::mmap(at, p.vma_end - p.vma_start, prot, MAP_SHARED | MAP_FIXED, fd,
-                                    static_cast<off_t>(p.offset));
+                           : ::mmap(at, vma.end - vma.start, prot, MAP_SHARED | MAP_FIXED, fd,
+                                    static_cast<off_t>(vma.offset));
         if (fd >= 0)
             ::close(fd);
         if (got == MAP_FAILED) {

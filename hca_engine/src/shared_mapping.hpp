@@ -45,9 +45,4 @@ class SharedMapping {
     static uint64_t live_;
 };
 
-// For tests: whether a /proc/PID/maps line describes a shared file mapping, and its
-// start, end and file offset.
-bool parse_shared_maps_line(const std::string& line, uint64_t& start, uint64_t& end,
-                            uint64_t& offset, bool& writable);
-
 } // namespace softhca::engine

@@ -8,6 +8,8 @@
 
 using softhca::engine::check_range_in_maps;
 using softhca::engine::check_user_range;
+using softhca::engine::MapsEntry;
+using softhca::engine::parse_maps_line;
 
 namespace {
 const char* kMaps = "00400000-00401000 r-xp 00000000 08:01 1 /bin/x\n"
@@ -49,4 +51,25 @@ TEST_CASE("the live check sees this process's own mappings") {
     CHECK(check_user_range(getpid(), addr, 3 * page, true) == EFAULT);
     munmap(p, 3 * page);
     CHECK(check_user_range(getpid(), addr, page, false) == EFAULT);
+}
+
+TEST_CASE("maps lines: shared file mappings are told from private and fileless memory") {
+    MapsEntry e;
+    REQUIRE(parse_maps_line("7f0000001000-7f0000003000 rw-s 00002000 00:01 4242 "
+                            "/memfd:buf (deleted)",
+                            e));
+    CHECK(e.start == 0x7f0000001000);
+    CHECK(e.end == 0x7f0000003000);
+    CHECK(e.offset == 0x2000);
+    CHECK(e.inode == 4242);
+    CHECK((e.readable && e.writable && e.shared));
+    REQUIRE(parse_maps_line("7f0000004000-7f0000005000 r--s 00000000 00:01 17 /SYSV00000000 "
+                            "(deleted)",
+                            e));
+    CHECK((e.shared && !e.writable && e.inode == 17));
+    REQUIRE(parse_maps_line("00401000-00403000 rw-p 00000000 00:00 0", e));
+    CHECK((!e.shared && e.inode == 0));
+    REQUIRE(parse_maps_line("00400000-00401000 r-xp 00000000 08:01 1 /bin/x", e));
+    CHECK((!e.shared && !e.writable && e.inode == 1));
+    CHECK_FALSE(parse_maps_line("not a maps line", e));
 }

@@ -20,6 +20,23 @@ int split_pieces(const Sge* sge, uint32_t num_sge, uint64_t offset, uint32_t len
     return done == length ? count : -1;
 }
 
+namespace {
+
+// Reads each piece with its own read() call.
+MemoryStatus read_each(MemoryAccess& memory, const MemoryPiece* pieces, uint32_t count, bool remote,
+                       uint32_t rights, uint8_t* buffer) {
+    for (uint32_t i = 0; i < count; ++i) {
+        const MemoryPiece& p = pieces[i];
+        if (MemoryStatus s =
+                memory.read(p.key, remote, rights, p.addr, buffer + p.buffer_offset, p.length);
+            s != MemoryStatus::Ok)
+            return s;
+    }
+    return MemoryStatus::Ok;
+}
+
+} // namespace
+
 MemoryStatus MemoryAccess::read_message(uint64_t /*tag*/, bool remote, uint32_t rights,
                                         const Sge* sge, uint32_t num_sge,
                                         uint32_t /*message_length*/, uint32_t offset, uint8_t* dst,
@@ -28,22 +45,13 @@ MemoryStatus MemoryAccess::read_message(uint64_t /*tag*/, bool remote, uint32_t 
         return gather(*this, sge, num_sge, offset, dst, length);
     MemoryPiece pieces[kMaxSge];
     const int count = split_pieces(sge, num_sge, offset, length, pieces);
-    for (int i = 0; i < count; ++i)
-        if (MemoryStatus s = read(pieces[i].key, true, rights, pieces[i].addr,
-                                  dst + pieces[i].buffer_offset, pieces[i].length);
-            s != MemoryStatus::Ok)
-            return s;
-    return count < 0 ? MemoryStatus::OutOfRange : MemoryStatus::Ok;
+    if (count < 0)
+        return MemoryStatus::OutOfRange;
+    return read_each(*this, pieces, static_cast<uint32_t>(count), true, rights, dst);
 }
 
 MemoryStatus MemoryAccess::read_pieces(const MemoryPiece* pieces, uint32_t count, uint8_t* buffer) {
-    for (uint32_t i = 0; i < count; ++i) {
-        const MemoryPiece& p = pieces[i];
-        if (MemoryStatus s = read(p.key, false, 0, p.addr, buffer + p.buffer_offset, p.length);
-            s != MemoryStatus::Ok)
-            return s;
-    }
-    return MemoryStatus::Ok;
+    return read_each(*this, pieces, count, false, 0, buffer);
 }
 
 MemoryStatus MemoryAccess::write_pieces(const MemoryPiece* pieces, uint32_t count,
