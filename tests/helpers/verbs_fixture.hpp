@@ -254,6 +254,15 @@ inline void expect_async_event(Device& d, ibv_event_type type, const void* eleme
 
 // A signaled work request of `opcode` over `num_sge` SGEs at `sge`; the caller adds the
 // remote address, immediate data, atomic operands or UD address.
+// Whether a sender's completion is the status `expected` of an error the responder
+// answers with a fatal NAK. Under injected loss (SOFTHCA_TEST_LOSSY) the NAK itself may
+// be lost: the requester then retries into a responder already in the error state and
+// runs out of retries (RETRY_EXC_ERR), as on a real fabric.
+inline bool fatal_nak_status(int status, int expected) {
+    return status == expected ||
+           (std::getenv("SOFTHCA_TEST_LOSSY") && status == IBV_WC_RETRY_EXC_ERR);
+}
+
 inline ibv_send_wr signaled_wr(ibv_wr_opcode opcode, ibv_sge* sge, int num_sge = 1,
                                uint64_t id = 0) {
     ibv_send_wr wr{};

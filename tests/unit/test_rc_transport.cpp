@@ -500,9 +500,8 @@ TEST_CASE("RC: a fenced request waits until earlier reads have completed") {
 }
 
 namespace {
-// Feeds B a hand-made request and returns the AETH syndrome of what B answers (0xff
-// when B answers nothing).
-uint8_t answer_to(Link& link, uint8_t opcode, uint32_t psn, uint64_t va, uint32_t rkey,
+// Feeds B a hand-made request.
+void feed_request(Link& link, uint8_t opcode, uint32_t psn, uint64_t va, uint32_t rkey,
                   uint32_t dma_length, uint32_t payload) {
     uint8_t packet[4096 + 64] = {};
     const OpcodeInfo& info = opcode_info(opcode);
@@ -514,6 +513,10 @@ uint8_t answer_to(Link& link, uint8_t opcode, uint32_t psn, uint64_t va, uint32_
     IbPacket parsed;
     REQUIRE(parse_ib_packet(packet, o.payload + payload, parsed) == PacketError::None);
     link.b().qp.receive(parsed, link.now());
+}
+
+// The AETH syndrome of what B sends next (0xff when B sends nothing).
+uint8_t answer(Link& link) {
     uint8_t out[4096 + 64];
     const size_t n = link.b().qp.transmit(out, sizeof(out), link.now());
     if (!n)
@@ -522,7 +525,48 @@ uint8_t answer_to(Link& link, uint8_t opcode, uint32_t psn, uint64_t va, uint32_
     REQUIRE(parse_ib_packet(out, n, response) == PacketError::None);
     return response.aeth ? response.aeth->syndrome() : 0xfe;
 }
+
+// Feeds B a hand-made request and returns the AETH syndrome of what B answers.
+uint8_t answer_to(Link& link, uint8_t opcode, uint32_t psn, uint64_t va, uint32_t rkey,
+                  uint32_t dma_length, uint32_t payload) {
+    feed_request(link, opcode, psn, va, rkey, dma_length, payload);
+    return answer(link);
+}
 } // namespace
+
+TEST_CASE("RC responder: memory that fails after the request was accepted is NAKed, not ACKed") {
+    // The engine writes behind and learns of a fault after accepting the packet; the
+    // requester must hear a fatal remote operational error, as for a write that fails
+    // at once, and the QP ends in the error state after sending it.
+    Link link(13, {0, 0, 0, 0});
+    link.connect(PathMtu::Mtu1024, kAllRemote);
+    const uint32_t epsn = 0xfffff0;
+    HostMemory& bm = link.b().memory;
+    const uint32_t region = bm.add_region(4096, kRegionRights);
+    feed_request(link, op::rc(op::kWriteOnly), epsn, bm.region(region).addr, region, 8, 8);
+    link.b().qp.memory_fault();
+    CHECK(answer(link) == (aeth::kNak | aeth::kNakRemoteOperationalError));
+    CHECK(link.b().qp.state() == QpState::Error);
+    CHECK(link.b().qp.counters().naks_sent == 1);
+}
+
+TEST_CASE("RC responder: a memory fault under a SEND in progress fails its receive") {
+    // The first packet of a SEND was accepted into a receive; the rest may never come.
+    // The receive completes with LOC_PROT_ERR (not a flush), then the fatal NAK.
+    Link link(14, {0, 0, 0, 0});
+    link.connect(PathMtu::Mtu1024, kAllRemote);
+    HostMemory& bm = link.b().memory;
+    const uint32_t region = bm.add_region(4096, kRegionRights);
+    RecvWqe r = one_sge_receive(21, bm, region, 4096);
+    REQUIRE(link.b().qp.post_recv(r));
+    feed_request(link, op::rc(op::kSendFirst), 0xfffff0, 0, 0, 0, 1024);
+    link.b().qp.memory_fault();
+    REQUIRE(link.b().sink.recvs.size() == 1);
+    CHECK(link.b().sink.recvs[0].wr_id == 21);
+    CHECK(link.b().sink.recvs[0].status == WcStatus::LocalProtectionError);
+    CHECK(answer(link) == (aeth::kNak | aeth::kNakRemoteOperationalError));
+    CHECK(link.b().qp.state() == QpState::Error);
+}
 
 TEST_CASE("RC responder: crafted requests are NAKed, never executed") {
     const uint8_t invalid = aeth::kNak | aeth::kNakInvalidRequest;

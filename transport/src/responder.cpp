@@ -218,6 +218,21 @@ void QueuePair::complete_recv(const IbPacket& packet, uint32_t byte_len,
     sink_.recv_completion(c);
 }
 
+void QueuePair::memory_fault() {
+    if (state_ == QpState::Error)
+        return;
+    // 10.7.3.1, as for a write that fails at once: a receive the message in progress was
+    // filling completes with a local protection error; the NAK names the last request
+    // accepted.
+    const uint32_t psn = psn_add(epsn_, -1);
+    if (recv_taken_)
+        fail_receive(WcStatus::LocalProtectionError, aeth::kNakRemoteOperationalError, psn);
+    else if (reliable())
+        responder_nak(aeth::kNak | aeth::kNakRemoteOperationalError, psn, true);
+    else
+        enter_error(WcStatus::LocalAccessError, true);
+}
+
 void QueuePair::fail_receive(WcStatus status, uint8_t nak_code, uint32_t psn) {
     // A receive request that cannot hold the message completes in error and the QP
     // enters the error state (10.7.3.1); RC tells the requester with a NAK first.

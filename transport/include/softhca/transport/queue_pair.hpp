@@ -147,10 +147,12 @@ class QueuePair {
     // True when transmit() may produce something without new input.
     bool wants_transmit(Nanoseconds now) const;
 
-    // Memory this QP's responder or completer wrote turned out not to be writable after
-    // all (its user queues writes and does them later): the data is lost, so the QP
-    // fails as on a local access error detected by the responder.
-    void memory_fault() { enter_error(WcStatus::LocalAccessError, true); }
+    // Memory this QP wrote turned out not to be writable after all (its user queues
+    // writes and does them later): the data is lost. As when a write fails at once, a
+    // receive the message in progress was filling completes with a local protection
+    // error, RC answers with a fatal NAK (remote operational error) instead of the ACK,
+    // and the QP enters the error state.
+    void memory_fault();
 
     Nanoseconds next_deadline() const;
     void on_timer(Nanoseconds now);
