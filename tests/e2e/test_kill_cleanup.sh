@@ -23,6 +23,8 @@ echo "while held, context of pid $pid: pd mr cq qp = $counts"
 engine_maps=/proc/$(cat "/run/softhca/$SOFTHCA_PREFIX/engine.pid")/maps
 grep -q "softhca-hold-$pid" "$engine_maps" || fail "the shared MR is not mapped by the engine"
 ! grep -q "softhca-dereg-$pid" "$engine_maps" || fail "a deregistered MR is still mapped"
+mapped=$("$SOFTHCA" status | awk '$1 == "memory:" && $2 == "mapped" {print $4}')
+[ "${mapped:-0}" -ge 1 ] || fail "softhca status shows no mapped MR while one is held"
 "$SOFTHCA" status | grep -qE "^  qp [0-9]+ RC RESET dest_qp 0: packets_sent 0" ||
     fail "no per-QP line for the held QP"
 
