@@ -78,7 +78,9 @@ EngineQp::EngineQp(uint32_t handle, uint32_t qp_num, tp::QpType type, size_t dev
 int EngineQp::create_ring() {
     const uint32_t sq_slot =
         (sizeof(di::SendWqeHeader) +
-         std::max(caps_.max_send_sge * sizeof(di::WireSge), size_t{caps_.max_inline_data}) + 63) /
+         std::max(caps_.max_send_sge * sizeof(di::WireSge) + di::kSendGatherRoom,
+                  size_t{caps_.max_inline_data}) +
+         63) /
         64 * 64;
     const uint32_t rq_slot =
         (sizeof(di::RecvWqeHeader) + caps_.max_recv_sge * sizeof(di::WireSge) + 63) / 64 * 64;
@@ -270,6 +272,8 @@ bool EngineQp::pull_work(tp::Nanoseconds now) {
             if (w.opcode == tp::WrOpcode::AtomicCompareSwap ||
                 w.opcode == tp::WrOpcode::AtomicFetchAdd)
                 w.length = 8;
+            else if (h.flags & di::kSendGathered)
+                take_gathered(slot, w);
         }
         if (!transport_.post_send(w))
             break;
@@ -292,6 +296,18 @@ bool EngineQp::pull_work(tp::Nanoseconds now) {
         any = true;
     }
     return any;
+}
+
+void EngineQp::take_gathered(const uint8_t* slot, tp::SendWqe& w) const {
+    // The payload follows the SGEs (kSendGathered). Only what fits in the slot and only
+    // for operations that carry the SGEs' bytes; otherwise the memory is read as usual.
+    // The SGEs stay: the transport checks them as it would before reading (10.7.3.1).
+    const size_t at = sizeof(di::SendWqeHeader) + size_t{w.num_sge} * sizeof(di::WireSge);
+    if (!di::may_gather(static_cast<uint8_t>(w.opcode)) || at > sq_slot_size_ ||
+        w.length > sq_slot_size_ - at || w.length > w.inline_bytes.size())
+        return;
+    std::memcpy(w.inline_bytes.data(), slot + at, w.length);
+    w.inline_data = true;
 }
 
 const uint8_t* EngineQp::ring_slot(bool send, uint64_t index) const {

@@ -99,6 +99,7 @@ class EngineQp : public transport::CompletionSink,
   private:
     void push_completion(CompletionQueue* cq, const transport::Completion& completion);
     const uint8_t* ring_slot(bool send, uint64_t index) const;
+    void take_gathered(const uint8_t* slot, transport::SendWqe& w) const;
 
     uint32_t handle_;
     uint32_t qp_num_;

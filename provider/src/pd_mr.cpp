@@ -55,6 +55,11 @@ ibv_mr* reg_mr(ibv_pd* ibpd, void* addr, size_t length, uint64_t hca_va, int acc
     mr->vmr.ibv_mr.lkey = reply.lkey;
     mr->vmr.ibv_mr.rkey = reply.rkey;
     mr->vmr.ibv_mr.handle = reply.mr_handle;
+    // An on-demand-paging region may cover memory that is not mapped (implicit ODP:
+    // all of it): nothing is gathered from it at post time.
+    if (!(access & IBV_ACCESS_ON_DEMAND))
+        state_of(ibpd->context)
+            .mrs.add(reply.lkey, hca_va, reinterpret_cast<uintptr_t>(addr), length);
     return &mr->vmr.ibv_mr;
 }
 
@@ -84,11 +89,21 @@ int rereg_mr(verbs_mr* vmr, int flags, ibv_pd* pd, void* addr, size_t length, in
     }
     if (flags & IBV_REREG_MR_CHANGE_ACCESS)
         vmr->access = access;
+    MrDirectory& mrs = state_of(vmr->ibv_mr.context).mrs;
+    if (vmr->access & IBV_ACCESS_ON_DEMAND) {
+        mrs.remove(vmr->ibv_mr.lkey);
+    } else if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+        // The region now lies at `addr`, which is also its new address (iova).
+        mrs.add(vmr->ibv_mr.lkey, reinterpret_cast<uintptr_t>(addr),
+                reinterpret_cast<uintptr_t>(addr), length);
+    }
     return 0;
 }
 
 int dereg_mr(verbs_mr* vmr) {
     Mr* mr = reinterpret_cast<Mr*>(vmr);
+    // Out of the directory first: from here on no post gathers from this memory.
+    state_of(vmr->ibv_mr.context).mrs.remove(vmr->ibv_mr.lkey);
     if (int err = state_of(vmr->ibv_mr.context).control.destroy(di::Opcode::DeregMr, mr->handle))
         return err;
     std::free(mr);

@@ -4,6 +4,7 @@
 
 #include "../abi/verbs_private_abi34.h"
 #include "control_channel.hpp"
+#include "mr_directory.hpp"
 #include "softhca/device_interface/control.hpp"
 #include "softhca/device_interface/cq_ring.hpp"
 #include "softhca/device_interface/qp_ring.hpp"
@@ -30,6 +31,7 @@ struct ContextState {
     int wake_fd = -1;        // eventfd that stops the watchdog thread
     pthread_t watchdog{};
     bool watchdog_running = false;
+    MrDirectory mrs; // what small sends may be gathered from at post time
 };
 
 struct Context {

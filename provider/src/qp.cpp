@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <sys/mman.h>
@@ -365,6 +366,47 @@ int destroy_qp(ibv_qp* ibqp) {
     return 0;
 }
 
+namespace {
+
+// Whether small sends are gathered at post time (SOFTHCA_GATHER_AT_POST=0 turns it
+// off): read once per process.
+bool gathering_enabled() {
+    static const bool enabled = [] {
+        const char* value = std::getenv("SOFTHCA_GATHER_AT_POST");
+        return !value || std::strcmp(value, "0") != 0;
+    }();
+    return enabled;
+}
+
+// A small SEND or RDMA WRITE has its bytes copied into the slot now, behind its SGEs
+// (kSendGathered), when every SGE lies in a region this context registered: the
+// engine then needs no system call to read them. The data may not change until the
+// request completes, so copying now or later reads the same. Returns whether it did.
+bool gather_at_post(const Qp& qp, const ibv_send_wr& wr, uint64_t total, uint8_t* to) {
+    const size_t used = sizeof(di::SendWqeHeader) + size_t(wr.num_sge) * sizeof(di::WireSge);
+    if (!di::may_gather(static_cast<uint8_t>(wr.opcode)) || total == 0 ||
+        used + total > qp.ring->sq_slot_size || !gathering_enabled())
+        return false;
+    const MrDirectory& mrs = state_of(qp.vqp.qp.context).mrs;
+    constexpr int kMostSges = 16; // QpLimits::kMaxSge; validate_send bounds num_sge
+    const void* from[kMostSges];
+    if (wr.num_sge > kMostSges)
+        return false;
+    for (int i = 0; i < wr.num_sge; ++i) {
+        const ibv_sge& sge = wr.sg_list[i];
+        if (sge.length && !(from[i] = mrs.locate(sge.lkey, sge.addr, sge.length)))
+            return false; // not a region of ours, or outside it: the engine reports it
+    }
+    for (int i = 0; i < wr.num_sge; ++i) {
+        if (wr.sg_list[i].length)
+            std::memcpy(to, from[i], wr.sg_list[i].length);
+        to += wr.sg_list[i].length;
+    }
+    return true;
+}
+
+} // namespace
+
 int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     return post_send_requests(to_qp(ibqp), wr, bad_wr, 0);
 }
@@ -457,6 +499,8 @@ int post_send_requests(Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr, unsigned m
                 break;
             }
             h.length = static_cast<uint32_t>(total);
+            if (gather_at_post(*qp, *wr, total, payload + wr->num_sge * sizeof(di::WireSge)))
+                h.flags |= di::kSendGathered;
         }
         std::memcpy(slot, &h, sizeof(h));
         ++qp->sq_next;

@@ -315,6 +315,46 @@ TEST_CASE("RC: a bad lkey is a local protection error") {
     CHECK(link.a().sink.sends[0].status == WcStatus::LocalProtectionError);
 }
 
+TEST_CASE("RC: bytes gathered at post time are sent as posted; their SGEs are still checked") {
+    // A request whose payload came with it (inline_bytes) but which keeps its SGEs: what
+    // the provider sends when it gathered a small send at post time.
+    Link link(5, {});
+    link.connect(PathMtu::Mtu1024, kAllRemote);
+    HostMemory& am = link.a().memory;
+    HostMemory& bm = link.b().memory;
+    const uint32_t src = am.add_region(4096, kRegionRights);
+    const uint32_t dst = bm.add_region(4096, kRegionRights);
+    std::fill_n(am.region(src).bytes.data(), 4096,
+                uint8_t{0x11}); // memory differs from what was gathered
+    SendWqe w = one_sge_request(1, WrOpcode::RdmaWrite, am, src, 48);
+    w.signaled = true;
+    w.rkey = dst;
+    w.remote_addr = bm.region(dst).addr;
+    w.inline_data = true;
+    for (uint32_t i = 0; i < 48; ++i)
+        w.inline_bytes[i] = pattern(1, i);
+
+    SECTION("valid SGEs: the gathered bytes arrive, memory is not read") {
+        REQUIRE(link.a().qp.post_send(w));
+        REQUIRE(link.run_until([&] { return !link.a().sink.sends.empty(); }));
+        CHECK(link.a().sink.sends[0].status == WcStatus::Success);
+        CHECK(first_mismatch(bm.region(dst).bytes.data(), 1, 48) == -1);
+    }
+    SECTION("a bad lkey: LOC_PROT_ERR and nothing sent") {
+        w.sge[0].lkey = 0xbad;
+        REQUIRE(link.a().qp.post_send(w));
+        REQUIRE(link.run_until([&] { return !link.a().sink.sends.empty(); }));
+        CHECK(link.a().sink.sends[0].status == WcStatus::LocalProtectionError);
+        CHECK(bm.region(dst).bytes[0] == 0);
+    }
+    SECTION("an SGE past the end of its region: LOC_PROT_ERR") {
+        w.sge[0].addr = am.region(src).addr + 4096 - 16;
+        REQUIRE(link.a().qp.post_send(w));
+        REQUIRE(link.run_until([&] { return !link.a().sink.sends.empty(); }));
+        CHECK(link.a().sink.sends[0].status == WcStatus::LocalProtectionError);
+    }
+}
+
 TEST_CASE("RC: RNR with rnr_retry 0 fails with RNR_RETRY_EXC_ERR; with 7 it waits") {
     Link link(6, {});
     link.connect(PathMtu::Mtu1024, kAllRemote);

@@ -190,6 +190,10 @@ size_t QueuePair::build_request(SendEntry& entry, uint8_t* buffer, size_t capaci
         uint8_t* data = buffer + o.payload;
         const uint32_t offset = packet * mtu;
         if (wqe.inline_data) {
+            if (offset == 0 && !gathered_sges_valid(wqe)) {
+                complete_send_error(entry, WcStatus::LocalProtectionError);
+                return 0;
+            }
             std::memcpy(data, wqe.inline_bytes.data() + offset, payload);
         } else if (memory_.read_message(message_tag(entry), false, 0, wqe.sge.data(), wqe.num_sge,
                                         wqe.length, offset, data, payload) != MemoryStatus::Ok) {
@@ -209,6 +213,22 @@ size_t QueuePair::build_request(SendEntry& entry, uint8_t* buffer, size_t capaci
         retire_completed();
     }
     return length;
+}
+
+bool QueuePair::gathered_sges_valid(const SendWqe& wqe) {
+    // The bytes were copied at post time; the keys and bounds are checked now, as a read
+    // would check them (10.7.3.1). Zero-length SGEs are not read, so not checked.
+    if (wqe.num_sge == 0)
+        return true; // inline data: nothing in memory
+    MemoryPiece pieces[kMaxSge];
+    const int count = split_pieces(wqe.sge.data(), wqe.num_sge, 0, wqe.length, pieces);
+    if (count < 0)
+        return false;
+    for (int i = 0; i < count; ++i)
+        if (memory_.check(pieces[i].key, false, 0, pieces[i].addr, pieces[i].length) !=
+            MemoryStatus::Ok)
+            return false;
+    return true;
 }
 
 void QueuePair::rewind_to(uint32_t psn) {

@@ -197,6 +197,7 @@ class QueuePair {
     bool run_local_operation(SendEntry& entry);
     size_t build_request(SendEntry& entry, uint8_t* buffer, size_t capacity);
     void rewind_to(uint32_t psn);
+    bool gathered_sges_valid(const SendWqe& wqe);
     void handle_ack_psn(uint32_t psn, Nanoseconds now); // everything up to psn is acked
     void retire_completed();
     void complete_send_error(SendEntry& entry, WcStatus status);

@@ -89,8 +89,11 @@ struct SendWqe {
     bool signaled = false;
     bool fence = false;
     bool solicited = false;
-    bool inline_data = false; // payload in inline_bytes, not in memory
-    uint32_t imm_data = 0;    // network byte order, as the verbs carry it
+    // The payload is in inline_bytes, not read from memory. num_sge is 0 for inline
+    // data; a request whose SGEs' bytes were gathered at post time keeps its SGEs,
+    // which are checked as if they were read.
+    bool inline_data = false;
+    uint32_t imm_data = 0; // network byte order, as the verbs carry it
     uint64_t remote_addr = 0;
     uint32_t rkey = 0; // RDMA and atomics; LOCAL_INV and SEND_WITH_INV: the rkey to invalidate
     uint64_t compare_add = 0;

@@ -14,7 +14,7 @@
 namespace softhca::device_interface {
 
 constexpr uint32_t kQpRingMagic = 0x53485150; // "SHQP"
-constexpr uint32_t kQpRingVersion = 3;
+constexpr uint32_t kQpRingVersion = 4;
 
 struct alignas(64) QpRingHeader {
     uint32_t magic;
@@ -40,7 +40,22 @@ enum SendFlags : uint8_t {
     kSendFence = 1 << 1,
     kSendSolicited = 1 << 2,
     kSendInline = 1 << 3,
+    // The SGEs' bytes were copied into the slot at post time (a small SEND or RDMA
+    // WRITE from memory the provider saw registered): the engine checks the SGEs as
+    // usual but takes the payload from the slot, which spares it a system call per
+    // message for memory it cannot map. A request the data of which may not change
+    // until it completes (10.8.3.1) reads the same either way.
+    kSendGathered = 1 << 4,
 };
+
+// Every send slot has this much room beyond its SGEs for gathered bytes.
+constexpr uint32_t kSendGatherRoom = 64;
+
+// The operations whose bytes may be gathered (enum ibv_wr_opcode): RDMA WRITE (0),
+// WRITE with immediate (1), SEND (2), SEND with immediate (3), SEND with Invalidate (9).
+constexpr bool may_gather(uint8_t opcode) {
+    return opcode <= 3 || opcode == 9;
+}
 
 struct WireSge {
     uint64_t addr;
@@ -50,7 +65,8 @@ struct WireSge {
 static_assert(sizeof(WireSge) == 16);
 
 // A send work request; followed in its slot by num_sge WireSge, or by `length` bytes
-// of inline data when kSendInline is set.
+// of inline data when kSendInline is set. With kSendGathered the num_sge WireSge are
+// followed by the `length` bytes they hold.
 struct SendWqeHeader {
     uint64_t wr_id;
     uint8_t opcode; // enum ibv_wr_opcode

@@ -1,0 +1,28 @@
+#include "mr_directory.hpp"
+
+#include <mutex>
+
+namespace softhca::provider {
+
+void MrDirectory::add(uint32_t lkey, uint64_t iova, uint64_t addr, uint64_t length) {
+    std::unique_lock lock(lock_);
+    regions_[lkey] = {iova, addr, length};
+}
+
+void MrDirectory::remove(uint32_t lkey) {
+    std::unique_lock lock(lock_);
+    regions_.erase(lkey);
+}
+
+const void* MrDirectory::locate(uint32_t lkey, uint64_t iova, uint32_t length) const {
+    std::shared_lock lock(lock_);
+    auto it = regions_.find(lkey);
+    if (it == regions_.end())
+        return nullptr;
+    const Region& r = it->second;
+    if (iova < r.iova || iova - r.iova > r.length || r.length - (iova - r.iova) < length)
+        return nullptr;
+    return reinterpret_cast<const void*>(r.addr + (iova - r.iova));
+}
+
+} // namespace softhca::provider

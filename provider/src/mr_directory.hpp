@@ -1,0 +1,34 @@
+// The memory regions this context registered, by lkey, as the application sees them
+// (virtual address and length). The send path asks it whether a small send's SGEs lie
+// inside regions registered here before it copies their bytes into the work request
+// at post time (qp.cpp): only memory that was mapped and registered is touched, so a
+// bad lkey or an address outside its region is never read here and reaches the engine,
+// which reports it as a real HCA does (LOC_PROT_ERR).
+#pragma once
+
+#include <cstdint>
+#include <shared_mutex>
+#include <unordered_map>
+
+namespace softhca::provider {
+
+class MrDirectory {
+  public:
+    // `iova` is the address work requests name the region by; `addr` where it lies here.
+    void add(uint32_t lkey, uint64_t iova, uint64_t addr, uint64_t length);
+    void remove(uint32_t lkey);
+    // Where [iova, iova + length) of region `lkey` lies in this process, or nullptr
+    // when `lkey` is not a region registered here or the range is not inside it.
+    const void* locate(uint32_t lkey, uint64_t iova, uint32_t length) const;
+
+  private:
+    struct Region {
+        uint64_t iova;
+        uint64_t addr;
+        uint64_t length;
+    };
+    mutable std::shared_mutex lock_;
+    std::unordered_map<uint32_t, Region> regions_;
+};
+
+} // namespace softhca::provider
