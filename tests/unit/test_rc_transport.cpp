@@ -778,3 +778,81 @@ TEST_CASE("RC: binds and local invalidations run in send queue order and send no
     CHECK(s[4].status == WcStatus::WrFlushError);
     CHECK(link.a().qp.state() == QpState::Error);
 }
+
+TEST_CASE("RC: a message that takes longer to send than the local ACK timeout does not time out") {
+    // 16 MiB at 16 packets per simulated microsecond takes ~256 us; the timeout (code 4)
+    // is ~65 us. ACKs asked for every kAckReqEvery packets restart the timer on the way.
+    Link link(21, {0, 0, 0, 0});
+    link.connect(PathMtu::Mtu4096, kAllRemote);
+    HostMemory& am = link.a().memory;
+    HostMemory& bm = link.b().memory;
+    const uint32_t length = 16u << 20;
+    const uint32_t src = am.add_region(length, kRegionRights);
+    const uint32_t dst = bm.add_region(length, kRegionRights);
+    for (uint32_t i = 0; i < length; ++i)
+        am.region(src).bytes[i] = pattern(3, i);
+    SendWqe w = one_sge_request(1, WrOpcode::RdmaWrite, am, src, length);
+    w.signaled = true;
+    w.rkey = dst;
+    w.remote_addr = bm.region(dst).addr;
+    const Nanoseconds start = link.now();
+    REQUIRE(link.a().qp.post_send(w));
+    REQUIRE(link.run_until([&] { return !link.a().sink.sends.empty(); }));
+    CHECK(link.now() - start > 2 * ack_timeout_ns(link.a().qp.attributes().timeout));
+    CHECK(link.a().sink.sends[0].status == WcStatus::Success);
+    CHECK(link.a().qp.counters().timeouts == 0);
+    CHECK(link.a().qp.counters().retransmitted_packets == 0);
+    CHECK(first_mismatch(bm.region(dst).bytes.data(), 3, length) == -1);
+}
+
+TEST_CASE("RC: the requester asks for an ACK every kAckReqEvery packets and keeps at most "
+          "kMaxUnackedPackets outstanding") {
+    Link link(22, {0, 0, 0, 0});
+    link.connect(PathMtu::Mtu1024, kAllRemote);
+    HostMemory& am = link.a().memory;
+    HostMemory& bm = link.b().memory;
+    const uint32_t packets = 2 * kMaxUnackedPackets;
+    const uint32_t src = am.add_region(packets * 1024, kRegionRights);
+    const uint32_t dst = bm.add_region(packets * 1024, kRegionRights);
+    SendWqe w = one_sge_request(1, WrOpcode::RdmaWrite, am, src, packets * 1024);
+    w.signaled = true;
+    w.rkey = dst;
+    w.remote_addr = bm.region(dst).addr;
+    REQUIRE(link.a().qp.post_send(w));
+    // Sends what A will send now; B receives it. Returns how many packets there were.
+    std::vector<uint32_t> asked; // the packet indexes that asked for an ACK
+    uint32_t sent = 0;
+    auto send_all = [&] {
+        uint32_t n = 0;
+        uint8_t out[1024 + 64];
+        while (size_t length = link.a().qp.transmit(out, sizeof(out), link.now())) {
+            IbPacket packet;
+            REQUIRE(parse_ib_packet(out, length, packet) == PacketError::None);
+            if (packet.bth->ack_req())
+                asked.push_back(sent);
+            link.b().qp.receive(packet, link.now());
+            ++sent;
+            ++n;
+        }
+        return n;
+    };
+    CHECK(send_all() == kMaxUnackedPackets); // the window is full: A waits
+    REQUIRE(asked.size() == kMaxUnackedPackets / kAckReqEvery);
+    for (size_t i = 0; i < asked.size(); ++i)
+        CHECK(asked[i] == (i + 1) * kAckReqEvery - 1);
+    CHECK(link.a().qp.transmit(nullptr, 0, link.now()) == 0);
+    // B's coalesced ACK covers all it received; it reopens the whole window.
+    uint8_t ack[64];
+    const size_t n = link.b().qp.transmit(ack, sizeof(ack), link.now());
+    REQUIRE(n);
+    IbPacket packet;
+    REQUIRE(parse_ib_packet(ack, n, packet) == PacketError::None);
+    REQUIRE(packet.aeth);
+    link.a().qp.receive(packet, link.now());
+    CHECK(send_all() == kMaxUnackedPackets); // the rest, the last packet asking too
+    CHECK(asked.back() == packets - 1);
+    CHECK(link.a().sink.sends.empty()); // not acknowledged yet
+    REQUIRE(link.run_until([&] { return !link.a().sink.sends.empty(); }));
+    CHECK(link.a().sink.sends[0].status == WcStatus::Success);
+    CHECK(link.a().qp.counters().timeouts == 0);
+}

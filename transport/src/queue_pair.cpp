@@ -58,6 +58,9 @@ void QueuePair::set_state(QpState state, Nanoseconds now) {
         outstanding_rd_atomic_ = 0;
         outstanding_consuming_ = 0;
         retry_deadline_ = kNoDeadline;
+        rnr_wait_until_ = 0;
+        gap_rewound_ = false;
+        packets_since_ack_req_ = 0;
         ack_pending_ = false;
         error_after_nak_ = false;
         in_progress_ = OpKind::Invalid;
@@ -180,6 +183,8 @@ size_t QueuePair::transmit(uint8_t* buffer, size_t capacity, Nanoseconds now,
             ++sq_send_;
             continue;
         }
+        if (reliable() && !within_window(entry))
+            return 0; // wait for ACKs
         if (destination)
             *destination = &entry.wqe.av;
         const size_t n = build_request(entry, buffer, capacity);

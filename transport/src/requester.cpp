@@ -155,10 +155,14 @@ size_t QueuePair::build_request(SendEntry& entry, uint8_t* buffer, size_t capaci
 
     const bool last = info.ends_message();
     auto* bth = reinterpret_cast<Bth*>(buffer);
-    // Only RC asks for acknowledgements (9.7.5.2.1: AckReq on the last packet).
+    // Only RC and XRC ask for acknowledgements: on the last packet of a message
+    // (9.7.5.2.1), on every read and atomic, and every kAckReqEvery packets.
+    const bool ack_req =
+        reliable() && (last || rd_atomic || packets_since_ack_req_ + 1 >= kAckReqEvery);
+    packets_since_ack_req_ = ack_req ? 0 : packets_since_ack_req_ + 1;
     bth->set(opcode, wqe.solicited && last, static_cast<uint8_t>(pad), attr_.pkey,
-             service_ == Service::UD ? wqe.remote_qpn : attr_.dest_qp,
-             reliable() && (last || rd_atomic), psn_add(entry.first_psn, packet));
+             service_ == Service::UD ? wqe.remote_qpn : attr_.dest_qp, ack_req,
+             psn_add(entry.first_psn, packet));
     if (info.has(header_flag::kXrceth))
         reinterpret_cast<Xrceth*>(buffer + o.xrceth)->set(wqe.remote_srqn);
     if (info.has(header_flag::kDeth)) {
@@ -213,6 +217,30 @@ size_t QueuePair::build_request(SendEntry& entry, uint8_t* buffer, size_t capaci
         retire_completed();
     }
     return length;
+}
+
+bool QueuePair::within_window(const SendEntry& entry) const {
+    // The window starts at the oldest PSN not yet acknowledged: the head of the send
+    // queue unless everything sent is acknowledged (acked entries retire in order).
+    const uint32_t next = psn_add(
+        entry.first_psn, is_read_or_atomic(entry.wqe) ? entry.received_packets : entry.next_packet);
+    uint32_t oldest = next;
+    for (uint32_t i = sq_head_; i != sq_tail_; ++i) {
+        const SendEntry& e = sq_[i % sq_.size()];
+        if (!e.started)
+            break;
+        if (e.acked)
+            continue;
+        if (is_read_or_atomic(e.wqe)) {
+            oldest = psn_add(e.first_psn, e.received_packets);
+        } else {
+            oldest = e.first_psn;
+            if (psn_diff(acked_psn_, e.first_psn) >= 0) // partly acknowledged
+                oldest = psn_add(acked_psn_, 1);
+        }
+        break;
+    }
+    return psn_diff(next, oldest) < static_cast<int32_t>(kMaxUnackedPackets);
 }
 
 bool QueuePair::gathered_sges_valid(const SendWqe& wqe) {

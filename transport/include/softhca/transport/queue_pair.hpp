@@ -83,6 +83,15 @@ struct QpCounters {
 using Nanoseconds = uint64_t;
 constexpr Nanoseconds kNoDeadline = UINT64_MAX;
 
+// The requester's ACK cadence and window (RC, XRC). A long message asks for an ACK
+// every kAckReqEvery packets, not only on its last (9.7.5.2.1 leaves when to set AckReq
+// to the requester), so the local ACK timer restarts as the message progresses and a
+// message that takes longer to send than the timeout does not time out; a
+// retransmission starts from the first packet not acknowledged. At most
+// kMaxUnackedPackets PSNs are outstanding (Linux rxe: 64 and 128).
+constexpr uint32_t kAckReqEvery = 64;
+constexpr uint32_t kMaxUnackedPackets = 256;
+
 // RNR NAK timer codes to nanoseconds (IBTA 9.7.5.2.8, table 45).
 Nanoseconds rnr_timer_ns(uint8_t code);
 // Local ACK timeout exponent to nanoseconds (4.096 us * 2^exp), 0 = no timeout.
@@ -198,6 +207,7 @@ class QueuePair {
     size_t build_request(SendEntry& entry, uint8_t* buffer, size_t capacity);
     void rewind_to(uint32_t psn);
     bool gathered_sges_valid(const SendWqe& wqe);
+    bool within_window(const SendEntry& entry) const;
     void handle_ack_psn(uint32_t psn, Nanoseconds now); // everything up to psn is acked
     void retire_completed();
     void complete_send_error(SendEntry& entry, WcStatus status);
@@ -282,6 +292,8 @@ class QueuePair {
     uint32_t sq_tail_ = 0; // next free
     uint32_t next_psn_ = 0;
     uint32_t acked_psn_ = 0; // highest PSN the responder has acknowledged
+    // Request packets sent since the last one that asked for an ACK (kAckReqEvery).
+    uint32_t packets_since_ack_req_ = 0;
     uint32_t outstanding_rd_atomic_ = 0;
     uint32_t retry_left_ = 0;
     uint32_t rnr_left_ = 0;
