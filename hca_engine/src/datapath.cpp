@@ -14,7 +14,14 @@ namespace tp = transport;
 
 namespace {
 constexpr size_t kRxBurst = 32;
-constexpr int kTxBudgetPerQp = 32; // packets one QP may send per round
+constexpr size_t kRxBurstsPerRound = 16;
+// Packets one round may send, shared among the QPs (each may send between 4 and 32).
+// What a round sends is received the next round, while it is still in the caches: 32
+// QPs sending 32 MTU packets each would put 4 MiB in flight per round, and the ICRC
+// check and the copy at the receiver would miss on every byte.
+constexpr size_t kTxPacketsPerRound = 64;
+constexpr size_t kTxMostPerQp = 32;
+constexpr size_t kTxLeastPerQp = 4;
 } // namespace
 
 Datapath::Datapath(PortSet& ports, const std::vector<Device>& devices, KeySpace& tables)
@@ -31,7 +38,12 @@ bool Datapath::poll(uint64_t now) {
             busy |= qp->pull_work(now);
     for (size_t port = 0; port < ports_.size(); ++port) {
         const uint64_t before = ports_.info(port).counters.rx_packets;
-        receive(port, now);
+        // Take in what waits, up to about what a round may send: frames left in a ring
+        // from round to round grow past the caches (16 QPs with full windows hold 16 MiB
+        // there), and every later touch of them, the ICRC first, misses.
+        for (size_t burst = 0; burst < kRxBurstsPerRound; ++burst)
+            if (receive(port, now) < kRxBurst)
+                break;
         busy |= ports_.info(port).counters.rx_packets != before;
     }
     for (auto& device : tables_.qps_by_device) {
@@ -65,7 +77,7 @@ void Datapath::arm_doorbells() {
             srq->arm_doorbell();
 }
 
-void Datapath::receive(size_t port, uint64_t now) {
+size_t Datapath::receive(size_t port, uint64_t now) {
     RxFrame frames[kRxBurst];
     const size_t n = ports_.receive(port, frames, kRxBurst);
     for (size_t i = 0; i < n; ++i)
@@ -75,6 +87,7 @@ void Datapath::receive(size_t port, uint64_t now) {
     ProcessMemory::flush_all_writes();
     for (size_t i = 0; i < n; ++i)
         ports_.release(frames[i].handle);
+    return n;
 }
 
 void Datapath::handle_arp(size_t port, const ArpMessage& arp) {
@@ -222,7 +235,9 @@ bool Datapath::transmit(EngineQp& qp, uint64_t now) {
     if (!per_packet && !resolve_destination(qp, port, now, local))
         return false;
     bool sent = false;
-    for (int i = 0; i < kTxBudgetPerQp; ++i) {
+    const size_t budget = std::clamp(kTxPacketsPerRound / std::max<size_t>(tables_.qps, 1),
+                                     kTxLeastPerQp, kTxMostPerQp);
+    for (size_t i = 0; i < budget; ++i) {
         if (per_packet &&
             (!queue.wants_transmit(now) || !resolve_destination(qp, port, now, local)))
             break;

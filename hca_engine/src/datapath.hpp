@@ -28,7 +28,7 @@ class Datapath {
     void arm_doorbells();
 
   private:
-    void receive(size_t port, uint64_t now);
+    size_t receive(size_t port, uint64_t now); // frames taken
     void handle_frame(size_t port, const uint8_t* data, uint32_t length, uint64_t now);
     void handle_arp(size_t port, const ArpMessage& arp);
     bool transmit(EngineQp& qp, uint64_t now);
