@@ -354,6 +354,11 @@ void EngineQp::push_completion(CompletionQueue* cq, const tp::Completion& c) {
                        : c.network_header == tp::NetworkHeader::Ipv6 ? di::kNetworkHeaderIpv6
                                                                      : di::kNetworkHeaderNone;
     e.pkey_index = c.pkey_index;
+    if (c.staged_length && status == tp::WcStatus::Success) {
+        e.staged_length = std::min<uint32_t>(c.staged_length, sizeof(e.staged));
+        e.staged_addr = c.staged_addr;
+        std::memcpy(e.staged, c.staged.data(), e.staged_length);
+    }
     if (cq->ring.push(e)) {
         // Completion events (11.4.2.2): written by the card, whether or not the
         // application is polling. A receive completion is solicited when the message's

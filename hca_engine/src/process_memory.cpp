@@ -1,6 +1,7 @@
 #include "process_memory.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -78,6 +79,19 @@ MemoryStatus ProcessMemory::check(uint32_t key, bool remote, uint32_t rights, ui
                                   uint64_t length) {
     uint64_t ignored;
     return resolve(key, remote, rights, addr, length, ignored, nullptr);
+}
+
+bool ProcessMemory::stages_receive(uint32_t lkey, uint64_t addr, uint32_t length) {
+    static const bool enabled = [] {
+        const char* v = std::getenv("SOFTHCA_STAGE_RECEIVES");
+        return !v || std::strcmp(v, "0") != 0;
+    }();
+    uint64_t at = 0;
+    uint8_t* mapped = nullptr;
+    return enabled &&
+           resolve(lkey, false, transport::access::kLocalWrite, addr, length, at, &mapped) ==
+               transport::MemoryStatus::Ok &&
+           !mapped;
 }
 
 bool ProcessMemory::read_process(uint64_t at, void* dst, uint32_t length) {

@@ -55,6 +55,10 @@ class ProcessMemory : public transport::MemoryAccess {
 
     transport::MemoryStatus check(uint32_t key, bool remote, uint32_t rights, uint64_t addr,
                                   uint64_t length) override;
+    // Private memory (no mapping) takes a small received SEND through its completion:
+    // the provider copies it in poll_cq, which spares a system call per message here.
+    // SOFTHCA_STAGE_RECEIVES=0 in the engine's environment turns this off.
+    bool stages_receive(uint32_t lkey, uint64_t addr, uint32_t length) override;
     transport::MemoryStatus read(uint32_t key, bool remote, uint32_t rights, uint64_t addr,
                                  void* dst, uint32_t length) override;
     transport::MemoryStatus write(uint32_t key, bool remote, uint32_t rights, uint64_t addr,

@@ -2,7 +2,9 @@
 // provider consumes them in poll_cq without any system call.
 #include "provider.hpp"
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 #include <sched.h>
 #include <sys/mman.h>
@@ -14,6 +16,14 @@ namespace di = device_interface;
 
 namespace {
 
+// An application spinning on an empty CQ yields the CPU every this many polls (see
+// note_empty_poll). Measured with ib_send_lat / ib_write_bw 8 B between the two built-in
+// devices on 2 cores (engine and both applications spinning): yielding every 1, 4, 16
+// or 64 empty polls gave the same latency within the noise (typical 6.9-8.4 us, heap
+// memory, before receives were staged) and 0.96-1.15 M msg/s; never yielding gave a
+// typical latency of 270 us and 0.79 M msg/s, because the engine then only runs when
+// the scheduler preempts a spinner. 16 keeps the cost of a yield (a system call, ~0.5
+// us here) off the polls of a busy CQ.
 constexpr uint32_t kEmptyPollsPerYield = 16;
 
 // Maps the ring the engine sent and checks it is one. Returns nullptr on failure.
@@ -35,7 +45,16 @@ di::CqRingHeader* map_ring(int fd, size_t bytes) {
 
 } // namespace
 
+void land_staged(const di::CompletionEntry& e) {
+    // The engine checked the receive's lkey, rights and bounds; the bytes go where the
+    // application's receive said, before it sees the completion.
+    if (e.staged_length)
+        std::memcpy(reinterpret_cast<void*>(e.staged_addr), e.staged,
+                    std::min<size_t>(e.staged_length, sizeof(e.staged)));
+}
+
 void to_wc(const di::CompletionEntry& e, ibv_wc& wc) {
+    land_staged(e);
     wc = {};
     wc.wr_id = e.wr_id;
     wc.status = static_cast<ibv_wc_status>(e.status);

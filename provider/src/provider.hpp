@@ -159,6 +159,8 @@ ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr);
 Cq* create_completion_queue(ibv_context* context, int cqe, ibv_comp_channel* channel,
                             int comp_vector);
 // A completion as ibv_poll_cq returns it (cq.cpp).
+// Copies a receive's staged bytes into place (CompletionEntry::staged); to_wc does.
+void land_staged(const device_interface::CompletionEntry& e);
 void to_wc(const device_interface::CompletionEntry& e, ibv_wc& wc);
 uint8_t wc_sl(const device_interface::CompletionEntry& e);
 // An application that polls an empty CQ gives the engine a turn now and then (cq.cpp).

@@ -105,6 +105,13 @@ class HostMemory : public MemoryAccess {
     }
     std::vector<std::pair<uint32_t, bool>> invalidated; // (rkey, remote) in order
 
+    // Set: small receives travel with their completions, as the engine's private memory.
+    bool stage_receives = false;
+    bool stages_receive(uint32_t lkey, uint64_t addr, uint32_t length) override {
+        return stage_receives &&
+               check(lkey, false, access::kLocalWrite, addr, length) == MemoryStatus::Ok;
+    }
+
   private:
     std::map<uint32_t, Region> regions_;
     uint32_t next_key_ = 1;

@@ -856,3 +856,43 @@ TEST_CASE("RC: the requester asks for an ACK every kAckReqEvery packets and keep
     CHECK(link.a().sink.sends[0].status == WcStatus::Success);
     CHECK(link.a().qp.counters().timeouts == 0);
 }
+
+TEST_CASE("RC: a small SEND into memory that stages receives travels with its completion") {
+    Link link(23, {0, 0, 0, 0});
+    link.connect(PathMtu::Mtu1024, kAllRemote);
+    HostMemory& am = link.a().memory;
+    HostMemory& bm = link.b().memory;
+    bm.stage_receives = true;
+    const uint32_t src = am.add_region(4096, kRegionRights);
+    const uint32_t dst = bm.add_region(4096, kRegionRights);
+    for (uint32_t i = 0; i < 4096; ++i)
+        am.region(src).bytes[i] = pattern(5, i);
+    auto send = [&](uint64_t id, uint32_t length, RecvWqe r) {
+        REQUIRE(link.b().qp.post_recv(r));
+        SendWqe w = one_sge_request(id, WrOpcode::Send, am, src, length);
+        w.signaled = true;
+        REQUIRE(link.a().qp.post_send(w));
+        REQUIRE(link.run_until([&] { return link.b().sink.recvs.size() == id; }));
+        return link.b().sink.recvs.back();
+    };
+    // At most kStagedReceiveBytes, all in the first SGE: staged, memory untouched.
+    const Completion staged = send(1, kStagedReceiveBytes, one_sge_receive(1, bm, dst, 128, 8));
+    CHECK(staged.status == WcStatus::Success);
+    CHECK(staged.byte_len == kStagedReceiveBytes);
+    REQUIRE(staged.staged_length == kStagedReceiveBytes);
+    CHECK(staged.staged_addr == bm.region(dst).addr + 8);
+    CHECK(first_mismatch(staged.staged.data(), 5, kStagedReceiveBytes) == -1);
+    CHECK(bm.region(dst).bytes[8] == 0);
+    // One byte more: written into memory as always.
+    const Completion written =
+        send(2, kStagedReceiveBytes + 1, one_sge_receive(2, bm, dst, 128, 1024));
+    CHECK(written.status == WcStatus::Success);
+    CHECK(written.staged_length == 0);
+    CHECK(first_mismatch(bm.region(dst).bytes.data() + 1024, 5, kStagedReceiveBytes + 1) == -1);
+    // A receive with a bad lkey is not staged: it fails as a write would.
+    RecvWqe bad = one_sge_receive(3, bm, dst, 128);
+    bad.sge[0].lkey = 0xbad;
+    const Completion failed = send(3, 16, bad);
+    CHECK(failed.status == WcStatus::LocalProtectionError);
+    CHECK(failed.staged_length == 0);
+}

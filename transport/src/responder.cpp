@@ -191,7 +191,7 @@ void QueuePair::on_request(const IbPacket& packet, Nanoseconds now) {
 }
 
 void QueuePair::complete_recv(const IbPacket& packet, uint32_t byte_len,
-                              NetworkHeader network_header) {
+                              NetworkHeader network_header, bool staged) {
     Completion c;
     c.wr_id = recv_.wr_id;
     c.status = WcStatus::Success;
@@ -214,8 +214,23 @@ void QueuePair::complete_recv(const IbPacket& packet, uint32_t byte_len,
         c.invalidated_rkey = packet.ieth->rkey();
     }
     c.srq_num = xrc_srqn_;
+    if (staged) {
+        c.staged_length = packet.payload_length;
+        c.staged_addr = recv_.sge[0].addr;
+        std::memcpy(c.staged.data(), packet.payload, packet.payload_length);
+    }
     recv_taken_ = false;
     sink_.recv_completion(c);
+}
+
+bool QueuePair::stage_receive(const IbPacket& packet) {
+    // A SEND in one packet, small, all of it for the first SGE of its receive, into
+    // memory the MemoryAccess would rather not write now (it checks the lkey, local
+    // write and bounds, 10.7.3.1, as a write would).
+    const uint32_t length = packet.payload_length;
+    return packet.info->starts_message() && packet.info->ends_message() && length &&
+           length <= kStagedReceiveBytes && recv_.num_sge && recv_.sge[0].length >= length &&
+           rq_->memory().stages_receive(recv_.sge[0].lkey, recv_.sge[0].addr, length);
 }
 
 void QueuePair::memory_fault() {
@@ -273,10 +288,12 @@ bool QueuePair::accept_send(const IbPacket& packet, uint32_t psn) {
         fail_receive(WcStatus::LocalLengthError, aeth::kNakInvalidRequest, psn);
         return false;
     }
+    const bool staged = stage_receive(packet);
     const MemoryStatus written =
-        packet.payload_length ? scatter(rq_->memory(), wqe.sge.data(), wqe.num_sge, message_offset_,
-                                        packet.payload, packet.payload_length)
-                              : MemoryStatus::Ok;
+        packet.payload_length && !staged
+            ? scatter(rq_->memory(), wqe.sge.data(), wqe.num_sge, message_offset_, packet.payload,
+                      packet.payload_length)
+            : MemoryStatus::Ok;
     if (written == MemoryStatus::Gone) {
         ++counters_.dropped; // as if the QP were already destroyed: nothing answers
         return false;
@@ -298,7 +315,7 @@ bool QueuePair::accept_send(const IbPacket& packet, uint32_t psn) {
         }
         in_progress_ = OpKind::Invalid;
         msn_ = (msn_ + 1) & kPsnMask;
-        complete_recv(packet, message_offset_);
+        complete_recv(packet, message_offset_, NetworkHeader::None, staged);
     } else {
         in_progress_ = OpKind::Send;
     }

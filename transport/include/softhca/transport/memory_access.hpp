@@ -61,6 +61,14 @@ class MemoryAccess {
     virtual MemoryStatus read_message(uint64_t tag, bool remote, uint32_t rights, const Sge* sge,
                                       uint32_t num_sge, uint32_t message_length, uint32_t offset,
                                       uint8_t* dst, uint32_t length);
+    // Whether a small received message (at most kStagedReceiveBytes, all of it for
+    // [addr, addr + length) of region `lkey`) should travel with its completion, to be
+    // copied into place by whoever consumes the completion, instead of being written
+    // now. Answers true only when that region is valid for a local write there. The
+    // default writes everything at once.
+    virtual bool stages_receive(uint32_t /*lkey*/, uint64_t /*addr*/, uint32_t /*length*/) {
+        return false;
+    }
     // kEveryMessage forgets them all (the QP was reset or flushed).
     virtual void forget_message(uint64_t /*tag*/) {}
     static constexpr uint64_t kEveryMessage = ~0ull;

@@ -264,7 +264,8 @@ class QueuePair {
     bool accept_atomic(const IbPacket& packet, uint32_t psn);
     void responder_nak(uint8_t code, uint32_t psn, bool fatal);
     void complete_recv(const IbPacket& packet, uint32_t byte_len,
-                       NetworkHeader network_header = NetworkHeader::None);
+                       NetworkHeader network_header = NetworkHeader::None, bool staged = false);
+    bool stage_receive(const IbPacket& packet);
     // The receive WQE in use fails: its error completion, a fatal NAK, the error state.
     void fail_receive(WcStatus status, uint8_t nak_code, uint32_t psn);
     size_t build_response(uint8_t* buffer, size_t capacity);

@@ -10,6 +10,8 @@ namespace softhca::transport {
 
 constexpr uint32_t kMaxSge = 16;
 constexpr uint32_t kMaxInlineData = 256;
+// The most bytes a receive completion can carry to the consumer (Completion::staged).
+constexpr uint32_t kStagedReceiveBytes = 64;
 
 enum class WrOpcode : uint8_t {
     RdmaWrite = 0,
@@ -139,6 +141,11 @@ struct Completion {
     uint32_t srq_num = 0; // XRC target: the SRQ the receive came from
     uint8_t sl = 0;
     uint16_t pkey_index = 0;
+    // A receive whose payload was not written into memory but travels with the
+    // completion (MemoryAccess::stages_receive): staged_length bytes for staged_addr.
+    uint32_t staged_length = 0;
+    uint64_t staged_addr = 0;
+    std::array<uint8_t, kStagedReceiveBytes> staged{};
 };
 
 } // namespace softhca::transport

@@ -12,7 +12,7 @@
 namespace softhca::device_interface {
 
 constexpr uint32_t kCqRingMagic = 0x53484351; // "SHCQ"
-constexpr uint32_t kCqRingVersion = 2;
+constexpr uint32_t kCqRingVersion = 3;
 
 // Values of CqRingHeader::notify: what ibv_req_notify_cq asked for. The provider sets
 // it; the engine takes it back (exchange to kNotifyNone) when it adds a completion that
@@ -56,9 +56,15 @@ struct CompletionEntry {
     uint8_t dlid_path_bits;
     uint8_t network_header; // kNetworkHeader*: what a UD receive came over
     uint8_t reserved0;
-    uint64_t reserved1[2];
+    // A small received message staged in the entry (DESIGN.md: the provider copies it
+    // into the receive buffer inside poll_cq, before it returns the completion):
+    // staged_length bytes of `staged` go to staged_addr. 0: the engine wrote the buffer.
+    uint64_t staged_addr;
+    uint32_t staged_length;
+    uint32_t reserved1;
+    uint8_t staged[64];
 };
-static_assert(sizeof(CompletionEntry) == 64);
+static_assert(sizeof(CompletionEntry) == 128);
 
 constexpr size_t cq_ring_bytes(uint32_t slots) {
     return sizeof(CqRingHeader) + size_t{slots} * sizeof(CompletionEntry);
