@@ -15,7 +15,8 @@ namespace tp = transport;
 namespace {
 constexpr size_t kRxBurst = 32;
 constexpr size_t kRxBurstsPerRound = 16;
-// Packets one round may send, shared among the QPs (each may send between 4 and 32).
+// Packets one round may send, shared among the QPs that sent in the round before (each
+// may send between 4 and 32; idle QPs take nothing from it).
 // What a round sends is received the next round, while it is still in the caches: 32
 // QPs sending 32 MTU packets each would put 4 MiB in flight per round, and the ICRC
 // check and the copy at the receiver would miss on every byte.
@@ -46,11 +47,17 @@ bool Datapath::poll(uint64_t now) {
                 break;
         busy |= ports_.info(port).counters.rx_packets != before;
     }
+    const size_t budget =
+        std::clamp(kTxPacketsPerRound / std::max<size_t>(senders_, 1), kTxLeastPerQp, kTxMostPerQp);
+    senders_ = 0;
     for (auto& device : tables_.qps_by_device) {
         for (auto& [qpn, qp] : device) {
             if (qp->transport().next_deadline() <= now)
                 qp->transport().on_timer(now);
-            busy |= transmit(*qp, now);
+            if (transmit(*qp, now, budget)) {
+                busy = true;
+                ++senders_;
+            }
         }
     }
     busy |= ports_.flush() > 0;
@@ -221,7 +228,7 @@ bool Datapath::resolve_destination(EngineQp& qp, size_t port, uint64_t now, bool
     return mac_for(port, ip, now, addressing.dst_mac);
 }
 
-bool Datapath::transmit(EngineQp& qp, uint64_t now) {
+bool Datapath::transmit(EngineQp& qp, uint64_t now, size_t budget) {
     tp::QueuePair& queue = qp.transport();
     if (!queue.wants_transmit(now))
         return false;
@@ -235,8 +242,6 @@ bool Datapath::transmit(EngineQp& qp, uint64_t now) {
     if (!per_packet && !resolve_destination(qp, port, now, local))
         return false;
     bool sent = false;
-    const size_t budget = std::clamp(kTxPacketsPerRound / std::max<size_t>(tables_.qps, 1),
-                                     kTxLeastPerQp, kTxMostPerQp);
     for (size_t i = 0; i < budget; ++i) {
         if (per_packet &&
             (!queue.wants_transmit(now) || !resolve_destination(qp, port, now, local)))

@@ -31,7 +31,8 @@ class Datapath {
     size_t receive(size_t port, uint64_t now); // frames taken
     void handle_frame(size_t port, const uint8_t* data, uint32_t length, uint64_t now);
     void handle_arp(size_t port, const ArpMessage& arp);
-    bool transmit(EngineQp& qp, uint64_t now);
+    // Sends up to `budget` packets of the QP; whether it sent any.
+    bool transmit(EngineQp& qp, uint64_t now, size_t budget);
     // Where the QP's next packet goes: its path, or for UD the work request's address
     // vector. False (an ARP request sent) while the destination MAC is unknown.
     bool resolve_destination(EngineQp& qp, size_t port, uint64_t now, bool& local);
@@ -43,6 +44,7 @@ class Datapath {
     std::vector<NeighborTable> neighbors_;
     std::vector<uint8_t> loopback_; // one frame built for a destination on the same port
     uint16_t ipv4_id_ = 0;
+    size_t senders_ = 0; // QPs that sent in the last round: they share the next one's budget
 };
 
 } // namespace softhca::engine

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string_view>
 
 namespace softhca::engine {
@@ -133,6 +134,11 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
         return std::nullopt;
     }
     return config;
+}
+
+bool environment_switch_on(const char* name) {
+    const char* value = std::getenv(name);
+    return !value || std::strcmp(value, "0") != 0;
 }
 
 } // namespace softhca::engine

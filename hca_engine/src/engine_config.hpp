@@ -47,4 +47,8 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
 
 const char* engine_usage();
 
+// A fast path the engine's environment may turn off: on unless `name` is set to "0"
+// (SOFTHCA_SHARED_MAPPING, SOFTHCA_STAGE_RECEIVES). Read once per name by its caller.
+bool environment_switch_on(const char* name);
+
 } // namespace softhca::engine

@@ -354,8 +354,9 @@ void EngineQp::push_completion(CompletionQueue* cq, const tp::Completion& c) {
                        : c.network_header == tp::NetworkHeader::Ipv6 ? di::kNetworkHeaderIpv6
                                                                      : di::kNetworkHeaderNone;
     e.pkey_index = c.pkey_index;
+    static_assert(sizeof(e.staged) == tp::kStagedReceiveBytes);
     if (c.staged_length && status == tp::WcStatus::Success) {
-        e.staged_length = std::min<uint32_t>(c.staged_length, sizeof(e.staged));
+        e.staged_length = c.staged_length; // at most kStagedReceiveBytes (stage_receive)
         e.staged_addr = c.staged_addr;
         std::memcpy(e.staged, c.staged.data(), e.staged_length);
     }

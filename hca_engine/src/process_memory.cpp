@@ -1,7 +1,8 @@
 #include "process_memory.hpp"
 
+#include "engine_config.hpp"
+
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -82,10 +83,7 @@ MemoryStatus ProcessMemory::check(uint32_t key, bool remote, uint32_t rights, ui
 }
 
 bool ProcessMemory::stages_receive(uint32_t lkey, uint64_t addr, uint32_t length) {
-    static const bool enabled = [] {
-        const char* v = std::getenv("SOFTHCA_STAGE_RECEIVES");
-        return !v || std::strcmp(v, "0") != 0;
-    }();
+    static const bool enabled = environment_switch_on("SOFTHCA_STAGE_RECEIVES");
     uint64_t at = 0;
     uint8_t* mapped = nullptr;
     return enabled &&

@@ -1,5 +1,6 @@
 #include "shared_mapping.hpp"
 
+#include "engine_config.hpp"
 #include "memory_map.hpp"
 
 #include <cstdio>
@@ -15,18 +16,10 @@ namespace softhca::engine {
 
 uint64_t SharedMapping::live_ = 0;
 
-namespace {
-
-bool enabled() {
-    const char* v = std::getenv("SOFTHCA_SHARED_MAPPING");
-    return !v || std::strcmp(v, "0") != 0;
-}
-
-} // namespace
-
 std::unique_ptr<SharedMapping> SharedMapping::map(pid_t pid, uint64_t addr, uint64_t length,
                                                   bool writable) {
-    if (!enabled() || length == 0)
+    static const bool enabled = environment_switch_on("SOFTHCA_SHARED_MAPPING");
+    if (!enabled || length == 0)
         return nullptr;
     const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
     const uint64_t first = addr & ~(page - 1);

@@ -324,8 +324,8 @@ TEST_CASE("RC: bytes gathered at post time are sent as posted; their SGEs are st
     HostMemory& bm = link.b().memory;
     const uint32_t src = am.add_region(4096, kRegionRights);
     const uint32_t dst = bm.add_region(4096, kRegionRights);
-    std::fill_n(am.region(src).bytes.data(), 4096,
-                uint8_t{0x11}); // memory differs from what was gathered
+    // Memory holds other bytes than those gathered: what arrives shows which was sent.
+    std::fill_n(am.region(src).bytes.data(), 4096, uint8_t{0x11});
     SendWqe w = one_sge_request(1, WrOpcode::RdmaWrite, am, src, 48);
     w.signaled = true;
     w.rkey = dst;
