@@ -384,6 +384,40 @@ TEST_CASE("RC: RNR with rnr_retry 0 fails with RNR_RETRY_EXC_ERR; with 7 it wait
     }
 }
 
+TEST_CASE("RC: RESET forgets every role's state: an RNR wait does not outlive it") {
+    Link link(16, {});
+    link.connect(PathMtu::Mtu1024, kAllRemote);
+    link.b().qp.attributes().min_rnr_timer = 0; // 655.36 ms, the longest RNR wait
+    HostMemory& am = link.a().memory;
+    HostMemory& bm = link.b().memory;
+    const uint32_t src = am.add_region(4096, kRegionRights);
+    const uint32_t dst = bm.add_region(4096, kRegionRights);
+    SendWqe w = one_sge_request(1, WrOpcode::Send, am, src, 64);
+    w.signaled = true;
+    REQUIRE(link.a().qp.post_send(w));
+    REQUIRE(link.run_until([&] { return link.a().qp.counters().rnr_naks_received == 1; }, 1000));
+    // The requester now waits 655 ms before it tries again; RESET must end that wait.
+    link.a().qp.set_state(QpState::Error, link.now());
+    REQUIRE(link.a().sink.sends.size() == 1);
+    CHECK(link.a().sink.sends[0].status == WcStatus::WrFlushError);
+    link.run(10); // whatever was on the wire arrives
+    link.a().qp.set_state(QpState::Reset, link.now());
+    link.b().qp.set_state(QpState::Error, link.now());
+    link.b().qp.set_state(QpState::Reset, link.now());
+    link.connect(PathMtu::Mtu1024, kAllRemote);
+    CHECK(link.a().qp.counters().rnr_naks_received == 0);
+    REQUIRE(link.b().qp.post_recv(one_sge_receive(5, bm, dst, 64)));
+    w.wr_id = 2;
+    REQUIRE(link.a().qp.post_send(w));
+    // 5 ms of simulated time: far less than the old wait, plenty for one message.
+    REQUIRE(link.run_until([&] { return link.a().sink.sends.size() == 2; }, 5000));
+    CHECK(link.a().sink.sends[1].wr_id == 2);
+    CHECK(link.a().sink.sends[1].status == WcStatus::Success);
+    CHECK(link.a().qp.counters().rnr_naks_received == 0);
+    REQUIRE(link.b().sink.recvs.size() == 1);
+    CHECK(link.b().sink.recvs[0].status == WcStatus::Success);
+}
+
 TEST_CASE("RC: retries run out when the peer is gone: RETRY_EXC_ERR") {
     Link link(7, {1.0, 0, 0, 0}); // everything dropped
     link.connect(PathMtu::Mtu1024, kAllRemote);

@@ -48,8 +48,8 @@ void QueuePair::retire_completed() {
         c.byte_len = entry.wqe.length;
         c.qp_num = qp_num_;
         const bool signaled = entry.wqe.signaled;
-        if (sq_send_ == sq_head_)
-            ++sq_send_;
+        if (req_.sq_send == sq_head_)
+            ++req_.sq_send;
         ++sq_head_;
         // The slot is free before the completion is seen: an application that posts
         // again on seeing it must find room (as many outstanding as max_send_wr).
@@ -95,9 +95,9 @@ void QueuePair::handle_ack_psn(uint32_t psn, Nanoseconds now) {
     // Any newly acknowledged PSN is forward progress, even inside a long message: the
     // retry budget is for a silent peer, not a slow one (9.7.6.1.3).
     bool progress = false;
-    if (psn_diff(psn, acked_psn_) > 0 && psn_diff(psn, next_psn_) < 0) {
-        acked_psn_ = psn;
-        retry_left_ = attr_.retry_cnt;
+    if (psn_diff(psn, comp_.acked_psn) > 0 && psn_diff(psn, req_.next_psn) < 0) {
+        comp_.acked_psn = psn;
+        comp_.retry_left = attr_.retry_cnt;
         arm_retry_timer(now);
     }
     for (uint32_t i = sq_head_; i != sq_tail_; ++i) {
@@ -109,16 +109,16 @@ void QueuePair::handle_ack_psn(uint32_t psn, Nanoseconds now) {
             break;
         if (entry.acked)
             continue;
-        if (!entry.acked && consumes_recv(entry.wqe) && outstanding_consuming_)
-            --outstanding_consuming_;
+        if (!entry.acked && consumes_recv(entry.wqe) && req_.outstanding_consuming)
+            --req_.outstanding_consuming;
         if (is_read_or_atomic(entry.wqe)) {
             // An ACK beyond an unanswered read or atomic: its response was lost
             // (implicit NAK, 9.7.5.2.1); ask again from what is missing.
             ++counters_.out_of_sequence;
             const uint32_t missing = psn_add(entry.first_psn, entry.received_packets);
-            if (!gap_rewound_ || gap_psn_ != missing) {
-                gap_rewound_ = true;
-                gap_psn_ = missing;
+            if (!comp_.gap_rewound || comp_.gap_psn != missing) {
+                comp_.gap_rewound = true;
+                comp_.gap_psn = missing;
                 rewind_to(missing);
             }
             break;
@@ -127,7 +127,7 @@ void QueuePair::handle_ack_psn(uint32_t psn, Nanoseconds now) {
         progress = true;
     }
     if (progress) {
-        retry_left_ = attr_.retry_cnt;
+        comp_.retry_left = attr_.retry_cnt;
         retire_completed();
         restart_retry_timer(now);
     }
@@ -185,8 +185,8 @@ void QueuePair::on_nak(uint32_t psn, uint8_t syndrome, Nanoseconds now) {
         ++counters_.rnr_naks_received;
         if (retries_exhausted(WcStatus::RnrRetryExceededError))
             return;
-        rnr_wait_until_ = now + rnr_timer_ns(syndrome & aeth::kValueMask);
-        retry_deadline_ = kNoDeadline;
+        req_.rnr_wait_until = now + rnr_timer_ns(syndrome & aeth::kValueMask);
+        comp_.retry_deadline = kNoDeadline;
         rewind_to(psn);
         return;
     }
@@ -222,7 +222,7 @@ QueuePair::SendEntry* QueuePair::oldest_unanswered(uint32_t& index) {
 
 void QueuePair::restart_retry_timer(Nanoseconds now) {
     // The timer runs for what is still unacknowledged and stops when nothing is.
-    retry_deadline_ = kNoDeadline;
+    comp_.retry_deadline = kNoDeadline;
     if (sq_head_ != sq_tail_ && sq_at(sq_head_).started)
         arm_retry_timer(now);
 }
@@ -245,14 +245,14 @@ void QueuePair::on_read_response(const IbPacket& packet, Nanoseconds now) {
         // A response went missing or is late: ask again from the first one not
         // received, once per gap (the local ACK timeout covers a lost re-request).
         ++counters_.out_of_sequence;
-        if (!gap_rewound_ || gap_psn_ != expected) {
-            gap_rewound_ = true;
-            gap_psn_ = expected;
+        if (!comp_.gap_rewound || comp_.gap_psn != expected) {
+            comp_.gap_rewound = true;
+            comp_.gap_psn = expected;
             rewind_to(expected);
         }
         return;
     }
-    gap_rewound_ = false;
+    comp_.gap_rewound = false;
     // A read response implicitly acknowledges every earlier request (9.7.5.2.5).
     if (index != sq_head_)
         handle_ack_psn(psn_add(read->first_psn, -1), now);
@@ -271,7 +271,7 @@ void QueuePair::on_read_response(const IbPacket& packet, Nanoseconds now) {
         return;
     }
     ++read->received_packets;
-    retry_left_ = attr_.retry_cnt;
+    comp_.retry_left = attr_.retry_cnt;
     arm_retry_timer(now);
     if (last)
         finish_read_or_atomic(*read, now);
@@ -279,9 +279,9 @@ void QueuePair::on_read_response(const IbPacket& packet, Nanoseconds now) {
 
 void QueuePair::finish_read_or_atomic(SendEntry& entry, Nanoseconds now) {
     entry.acked = true;
-    --outstanding_rd_atomic_;
-    retry_left_ = attr_.retry_cnt;
-    handle_ack_psn(acked_psn_, now); // later requests an earlier ACK already covered
+    --req_.outstanding_rd_atomic;
+    comp_.retry_left = attr_.retry_cnt;
+    handle_ack_psn(comp_.acked_psn, now); // later requests an earlier ACK already covered
     retire_completed();
     restart_retry_timer(now);
 }

@@ -52,33 +52,25 @@ void QueuePair::set_state(QpState state, Nanoseconds now) {
     state_ = state;
     switch (state) {
     case QpState::Reset:
-        sq_head_ = sq_send_ = sq_tail_ = 0;
+        sq_head_ = sq_tail_ = 0;
+        req_ = {};
+        comp_ = {};
+        resp_ = {};
         own_rq_.clear(); // an SRQ keeps what was posted to it
         last_wqe_reported_ = false;
-        outstanding_rd_atomic_ = 0;
-        outstanding_consuming_ = 0;
-        retry_deadline_ = kNoDeadline;
-        rnr_wait_until_ = 0;
-        gap_rewound_ = false;
-        packets_since_ack_req_ = 0;
-        ack_pending_ = false;
-        error_after_nak_ = false;
-        in_progress_ = OpKind::Invalid;
-        recv_taken_ = false;
-        resources_.clear();
         memory_.forget_message(MemoryAccess::kEveryMessage);
         counters_ = {};
         break;
     case QpState::Rtr:
         if (old != QpState::Rtr) {
             established_ = false;
-            epsn_ = attr_.rq_psn & kPsnMask;
-            msn_ = 0;
-            nak_sequence_sent_ = false;
+            resp_.epsn = attr_.rq_psn & kPsnMask;
+            resp_.msn = 0;
+            resp_.nak_sequence_sent = false;
             // Keep more answered resources than may be outstanding, so duplicates of
             // recent reads and atomics can still be replayed (9.7.5.1.5).
-            resources_.assign(std::max<size_t>(16, attr_.max_dest_rd_atomic), {});
-            resource_next_ = 0;
+            resp_.resources.assign(std::max<size_t>(16, attr_.max_dest_rd_atomic), {});
+            resp_.resource_next = 0;
         }
         break;
     case QpState::Sqd:
@@ -88,12 +80,12 @@ void QueuePair::set_state(QpState state, Nanoseconds now) {
     case QpState::Rts:
         established_ = true; // a QP moved to RTS by the application needs no event
         if (old == QpState::Rtr) {
-            next_psn_ = attr_.sq_psn & kPsnMask;
-            acked_psn_ = psn_add(next_psn_, -1);
-            retry_left_ = attr_.retry_cnt;
-            rnr_left_ = attr_.rnr_retry;
-            credits_ = UINT32_MAX;
-            outstanding_consuming_ = 0;
+            req_.next_psn = attr_.sq_psn & kPsnMask;
+            comp_.acked_psn = psn_add(req_.next_psn, -1);
+            comp_.retry_left = attr_.retry_cnt;
+            comp_.rnr_left = attr_.rnr_retry;
+            req_.credits = UINT32_MAX;
+            req_.outstanding_consuming = 0;
         }
         break;
     case QpState::Error:
@@ -146,14 +138,14 @@ void QueuePair::receive(const IbPacket& packet, Nanoseconds now, const uint8_t* 
 bool QueuePair::wants_transmit(Nanoseconds now) const {
     if (state_ == QpState::Reset || state_ == QpState::Init || state_ == QpState::Error)
         return false;
-    if (ack_pending_)
+    if (resp_.ack_pending)
         return true;
-    for (const auto& r : resources_)
+    for (const auto& r : resp_.resources)
         if (r.active)
             return true;
-    if (state_ == QpState::Rtr || now < rnr_wait_until_)
+    if (state_ == QpState::Rtr || now < req_.rnr_wait_until)
         return false;
-    return sq_send_ != sq_tail_;
+    return req_.sq_send != sq_tail_;
 }
 
 size_t QueuePair::transmit(uint8_t* buffer, size_t capacity, Nanoseconds now,
@@ -164,15 +156,15 @@ size_t QueuePair::transmit(uint8_t* buffer, size_t capacity, Nanoseconds now,
         ++counters_.packets_sent;
         return n;
     }
-    if ((state_ != QpState::Rts && state_ != QpState::Sqd) || now < rnr_wait_until_)
+    if ((state_ != QpState::Rts && state_ != QpState::Sqd) || now < req_.rnr_wait_until)
         return 0;
-    while (sq_send_ != sq_tail_ && state_ != QpState::Error) {
-        SendEntry& entry = sq_at(sq_send_);
+    while (req_.sq_send != sq_tail_ && state_ != QpState::Error) {
+        SendEntry& entry = sq_at(req_.sq_send);
         if (!entry.started) {
             if (state_ == QpState::Sqd || !start_entry(entry))
                 return 0;
             if (entry.packets == 0) { // a local operation, done: it completes in order
-                ++sq_send_;
+                ++req_.sq_send;
                 retire_completed();
                 continue;
             }
@@ -180,7 +172,7 @@ size_t QueuePair::transmit(uint8_t* buffer, size_t capacity, Nanoseconds now,
         const bool more = is_read_or_atomic(entry.wqe) ? entry.next_packet == 0
                                                        : entry.next_packet < entry.packets;
         if (!more) {
-            ++sq_send_;
+            ++req_.sq_send;
             continue;
         }
         if (reliable() && !within_window(entry))
@@ -190,7 +182,7 @@ size_t QueuePair::transmit(uint8_t* buffer, size_t capacity, Nanoseconds now,
         const size_t n = build_request(entry, buffer, capacity);
         if (n) {
             ++counters_.packets_sent;
-            if (reliable() && retry_deadline_ == kNoDeadline)
+            if (reliable() && comp_.retry_deadline == kNoDeadline)
                 arm_retry_timer(now);
         }
         return n;
@@ -199,23 +191,23 @@ size_t QueuePair::transmit(uint8_t* buffer, size_t capacity, Nanoseconds now,
 }
 
 Nanoseconds QueuePair::next_deadline() const {
-    Nanoseconds deadline = retry_deadline_;
-    if (rnr_wait_until_ && sq_send_ != sq_tail_)
-        deadline = std::min(deadline, rnr_wait_until_);
+    Nanoseconds deadline = comp_.retry_deadline;
+    if (req_.rnr_wait_until && req_.sq_send != sq_tail_)
+        deadline = std::min(deadline, req_.rnr_wait_until);
     return deadline;
 }
 
 void QueuePair::arm_retry_timer(Nanoseconds now) {
     const Nanoseconds timeout = ack_timeout_ns(attr_.timeout);
-    retry_deadline_ = timeout == kNoDeadline ? kNoDeadline : now + timeout;
+    comp_.retry_deadline = timeout == kNoDeadline ? kNoDeadline : now + timeout;
 }
 
 void QueuePair::on_timer(Nanoseconds now) {
-    if (now >= rnr_wait_until_)
-        rnr_wait_until_ = 0;
-    if (now < retry_deadline_ || state_ == QpState::Error)
+    if (now >= req_.rnr_wait_until)
+        req_.rnr_wait_until = 0;
+    if (now < comp_.retry_deadline || state_ == QpState::Error)
         return;
-    retry_deadline_ = kNoDeadline;
+    comp_.retry_deadline = kNoDeadline;
     // Local ACK timeout (9.7.6.1.3): resend from the oldest unacknowledged request.
     for (uint32_t i = sq_head_; i != sq_tail_; ++i) {
         SendEntry& entry = sq_at(i);
@@ -229,16 +221,16 @@ void QueuePair::on_timer(Nanoseconds now) {
         uint32_t from = psn_add(entry.first_psn, entry.received_packets);
         // Packets of a message already acknowledged need not go again.
         const uint32_t last = psn_add(entry.first_psn, entry.packets - 1);
-        if (!is_read_or_atomic(entry.wqe) && psn_diff(acked_psn_, from) >= 0 &&
-            psn_diff(acked_psn_, last) < 0)
-            from = psn_add(acked_psn_, 1);
+        if (!is_read_or_atomic(entry.wqe) && psn_diff(comp_.acked_psn, from) >= 0 &&
+            psn_diff(comp_.acked_psn, last) < 0)
+            from = psn_add(comp_.acked_psn, 1);
         rewind_to(from);
         return;
     }
 }
 
 bool QueuePair::retries_exhausted(WcStatus status) {
-    uint32_t& left = status == WcStatus::RnrRetryExceededError ? rnr_left_ : retry_left_;
+    uint32_t& left = status == WcStatus::RnrRetryExceededError ? comp_.rnr_left : comp_.retry_left;
     if (status == WcStatus::RnrRetryExceededError && attr_.rnr_retry == 7)
         return false; // 7 means retry for ever (9.7.5.2.8)
     if (left == 0) {
@@ -289,10 +281,10 @@ void QueuePair::flush_send_queue() {
         sink_.send_wqe_retired();
         sink_.send_completion(c);
     }
-    sq_send_ = sq_head_;
-    outstanding_rd_atomic_ = 0;
-    outstanding_consuming_ = 0;
-    retry_deadline_ = kNoDeadline;
+    req_.sq_send = sq_head_;
+    req_.outstanding_rd_atomic = 0;
+    req_.outstanding_consuming = 0;
+    comp_.retry_deadline = kNoDeadline;
 }
 
 void QueuePair::flush_all() {
@@ -304,10 +296,10 @@ void QueuePair::flush_all() {
     c.status = WcStatus::WrFlushError;
     c.opcode = WcOpcode::Recv;
     c.qp_num = qp_num_;
-    c.srq_num = xrc_srqn_;
-    if (recv_taken_) {
-        c.wr_id = recv_.wr_id;
-        recv_taken_ = false;
+    c.srq_num = resp_.xrc_srqn;
+    if (resp_.recv_taken) {
+        c.wr_id = resp_.recv.wr_id;
+        resp_.recv_taken = false;
         sink_.recv_completion(c);
     }
     if (!has_srq()) {
@@ -319,7 +311,7 @@ void QueuePair::flush_all() {
         last_wqe_reported_ = true;
         sink_.last_wqe_reached();
     }
-    in_progress_ = OpKind::Invalid;
+    resp_.in_progress = OpKind::Invalid;
 }
 
 } // namespace softhca::transport

@@ -25,7 +25,7 @@ bool QueuePair::run_local_operation(SendEntry& entry) {
     // nothing, and complete after the requests before them.
     const SendWqe& wqe = entry.wqe;
     entry.packets = 0;
-    entry.first_psn = next_psn_;
+    entry.first_psn = req_.next_psn;
     entry.next_packet = 0;
     entry.received_packets = 0;
     entry.started = true;
@@ -59,30 +59,30 @@ bool QueuePair::start_entry(SendEntry& entry) {
         }
     }
     // Fence (10.8.3.3): wait for every earlier read and atomic to complete.
-    if (wqe.fence && outstanding_rd_atomic_ > 0)
+    if (wqe.fence && req_.outstanding_rd_atomic > 0)
         return false;
     if (is_local_operation(wqe))
         return run_local_operation(entry);
     // 9.7.4.1.4: no more outstanding reads/atomics than the responder accepts.
-    if (rd_atomic && outstanding_rd_atomic_ >= std::max<uint32_t>(1, attr_.max_rd_atomic))
+    if (rd_atomic && req_.outstanding_rd_atomic >= std::max<uint32_t>(1, attr_.max_rd_atomic))
         return false;
     // 9.7.7.2: a message that needs a receive WQE waits for credit; with none at all,
     // one message may still go when nothing is outstanding, to learn the credit count.
     const bool consuming = reliable() && consumes_recv(wqe);
-    if (consuming && outstanding_consuming_ > 0 && outstanding_consuming_ >= credits_)
+    if (consuming && req_.outstanding_consuming > 0 && req_.outstanding_consuming >= req_.credits)
         return false;
     const bool atomic =
         wqe.opcode == WrOpcode::AtomicCompareSwap || wqe.opcode == WrOpcode::AtomicFetchAdd;
     entry.packets = atomic ? 1 : std::max<uint32_t>(1, (wqe.length + mtu - 1) / mtu);
-    entry.first_psn = next_psn_;
+    entry.first_psn = req_.next_psn;
     entry.next_packet = 0;
     entry.received_packets = 0;
     entry.started = true;
-    next_psn_ = psn_add(next_psn_, entry.packets);
+    req_.next_psn = psn_add(req_.next_psn, entry.packets);
     if (rd_atomic)
-        ++outstanding_rd_atomic_;
+        ++req_.outstanding_rd_atomic;
     if (consuming)
-        ++outstanding_consuming_;
+        ++req_.outstanding_consuming;
     return true;
 }
 
@@ -94,7 +94,7 @@ bool QueuePair::consumes_recv(const SendWqe& wqe) {
 void QueuePair::update_credits(uint8_t syndrome) {
     if ((syndrome & aeth::kTypeMask) != aeth::kAck)
         return;
-    credits_ = credits_for_code(syndrome & aeth::kValueMask); // invalid (31): unlimited
+    req_.credits = credits_for_code(syndrome & aeth::kValueMask); // invalid (31): unlimited
 }
 
 namespace {
@@ -158,8 +158,8 @@ size_t QueuePair::build_request(SendEntry& entry, uint8_t* buffer, size_t capaci
     // Only RC and XRC ask for acknowledgements: on the last packet of a message
     // (9.7.5.2.1), on every read and atomic, and every kAckReqEvery packets.
     const bool ack_req =
-        reliable() && (last || rd_atomic || packets_since_ack_req_ + 1 >= kAckReqEvery);
-    packets_since_ack_req_ = ack_req ? 0 : packets_since_ack_req_ + 1;
+        reliable() && (last || rd_atomic || req_.packets_since_ack_req + 1 >= kAckReqEvery);
+    req_.packets_since_ack_req = ack_req ? 0 : req_.packets_since_ack_req + 1;
     bth->set(opcode, wqe.solicited && last, static_cast<uint8_t>(pad), attr_.pkey,
              service_ == Service::UD ? wqe.remote_qpn : attr_.dest_qp, ack_req,
              psn_add(entry.first_psn, packet));
@@ -235,8 +235,8 @@ bool QueuePair::within_window(const SendEntry& entry) const {
             oldest = psn_add(e.first_psn, e.received_packets);
         } else {
             oldest = e.first_psn;
-            if (psn_diff(acked_psn_, e.first_psn) >= 0) // partly acknowledged
-                oldest = psn_add(acked_psn_, 1);
+            if (psn_diff(comp_.acked_psn, e.first_psn) >= 0) // partly acknowledged
+                oldest = psn_add(comp_.acked_psn, 1);
         }
         break;
     }
@@ -270,7 +270,7 @@ void QueuePair::rewind_to(uint32_t psn) {
         const int32_t into = psn_diff(psn, entry.first_psn);
         if (!found && into >= 0 && into < static_cast<int32_t>(entry.packets)) {
             found = true;
-            sq_send_ = i;
+            req_.sq_send = i;
             if (is_read_or_atomic(entry.wqe))
                 entry.next_packet = 0;
             else

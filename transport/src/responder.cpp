@@ -31,7 +31,7 @@ void QueuePair::reject(uint8_t nak_syndrome, uint32_t psn) {
 }
 
 void QueuePair::drop_message() {
-    in_progress_ = OpKind::Invalid; // the rest of this message is dropped as it comes
+    resp_.in_progress = OpKind::Invalid; // the rest of this message is dropped as it comes
     ++counters_.dropped_messages;
 }
 
@@ -45,7 +45,7 @@ bool QueuePair::select_xrc_srq(const IbPacket& packet, uint32_t psn) {
         return false;
     }
     rq_ = srq;
-    xrc_srqn_ = srqn;
+    resp_.xrc_srqn = srqn;
     return true;
 }
 
@@ -55,8 +55,8 @@ void QueuePair::forget_srq(ReceiveQueue& srq) {
     // A message in progress into it cannot complete: its later packets find no SRQ
     // memory, and replays of reads from it are not served.
     rq_ = &own_rq_;
-    in_progress_ = OpKind::Invalid;
-    for (auto& r : resources_)
+    resp_.in_progress = OpKind::Invalid;
+    for (auto& r : resp_.resources)
         if (r.memory == &srq.memory())
             r = ResponderResource{};
 }
@@ -74,35 +74,35 @@ bool QueuePair::payload_length_valid(const IbPacket& packet) const {
 }
 
 bool QueuePair::take_recv() {
-    if (recv_taken_)
+    if (resp_.recv_taken)
         return true; // UC: kept from a message that was dropped
     if (rq_->empty())
         return false;
-    recv_ = rq_->front();
+    resp_.recv = rq_->front();
     rq_->pop();
-    recv_taken_ = true;
+    resp_.recv_taken = true;
     return true;
 }
 
 void QueuePair::responder_nak(uint8_t syndrome, uint32_t psn, bool fatal) {
-    ack_pending_ = true;
-    ack_psn_ = psn;
-    ack_syndrome_override_ = syndrome;
+    resp_.ack_pending = true;
+    resp_.ack_psn = psn;
+    resp_.ack_syndrome_override = syndrome;
     if ((syndrome & aeth::kTypeMask) == aeth::kRnrNak)
         ++counters_.rnr_naks_sent;
     else
         ++counters_.naks_sent;
     if (fatal) {
-        error_after_nak_ = true;
+        resp_.error_after_nak = true;
         switch (syndrome & aeth::kValueMask) {
         case aeth::kNakRemoteAccessError:
-            nak_error_cause_ = WcStatus::RemoteAccessError;
+            resp_.nak_error_cause = WcStatus::RemoteAccessError;
             break;
         case aeth::kNakInvalidRequest:
-            nak_error_cause_ = WcStatus::RemoteInvalidRequestError;
+            resp_.nak_error_cause = WcStatus::RemoteInvalidRequestError;
             break;
         default:
-            nak_error_cause_ = WcStatus::RemoteOperationError;
+            resp_.nak_error_cause = WcStatus::RemoteOperationError;
             break;
         }
     }
@@ -114,7 +114,7 @@ void QueuePair::on_request(const IbPacket& packet, Nanoseconds now) {
         ++counters_.dropped;
         return;
     }
-    if (error_after_nak_) {
+    if (resp_.error_after_nak) {
         ++counters_.dropped; // the connection is ending; nothing more is accepted
         return;
     }
@@ -123,7 +123,7 @@ void QueuePair::on_request(const IbPacket& packet, Nanoseconds now) {
         sink_.communication_established();
     }
     const uint32_t psn = packet.bth->psn();
-    const int32_t diff = psn_diff(psn, epsn_);
+    const int32_t diff = psn_diff(psn, resp_.epsn);
     if (diff < 0) {
         ++counters_.duplicates;
         on_duplicate_request(packet);
@@ -132,21 +132,21 @@ void QueuePair::on_request(const IbPacket& packet, Nanoseconds now) {
     if (diff > 0) {
         // 9.7.5.1.2: a gap. NAK once with the PSN expected, then drop until it comes.
         ++counters_.out_of_sequence;
-        if (!nak_sequence_sent_) {
-            nak_sequence_sent_ = true;
-            responder_nak(aeth::kNak | aeth::kNakPsnSequenceError, epsn_, false);
+        if (!resp_.nak_sequence_sent) {
+            resp_.nak_sequence_sent = true;
+            responder_nak(aeth::kNak | aeth::kNakPsnSequenceError, resp_.epsn, false);
         }
         return;
     }
-    nak_sequence_sent_ = false;
-    if (service_ == Service::XRC && in_progress_ == OpKind::Invalid && !select_xrc_srq(packet, psn))
+    resp_.nak_sequence_sent = false;
+    if (service_ == Service::XRC && resp_.in_progress == OpKind::Invalid && !select_xrc_srq(packet, psn))
         return;
 
     // 9.7.5.1.3: a packet must continue the message in progress, or start a
     // new one when none is; anything else is an invalid request.
     const OpcodeInfo& info = *packet.info;
-    if (in_progress_ != OpKind::Invalid) {
-        if (info.kind != in_progress_ || info.starts_message()) {
+    if (resp_.in_progress != OpKind::Invalid) {
+        if (info.kind != resp_.in_progress || info.starts_message()) {
             responder_nak(aeth::kNak | aeth::kNakInvalidRequest, psn, true);
             return;
         }
@@ -181,11 +181,11 @@ void QueuePair::on_request(const IbPacket& packet, Nanoseconds now) {
     if (!accepted)
         return;
     if (info.kind == OpKind::Send || info.kind == OpKind::Write) {
-        epsn_ = psn_add(epsn_, 1);
+        resp_.epsn = psn_add(resp_.epsn, 1);
         if (packet.bth->ack_req()) {
-            ack_pending_ = true;
-            ack_psn_ = psn;
-            ack_syndrome_override_ = 0;
+            resp_.ack_pending = true;
+            resp_.ack_psn = psn;
+            resp_.ack_syndrome_override = 0;
         }
     }
 }
@@ -193,7 +193,7 @@ void QueuePair::on_request(const IbPacket& packet, Nanoseconds now) {
 void QueuePair::complete_recv(const IbPacket& packet, uint32_t byte_len,
                               NetworkHeader network_header, bool staged) {
     Completion c;
-    c.wr_id = recv_.wr_id;
+    c.wr_id = resp_.recv.wr_id;
     c.status = WcStatus::Success;
     c.opcode = packet.info->kind == OpKind::Write ? WcOpcode::RecvRdmaWithImm : WcOpcode::Recv;
     c.byte_len = byte_len;
@@ -213,13 +213,13 @@ void QueuePair::complete_recv(const IbPacket& packet, uint32_t byte_len,
         c.with_invalidate = true;
         c.invalidated_rkey = packet.ieth->rkey();
     }
-    c.srq_num = xrc_srqn_;
+    c.srq_num = resp_.xrc_srqn;
     if (staged) {
         c.staged_length = packet.payload_length;
-        c.staged_addr = recv_.sge[0].addr;
+        c.staged_addr = resp_.recv.sge[0].addr;
         std::memcpy(c.staged.data(), packet.payload, packet.payload_length);
     }
-    recv_taken_ = false;
+    resp_.recv_taken = false;
     sink_.recv_completion(c);
 }
 
@@ -229,8 +229,8 @@ bool QueuePair::stage_receive(const IbPacket& packet) {
     // write and bounds, 10.7.3.1, as a write would).
     const uint32_t length = packet.payload_length;
     return packet.info->starts_message() && packet.info->ends_message() && length &&
-           length <= kStagedReceiveBytes && recv_.num_sge && recv_.sge[0].length >= length &&
-           rq_->memory().stages_receive(recv_.sge[0].lkey, recv_.sge[0].addr, length);
+           length <= kStagedReceiveBytes && resp_.recv.num_sge && resp_.recv.sge[0].length >= length &&
+           rq_->memory().stages_receive(resp_.recv.sge[0].lkey, resp_.recv.sge[0].addr, length);
 }
 
 void QueuePair::memory_fault() {
@@ -239,8 +239,8 @@ void QueuePair::memory_fault() {
     // 10.7.3.1, as for a write that fails at once: a receive the message in progress was
     // filling completes with a local protection error; the NAK names the last request
     // accepted.
-    const uint32_t psn = psn_add(epsn_, -1);
-    if (recv_taken_)
+    const uint32_t psn = psn_add(resp_.epsn, -1);
+    if (resp_.recv_taken)
         fail_receive(WcStatus::LocalProtectionError, aeth::kNakRemoteOperationalError, psn);
     else if (reliable())
         responder_nak(aeth::kNak | aeth::kNakRemoteOperationalError, psn, true);
@@ -252,15 +252,15 @@ void QueuePair::fail_receive(WcStatus status, uint8_t nak_code, uint32_t psn) {
     // A receive request that cannot hold the message completes in error and the QP
     // enters the error state (10.7.3.1); RC tells the requester with a NAK first.
     Completion c;
-    c.wr_id = recv_.wr_id;
+    c.wr_id = resp_.recv.wr_id;
     c.status = status;
     c.opcode = WcOpcode::Recv;
     c.qp_num = qp_num_;
     c.src_qp = attr_.dest_qp;
-    c.srq_num = xrc_srqn_;
-    recv_taken_ = false;
+    c.srq_num = resp_.xrc_srqn;
+    resp_.recv_taken = false;
     sink_.recv_completion(c);
-    in_progress_ = OpKind::Invalid;
+    resp_.in_progress = OpKind::Invalid;
     if (reliable())
         responder_nak(aeth::kNak | nak_code, psn, true);
     else
@@ -279,10 +279,10 @@ bool QueuePair::accept_send(const IbPacket& packet, uint32_t psn) {
                 drop_message();
             return false;
         }
-        message_offset_ = 0;
+        resp_.message_offset = 0;
     }
-    const RecvWqe& wqe = recv_;
-    if (message_offset_ + packet.payload_length > wqe.length) {
+    const RecvWqe& wqe = resp_.recv;
+    if (resp_.message_offset + packet.payload_length > wqe.length) {
         // The message does not fit the receive buffers: local length error here, and
         // an invalid request for the requester (9.7.5.1.7, 10.7.3.1).
         fail_receive(WcStatus::LocalLengthError, aeth::kNakInvalidRequest, psn);
@@ -291,7 +291,7 @@ bool QueuePair::accept_send(const IbPacket& packet, uint32_t psn) {
     const bool staged = stage_receive(packet);
     const MemoryStatus written =
         packet.payload_length && !staged
-            ? scatter(rq_->memory(), wqe.sge.data(), wqe.num_sge, message_offset_, packet.payload,
+            ? scatter(rq_->memory(), wqe.sge.data(), wqe.num_sge, resp_.message_offset, packet.payload,
                       packet.payload_length)
             : MemoryStatus::Ok;
     if (written == MemoryStatus::Gone) {
@@ -303,7 +303,7 @@ bool QueuePair::accept_send(const IbPacket& packet, uint32_t psn) {
         fail_receive(WcStatus::LocalProtectionError, aeth::kNakRemoteOperationalError, psn);
         return false;
     }
-    message_offset_ += packet.payload_length;
+    resp_.message_offset += packet.payload_length;
     if (info.ends_message()) {
         // SEND with Invalidate (9.4.1.1, 10.6.7.2.2): the rkey in the IETH stops granting
         // access before the receive completes. One that is not a valid window of ours
@@ -313,11 +313,11 @@ bool QueuePair::accept_send(const IbPacket& packet, uint32_t psn) {
             fail_receive(WcStatus::RemoteInvalidRequestError, aeth::kNakInvalidRequest, psn);
             return false;
         }
-        in_progress_ = OpKind::Invalid;
-        msn_ = (msn_ + 1) & kPsnMask;
-        complete_recv(packet, message_offset_, NetworkHeader::None, staged);
+        resp_.in_progress = OpKind::Invalid;
+        resp_.msn = (resp_.msn + 1) & kPsnMask;
+        complete_recv(packet, resp_.message_offset, NetworkHeader::None, staged);
     } else {
-        in_progress_ = OpKind::Send;
+        resp_.in_progress = OpKind::Send;
     }
     return true;
 }
@@ -344,12 +344,12 @@ bool QueuePair::accept_write(const IbPacket& packet, uint32_t psn) {
             reject(aeth::kNak | aeth::kNakInvalidRequest, psn);
             return false;
         }
-        write_va_ = packet.reth->va();
-        write_rkey_ = packet.reth->rkey();
-        write_remaining_ = length;
-        write_length_ = length;
-    } else if (packet.payload_length > write_remaining_ ||
-               (info.ends_message() && packet.payload_length != write_remaining_)) {
+        resp_.write_va = packet.reth->va();
+        resp_.write_rkey = packet.reth->rkey();
+        resp_.write_remaining = length;
+        resp_.write_length = length;
+    } else if (packet.payload_length > resp_.write_remaining ||
+               (info.ends_message() && packet.payload_length != resp_.write_remaining)) {
         reject(aeth::kNak | aeth::kNakInvalidRequest, psn);
         return false;
     }
@@ -358,7 +358,7 @@ bool QueuePair::accept_write(const IbPacket& packet, uint32_t psn) {
     if (info.ends_message() && packet.imm && !take_recv()) {
         if (reliable()) {
             responder_nak(aeth::kRnrNak | (attr_.min_rnr_timer & aeth::kValueMask), psn, false);
-            in_progress_ = info.starts_message() ? OpKind::Invalid : OpKind::Write;
+            resp_.in_progress = info.starts_message() ? OpKind::Invalid : OpKind::Write;
         } else {
             drop_message();
         }
@@ -366,7 +366,7 @@ bool QueuePair::accept_write(const IbPacket& packet, uint32_t psn) {
     }
     const MemoryStatus written =
         packet.payload_length
-            ? responder_memory().write(write_rkey_, true, access::kRemoteWrite, write_va_,
+            ? responder_memory().write(resp_.write_rkey, true, access::kRemoteWrite, resp_.write_va,
                                        packet.payload, packet.payload_length)
             : MemoryStatus::Ok;
     if (written == MemoryStatus::Gone) {
@@ -374,19 +374,19 @@ bool QueuePair::accept_write(const IbPacket& packet, uint32_t psn) {
         return false;
     }
     if (written != MemoryStatus::Ok) {
-        in_progress_ = OpKind::Invalid;
+        resp_.in_progress = OpKind::Invalid;
         reject(aeth::kNak | aeth::kNakRemoteAccessError, psn);
         return false;
     }
-    write_va_ += packet.payload_length;
-    write_remaining_ -= packet.payload_length;
+    resp_.write_va += packet.payload_length;
+    resp_.write_remaining -= packet.payload_length;
     if (info.ends_message()) {
-        in_progress_ = OpKind::Invalid;
-        msn_ = (msn_ + 1) & kPsnMask;
+        resp_.in_progress = OpKind::Invalid;
+        resp_.msn = (resp_.msn + 1) & kPsnMask;
         if (packet.imm)
-            complete_recv(packet, write_length_);
+            complete_recv(packet, resp_.write_length);
     } else {
-        in_progress_ = OpKind::Write;
+        resp_.in_progress = OpKind::Write;
     }
     return true;
 }
@@ -404,7 +404,7 @@ bool QueuePair::accept_read(const IbPacket& packet, uint32_t psn) {
         return false;
     }
     uint32_t active = 0; // replays of duplicates do not count: the requester is done with them
-    for (const auto& r : resources_)
+    for (const auto& r : resp_.resources)
         active += r.active && !r.replay;
     if (active >= std::max<uint32_t>(1, attr_.max_dest_rd_atomic)) {
         // More reads/atomics outstanding than we accept (9.7.5.1.5).
@@ -412,7 +412,7 @@ bool QueuePair::accept_read(const IbPacket& packet, uint32_t psn) {
         return false;
     }
     const uint32_t mtu = path_mtu_bytes(attr_.mtu);
-    ResponderResource& r = resources_[resource_next_++ % resources_.size()];
+    ResponderResource& r = resp_.resources[resp_.resource_next++ % resp_.resources.size()];
     r = ResponderResource{};
     r.read = true;
     r.memory = &responder_memory();
@@ -422,8 +422,8 @@ bool QueuePair::accept_read(const IbPacket& packet, uint32_t psn) {
     r.rkey = packet.reth->rkey();
     r.length = length;
     r.active = true;
-    epsn_ = psn_add(epsn_, r.packets);
-    msn_ = (msn_ + 1) & kPsnMask;
+    resp_.epsn = psn_add(resp_.epsn, r.packets);
+    resp_.msn = (resp_.msn + 1) & kPsnMask;
     return true;
 }
 
@@ -450,15 +450,15 @@ bool QueuePair::accept_atomic(const IbPacket& packet, uint32_t psn) {
         responder_nak(aeth::kNak | aeth::kNakRemoteAccessError, psn, true);
         return false;
     }
-    ResponderResource& r = resources_[resource_next_++ % resources_.size()];
+    ResponderResource& r = resp_.resources[resp_.resource_next++ % resp_.resources.size()];
     r = ResponderResource{};
     r.read = false;
     r.first_psn = psn;
     r.packets = 1;
     r.atomic_original = original;
     r.active = true;
-    epsn_ = psn_add(epsn_, 1);
-    msn_ = (msn_ + 1) & kPsnMask;
+    resp_.epsn = psn_add(resp_.epsn, 1);
+    resp_.msn = (resp_.msn + 1) & kPsnMask;
     return true;
 }
 
@@ -470,7 +470,7 @@ void QueuePair::on_duplicate_request(const IbPacket& packet) {
     case OpKind::FetchAdd:
         // 9.7.5.1.5: a duplicate read is executed again from the PSN it names; a
         // duplicate atomic is answered from the saved result, never executed twice.
-        for (auto& r : resources_) {
+        for (auto& r : resp_.resources) {
             const int32_t into = psn_diff(psn, r.first_psn);
             if (r.packets && into >= 0 && into < static_cast<int32_t>(r.packets) &&
                 r.read == (packet.info->kind == OpKind::ReadRequest)) {
@@ -484,9 +484,9 @@ void QueuePair::on_duplicate_request(const IbPacket& packet) {
         return;
     default:
         // A duplicate send or write: acknowledge again what we have (9.7.5.1.1).
-        ack_pending_ = true;
-        ack_psn_ = psn_add(epsn_, -1);
-        ack_syndrome_override_ = 0;
+        resp_.ack_pending = true;
+        resp_.ack_psn = psn_add(resp_.epsn, -1);
+        resp_.ack_syndrome_override = 0;
         return;
     }
 }
@@ -494,9 +494,9 @@ void QueuePair::on_duplicate_request(const IbPacket& packet) {
 size_t QueuePair::build_response(uint8_t* buffer, size_t capacity) {
     // Responses go out in PSN order: read responses and atomic ACKs of accepted
     // requests first, then the ACK/NAK, which covers later PSNs.
-    const size_t count = resources_.size();
+    const size_t count = resp_.resources.size();
     for (size_t n = 0; n < count; ++n) {
-        ResponderResource& r = resources_[(resource_next_ + n) % count];
+        ResponderResource& r = resp_.resources[(resp_.resource_next + n) % count];
         if (!r.active)
             continue;
         const uint32_t psn = psn_add(r.first_psn, r.next_packet);
@@ -507,7 +507,7 @@ size_t QueuePair::build_response(uint8_t* buffer, size_t capacity) {
                 return 0;
             reinterpret_cast<Bth*>(buffer)->set(wire_opcode(op::kAtomicAck), false, 0, attr_.pkey,
                                                 attr_.dest_qp, false, psn);
-            reinterpret_cast<Aeth*>(buffer + o.aeth)->set(ack_syndrome(), msn_);
+            reinterpret_cast<Aeth*>(buffer + o.aeth)->set(ack_syndrome(), resp_.msn);
             reinterpret_cast<AtomicAckEth*>(buffer + o.atomic_ack)->set(r.atomic_original);
             r.active = false;
             return o.payload;
@@ -528,9 +528,9 @@ size_t QueuePair::build_response(uint8_t* buffer, size_t capacity) {
         reinterpret_cast<Bth*>(buffer)->set(wire_opcode(code), false, static_cast<uint8_t>(pad),
                                             attr_.pkey, attr_.dest_qp, false, psn);
         if (info.has(header_flag::kAeth))
-            reinterpret_cast<Aeth*>(buffer + o.aeth)->set(ack_syndrome(), msn_);
+            reinterpret_cast<Aeth*>(buffer + o.aeth)->set(ack_syndrome(), resp_.msn);
         if (!r.tag)
-            r.tag = kResponseTagBit | uint64_t{qp_num_} << 32 | ++response_tags_;
+            r.tag = kResponseTagBit | uint64_t{qp_num_} << 32 | ++resp_.response_tags;
         const Sge source{r.va, r.length, r.rkey};
         const MemoryStatus read =
             payload ? r.memory->read_message(r.tag, true, access::kRemoteRead, &source, 1, r.length,
@@ -554,21 +554,21 @@ size_t QueuePair::build_response(uint8_t* buffer, size_t capacity) {
         }
         return o.payload + payload + pad;
     }
-    if (!ack_pending_)
+    if (!resp_.ack_pending)
         return 0;
     const OpcodeInfo& info = opcode_info(wire_opcode(op::kAck));
     const HeaderOffsets o = header_offsets(info);
     if (o.payload > capacity)
         return 0;
-    const uint8_t syndrome = ack_syndrome_override_ ? ack_syndrome_override_ : ack_syndrome();
+    const uint8_t syndrome = resp_.ack_syndrome_override ? resp_.ack_syndrome_override : ack_syndrome();
     reinterpret_cast<Bth*>(buffer)->set(wire_opcode(op::kAck), false, 0, attr_.pkey, attr_.dest_qp,
-                                        false, ack_psn_);
-    reinterpret_cast<Aeth*>(buffer + o.aeth)->set(syndrome, msn_);
-    ack_pending_ = false;
-    ack_syndrome_override_ = 0;
-    if (error_after_nak_) {
-        error_after_nak_ = false;
-        enter_error(nak_error_cause_, true);
+                                        false, resp_.ack_psn);
+    reinterpret_cast<Aeth*>(buffer + o.aeth)->set(syndrome, resp_.msn);
+    resp_.ack_pending = false;
+    resp_.ack_syndrome_override = 0;
+    if (resp_.error_after_nak) {
+        resp_.error_after_nak = false;
+        enter_error(resp_.nak_error_cause, true);
     }
     return o.payload;
 }

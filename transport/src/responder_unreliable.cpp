@@ -28,25 +28,25 @@ void QueuePair::on_unacknowledged_request(const IbPacket& packet) {
         sink_.communication_established();
     }
     const uint32_t psn = packet.bth->psn();
-    if (psn_diff(psn, epsn_) < 0) {
+    if (psn_diff(psn, resp_.epsn) < 0) {
         // Behind what was already taken: a stale or duplicated packet. Nothing resends
         // on UC, so it cannot belong to the message in progress; leave that alone.
         ++counters_.duplicates;
         return;
     }
-    if (psn != epsn_) {
+    if (psn != resp_.epsn) {
         // A packet is missing. The message in progress cannot complete and is
         // dropped; its receive request stays for the next message. Any PSN may start
         // a new message.
         ++counters_.out_of_sequence;
-        if (in_progress_ != OpKind::Invalid)
+        if (resp_.in_progress != OpKind::Invalid)
             drop_message();
     }
-    epsn_ = psn_add(psn, 1);
+    resp_.epsn = psn_add(psn, 1);
     const OpcodeInfo& info = *packet.info;
-    if (in_progress_ != OpKind::Invalid && (info.kind != in_progress_ || info.starts_message()))
+    if (resp_.in_progress != OpKind::Invalid && (info.kind != resp_.in_progress || info.starts_message()))
         drop_message(); // the last packet of the message in progress never came
-    if (in_progress_ == OpKind::Invalid && !info.starts_message()) {
+    if (resp_.in_progress == OpKind::Invalid && !info.starts_message()) {
         ++counters_.dropped; // the rest of a message already dropped
         return;
     }
@@ -80,17 +80,17 @@ void QueuePair::on_ud_request(const IbPacket& packet, const uint8_t* grh) {
     }
     const uint32_t psn = packet.bth->psn();
     const uint32_t byte_len = kGrhBytes + packet.payload_length;
-    if (byte_len > recv_.length) {
+    if (byte_len > resp_.recv.length) {
         fail_receive(WcStatus::LocalLengthError, 0, psn);
         return;
     }
     // ibv_post_recv(3): the first 40 bytes of the buffer receive the GRH, the data
     // follows.
     static constexpr std::array<uint8_t, kGrhBytes> kNoGrh{};
-    MemoryStatus written = scatter(rq_->memory(), recv_.sge.data(), recv_.num_sge, 0,
+    MemoryStatus written = scatter(rq_->memory(), resp_.recv.sge.data(), resp_.recv.num_sge, 0,
                                    grh ? grh : kNoGrh.data(), kGrhBytes);
     if (written == MemoryStatus::Ok && packet.payload_length)
-        written = scatter(rq_->memory(), recv_.sge.data(), recv_.num_sge, kGrhBytes, packet.payload,
+        written = scatter(rq_->memory(), resp_.recv.sge.data(), resp_.recv.num_sge, kGrhBytes, packet.payload,
                           packet.payload_length);
     if (written == MemoryStatus::Gone) {
         ++counters_.dropped;

@@ -149,7 +149,7 @@ class QueuePair {
     // UD: the address vector of the next request to send, or nullptr (connected
     // services, or nothing to send).
     const AddressVector* next_destination() const {
-        return service_ == Service::UD && sq_send_ != sq_tail_ ? &sq_[sq_send_ % sq_.size()].wqe.av
+        return service_ == Service::UD && req_.sq_send != sq_tail_ ? &sq_[req_.sq_send % sq_.size()].wqe.av
                                                                : nullptr;
     }
 
@@ -287,55 +287,70 @@ class QueuePair {
     MemoryAccess& memory_;
     CompletionSink& sink_;
 
+    // The send queue: entries from sq_head_ (oldest not retired) to sq_tail_ (next
+    // free); the requester transmits req_.sq_send.
     std::vector<SendEntry> sq_;
-    uint32_t sq_head_ = 0; // oldest not retired
-    uint32_t sq_send_ = 0; // entry being transmitted
-    uint32_t sq_tail_ = 0; // next free
-    uint32_t next_psn_ = 0;
-    uint32_t acked_psn_ = 0; // highest PSN the responder has acknowledged
-    // Request packets sent since the last one that asked for an ACK (kAckReqEvery).
-    uint32_t packets_since_ack_req_ = 0;
-    uint32_t outstanding_rd_atomic_ = 0;
-    uint32_t retry_left_ = 0;
-    uint32_t rnr_left_ = 0;
-    Nanoseconds retry_deadline_ = kNoDeadline;
-    Nanoseconds rnr_wait_until_ = 0;
-    // End-to-end credits (9.7.7.2): receive WQEs the responder last said it has free,
-    // UINT32_MAX while unknown or unlimited; and our unacknowledged messages that will
-    // each consume one there.
-    uint32_t credits_ = UINT32_MAX;
-    uint32_t outstanding_consuming_ = 0;
-    bool gap_rewound_ = false; // already asked again for the responses from gap_psn_
-    uint32_t gap_psn_ = 0;
+    uint32_t sq_head_ = 0;
+    uint32_t sq_tail_ = 0;
+
+    // Each role's state (rxe's qp->req, qp->comp, qp->resp). Entering RESET is one
+    // assignment per role; RTR and RTS then load the PSNs (set_state).
+    struct RequesterState {
+        uint32_t sq_send = 0; // entry being transmitted
+        uint32_t next_psn = 0;
+        // Request packets sent since the last one that asked for an ACK (kAckReqEvery).
+        uint32_t packets_since_ack_req = 0;
+        uint32_t outstanding_rd_atomic = 0;
+        // End-to-end credits (9.7.7.2): receive WQEs the responder last said it has
+        // free, UINT32_MAX while unknown or unlimited; and our unacknowledged messages
+        // that will each consume one there.
+        uint32_t credits = UINT32_MAX;
+        uint32_t outstanding_consuming = 0;
+        Nanoseconds rnr_wait_until = 0; // an RNR NAK holds sending until then
+    };
+    struct CompleterState {
+        uint32_t acked_psn = 0; // highest PSN the responder has acknowledged
+        uint32_t retry_left = 0;
+        uint32_t rnr_left = 0;
+        Nanoseconds retry_deadline = kNoDeadline; // the local ACK timer
+        bool gap_rewound = false; // already asked again for the responses from gap_psn
+        uint32_t gap_psn = 0;
+    };
+    struct ResponderState {
+        uint32_t epsn = 0; // next PSN the responder expects
+        uint32_t msn = 0;  // messages completed by the responder (24 bits)
+        bool nak_sequence_sent = false;
+        OpKind in_progress = OpKind::Invalid; // multi-packet message being received
+        uint32_t message_offset = 0;
+        uint32_t xrc_srqn = 0;  // XRC target: the SRQ of the message in progress
+        RecvWqe recv;           // the receive request the message in progress fills
+        bool recv_taken = false; // recv belongs to the message in progress
+        uint64_t write_va = 0;
+        uint32_t write_rkey = 0;
+        uint32_t write_remaining = 0;
+        uint32_t write_length = 0;
+        std::vector<ResponderResource> resources;
+        uint32_t resource_next = 0; // ring position for the next accepted read/atomic
+        uint32_t response_tags = 0; // read responses named to read_message so far
+        // ACK/NAK waiting to be sent (one at a time: a newer ACK replaces an older one)
+        bool ack_pending = false;
+        uint32_t ack_psn = 0;
+        uint8_t ack_syndrome_override = 0; // nonzero: a NAK or RNR NAK syndrome
+        bool error_after_nak = false;      // the pending NAK ends the connection
+        WcStatus nak_error_cause = WcStatus::Success;
+    };
+    RequesterState req_;
+    CompleterState comp_;
+    ResponderState resp_;
 
     ReceiveQueue own_rq_;
     ReceiveQueue* rq_; // own_rq_ or an SRQ
     SrqDirectory* srqs_ = nullptr;
-    uint32_t xrc_srqn_ = 0; // XRC target: the SRQ of the message in progress
-    RecvWqe recv_;          // the receive request the message in progress fills
-    bool last_wqe_reported_ = false;
 
-    uint32_t epsn_ = 0; // next PSN the responder expects
-    uint32_t msn_ = 0;  // messages completed by the responder (24 bits)
-    bool nak_sequence_sent_ = false;
-    OpKind in_progress_ = OpKind::Invalid; // multi-packet message being received
-    uint32_t message_offset_ = 0;
-    bool recv_taken_ = false; // recv_ belongs to the message in progress
-    uint64_t write_va_ = 0;
-    uint32_t write_rkey_ = 0;
-    uint32_t write_remaining_ = 0;
-    uint32_t write_length_ = 0;
-    std::vector<ResponderResource> resources_;
-    uint32_t resource_next_ = 0; // ring position for the next accepted read/atomic
-    uint32_t response_tags_ = 0; // read responses named to read_message so far
-    // ACK/NAK waiting to be sent (one at a time: a newer ACK replaces an older one)
-    bool ack_pending_ = false;
-    uint32_t ack_psn_ = 0;
-    uint8_t ack_syndrome_override_ = 0; // nonzero: a NAK or RNR NAK syndrome
-    bool error_after_nak_ = false;      // the pending NAK ends the connection
-    bool established_ = false;          // COMM_EST reported
-    bool drain_reported_ = false;       // SQ_DRAINED reported for this SQD entry
-    WcStatus nak_error_cause_ = WcStatus::Success;
+    // Events reported once (11.6.3.1).
+    bool last_wqe_reported_ = false; // LAST_WQE_REACHED
+    bool established_ = false;       // COMM_EST
+    bool drain_reported_ = false;    // SQ_DRAINED, for this SQD entry
 };
 
 } // namespace softhca::transport
