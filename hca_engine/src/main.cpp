@@ -7,7 +7,7 @@
 #include "device_model.hpp"
 #include "engine_config.hpp"
 #include "fast_crc32.hpp"
-#include "ports.hpp"
+#include "dpdk_ports.hpp"
 
 #include "softhca/device_interface/async_event.hpp"
 #include "softhca/kernel_shim/registration.hpp"
@@ -85,7 +85,7 @@ int run(const EngineConfig& config) {
     }
 
     install_fast_crc32();
-    PortSet ports(config);
+    DpdkPortSet ports(config);
     std::vector<Device> devices;
     for (size_t i = 0; i < ports.size(); ++i)
         devices.push_back(

@@ -1,9 +1,10 @@
-// The engine's ports: DPDK ethdevs, one per device. This file and ports.cpp are the
-// only place DPDK appears. The default is a back-to-back pair joined by two rte_rings
-// (the built-in wire); any other PMD is named by its device arguments.
+// The engine's ports as the data path sees them: receive a burst, give frames back,
+// allocate, queue and flush transmit frames, one port per device. Two implementations:
+// DpdkPortSet (dpdk_ports.hpp, the only place DPDK appears: the built-in wire and any
+// PMD) and, in the unit tests, a simulated lossy wire that runs the engine's own data
+// path (Datapath, EngineQp, ProcessMemory, completions) without I/O.
 #pragma once
 
-#include "engine_config.hpp"
 #include "fault_injector.hpp"
 #include "pcap_writer.hpp"
 #include "softhca/transport/roce_address.hpp"
@@ -60,41 +61,36 @@ struct PortInfo {
 
 class PortSet {
   public:
-    // Initialises the DPDK EAL without hugepages and brings every configured port up.
-    // Throws std::runtime_error with a readable message on failure.
-    explicit PortSet(const EngineConfig& config);
-    ~PortSet();
+    virtual ~PortSet() = default;
+    PortSet() = default;
     PortSet(const PortSet&) = delete;
     PortSet& operator=(const PortSet&) = delete;
 
     size_t size() const { return ports_.size(); }
     const PortInfo& info(size_t index) const { return ports_[index]; }
-
-    // Reads link state without waiting; returns the indices whose state changed.
-    std::vector<size_t> refresh_links();
-
-    // Takes a port administratively down or up (the PMD's link is set down or up where
-    // it supports that). Returns true when the port's link state changed.
-    bool set_admin_state(size_t index, bool up);
-
     PortCounters& counters(size_t index) { return ports_[index].counters; }
 
-    // Receives up to `max` frames from a port.
-    size_t receive(size_t index, RxFrame* frames, size_t max);
-    void release(void* handle);
+    // Reads link state without waiting; returns the indices whose state changed.
+    virtual std::vector<size_t> refresh_links() = 0;
+
+    // Takes a port administratively down or up (the link is set down or up where the
+    // port supports that). Returns true when the port's link state changed.
+    virtual bool set_admin_state(size_t index, bool up) = 0;
+
+    // Receives up to `max` frames from a port; each goes back with release().
+    virtual size_t receive(size_t index, RxFrame* frames, size_t max) = 0;
+    virtual void release(void* handle) = 0;
 
     // A buffer for one outgoing frame of up to the port's frame size; false when the
     // packet pool is exhausted.
-    bool tx_alloc(size_t index, TxFrame& frame);
+    virtual bool tx_alloc(size_t index, TxFrame& frame) = 0;
     // Queues a filled frame; queued frames go out in bursts (flush()).
-    void tx_queue(size_t index, TxFrame& frame, uint32_t length);
-    void tx_abort(TxFrame& frame);
-    // Sends everything queued. Returns the number of frames handed to the PMDs.
-    size_t flush();
+    virtual void tx_queue(size_t index, TxFrame& frame, uint32_t length) = 0;
+    virtual void tx_abort(TxFrame& frame) = 0;
+    // Sends everything queued. Returns the number of frames handed to the ports.
+    virtual size_t flush() = 0;
 
-  private:
-    struct Dpdk;
-    std::unique_ptr<Dpdk> dpdk_;
+  protected:
     std::vector<PortInfo> ports_;
 };
 

@@ -1,4 +1,4 @@
-#include "ports.hpp"
+#include "dpdk_ports.hpp"
 
 #include <rte_eal.h>
 #include <rte_eth_ring.h>
@@ -41,7 +41,7 @@ std::string with_pmd_defaults(const std::string& devargs) {
 }
 } // namespace
 
-struct PortSet::Dpdk {
+struct DpdkPortSet::Dpdk {
     std::vector<rte_mempool*> pools;
     std::vector<rte_ring*> rings;
     struct TxQueue {
@@ -53,7 +53,7 @@ struct PortSet::Dpdk {
     bool eal_up = false;
 };
 
-PortSet::PortSet(const EngineConfig& config) : dpdk_(std::make_unique<Dpdk>()) {
+DpdkPortSet::DpdkPortSet(const EngineConfig& config) : dpdk_(std::make_unique<Dpdk>()) {
     const std::string file_prefix = "softhca-" + config.prefix + "-" + std::to_string(getpid());
     const std::string memory = std::to_string(config.memory_mb);
     // No hugepages, no shared config, no PCI scan (--in-memory cannot be combined with
@@ -178,7 +178,7 @@ PortSet::PortSet(const EngineConfig& config) : dpdk_(std::make_unique<Dpdk>()) {
     dpdk_->tx.resize(ports_.size());
 }
 
-PortSet::~PortSet() {
+DpdkPortSet::~DpdkPortSet() {
     for (auto& queue : dpdk_->tx)
         if (queue.held)
             rte_pktmbuf_free(queue.held);
@@ -191,7 +191,7 @@ PortSet::~PortSet() {
         rte_eal_cleanup();
 }
 
-std::vector<size_t> PortSet::refresh_links() {
+std::vector<size_t> DpdkPortSet::refresh_links() {
     std::vector<size_t> changed;
     for (size_t i = 0; i < ports_.size(); ++i) {
         rte_eth_link link{};
@@ -208,7 +208,7 @@ std::vector<size_t> PortSet::refresh_links() {
     return changed;
 }
 
-bool PortSet::set_admin_state(size_t index, bool up) {
+bool DpdkPortSet::set_admin_state(size_t index, bool up) {
     PortInfo& port = ports_[index];
     port.admin_up = up;
     if (up)
@@ -223,7 +223,7 @@ bool PortSet::set_admin_state(size_t index, bool up) {
     return changed;
 }
 
-size_t PortSet::receive(size_t index, RxFrame* frames, size_t max) {
+size_t DpdkPortSet::receive(size_t index, RxFrame* frames, size_t max) {
     PortInfo& info = ports_[index];
     rte_mbuf* burst[kBurst];
     const uint16_t n = rte_eth_rx_burst(info.dpdk_port, 0, burst,
@@ -244,11 +244,11 @@ size_t PortSet::receive(size_t index, RxFrame* frames, size_t max) {
     return kept;
 }
 
-void PortSet::release(void* handle) {
+void DpdkPortSet::release(void* handle) {
     rte_pktmbuf_free(static_cast<rte_mbuf*>(handle));
 }
 
-bool PortSet::tx_alloc(size_t index, TxFrame& frame) {
+bool DpdkPortSet::tx_alloc(size_t index, TxFrame& frame) {
     rte_mbuf* m = rte_pktmbuf_alloc(dpdk_->pools[index]);
     if (!m)
         return false;
@@ -258,12 +258,12 @@ bool PortSet::tx_alloc(size_t index, TxFrame& frame) {
     return true;
 }
 
-void PortSet::tx_abort(TxFrame& frame) {
+void DpdkPortSet::tx_abort(TxFrame& frame) {
     rte_pktmbuf_free(static_cast<rte_mbuf*>(frame.handle));
     frame.handle = nullptr;
 }
 
-void PortSet::tx_queue(size_t index, TxFrame& frame, uint32_t length) {
+void DpdkPortSet::tx_queue(size_t index, TxFrame& frame, uint32_t length) {
     auto* m = static_cast<rte_mbuf*>(frame.handle);
     frame.handle = nullptr;
     m->data_len = static_cast<uint16_t>(length);
@@ -313,7 +313,7 @@ void PortSet::tx_queue(size_t index, TxFrame& frame, uint32_t length) {
     }
 }
 
-size_t PortSet::flush() {
+size_t DpdkPortSet::flush() {
     size_t sent = 0;
     for (size_t i = 0; i < ports_.size(); ++i) {
         auto& queue = dpdk_->tx[i];

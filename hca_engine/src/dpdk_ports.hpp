@@ -1,0 +1,35 @@
+// The engine's ports on DPDK ethdevs, one per device; with dpdk_ports.cpp the only
+// place DPDK appears. The default is a back-to-back pair joined by two rte_rings (the
+// built-in wire); any other PMD is named by its device arguments. Transmitted frames
+// pass the port's fault injector and capture (--faults, --pcap).
+#pragma once
+
+#include "engine_config.hpp"
+#include "ports.hpp"
+
+#include <memory>
+
+namespace softhca::engine {
+
+class DpdkPortSet final : public PortSet {
+  public:
+    // Initialises the DPDK EAL without hugepages and brings every configured port up.
+    // Throws std::runtime_error with a readable message on failure.
+    explicit DpdkPortSet(const EngineConfig& config);
+    ~DpdkPortSet() override;
+
+    std::vector<size_t> refresh_links() override;
+    bool set_admin_state(size_t index, bool up) override;
+    size_t receive(size_t index, RxFrame* frames, size_t max) override;
+    void release(void* handle) override;
+    bool tx_alloc(size_t index, TxFrame& frame) override;
+    void tx_queue(size_t index, TxFrame& frame, uint32_t length) override;
+    void tx_abort(TxFrame& frame) override;
+    size_t flush() override;
+
+  private:
+    struct Dpdk;
+    std::unique_ptr<Dpdk> dpdk_;
+};
+
+} // namespace softhca::engine
