@@ -27,7 +27,61 @@ constexpr size_t kTxLeastPerQp = 4;
 
 Datapath::Datapath(PortSet& ports, const std::vector<Device>& devices, KeySpace& tables)
     : ports_(ports), devices_(devices), tables_(tables), neighbors_(ports.size()),
-      loopback_(16384) {}
+      loopback_(16384) {
+    // Room for a busy engine's lists, so that rounds do not allocate.
+    active_.reserve(1024);
+    round_.reserve(1024);
+    timers_.reserve(1024);
+    tables_.schedule = this;
+}
+
+Datapath::~Datapath() {
+    for (EngineQp* qp : active_)
+        qp->scheduling() = {};
+    for (const TimerEntry& entry : timers_)
+        entry.qp->scheduling() = {};
+    if (tables_.schedule == this)
+        tables_.schedule = nullptr;
+}
+
+void Datapath::activate(EngineQp& qp) {
+    if (qp.scheduling().active)
+        return;
+    qp.scheduling().active = true;
+    active_.push_back(&qp);
+}
+
+void Datapath::forget(EngineQp& qp) {
+    // A QP being destroyed (control path, not per packet): nothing may point at it.
+    std::erase(active_, &qp);
+    std::erase(round_, &qp);
+    if (std::erase_if(timers_, [&](const TimerEntry& e) { return e.qp == &qp; }))
+        std::make_heap(timers_.begin(), timers_.end());
+    qp.scheduling() = {};
+}
+
+void Datapath::schedule_timer(EngineQp& qp) {
+    const uint64_t deadline = qp.transport().next_deadline();
+    QpScheduling& s = qp.scheduling();
+    if (deadline == tp::kNoDeadline || deadline >= s.timer_at)
+        return;
+    s.timer_at = deadline;
+    timers_.push_back({deadline, &qp});
+    std::push_heap(timers_.begin(), timers_.end());
+}
+
+void Datapath::fire_timers(uint64_t now) {
+    while (!timers_.empty() && timers_.front().deadline <= now) {
+        std::pop_heap(timers_.begin(), timers_.end());
+        const TimerEntry entry = timers_.back();
+        timers_.pop_back();
+        QpScheduling& s = entry.qp->scheduling();
+        if (s.timer_at != entry.deadline)
+            continue; // superseded by an earlier deadline that already came up
+        s.timer_at = UINT64_MAX;
+        activate(*entry.qp); // its turn fires the timer if it is still due
+    }
+}
 
 bool Datapath::poll(uint64_t now) {
     bool busy = false;
@@ -36,7 +90,10 @@ bool Datapath::poll(uint64_t now) {
             busy |= srq->pull_work();
     for (auto& device : tables_.qps_by_device)
         for (auto& [qpn, qp] : device)
-            busy |= qp->pull_work(now);
+            if (qp->pull_work(now)) {
+                busy = true;
+                activate(*qp);
+            }
     for (size_t port = 0; port < ports_.size(); ++port) {
         const uint64_t before = ports_.info(port).counters.rx_packets;
         // Take in what waits, up to about what a round may send: frames left in a ring
@@ -47,19 +104,28 @@ bool Datapath::poll(uint64_t now) {
                 break;
         busy |= ports_.info(port).counters.rx_packets != before;
     }
+    fire_timers(now);
     const size_t budget =
         std::clamp(kTxPacketsPerRound / std::max<size_t>(senders_, 1), kTxLeastPerQp, kTxMostPerQp);
     senders_ = 0;
-    for (auto& device : tables_.qps_by_device) {
-        for (auto& [qpn, qp] : device) {
-            if (qp->transport().next_deadline() <= now)
-                qp->transport().on_timer(now);
-            if (transmit(*qp, now, budget)) {
-                busy = true;
-                ++senders_;
-            }
+    // QPs activated during this round's turns (a loopback frame arriving) go next round.
+    round_.swap(active_);
+    for (EngineQp* qp : round_)
+        qp->scheduling().active = false;
+    for (size_t i = 0; i < round_.size(); ++i) {
+        EngineQp& qp = *round_[i];
+        ++qp_visits_;
+        if (qp.transport().next_deadline() <= now)
+            qp.transport().on_timer(now);
+        if (transmit(qp, now, budget)) {
+            busy = true;
+            ++senders_;
         }
+        if (qp.transport().wants_transmit(now))
+            activate(qp);
+        schedule_timer(qp);
     }
+    round_.clear();
     busy |= ports_.flush() > 0;
     for (auto& device : tables_.srqs_by_device)
         for (auto& [srqn, srq] : device)
@@ -68,11 +134,10 @@ bool Datapath::poll(uint64_t now) {
 }
 
 uint64_t Datapath::next_deadline() const {
-    uint64_t deadline = UINT64_MAX;
-    for (const auto& device : tables_.qps_by_device)
-        for (const auto& [qpn, qp] : device)
-            deadline = std::min(deadline, qp->transport().next_deadline());
-    return deadline;
+    // The heap's top (rarely an entry already superseded: then the engine wakes early).
+    // QPs left active are waiting for something that wakes the engine itself: an ACK
+    // to open their window, a link, an ARP reply.
+    return timers_.empty() ? UINT64_MAX : timers_.front().deadline;
 }
 
 void Datapath::arm_doorbells() {
@@ -164,8 +229,10 @@ void Datapath::handle_frame(size_t port, const uint8_t* data, uint32_t length, u
             ++counters.rx_no_qp;
             return;
         }
-        for (EngineQp* qp : *members)
+        for (EngineQp* qp : *members) {
             qp->transport().receive(packet, now, grh);
+            activate(*qp);
+        }
         return;
     }
     auto& qps = tables_.qps_by_device[port];
@@ -175,6 +242,7 @@ void Datapath::handle_frame(size_t port, const uint8_t* data, uint32_t length, u
         return;
     }
     it->second->transport().receive(packet, now, packet.deth ? grh : nullptr);
+    activate(*it->second);
 }
 
 bool Datapath::mac_for(size_t port, uint32_t ip, uint64_t now, tp::MacAddress& mac) {

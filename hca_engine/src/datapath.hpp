@@ -1,7 +1,16 @@
 // The engine's data path, one polling round at a time: take new work requests off the
 // shared rings, receive a burst from every port (ARP, RoCEv2 frames to their QPs),
-// transmit what the QPs have to send, and fire transport timers. No allocation and no
-// system call per packet (cross-memory-attach copies aside).
+// fire the transport timers that are due, and transmit what the active QPs have to
+// send. No allocation and no system call per packet (cross-memory-attach copies aside).
+//
+// Only active QPs are visited to transmit: a QP joins the active list when work is
+// posted to it, when a packet arrives for it, when its timer fires and when the
+// control path changes it (QpSchedule); it stays while it has something to send
+// (QueuePair::wants_transmit: a full window, a link down or an unresolved MAC included)
+// and leaves when it has nothing. Timers are a min-heap of (deadline, QP): a QP has at
+// most one live entry, the earliest; an entry whose deadline is no longer the QP's is
+// dropped when it comes up, and a QP whose deadline moved later is simply visited
+// early and pushed again.
 #pragma once
 
 #include "arp.hpp"
@@ -15,9 +24,12 @@
 
 namespace softhca::engine {
 
-class Datapath {
+class Datapath final : public QpSchedule {
   public:
     Datapath(PortSet& ports, const std::vector<Device>& devices, KeySpace& tables);
+    ~Datapath() override;
+    Datapath(const Datapath&) = delete;
+    Datapath& operator=(const Datapath&) = delete;
 
     // One round. Returns true when anything happened (the loop keeps spinning then).
     bool poll(uint64_t now);
@@ -26,6 +38,15 @@ class Datapath {
     uint64_t next_deadline() const;
     // Before sleeping: ask providers to ring the doorbell on their next post.
     void arm_doorbells();
+
+    // QpSchedule
+    void activate(EngineQp& qp) override;
+    void forget(EngineQp& qp) override;
+
+    // QPs visited to transmit, and timer heap entries, since the start (tests).
+    uint64_t qp_visits() const { return qp_visits_; }
+    size_t timer_entries() const { return timers_.size(); }
+    size_t active_qps() const { return active_.size(); }
 
   private:
     size_t receive(size_t port, uint64_t now); // frames taken
@@ -37,6 +58,16 @@ class Datapath {
     // vector. False (an ARP request sent) while the destination MAC is unknown.
     bool resolve_destination(EngineQp& qp, size_t port, uint64_t now, bool& local);
     bool mac_for(size_t port, uint32_t ip, uint64_t now, transport::MacAddress& mac);
+    void fire_timers(uint64_t now);
+    // After a QP's turn: its timer's entry, if its deadline moved earlier.
+    void schedule_timer(EngineQp& qp);
+
+    struct TimerEntry {
+        uint64_t deadline;
+        EngineQp* qp;
+        // std::push_heap keeps the largest on top: the earliest deadline is "largest".
+        bool operator<(const TimerEntry& other) const { return deadline > other.deadline; }
+    };
 
     PortSet& ports_;
     const std::vector<Device>& devices_;
@@ -45,6 +76,10 @@ class Datapath {
     std::vector<uint8_t> loopback_; // one frame built for a destination on the same port
     uint16_t ipv4_id_ = 0;
     size_t senders_ = 0; // QPs that sent in the last round: they share the next one's budget
+    std::vector<EngineQp*> active_; // to visit next round
+    std::vector<EngineQp*> round_;  // being visited
+    std::vector<TimerEntry> timers_;
+    uint64_t qp_visits_ = 0;
 };
 
 } // namespace softhca::engine

@@ -75,6 +75,16 @@ EngineQp::EngineQp(uint32_t handle, uint32_t qp_num, tp::QpType type, size_t dev
     }
 }
 
+EngineQp::~EngineQp() {
+    if (QpSchedule* schedule = context_.keys().schedule)
+        schedule->forget(*this);
+}
+
+void EngineQp::activate() {
+    if (QpSchedule* schedule = context_.keys().schedule)
+        schedule->activate(*this);
+}
+
 int EngineQp::create_ring() {
     const uint32_t sq_slot =
         (sizeof(di::SendWqeHeader) +
@@ -214,6 +224,7 @@ int EngineQp::modify(const di::ModifyQpRequest& request, const PortInfo& port,
     if (mask & kState)
         transport_.set_state(next, now);
     attr_.qp_state = static_cast<uint32_t>(transport_.state());
+    activate(); // RTS with requests already posted, SQD back to RTS, new timers...
     return 0;
 }
 
@@ -324,6 +335,7 @@ void EngineQp::arm_doorbell() {
 
 void EngineQp::deferred_memory_fault() {
     transport_.memory_fault();
+    activate(); // the fatal NAK it owes
 }
 
 void EngineQp::push_completion(CompletionQueue* cq, const tp::Completion& c) {

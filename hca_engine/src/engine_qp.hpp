@@ -43,6 +43,13 @@ struct QpBinding {
     uint32_t xrc_domain = 0;  // XRC target: the domain (KeySpace id)
 };
 
+// What the data path keeps about a QP to schedule it (Datapath): whether it is on the
+// active list, and the deadline of its entry in the timer heap.
+struct QpScheduling {
+    bool active = false;
+    uint64_t timer_at = UINT64_MAX;
+};
+
 class EngineQp : public transport::CompletionSink,
                  public transport::SrqDirectory,
                  public MemoryFaultListener {
@@ -51,6 +58,9 @@ class EngineQp : public transport::CompletionSink,
              ContextResources& context, const QpBinding& binding,
              const device_interface::QpCaps& caps, bool sq_sig_all, uint64_t user_handle,
              const PortInfo& port);
+    ~EngineQp() override;
+    EngineQp(const EngineQp&) = delete;
+    EngineQp& operator=(const EngineQp&) = delete;
 
     // Creates the shared work queues; returns 0 or an errno.
     int create_ring();
@@ -80,6 +90,7 @@ class EngineQp : public transport::CompletionSink,
     const transport::FrameAddressing& addressing() const { return addressing_; }
     transport::FrameAddressing& addressing() { return addressing_; }
     uint64_t cq_overruns() const { return cq_overruns_; }
+    QpScheduling& scheduling() { return scheduling_; }
 
     // transport::CompletionSink
     void send_completion(const transport::Completion& completion) override;
@@ -100,6 +111,8 @@ class EngineQp : public transport::CompletionSink,
     void push_completion(CompletionQueue* cq, const transport::Completion& completion);
     const uint8_t* ring_slot(bool send, uint64_t index) const;
     void take_gathered(const uint8_t* slot, transport::SendWqe& w) const;
+    // Puts the QP on the data path's active list (a change it could not see arrive).
+    void activate();
 
     uint32_t handle_;
     uint32_t qp_num_;
@@ -122,6 +135,7 @@ class EngineQp : public transport::CompletionSink,
     uint64_t sq_pulled_ = 0;
     uint64_t rq_pulled_ = 0;
     uint64_t cq_overruns_ = 0;
+    QpScheduling scheduling_;
 };
 
 } // namespace softhca::engine

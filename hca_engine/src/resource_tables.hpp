@@ -26,6 +26,16 @@ class EngineSrq;
 class ContextResources;
 struct PortInfo;
 
+// The data path's schedule of QPs (Datapath): told when a QP may have something to do
+// that the data path did not see arrive (a state change, a deferred memory fault) and
+// when a QP goes away, so that it never refers to a destroyed one.
+class QpSchedule {
+  public:
+    virtual ~QpSchedule() = default;
+    virtual void activate(EngineQp& qp) = 0;
+    virtual void forget(EngineQp& qp) = 0;
+};
+
 // Engine-wide accounting: unique MR keys, QP numbers, the QPs of each device by number
 // (where arriving packets find them) and the max_pd / max_mr / max_cq / max_qp limits.
 class KeySpace {
@@ -40,6 +50,7 @@ class KeySpace {
     // them by number)
     std::vector<std::unordered_map<uint32_t, EngineSrq*>> srqs_by_device;
     std::vector<MulticastGroups> mcast_by_device;
+    QpSchedule* schedule = nullptr; // the data path, while there is one
     // Sizes the per-device tables.
     void set_device_count(size_t count);
 
@@ -184,6 +195,7 @@ class ContextResources {
     size_t cq_count() const { return cqs_.size(); }
     size_t qp_count() const { return qps_.size(); }
     pid_t owner() const { return owner_; }
+    KeySpace& keys() { return keys_; }
 
     // Where this context's async events go: the write end of its async event pipe.
     void set_async_fd(int fd) { async_fd_ = fd; }

@@ -113,11 +113,18 @@ class SimulatedPortSet final : public softhca::engine::PortSet {
         }
     }
 
+    // A cut wire: every frame sent is lost.
+    bool cut = false;
+
     size_t flush() override {
         size_t sent = 0;
         for (size_t i = 0; i < 2; ++i) {
             auto& peer = rx_[1 - i];
             for (size_t f : tx_[i]) {
+                if (cut) {
+                    free_.push_back(f);
+                    continue;
+                }
                 if (peer.size() >= kWireFrames) {
                     free_.push_back(f); // the wire is full: a drop, as on a NIC
                     ++ports_[i].counters.tx_dropped;

@@ -79,6 +79,8 @@ struct Host {
     di::QpRingHeader* ring = nullptr;
     di::CqRingHeader* cq_ring = nullptr;
     uint64_t sq_next = 0, rq_next = 0;
+    uint32_t cq_handle = 0;
+    size_t ring_bytes = 0;
 
     Host(KeySpace& keys, size_t device, const PortInfo& port, bool shared)
         : ctx(getpid(), keys, device), buffer(kBufferBytes, shared) {
@@ -89,7 +91,6 @@ struct Host {
         reg.pd_handle = pd;
         reg.access = kIbvAccess;
         REQUIRE(ctx.reg_mr(reg, mr) == 0);
-        uint32_t cq_handle = 0;
         REQUIRE(ctx.create_cq(1023, 0, 0, {}, cq_handle, cq) == 0);
         cq_ring = static_cast<di::CqRingHeader*>(map_fd(cq->ring.fd(), cq->ring.bytes()));
         di::CreateQpRequest create{};
@@ -98,10 +99,11 @@ struct Host {
         create.qp_type = 2; // IBV_QPT_RC
         create.caps = {64, 64, 2, 2, 64, 0};
         REQUIRE(ctx.create_qp(create, port, qp) == 0);
-        ring = static_cast<di::QpRingHeader*>(map_fd(qp->ring_fd(), qp->ring_bytes()));
+        ring_bytes = qp->ring_bytes();
+        ring = static_cast<di::QpRingHeader*>(map_fd(qp->ring_fd(), ring_bytes));
     }
     ~Host() {
-        munmap(ring, qp->ring_bytes());
+        munmap(ring, ring_bytes);
         munmap(cq_ring, cq->ring.bytes());
     }
 
@@ -330,4 +332,110 @@ TEST_CASE("engine data path: RC writes, reads and sends over a lossy simulated w
     for (int i = 0; i < 100; ++i)
         bench.round();
     CHECK(bench.ports.frames_in_use() == 0);
+}
+
+TEST_CASE("engine data path: only active QPs are visited, and timers fire from the heap") {
+    Bench bench({}, false);
+    Host& a = *bench.a;
+    Host& b = *bench.b;
+    // 100 more QPs that never have anything to do.
+    std::vector<EngineQp*> idle;
+    for (int i = 0; i < 100; ++i) {
+        di::CreateQpRequest create{};
+        create.pd_handle = a.pd;
+        create.send_cq_handle = create.recv_cq_handle = a.cq_handle;
+        create.qp_type = 2;
+        create.caps = {16, 16, 1, 1, 0, 0};
+        EngineQp* qp = nullptr;
+        REQUIRE(a.ctx.create_qp(create, bench.ports.info(0), qp) == 0);
+        idle.push_back(qp);
+    }
+    auto run_until_completion = [&](di::CompletionEntry& e, uint64_t limit) {
+        for (uint64_t i = 0; i < limit; ++i) {
+            bench.round();
+            if (a.poll(e))
+                return true;
+        }
+        return false;
+    };
+
+    // A first message, so that each side has the other's MAC (ARP) before any cut.
+    {
+        a.post_send(100, 0, 0, 64, b.buffer.addr(), b.mr.rkey);
+        di::CompletionEntry e{};
+        REQUIRE(run_until_completion(e, 10000));
+        REQUIRE(e.status == 0);
+        for (int i = 0; i < 10; ++i)
+            bench.round();
+    }
+
+    SECTION("traffic visits the two QPs that carry it, an idle engine none") {
+        const uint64_t visits_before = bench.datapath.qp_visits();
+        uint64_t rounds = 0;
+        for (uint64_t m = 1; m <= 50; ++m) {
+            fill(a.buffer.data(), m, 4096);
+            a.post_send(m, 0, 0, 4096, b.buffer.addr(), b.mr.rkey);
+            di::CompletionEntry e{};
+            uint64_t r = 0;
+            while (!a.poll(e) && r < 10000) {
+                bench.round();
+                ++r;
+            }
+            REQUIRE(r < 10000);
+            REQUIRE(e.status == 0);
+            REQUIRE(first_mismatch(b.buffer.data(), m, 4096) == -1);
+            rounds += r;
+        }
+        // At most once per QP per round, and only the two that carry traffic.
+        CHECK(bench.datapath.qp_visits() - visits_before <= 2 * rounds);
+        for (int i = 0; i < 10; ++i)
+            bench.round(); // ACKs and timers settle
+        const uint64_t settled = bench.datapath.qp_visits();
+        for (int i = 0; i < 1000; ++i)
+            bench.round();
+        CHECK(bench.datapath.qp_visits() == settled);
+        // Everything is acknowledged: no timer is left.
+        CHECK(bench.datapath.next_deadline() == UINT64_MAX);
+    }
+
+    SECTION("a cut wire: the local ACK timer fires from the heap until the retries run out") {
+        bench.ports.cut = true;
+        fill(a.buffer.data(), 7, 1024);
+        a.post_send(7, 0, 0, 1024, b.buffer.addr(), b.mr.rkey);
+        const uint64_t visits_before = bench.datapath.qp_visits();
+        di::CompletionEntry e{};
+        REQUIRE(run_until_completion(e, 100000));
+        CHECK(e.wr_id == 7);
+        CHECK(e.status == 12); // IBV_WC_RETRY_EXC_ERR
+        CHECK(a.qp->transport().counters().timeouts == 8); // retry_cnt 7: 1 + 7 tries
+        // One visit to post, one per timeout (plus the turn each resend takes): a few
+        // dozen, not one per round of the ~100 rounds of each 65 us timeout.
+        CHECK(bench.datapath.qp_visits() - visits_before <= 3 * 8 + 4);
+        CHECK(bench.datapath.timer_entries() <= 2);
+    }
+
+    SECTION("a destroyed QP leaves the active list and the heap") {
+        bench.ports.cut = true;
+        a.post_send(9, 0, 0, 1024, b.buffer.addr(), b.mr.rkey);
+        bench.round(); // a's QP sent and waits for its ACK: a timer entry
+        CHECK(bench.datapath.timer_entries() == 1);
+        // A state change puts a QP on the active list (the control path's activate).
+        for (EngineQp* qp : idle) {
+            di::ModifyQpRequest m{};
+            m.attr.qp_state = 1;
+            m.attr.port_num = 1;
+            m.attr_mask = tp::qp_attr::kState | tp::qp_attr::kPkeyIndex | tp::qp_attr::kPort |
+                          tp::qp_attr::kAccessFlags;
+            REQUIRE(qp->modify(m, bench.ports.info(0), 0) == 0);
+        }
+        CHECK(bench.datapath.active_qps() == 100);
+        for (EngineQp* qp : idle)
+            REQUIRE(a.ctx.destroy_qp(qp->handle()) == 0);
+        CHECK(bench.datapath.active_qps() == 0);
+        REQUIRE(a.ctx.destroy_qp(a.qp->handle()) == 0);
+        CHECK(bench.datapath.timer_entries() == 0);
+        for (int i = 0; i < 100; ++i)
+            bench.round(); // nothing refers to them any more
+        CHECK(bench.datapath.qp_visits() > 0);
+    }
 }
