@@ -245,7 +245,11 @@ bool EngineQp::pull_work(tp::Nanoseconds now) {
         const uint8_t* slot = ring_slot(true, sq_pulled_);
         di::SendWqeHeader h;
         std::memcpy(&h, slot, sizeof(h));
-        tp::SendWqe w;
+        tp::SendWqe* slot_wqe = transport_.prepare_send();
+        if (!slot_wqe)
+            break; // the transport's queue is full: the rest waits in the ring
+        // Filled in place: only the fields, SGEs and bytes the request has.
+        tp::SendWqe& w = *slot_wqe;
         w.wr_id = h.wr_id;
         w.opcode = static_cast<tp::WrOpcode>(h.opcode);
         w.signaled = sq_sig_all_ || (h.flags & di::kSendSignaled);
@@ -286,8 +290,7 @@ bool EngineQp::pull_work(tp::Nanoseconds now) {
             else if (h.flags & di::kSendGathered)
                 take_gathered(slot, w);
         }
-        if (!transport_.post_send(w))
-            break;
+        transport_.post_prepared_send();
         ++sq_pulled_;
         any = true;
     }
@@ -297,12 +300,13 @@ bool EngineQp::pull_work(tp::Nanoseconds now) {
         const uint8_t* slot = ring_slot(false, rq_pulled_);
         di::RecvWqeHeader h;
         std::memcpy(&h, slot, sizeof(h));
-        tp::RecvWqe r;
-        r.wr_id = h.wr_id;
-        r.num_sge = std::min<uint32_t>(h.num_sge, caps_.max_recv_sge);
-        r.length = read_sges(slot + sizeof(h), r.num_sge, r.sge);
-        if (!transport_.post_recv(r))
+        tp::RecvWqe* r = transport_.prepare_recv();
+        if (!r)
             break;
+        r->wr_id = h.wr_id;
+        r->num_sge = std::min<uint32_t>(h.num_sge, caps_.max_recv_sge);
+        r->length = read_sges(slot + sizeof(h), r->num_sge, r->sge);
+        transport_.post_prepared_recv();
         ++rq_pulled_;
         any = true;
     }

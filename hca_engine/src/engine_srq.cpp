@@ -87,19 +87,20 @@ bool EngineSrq::pull_work() {
         const uint8_t* slot = base + (pulled_ & (max_wr_ - 1)) * slot_size_;
         di::RecvWqeHeader h;
         std::memcpy(&h, slot, sizeof(h));
-        tp::RecvWqe r;
-        r.wr_id = h.wr_id;
-        r.num_sge = std::min<uint32_t>(h.num_sge, max_sge_);
+        tp::RecvWqe* r = queue_.prepare_post(); // filled in place
+        if (!r)
+            break;
+        r->wr_id = h.wr_id;
+        r->num_sge = std::min<uint32_t>(h.num_sge, max_sge_);
         uint64_t total = 0;
-        for (uint32_t i = 0; i < r.num_sge; ++i) {
+        for (uint32_t i = 0; i < r->num_sge; ++i) {
             di::WireSge s;
             std::memcpy(&s, slot + sizeof(h) + i * sizeof(s), sizeof(s));
-            r.sge[i] = {s.addr, s.length, s.lkey};
+            r->sge[i] = {s.addr, s.length, s.lkey};
             total += s.length;
         }
-        r.length = static_cast<uint32_t>(std::min<uint64_t>(total, 1ull << 31));
-        if (!queue_.post(r))
-            break;
+        r->length = static_cast<uint32_t>(std::min<uint64_t>(total, 1ull << 31));
+        queue_.post_prepared();
         ++pulled_;
         any = true;
     }

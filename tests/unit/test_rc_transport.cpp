@@ -418,6 +418,61 @@ TEST_CASE("RC: RESET forgets every role's state: an RNR wait does not outlive it
     CHECK(link.b().sink.recvs[0].status == WcStatus::Success);
 }
 
+TEST_CASE("RC: a request prepared in place starts from reset fields, whatever its slot held") {
+    Link link(17, {}, 1); // one send queue entry: every request reuses it
+    link.connect(PathMtu::Mtu1024, kAllRemote);
+    HostMemory& am = link.a().memory;
+    HostMemory& bm = link.b().memory;
+    const uint32_t src = am.add_region(4096, kRegionRights);
+    const uint32_t dst = bm.add_region(4096, kRegionRights);
+    SendWqe* w = link.a().qp.prepare_send();
+    REQUIRE(w);
+    w->wr_id = 1;
+    w->opcode = WrOpcode::RdmaWrite;
+    w->signaled = true;
+    w->fence = true;
+    w->solicited = true;
+    w->inline_data = true;
+    w->length = 100;
+    w->remote_addr = bm.region(dst).addr;
+    w->rkey = dst;
+    w->remote_srqn = 9;
+    std::fill_n(w->inline_bytes.begin(), 100, uint8_t{0xab});
+    link.a().qp.post_prepared_send();
+    CHECK(link.a().qp.prepare_send() == nullptr); // the queue is full
+    REQUIRE(link.run_until([&] { return link.a().sink.sends.size() == 1; }));
+    REQUIRE(link.a().sink.sends[0].status == WcStatus::Success);
+    CHECK(bm.region(dst).bytes[99] == 0xab);
+
+    w = link.a().qp.prepare_send();
+    REQUIRE(w);
+    CHECK(w->wr_id == 0);
+    CHECK(w->opcode == WrOpcode::Send);
+    CHECK(!w->signaled);
+    CHECK(!w->fence);
+    CHECK(!w->solicited);
+    CHECK(!w->inline_data);
+    CHECK(w->length == 0);
+    CHECK(w->num_sge == 0);
+    CHECK(w->remote_srqn == 0);
+    // A one-SGE SEND in the same entry: none of the old inline bytes go out.
+    w->wr_id = 2;
+    w->signaled = true;
+    w->num_sge = 1;
+    w->length = 16;
+    w->sge[0] = {am.region(src).addr, 16, src};
+    std::fill_n(am.region(src).bytes.begin(), 16, uint8_t{0x11});
+    link.a().qp.post_prepared_send();
+    REQUIRE(link.b().qp.post_recv(one_sge_receive(5, bm, dst, 64)));
+    REQUIRE(link.run_until([&] { return link.a().sink.sends.size() == 2; }));
+    CHECK(link.a().sink.sends[1].status == WcStatus::Success);
+    REQUIRE(link.b().sink.recvs.size() == 1);
+    CHECK(link.b().sink.recvs[0].byte_len == 16);
+    CHECK(bm.region(dst).bytes[0] == 0x11);
+    CHECK(bm.region(dst).bytes[15] == 0x11);
+    CHECK(bm.region(dst).bytes[16] == 0xab); // the receive wrote 16 bytes, no more
+}
+
 TEST_CASE("RC: retries run out when the peer is gone: RETRY_EXC_ERR") {
     Link link(7, {1.0, 0, 0, 0}); // everything dropped
     link.connect(PathMtu::Mtu1024, kAllRemote);

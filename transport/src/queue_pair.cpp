@@ -97,24 +97,48 @@ void QueuePair::set_state(QpState state, Nanoseconds now) {
 }
 
 bool QueuePair::post_send(const SendWqe& wqe) {
-    if (sq_tail_ - sq_head_ >= sq_.size())
+    SendWqe* slot = prepare_send();
+    if (!slot)
         return false;
-    SendEntry& entry = sq_at(sq_tail_++);
-    entry = SendEntry{};
-    entry.wqe = wqe;
+    *slot = wqe;
+    post_prepared_send();
+    return true;
+}
+
+SendWqe* QueuePair::prepare_send() {
+    if (sq_tail_ - sq_head_ >= sq_.size())
+        return nullptr;
+    SendEntry& entry = sq_at(sq_tail_);
+    static_cast<SendProgress&>(entry) = {};
+    static_cast<SendWqeFields&>(entry.wqe) = {};
+    return &entry.wqe;
+}
+
+void QueuePair::post_prepared_send() {
+    ++sq_tail_;
     if (state_ == QpState::Error)
         flush_all();
     else if (state_ == QpState::Sqe)
         flush_send_queue();
-    return true;
 }
 
 bool QueuePair::post_recv(const RecvWqe& wqe) {
-    if (has_srq() || !own_rq_.post(wqe))
+    RecvWqe* slot = prepare_recv();
+    if (!slot)
         return false;
+    *slot = wqe;
+    post_prepared_recv();
+    return true;
+}
+
+RecvWqe* QueuePair::prepare_recv() {
+    return has_srq() ? nullptr : own_rq_.prepare_post();
+}
+
+void QueuePair::post_prepared_recv() {
+    own_rq_.post_prepared();
     if (state_ == QpState::Error)
         flush_all();
-    return true;
 }
 
 void QueuePair::receive(const IbPacket& packet, Nanoseconds now, const uint8_t* grh) {

@@ -14,6 +14,16 @@ bool ReceiveQueue::post(const RecvWqe& wqe) {
     return true;
 }
 
+RecvWqe* ReceiveQueue::prepare_post() {
+    if (size() >= ring_.size())
+        return nullptr;
+    RecvWqe& slot = ring_[tail_ % ring_.size()];
+    slot.wr_id = 0;
+    slot.num_sge = 0;
+    slot.length = 0;
+    return &slot;
+}
+
 void ReceiveQueue::pop() {
     if (empty())
         return;

@@ -132,6 +132,14 @@ class QueuePair {
     // WR_FLUSH_ERR (and sends do in SQE too).
     bool post_send(const SendWqe& wqe);
     bool post_recv(const RecvWqe& wqe);
+    // The same in place, with no copy of a whole request (the engine's data path): the
+    // next free entry, its fields reset and its SGEs and inline bytes left as they were
+    // (fill what num_sge and length say), or nullptr when the queue is full (for
+    // receives, also when the QP uses an SRQ); then post_prepared_send/recv() posts it.
+    SendWqe* prepare_send();
+    void post_prepared_send();
+    RecvWqe* prepare_recv();
+    void post_prepared_recv();
     uint32_t send_queue_used() const { return sq_tail_ - sq_head_; }
 
     // One packet from the peer (dest QP already matched to this QP). `grh` is the
@@ -168,14 +176,17 @@ class QueuePair {
 
   private:
     // ---- requester / completer: the send queue ----
-    struct SendEntry {
-        SendWqe wqe;
+    // The progress of an entry (everything but its request), reset when it is reused.
+    struct SendProgress {
         uint32_t first_psn = 0;
         uint32_t packets = 0;     // PSNs the message occupies
         uint32_t next_packet = 0; // next packet to (re)send, 0..packets (read: 0 or packets)
         bool started = false;
         bool acked = false;            // sends/writes: covered by an ACK; reads/atomics: answered
         uint32_t received_packets = 0; // read response packets received in order
+    };
+    struct SendEntry : SendProgress {
+        SendWqe wqe;
     };
     SendEntry& sq_at(uint32_t index) { return sq_[index % sq_.size()]; }
     // Names an entry's message to MemoryAccess::read_message: its send queue position

@@ -23,6 +23,10 @@ class ReceiveQueue {
 
     // False when full.
     bool post(const RecvWqe& wqe);
+    // In place: the next free slot with its fields reset (the SGEs past num_sge are
+    // left as they were), or nullptr when full; post_prepared() posts it.
+    RecvWqe* prepare_post();
+    void post_prepared() { ++tail_; }
     // The oldest request; only when !empty().
     const RecvWqe& front() const { return ring_[head_ % ring_.size()]; }
     // Removes the oldest request.

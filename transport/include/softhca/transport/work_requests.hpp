@@ -85,7 +85,8 @@ struct WindowBind {
     uint64_t length = 0;
 };
 
-struct SendWqe {
+// A send work request's fields, without its scatter/gather list and inline bytes.
+struct SendWqeFields {
     uint64_t wr_id = 0;
     WrOpcode opcode = WrOpcode::Send;
     bool signaled = false;
@@ -109,6 +110,11 @@ struct SendWqe {
     // XRC: the SRQ at the target that receives the message.
     uint32_t remote_srqn = 0;
     WindowBind bind; // BIND_MW
+};
+
+// Only the first num_sge SGEs and the first `length` inline bytes mean anything: a
+// request filled in place (QueuePair::prepare_send) leaves the rest as it was.
+struct SendWqe : SendWqeFields {
     std::array<Sge, kMaxSge> sge{};
     std::array<uint8_t, kMaxInlineData> inline_bytes{};
 };
@@ -117,7 +123,7 @@ struct RecvWqe {
     uint64_t wr_id = 0;
     uint32_t num_sge = 0;
     uint32_t length = 0; // total room
-    std::array<Sge, kMaxSge> sge{};
+    std::array<Sge, kMaxSge> sge{}; // the first num_sge mean anything
 };
 
 // The network header a RoCEv2 datagram came with (Annex A17.4.5.1: for UD the
