@@ -235,14 +235,13 @@ void Datapath::handle_frame(size_t port, const uint8_t* data, uint32_t length, u
         }
         return;
     }
-    auto& qps = tables_.qps_by_device[port];
-    auto it = qps.find(packet.bth->dest_qp());
-    if (it == qps.end()) {
+    EngineQp* qp = tables_.qp_numbers_by_device[port].find(packet.bth->dest_qp());
+    if (!qp) {
         ++counters.rx_no_qp;
         return;
     }
-    it->second->transport().receive(packet, now, packet.deth ? grh : nullptr);
-    activate(*it->second);
+    qp->transport().receive(packet, now, packet.deth ? grh : nullptr);
+    activate(*qp);
 }
 
 bool Datapath::mac_for(size_t port, uint32_t ip, uint64_t now, tp::MacAddress& mac) {

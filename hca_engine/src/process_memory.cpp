@@ -14,7 +14,12 @@ using transport::MemoryStatus;
 
 MemoryStatus ProcessMemory::resolve(uint32_t key, bool remote, uint32_t rights, uint64_t addr,
                                     uint64_t length, uint64_t& process_addr, uint8_t** local) {
-    const MemoryRegion* mr = context_.find_mr_by_key(key);
+    if (key != cached_key_ || context_.mr_generation() != cached_generation_) {
+        cached_key_ = key;
+        cached_generation_ = context_.mr_generation();
+        cached_mr_ = context_.find_mr_by_key(key);
+    }
+    const MemoryRegion* mr = cached_mr_;
     if (!mr && remote)
         return resolve_window(key, rights, addr, length, process_addr, local);
     // The key must name an MR of this QP's PD (10.6.3.1); lkey and rkey are equal here.

@@ -145,6 +145,12 @@ class ProcessMemory : public transport::MemoryAccess {
     MemoryFaultListener* listener_ = nullptr;
     unsigned ahead_victim_ = 0; // the read-ahead buffer to reuse next
 
+    // The MR the last key named, while the context's MR table has not changed: the
+    // packets of a message name the same key, and need no hash lookup.
+    uint32_t cached_key_ = 0;
+    uint64_t cached_generation_ = UINT64_MAX;
+    const MemoryRegion* cached_mr_ = nullptr;
+
     pid_t pid_;
     bool gone_ = false;
     ContextResources& context_;

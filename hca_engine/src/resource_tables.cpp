@@ -55,6 +55,7 @@ uint32_t KeySpace::next_srq_num() {
 
 void KeySpace::set_device_count(size_t count) {
     qps_by_device.resize(count);
+    qp_numbers_by_device.resize(count);
     srqs_by_device.resize(count);
     mcast_by_device.resize(count);
 }
@@ -168,6 +169,7 @@ int ContextResources::reg_mr(const di::RegMrRequest& request, RegisteredMr& out)
     mr.rkey = mr.lkey;
     const uint32_t handle = next_handle_++;
     mrs_by_key_[mr.lkey] = &mrs_.emplace(handle, mr).first->second;
+    ++mr_generation_;
     ++pd->second.mr_count;
     ++keys_.mrs;
     out = {handle, mr.lkey, mr.rkey};
@@ -210,6 +212,7 @@ int ContextResources::rereg_mr(const di::ReregMrRequest& request, RegisteredMr& 
         ++pds_.at(next.pd_handle).mr_count;
     }
     mr = next; // same keys, same place in mrs_by_key_
+    ++mr_generation_;
     out = {request.mr_handle, mr.lkey, mr.rkey};
     return 0;
 }
@@ -223,6 +226,7 @@ int ContextResources::dereg_mr(uint32_t handle) {
     --pds_.at(it->second.pd_handle).mr_count;
     mrs_by_key_.erase(it->second.lkey);
     mrs_.erase(it);
+    ++mr_generation_;
     --keys_.mrs;
     return 0;
 }
@@ -387,6 +391,7 @@ int ContextResources::create_qp(const di::CreateQpRequest& request, const PortIn
     qp = created.get();
     qps_.emplace(handle, std::move(created));
     keys_.qps_by_device[device_][qpn] = qp;
+    keys_.qp_numbers_by_device[device_].insert(qpn, qp);
     if (pd)
         ++pd->qp_count;
     if (binding.send_cq)
@@ -427,6 +432,7 @@ void ContextResources::destroy_owned_qp(
         context->close_opened(opened);
     const QpBinding& b = qp.binding();
     keys_.qps_by_device[device_].erase(qp.qp_num());
+    keys_.qp_numbers_by_device[device_].erase(qp.qp_num());
     if (b.pd_handle)
         --pds_.at(b.pd_handle).qp_count;
     if (b.send_cq)

@@ -9,6 +9,7 @@
 #include "completion_channel.hpp"
 #include "cq_ring_owner.hpp"
 #include "multicast_groups.hpp"
+#include "qp_number_table.hpp"
 #include "softhca/device_interface/control.hpp"
 #include "softhca/transport/work_requests.hpp"
 
@@ -46,6 +47,8 @@ class KeySpace {
     uint32_t pds = 0, mrs = 0, mws = 0, cqs = 0, qps = 0, srqs = 0;
     // device index -> QP number -> QP
     std::vector<std::unordered_map<uint32_t, EngineQp*>> qps_by_device;
+    // The same for the data path's per-packet lookup (no hash).
+    std::vector<QpNumberTable> qp_numbers_by_device;
     // device index -> SRQ number -> SRQ (the data path pulls their rings; XRC finds
     // them by number)
     std::vector<std::unordered_map<uint32_t, EngineSrq*>> srqs_by_device;
@@ -188,6 +191,9 @@ class ContextResources {
     // context made it; nullptr if none.
     EngineSrq* find_xrc_srq(uint32_t srqn, uint32_t domain) const;
     const MemoryRegion* find_mr_by_key(uint32_t key) const;
+    // Changes whenever an MR is registered, re-registered or deregistered: a pointer
+    // find_mr_by_key gave stays good while this does not change.
+    uint64_t mr_generation() const { return mr_generation_; }
     const std::map<uint32_t, std::unique_ptr<EngineQp>>& qps() const { return qps_; }
 
     size_t pd_count() const { return pds_.size(); }
@@ -214,6 +220,7 @@ class ContextResources {
     std::map<uint32_t, ProtectionDomain> pds_;
     std::map<uint32_t, MemoryRegion> mrs_;
     std::unordered_map<uint32_t, MemoryRegion*> mrs_by_key_;
+    uint64_t mr_generation_ = 0;
     std::map<uint32_t, MemoryWindow> mws_;
     std::unordered_map<uint32_t, MemoryWindow*> mws_by_index_; // rkey >> 8
     std::map<uint32_t, CompletionQueue> cqs_;

@@ -439,3 +439,33 @@ TEST_CASE("engine data path: only active QPs are visited, and timers fire from t
         CHECK(bench.datapath.qp_visits() > 0);
     }
 }
+
+TEST_CASE("engine data path: a deregistered MR's rkey is refused at once, though the packets "
+          "before named it") {
+    const bool shared = GENERATE(false, true);
+    Bench bench({}, shared);
+    Host& a = *bench.a;
+    Host& b = *bench.b;
+    auto complete = [&](di::CompletionEntry& e) {
+        for (int i = 0; i < 10000; ++i) {
+            bench.round();
+            if (a.poll(e))
+                return true;
+        }
+        return false;
+    };
+    fill(a.buffer.data(), 1, 8192);
+    a.post_send(1, 0, 0, 8192, b.buffer.addr(), b.mr.rkey); // 8 packets, one rkey
+    di::CompletionEntry e{};
+    REQUIRE(complete(e));
+    REQUIRE(e.status == 0);
+    REQUIRE(first_mismatch(b.buffer.data(), 1, 8192) == -1);
+    REQUIRE(b.ctx.dereg_mr(b.mr.handle) == 0);
+    std::memset(b.buffer.data(), 0, 8192);
+    a.post_send(2, 0, 0, 8192, b.buffer.addr(), b.mr.rkey);
+    REQUIRE(complete(e));
+    CHECK(e.wr_id == 2);
+    CHECK(e.status == 10); // IBV_WC_REM_ACCESS_ERR
+    CHECK(b.buffer.data()[0] == 0);
+    CHECK(b.buffer.data()[8191] == 0);
+}

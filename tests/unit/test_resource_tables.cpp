@@ -188,3 +188,22 @@ TEST_CASE("a CQ arm gives one notification and solicited-only waits for a solici
     CHECK(bigger.take_notification(false));
     munmap(map, ring.bytes());
 }
+
+TEST_CASE("the QP number table finds each QP by its 24-bit number and nothing else") {
+    QpNumberTable table;
+    auto* a = reinterpret_cast<EngineQp*>(uintptr_t{0x1000});
+    auto* b = reinterpret_cast<EngineQp*>(uintptr_t{0x2000});
+    CHECK(table.find(0x11) == nullptr);
+    table.insert(0x11, a);
+    table.insert(0xffffff, b);
+    CHECK(table.find(0x11) == a);
+    CHECK(table.find(0xffffff) == b);
+    CHECK(table.find(0x12) == nullptr);
+    CHECK(table.find(0x1011) == nullptr); // same offset, another page
+    CHECK(table.find(0xfff011) == nullptr);
+    table.erase(0x11);
+    CHECK(table.find(0x11) == nullptr);
+    CHECK(table.find(0xffffff) == b);
+    table.erase(0x500000); // a page never made: nothing happens
+    CHECK(table.find(0x500000) == nullptr);
+}
