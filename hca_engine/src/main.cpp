@@ -5,9 +5,9 @@
 #include "control_server.hpp"
 #include "datapath.hpp"
 #include "device_model.hpp"
+#include "dpdk_ports.hpp"
 #include "engine_config.hpp"
 #include "fast_crc32.hpp"
-#include "dpdk_ports.hpp"
 
 #include "softhca/device_interface/async_event.hpp"
 #include "softhca/kernel_shim/registration.hpp"

@@ -139,7 +139,9 @@ class SimulatedPortSet final : public softhca::engine::PortSet {
         return sent;
     }
 
-    const softhca::engine::FaultInjector& faults(size_t index) const { return ports_[index].faults; }
+    const softhca::engine::FaultInjector& faults(size_t index) const {
+        return ports_[index].faults;
+    }
     // Frames of the pool not given back: 0 when nothing leaked (a held frame and the
     // frames waiting on the wire count as in use).
     size_t frames_in_use() const {

@@ -109,7 +109,8 @@ struct Host {
 
     bool shared_mapped() const { return ctx.find_mr_by_key(mr.lkey)->mapping != nullptr; }
 
-    void modify(uint32_t state, uint32_t mask, const di::QpAttributes& extra, const PortInfo& port) {
+    void modify(uint32_t state, uint32_t mask, const di::QpAttributes& extra,
+                const PortInfo& port) {
         di::ModifyQpRequest m{};
         m.attr = extra;
         m.attr.qp_state = state;
@@ -406,7 +407,7 @@ TEST_CASE("engine data path: only active QPs are visited, and timers fire from t
         di::CompletionEntry e{};
         REQUIRE(run_until_completion(e, 100000));
         CHECK(e.wr_id == 7);
-        CHECK(e.status == 12); // IBV_WC_RETRY_EXC_ERR
+        CHECK(e.status == 12);                             // IBV_WC_RETRY_EXC_ERR
         CHECK(a.qp->transport().counters().timeouts == 8); // retry_cnt 7: 1 + 7 tries
         // One visit to post, one per timeout (plus the turn each resend takes): a few
         // dozen, not one per round of the ~100 rounds of each 65 us timeout.

@@ -139,7 +139,8 @@ void QueuePair::on_request(const IbPacket& packet, Nanoseconds now) {
         return;
     }
     resp_.nak_sequence_sent = false;
-    if (service_ == Service::XRC && resp_.in_progress == OpKind::Invalid && !select_xrc_srq(packet, psn))
+    if (service_ == Service::XRC && resp_.in_progress == OpKind::Invalid &&
+        !select_xrc_srq(packet, psn))
         return;
 
     // 9.7.5.1.3: a packet must continue the message in progress, or start a
@@ -229,7 +230,8 @@ bool QueuePair::stage_receive(const IbPacket& packet) {
     // write and bounds, 10.7.3.1, as a write would).
     const uint32_t length = packet.payload_length;
     return packet.info->starts_message() && packet.info->ends_message() && length &&
-           length <= kStagedReceiveBytes && resp_.recv.num_sge && resp_.recv.sge[0].length >= length &&
+           length <= kStagedReceiveBytes && resp_.recv.num_sge &&
+           resp_.recv.sge[0].length >= length &&
            rq_->memory().stages_receive(resp_.recv.sge[0].lkey, resp_.recv.sge[0].addr, length);
 }
 
@@ -291,8 +293,8 @@ bool QueuePair::accept_send(const IbPacket& packet, uint32_t psn) {
     const bool staged = stage_receive(packet);
     const MemoryStatus written =
         packet.payload_length && !staged
-            ? scatter(rq_->memory(), wqe.sge.data(), wqe.num_sge, resp_.message_offset, packet.payload,
-                      packet.payload_length)
+            ? scatter(rq_->memory(), wqe.sge.data(), wqe.num_sge, resp_.message_offset,
+                      packet.payload, packet.payload_length)
             : MemoryStatus::Ok;
     if (written == MemoryStatus::Gone) {
         ++counters_.dropped; // as if the QP were already destroyed: nothing answers
@@ -560,7 +562,8 @@ size_t QueuePair::build_response(uint8_t* buffer, size_t capacity) {
     const HeaderOffsets o = header_offsets(info);
     if (o.payload > capacity)
         return 0;
-    const uint8_t syndrome = resp_.ack_syndrome_override ? resp_.ack_syndrome_override : ack_syndrome();
+    const uint8_t syndrome =
+        resp_.ack_syndrome_override ? resp_.ack_syndrome_override : ack_syndrome();
     reinterpret_cast<Bth*>(buffer)->set(wire_opcode(op::kAck), false, 0, attr_.pkey, attr_.dest_qp,
                                         false, resp_.ack_psn);
     reinterpret_cast<Aeth*>(buffer + o.aeth)->set(syndrome, resp_.msn);

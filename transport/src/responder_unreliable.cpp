@@ -44,7 +44,8 @@ void QueuePair::on_unacknowledged_request(const IbPacket& packet) {
     }
     resp_.epsn = psn_add(psn, 1);
     const OpcodeInfo& info = *packet.info;
-    if (resp_.in_progress != OpKind::Invalid && (info.kind != resp_.in_progress || info.starts_message()))
+    if (resp_.in_progress != OpKind::Invalid &&
+        (info.kind != resp_.in_progress || info.starts_message()))
         drop_message(); // the last packet of the message in progress never came
     if (resp_.in_progress == OpKind::Invalid && !info.starts_message()) {
         ++counters_.dropped; // the rest of a message already dropped
@@ -90,8 +91,8 @@ void QueuePair::on_ud_request(const IbPacket& packet, const uint8_t* grh) {
     MemoryStatus written = scatter(rq_->memory(), resp_.recv.sge.data(), resp_.recv.num_sge, 0,
                                    grh ? grh : kNoGrh.data(), kGrhBytes);
     if (written == MemoryStatus::Ok && packet.payload_length)
-        written = scatter(rq_->memory(), resp_.recv.sge.data(), resp_.recv.num_sge, kGrhBytes, packet.payload,
-                          packet.payload_length);
+        written = scatter(rq_->memory(), resp_.recv.sge.data(), resp_.recv.num_sge, kGrhBytes,
+                          packet.payload, packet.payload_length);
     if (written == MemoryStatus::Gone) {
         ++counters_.dropped;
         return;

@@ -157,8 +157,9 @@ class QueuePair {
     // UD: the address vector of the next request to send, or nullptr (connected
     // services, or nothing to send).
     const AddressVector* next_destination() const {
-        return service_ == Service::UD && req_.sq_send != sq_tail_ ? &sq_[req_.sq_send % sq_.size()].wqe.av
-                                                               : nullptr;
+        return service_ == Service::UD && req_.sq_send != sq_tail_
+                   ? &sq_[req_.sq_send % sq_.size()].wqe.av
+                   : nullptr;
     }
 
     // True when transmit() may produce something without new input.
@@ -333,8 +334,8 @@ class QueuePair {
         bool nak_sequence_sent = false;
         OpKind in_progress = OpKind::Invalid; // multi-packet message being received
         uint32_t message_offset = 0;
-        uint32_t xrc_srqn = 0;  // XRC target: the SRQ of the message in progress
-        RecvWqe recv;           // the receive request the message in progress fills
+        uint32_t xrc_srqn = 0;   // XRC target: the SRQ of the message in progress
+        RecvWqe recv;            // the receive request the message in progress fills
         bool recv_taken = false; // recv belongs to the message in progress
         uint64_t write_va = 0;
         uint32_t write_rkey = 0;

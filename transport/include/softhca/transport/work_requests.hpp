@@ -122,7 +122,7 @@ struct SendWqe : SendWqeFields {
 struct RecvWqe {
     uint64_t wr_id = 0;
     uint32_t num_sge = 0;
-    uint32_t length = 0; // total room
+    uint32_t length = 0;            // total room
     std::array<Sge, kMaxSge> sge{}; // the first num_sge mean anything
 };
 
