@@ -14,6 +14,8 @@ packages=(
     libisal-dev
     # Tests: Catch2, real verbs programs and rdma-core's Python bindings
     catch2 ibverbs-utils python3-pyverbs perftest
+    # librdmacm over the emulated rdma_cm device: rping, ucmatose, udaddy, mckey, rstream
+    rdmacm-utils librdmacm-dev
     # UCX (ucx_perftest over rc_verbs and ud_verbs): a library that runs on verbs unmodified
     ucx-utils
     # Tests and scripts: network namespaces and process inspection

@@ -7,6 +7,7 @@
 #include "softhca/transport/roce_frame.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 namespace softhca::engine {
 
@@ -26,8 +27,8 @@ constexpr size_t kTxLeastPerQp = 4;
 } // namespace
 
 Datapath::Datapath(PortSet& ports, const std::vector<Device>& devices, KeySpace& tables)
-    : ports_(ports), devices_(devices), tables_(tables), neighbors_(ports.size()),
-      loopback_(16384) {
+    : ports_(ports), devices_(devices), tables_(tables), neighbors_(ports.size()), loopback_(16384),
+      gsi_psn_(ports.size()) {
     // Room for a busy engine's lists, so that rounds do not allocate.
     active_.reserve(1024);
     round_.reserve(1024);
@@ -85,6 +86,13 @@ void Datapath::fire_timers(uint64_t now) {
 
 bool Datapath::poll(uint64_t now) {
     bool busy = false;
+    if (!local_mads_.empty()) {
+        busy = true;
+        std::vector<LocalMad> mads;
+        mads.swap(local_mads_);
+        for (const LocalMad& m : mads)
+            handle_frame(m.port, m.frame.data(), static_cast<uint32_t>(m.frame.size()), now);
+    }
     for (auto& device : tables_.srqs_by_device)
         for (auto& [srqn, srq] : device)
             busy |= srq->pull_work();
@@ -235,6 +243,10 @@ void Datapath::handle_frame(size_t port, const uint8_t* data, uint32_t length, u
         }
         return;
     }
+    if (packet.bth->dest_qp() == tp::kGsiQp) {
+        handle_mad(port, frame, packet, now);
+        return;
+    }
     EngineQp* qp = tables_.qp_numbers_by_device[port].find(packet.bth->dest_qp());
     if (!qp) {
         ++counters.rx_no_qp;
@@ -242,6 +254,77 @@ void Datapath::handle_frame(size_t port, const uint8_t* data, uint32_t length, u
     }
     qp->transport().receive(packet, now, packet.deth ? grh : nullptr);
     activate(*qp);
+}
+
+void Datapath::handle_mad(size_t port, const tp::ParsedFrame& frame, const tp::IbPacket& packet,
+                          uint64_t now) {
+    PortCounters& counters = ports_.counters(port);
+    // QP1 takes UD SEND-only datagrams (C13-1 ... 13.5.1: GSI packets are UD) carrying
+    // the GSI Q_Key (C10-15: a datagram whose Q_Key differs is dropped).
+    if (packet.bth->opcode() != tp::op::ud(tp::op::kSendOnly) || !packet.deth ||
+        packet.deth->qkey() != tp::kGsiQkey || !tp::gid_is_ipv4_mapped(frame.addressing.src_gid)) {
+        ++counters.rx_mads_dropped;
+        return;
+    }
+    if (!mad_receiver_) {
+        ++counters.rx_no_qp;
+        return;
+    }
+    ++counters.rx_mads;
+    MadPeer from;
+    from.gid = frame.addressing.src_gid;
+    from.ipv4 = tp::load_be32(from.gid.data() + 12);
+    from.qpn = packet.deth->src_qp();
+    from.pkey = packet.bth->pkey();
+    mad_receiver_->receive_mad(port, from, packet.payload, packet.payload_length, now);
+}
+
+bool Datapath::neighbor_resolved(size_t port, uint32_t ipv4, uint64_t now) {
+    if (ipv4 == ports_.info(port).ipv4)
+        return true;
+    tp::MacAddress mac;
+    return mac_for(port, ipv4, now, mac);
+}
+
+bool Datapath::send_mad(size_t port, const MadPeer& to, const tp::CmMad& mad, uint64_t now) {
+    const PortInfo& info = ports_.info(port);
+    if (!info.link_up)
+        return false;
+    tp::FrameAddressing addressing;
+    addressing.src_mac = info.mac;
+    addressing.src_gid = tp::gid_from_ipv4(info.ipv4);
+    addressing.dst_gid = tp::gid_from_ipv4(to.ipv4);
+    addressing.udp_src_port = 0xc000 | tp::kGsiQp;
+    const bool local = to.ipv4 == info.ipv4;
+    if (local)
+        addressing.dst_mac = info.mac;
+    else if (!mac_for(port, to.ipv4, now, addressing.dst_mac))
+        return false;
+    auto build = [&](uint8_t* frame_data) {
+        uint8_t* ib = frame_data + tp::roce_header_bytes(addressing);
+        auto* bth = reinterpret_cast<tp::Bth*>(ib);
+        bth->set(tp::op::ud(tp::op::kSendOnly), false, 0, to.pkey, to.qpn, false,
+                 gsi_psn_[port]++ & 0xffffff);
+        reinterpret_cast<tp::Deth*>(ib + sizeof(tp::Bth))->set(tp::kGsiQkey, tp::kGsiQp);
+        std::memcpy(ib + sizeof(tp::Bth) + sizeof(tp::Deth), &mad, sizeof(mad));
+        return tp::finish_roce_frame(frame_data, addressing,
+                                     sizeof(tp::Bth) + sizeof(tp::Deth) + sizeof(mad), ipv4_id_++);
+    };
+    ++ports_.counters(port).tx_mads;
+    if (local) {
+        // To this very port: delivered at the start of the next round, not from inside
+        // the CM's own call (its answer would come back into it).
+        std::vector<uint8_t> frame(tp::roce_header_bytes(addressing) + sizeof(tp::Bth) +
+                                   sizeof(tp::Deth) + sizeof(mad) + tp::kIcrcBytes);
+        frame.resize(build(frame.data()));
+        local_mads_.push_back({port, std::move(frame)});
+        return true;
+    }
+    TxFrame frame;
+    if (!ports_.tx_alloc(port, frame))
+        return false;
+    ports_.tx_queue(port, frame, static_cast<uint32_t>(build(frame.data)));
+    return true;
 }
 
 bool Datapath::mac_for(size_t port, uint32_t ip, uint64_t now, tp::MacAddress& mac) {

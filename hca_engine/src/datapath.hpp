@@ -15,16 +15,18 @@
 
 #include "arp.hpp"
 #include "device_model.hpp"
+#include "management_datagrams.hpp"
 #include "ports.hpp"
 #include "resource_tables.hpp"
 #include "softhca/transport/ib_packet.hpp"
+#include "softhca/transport/roce_frame.hpp"
 
 #include <cstdint>
 #include <vector>
 
 namespace softhca::engine {
 
-class Datapath final : public QpSchedule {
+class Datapath final : public QpSchedule, public MadSender {
   public:
     Datapath(PortSet& ports, const std::vector<Device>& devices, KeySpace& tables);
     ~Datapath() override;
@@ -43,6 +45,13 @@ class Datapath final : public QpSchedule {
     void activate(EngineQp& qp) override;
     void forget(EngineQp& qp) override;
 
+    // QP1: MADs that arrive go to `receiver` (none: dropped and counted as no QP).
+    void set_mad_receiver(MadReceiver* receiver) { mad_receiver_ = receiver; }
+    // MadSender
+    bool send_mad(size_t port, const MadPeer& to, const transport::CmMad& mad,
+                  uint64_t now) override;
+    bool neighbor_resolved(size_t port, uint32_t ipv4, uint64_t now) override;
+
     // QPs visited to transmit, and timer heap entries, since the start (tests).
     uint64_t qp_visits() const { return qp_visits_; }
     size_t timer_entries() const { return timers_.size(); }
@@ -52,6 +61,8 @@ class Datapath final : public QpSchedule {
     size_t receive(size_t port, uint64_t now); // frames taken
     void handle_frame(size_t port, const uint8_t* data, uint32_t length, uint64_t now);
     void handle_arp(size_t port, const ArpMessage& arp);
+    void handle_mad(size_t port, const transport::ParsedFrame& frame,
+                    const transport::IbPacket& packet, uint64_t now);
     // Sends up to `budget` packets of the QP; whether it sent any.
     bool transmit(EngineQp& qp, uint64_t now, size_t budget);
     // Where the QP's next packet goes: its path, or for UD the work request's address
@@ -80,6 +91,13 @@ class Datapath final : public QpSchedule {
     std::vector<EngineQp*> round_;  // being visited
     std::vector<TimerEntry> timers_;
     uint64_t qp_visits_ = 0;
+    MadReceiver* mad_receiver_ = nullptr;
+    std::vector<uint32_t> gsi_psn_; // per port: the PSN of QP1's next packet
+    struct LocalMad {
+        size_t port;
+        std::vector<uint8_t> frame;
+    };
+    std::vector<LocalMad> local_mads_; // sent by QP1 to its own port, delivered next round
 };
 
 } // namespace softhca::engine

@@ -33,6 +33,7 @@ struct EngineConfig {
                                    // <pcap_prefix>-<device>.pcap
 
     std::string socket_path() const { return run_dir + "/engine.sock"; }
+    std::string rdma_cm_socket_path() const { return run_dir + "/rdma_cm.sock"; }
     std::string sysfs_root() const { return run_dir + "/sysfs"; }
     std::string manifest_path() const { return run_dir + "/manifest"; }
     std::string pid_path() const { return run_dir + "/engine.pid"; }

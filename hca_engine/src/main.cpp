@@ -8,6 +8,7 @@
 #include "dpdk_ports.hpp"
 #include "engine_config.hpp"
 #include "fast_crc32.hpp"
+#include "rdma_cm_server.hpp"
 
 #include "softhca/device_interface/async_event.hpp"
 #include "softhca/kernel_shim/registration.hpp"
@@ -20,6 +21,7 @@
 #include <cstring>
 #include <fstream>
 #include <sched.h>
+#include <set>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
@@ -74,6 +76,7 @@ kernel_shim::InstanceRegistration make_registration(const EngineConfig& config,
         d.ports.push_back({transport::gid_from_ipv4(port.ipv4), port.netdev});
         reg.devices.push_back(d);
     }
+    reg.rdma_cm_socket = config.rdma_cm_socket_path();
     return reg;
 }
 
@@ -111,6 +114,8 @@ int run(const EngineConfig& config) {
                          "engine pid " + std::to_string(getpid()) + " prefix " + config.prefix,
                          doorbell);
     Datapath datapath(ports, devices, server.tables());
+    RdmaCmServer rdma_cm(config.rdma_cm_socket_path(), devices, ports, datapath);
+    datapath.set_mad_receiver(&rdma_cm);
 
     kernel_shim::Manifest manifest(config.manifest_path());
     manifest.remove_all(); // leftovers of an engine that died without cleaning up
@@ -132,6 +137,8 @@ int run(const EngineConfig& config) {
     };
     watch(sigfd);
     watch(server.listen_fd());
+    watch(rdma_cm.listen_fd());
+    std::set<int> rdma_cm_files;
     watch(doorbell);
     bool external_ports = false;
     for (size_t i = 0; i < ports.size(); ++i)
@@ -151,15 +158,20 @@ int run(const EngineConfig& config) {
     bool stop = false;
     while (!stop) {
         uint64_t now = monotonic_ns();
-        if (datapath.poll(now))
+        if (datapath.poll(now) | rdma_cm.poll(now))
             last_busy = now;
         // Adaptive polling: spin while there is traffic, look at the control sockets
         // every so often, and sleep once idle for a while (an idle engine must not
         // burn a core). Sleeping arms the doorbells, then looks once more so that a
         // post racing with the decision is not missed.
         int timeout_ms = 0;
-        if (!datapath.has_qps()) {
-            timeout_ms = kIdleWakeMs;
+        if (!datapath.has_qps() && now - last_busy >= spin_ns) {
+            // Nothing to serve: wake for the ports, or for the CM's next timer.
+            const uint64_t deadline = rdma_cm.next_deadline();
+            timeout_ms = static_cast<int>(
+                deadline <= now
+                    ? 0
+                    : std::min<uint64_t>(kIdleWakeMs, (deadline - now) / 1'000'000 + 1));
         } else if (now - last_busy < spin_ns) {
             // Spinning with nothing to do: let the applications (which share the
             // cores) run; they are who will give us work.
@@ -172,7 +184,8 @@ int run(const EngineConfig& config) {
             if (datapath.poll(now)) {
                 last_busy = now;
             } else {
-                const uint64_t deadline = datapath.next_deadline();
+                const uint64_t deadline =
+                    std::min(datapath.next_deadline(), rdma_cm.next_deadline());
                 const uint64_t wake_ms = external_ports ? 1 : kIdleWakeMs;
                 timeout_ms = static_cast<int>(
                     deadline <= now
@@ -193,6 +206,16 @@ int run(const EngineConfig& config) {
             } else if (fd == server.listen_fd()) {
                 for (int accepted : server.accept_pending())
                     watch(accepted);
+            } else if (fd == rdma_cm.listen_fd()) {
+                for (int accepted : rdma_cm.accept_pending()) {
+                    watch(accepted);
+                    rdma_cm_files.insert(accepted);
+                }
+            } else if (rdma_cm_files.count(fd)) {
+                if (!rdma_cm.handle_input(fd)) {
+                    epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
+                    rdma_cm_files.erase(fd);
+                }
             } else if (!server.handle_input(fd)) {
                 epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
             }

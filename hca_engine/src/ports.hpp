@@ -21,13 +21,16 @@ struct PortCounters {
     uint64_t rx_bytes = 0;
     uint64_t tx_packets = 0;
     uint64_t tx_bytes = 0;
-    uint64_t tx_dropped = 0;   // the PMD refused them (queue full)
-    uint64_t rx_unhandled = 0; // not RoCE and not ARP for us
-    uint64_t rx_bad_icrc = 0;  // failed the ICRC: dropped
-    uint64_t rx_malformed = 0; // bad lengths, IP checksum, unknown opcode: dropped
-    uint64_t rx_no_qp = 0;     // no such destination QP: dropped
-    uint64_t arp_requests = 0; // sent
-    uint64_t arp_replies = 0;  // sent
+    uint64_t tx_dropped = 0;      // the PMD refused them (queue full)
+    uint64_t rx_unhandled = 0;    // not RoCE and not ARP for us
+    uint64_t rx_bad_icrc = 0;     // failed the ICRC: dropped
+    uint64_t rx_malformed = 0;    // bad lengths, IP checksum, unknown opcode: dropped
+    uint64_t rx_no_qp = 0;        // no such destination QP: dropped
+    uint64_t arp_requests = 0;    // sent
+    uint64_t arp_replies = 0;     // sent
+    uint64_t rx_mads = 0;         // to QP1, handed to the communication manager
+    uint64_t rx_mads_dropped = 0; // to QP1 but not a GSI datagram (opcode, Q_Key)
+    uint64_t tx_mads = 0;
 };
 
 struct RxFrame {

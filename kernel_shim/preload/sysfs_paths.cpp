@@ -5,6 +5,7 @@
 // every other path is untouched.
 #undef _FORTIFY_SOURCE
 #include "next_symbol.hpp"
+#include "rdma_cm_device.hpp"
 
 #include <climits>
 #include <cstdarg>
@@ -75,6 +76,8 @@ SOFTHCA_EXPORT int open(const char* path, int flags, ...) {
     va_start(args, flags);
     const mode_t mode = softhca::preload::mode_from(flags, args);
     va_end(args);
+    if (int fd; softhca::preload::open_rdma_cm(path, flags, fd))
+        return fd;
     char buffer[PATH_MAX];
     return real(redirect(path, buffer), flags, mode);
 }
@@ -85,6 +88,8 @@ SOFTHCA_EXPORT int open64(const char* path, int flags, ...) {
     va_start(args, flags);
     const mode_t mode = softhca::preload::mode_from(flags, args);
     va_end(args);
+    if (int fd; softhca::preload::open_rdma_cm(path, flags, fd))
+        return fd;
     char buffer[PATH_MAX];
     return real(redirect(path, buffer), flags, mode);
 }
@@ -95,6 +100,8 @@ SOFTHCA_EXPORT int openat(int dirfd, const char* path, int flags, ...) {
     va_start(args, flags);
     const mode_t mode = softhca::preload::mode_from(flags, args);
     va_end(args);
+    if (int fd; softhca::preload::open_rdma_cm(path, flags, fd))
+        return fd;
     char buffer[PATH_MAX];
     return real(dirfd, redirect(path, buffer), flags, mode);
 }
@@ -105,6 +112,8 @@ SOFTHCA_EXPORT int openat64(int dirfd, const char* path, int flags, ...) {
     va_start(args, flags);
     const mode_t mode = softhca::preload::mode_from(flags, args);
     va_end(args);
+    if (int fd; softhca::preload::open_rdma_cm(path, flags, fd))
+        return fd;
     char buffer[PATH_MAX];
     return real(dirfd, redirect(path, buffer), flags, mode);
 }
@@ -112,12 +121,16 @@ SOFTHCA_EXPORT int openat64(int dirfd, const char* path, int flags, ...) {
 // What programs built with _FORTIFY_SOURCE call instead of open/open64.
 SOFTHCA_EXPORT int __open_2(const char* path, int flags) {
     static const auto real = next_symbol<int (*)(const char*, int)>("__open_2");
+    if (int fd; softhca::preload::open_rdma_cm(path, flags, fd))
+        return fd;
     char buffer[PATH_MAX];
     return real(redirect(path, buffer), flags);
 }
 
 SOFTHCA_EXPORT int __open64_2(const char* path, int flags) {
     static const auto real = next_symbol<int (*)(const char*, int)>("__open64_2");
+    if (int fd; softhca::preload::open_rdma_cm(path, flags, fd))
+        return fd;
     char buffer[PATH_MAX];
     return real(redirect(path, buffer), flags);
 }

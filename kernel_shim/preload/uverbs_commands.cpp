@@ -10,6 +10,7 @@
 // epoll. The provider opens a write end for the engine from the same /proc path when a
 // CQ is created on the channel, and the engine writes the events.
 #include "next_symbol.hpp"
+#include "rdma_cm_device.hpp"
 #include "softhca/kernel_shim/registration.hpp"
 
 #include <cerrno>
@@ -97,5 +98,7 @@ extern "C" __attribute__((visibility("default"))) ssize_t write(int fd, const vo
     static const auto real = next_symbol<ssize_t (*)(int, const void*, size_t)>("write");
     if (looks_like_create_comp_channel(buffer, count) && is_softhca_cmd_fd(fd))
         return create_comp_channel(buffer, count);
+    if (ssize_t written; rdma_cm_write(fd, buffer, count, written))
+        return written;
     return real(fd, buffer, count);
 }

@@ -122,6 +122,12 @@ void register_instance(const InstanceRegistration& instance, Manifest& manifest)
         manifest.record(Manifest::Kind::Shared, cdev_dir);
     for (const auto& device : instance.devices)
         write_device(instance, device, manifest);
+    if (!instance.rdma_cm_socket.empty()) {
+        const fs::path misc = root / "class" / "misc" / "rdma_cm";
+        fs::create_directories(misc);
+        write_file(misc / "abi_version", std::to_string(kRdmaCmAbiVersion) + "\n");
+        write_file(misc / "softhca_engine_socket", instance.rdma_cm_socket + "\n");
+    }
 
     make_dirs(fs::path(instance.driver_file).parent_path(), manifest, Manifest::Kind::Directory);
     write_file(instance.driver_file, "driver " + instance.provider_prefix + "\n");

@@ -44,7 +44,12 @@ struct InstanceRegistration {
     std::string driver_file;     // /etc/libibverbs.d/<prefix>.driver
     std::string provider_prefix; // absolute path, libibverbs appends -rdmav34.so
     std::vector<DeviceRegistration> devices;
+    // The engine's rdma_cm socket: class/misc/rdma_cm holds its name and the ABI version
+    // librdmacm reads (the kernel's rdma_ucm reports 4). Empty: no rdma_cm device.
+    std::string rdma_cm_socket;
 };
+
+constexpr int kRdmaCmAbiVersion = 4;
 
 // Creates the tree, nodes and driver file, recording each in the manifest. Throws
 // std::system_error on failure (whatever was already created stays recorded).

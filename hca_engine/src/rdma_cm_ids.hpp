@@ -1,0 +1,138 @@
+// The rdma_cm's objects in the engine: open files (one per open of /dev/infiniband/rdma_cm),
+// their ids, and the events queued on a file. The numbers of librdmacm's ABI that the
+// kernel's rdma_ucm defines (events, QP types, QP attribute masks) are spelled here so the
+// engine needs no librdmacm header.
+#pragma once
+
+#include "management_datagrams.hpp"
+#include "softhca/transport/cm_messages.hpp"
+
+#include <cstdint>
+#include <deque>
+#include <rdma/rdma_user_cm.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+namespace softhca::engine {
+
+// enum rdma_cm_event_type (librdmacm rdma_cma.h; the kernel's rdma_cm.h).
+enum CmEventType : uint32_t {
+    kEventAddrResolved = 0,
+    kEventAddrError = 1,
+    kEventRouteResolved = 2,
+    kEventRouteError = 3,
+    kEventConnectRequest = 4,
+    kEventConnectResponse = 5,
+    kEventConnectError = 6,
+    kEventUnreachable = 7,
+    kEventRejected = 8,
+    kEventEstablished = 9,
+    kEventDisconnected = 10,
+    kEventDeviceRemoval = 11,
+    kEventMulticastJoin = 12,
+    kEventMulticastError = 13,
+    kEventAddrChange = 14,
+    kEventTimewaitExit = 15,
+};
+
+// enum ibv_qp_type values the CREATE_ID command carries.
+constexpr uint8_t kQpTypeRc = 2;
+constexpr uint8_t kQpTypeUc = 3;
+constexpr uint8_t kQpTypeUd = 4;
+// RDMA_UDP_QKEY: the Q_Key of UDP port space ids and IP multicast groups.
+constexpr uint32_t kRdmaUdpQkey = 0x01234567;
+
+// IB's connection states as the CM tracks them (IBTA 12.9.6, figure 180), with the
+// rdma_cm's address and route steps in front.
+enum class CmState : uint8_t {
+    Idle,          // created, maybe bound
+    AddrQuery,     // RESOLVE_IP: waiting for the neighbour
+    AddrResolved,  // ADDR_RESOLVED reported
+    RouteResolved, // ROUTE_RESOLVED reported
+    Listen,
+    ReqSent,     // active: REQ out, waiting for REP (an MRA lengthens the wait)
+    ReqReceived, // passive: CONNECT_REQUEST reported, MRA sent, waiting for ACCEPT
+    RepSent,     // passive: REP out, waiting for RTU
+    RepReceived, // active: CONNECT_RESPONSE reported, waiting for ACCEPT (RTU)
+    Established,
+    DreqSent,     // waiting for DREP
+    DreqReceived, // DISCONNECTED reported, waiting for DISCONNECT (DREP)
+    TimeWait,     // disconnected; duplicates of the last exchange are answered
+    Closed,       // rejected, unreachable or timed out: nothing more on the wire
+};
+
+struct CmFile;
+
+struct CmId {
+    uint32_t handle = 0;    // the id number librdmacm uses in commands
+    uint64_t uid = 0;       // librdmacm's pointer, returned in events
+    CmFile* file = nullptr; // null once destroyed while the CM finishes on the wire
+    uint16_t port_space = 0;
+    uint8_t qp_type = 0;
+    CmState state = CmState::Idle;
+
+    // Addresses (sockaddr_in or sockaddr_in6 in the storage) and the device.
+    sockaddr_storage src{};
+    sockaddr_storage dst{};
+    bool bound = false;
+    int device = -1; // index into the engine's devices; -1 until bound or resolved
+    bool route_resolved = false;
+    uint64_t resolve_deadline = 0;
+
+    // Options (SET_OPTION).
+    uint8_t tos = 0;
+    bool reuse_address = false;
+    bool af_only = false;
+    uint8_t ack_timeout = 0; // 0: the CM's own
+
+    uint32_t events_reported = 0;
+    CmId* listener = nullptr;      // a connection request's listener until ACCEPT
+    uint32_t pending_requests = 0; // a listener's unaccepted connection requests
+
+    // The connection (IBTA 12.6 fields, from this side's view).
+    uint32_t local_comm_id = 0;
+    uint32_t remote_comm_id = 0;
+    uint64_t remote_ca_guid = 0;
+    uint32_t local_qpn = 0;
+    uint32_t remote_qpn = 0;
+    uint32_t send_psn = 0;    // this side's starting PSN (the QP's sq_psn)
+    uint32_t receive_psn = 0; // the peer's starting PSN (the QP's rq_psn)
+    uint32_t qkey = 0;
+    uint8_t responder_resources = 0; // RDMA reads and atomics this side accepts
+    uint8_t initiator_depth = 0;     // that it may have outstanding
+    uint8_t retry_count = 7;
+    uint8_t rnr_retry_count = 7;
+    uint8_t path_mtu = 0; // enum ibv_mtu
+    bool srq = false;
+    bool flow_control = false;
+    uint8_t local_ack_timeout = 0;
+    uint8_t peer_response_timeout = 20; // the peer's CM response timeout (IBA exponent)
+    MadPeer peer;
+
+    // What was sent last, for retransmission (REQ, REP, DREQ) and for answering
+    // duplicates (MRA, REP, RTU, DREP, REJ).
+    uint64_t tid = 0; // the transaction id of the exchange in progress
+    transport::CmMad last_sent{};
+    bool awaiting_reply = false;
+    uint64_t retry_at = 0;
+    uint64_t retry_interval_ns = 0;
+    unsigned retries_left = 0;
+    uint64_t time_wait_until = 0;
+};
+
+// One queued event; `owner` is the id whose events_reported counts it (a connection
+// request counts on its listener, as the kernel counts it).
+struct CmEvent {
+    uint32_t owner = 0;
+    rdma_ucm_event_resp resp{};
+};
+
+struct CmFile {
+    int fd = -1;   // the connection to the preload library
+    int pipe = -1; // the event doorbell (see device_interface/rdma_cm.hpp)
+    pid_t pid = 0;
+    int app_fd = -1; // the descriptor number the application holds (MIGRATE_ID names it)
+    std::deque<CmEvent> events;
+};
+
+} // namespace softhca::engine

@@ -1,0 +1,125 @@
+// The engine's rdma_cm: what the kernel's rdma_ucm and ib_cm are, for programs that use
+// librdmacm. A listening SOCK_SEQPACKET socket takes one connection per open rdma_cm
+// file (the preload library makes them); each connection carries librdmacm's commands
+// unchanged (rdma/rdma_user_cm.h) and this class answers them as the kernel would:
+// ids, addresses and routes from the engine's own ports, events queued per file, and
+// the IB CM protocol (IBTA chapter 12) on each port's QP1 through the data path.
+//
+// rdma_cm_server.cpp: files, ids, commands and events. cm_protocol.cpp: the CM
+// messages on the wire, their timers and retries.
+#pragma once
+
+#include "device_model.hpp"
+#include "management_datagrams.hpp"
+#include "rdma_cm_ids.hpp"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace softhca::engine {
+
+class RdmaCmServer final : public MadReceiver {
+  public:
+    RdmaCmServer(const std::string& socket_path, const std::vector<Device>& devices,
+                 const PortSet& ports, MadSender& wire);
+    ~RdmaCmServer() override;
+    RdmaCmServer(const RdmaCmServer&) = delete;
+    RdmaCmServer& operator=(const RdmaCmServer&) = delete;
+
+    int listen_fd() const { return listen_fd_; }
+    std::vector<int> accept_pending();
+    // False when the connection is gone (its ids destroyed, as closing the file does).
+    bool handle_input(int fd);
+
+    // Address resolution and CM retransmissions that are due. True when anything happened.
+    bool poll(uint64_t now);
+    // The earliest of those, or UINT64_MAX.
+    uint64_t next_deadline() const;
+
+    void receive_mad(size_t port, const MadPeer& from, const uint8_t* mad, size_t length,
+                     uint64_t now) override;
+
+    std::string status_report() const;
+
+    // Counters (status and tests).
+    struct Counters {
+        uint64_t commands = 0;
+        uint64_t bad_commands = 0; // refused with an errno
+        uint64_t mads_in = 0;
+        uint64_t mads_out = 0;
+        uint64_t mads_dropped = 0; // malformed, unknown attribute, or matching no id
+        uint64_t retransmissions = 0;
+        uint64_t duplicates = 0; // answered from the last message sent
+    };
+    const Counters& counters() const { return counters_; }
+
+  private:
+    // rdma_cm_server.cpp
+    void close_file(CmFile& file);
+    void dispatch(CmFile& file, const uint8_t* message, size_t size);
+    struct Reply;
+    int command(CmFile& file, uint32_t cmd, const uint8_t* in, size_t in_bytes,
+                const uint8_t* extra, size_t extra_bytes, Reply& reply);
+    CmId* find_id(const CmFile& file, uint32_t handle);
+    CmId& create_id(CmFile* file, uint64_t uid, uint16_t port_space, uint8_t qp_type);
+    void destroy_id(CmId& id); // tears the connection down on the wire, drops its events
+    void release_id(CmId& id); // forgets it entirely
+    int bind(CmId& id, const sockaddr* addr, size_t length);
+    int resolve_address(CmId& id, const sockaddr* src, const sockaddr* dst, uint32_t timeout_ms,
+                        uint64_t now);
+    int device_for_address(const sockaddr* addr) const;
+    int device_toward(uint32_t ipv4) const;
+    bool port_in_use(const CmId& id, uint16_t port) const;
+    void queue_event(CmId& owner, uint32_t type, int32_t status, uint32_t reported_id = 0);
+    void queue_event(CmId& owner, const CmEvent& event);
+    void drop_events(CmFile& file, uint32_t owner);
+    int init_qp_attr(const CmId& id, uint32_t qp_state, struct ib_uverbs_qp_attr& attr) const;
+    void fill_route(const CmId& id, struct ib_user_path_rec& path) const;
+    uint8_t active_mtu(const CmId& id) const;
+
+    // cm_protocol.cpp
+    int send_req(CmId& id, const rdma_ucm_conn_param& param, uint64_t now);
+    int send_rep(CmId& id, const rdma_ucm_conn_param& param, uint64_t now);
+    int send_rtu(CmId& id, uint64_t now);
+    int send_rej(CmId& id, uint16_t reason, const uint8_t* data, size_t bytes, uint64_t now);
+    int send_dreq(CmId& id, uint64_t now);
+    void send_drep(CmId& id, uint64_t now);
+    void send_mra(CmId& id, uint64_t now);
+    void transmit(CmId& id, uint64_t now, bool expect_reply);
+    void answer(size_t port, const MadPeer& to, const transport::CmMad& mad, uint64_t now);
+    void on_req(size_t port, const MadPeer& from, const transport::CmMad& mad, uint64_t now);
+    void on_rep(const transport::CmMad& mad, uint64_t now);
+    void on_rtu(const transport::CmMad& mad);
+    void on_rej(const transport::CmMad& mad);
+    void on_mra(const transport::CmMad& mad, uint64_t now);
+    void on_dreq(size_t port, const MadPeer& from, const transport::CmMad& mad, uint64_t now);
+    void on_drep(const transport::CmMad& mad, uint64_t now);
+    void on_timeout(CmId& id, uint64_t now);
+    void enter_time_wait(CmId& id, uint64_t now);
+    CmId* by_local_comm_id(uint32_t comm_id);
+    CmId* listener_for(uint16_t port_space, uint16_t port, size_t device, uint32_t dst_ipv4);
+    void fill_conn_event(CmEvent& event, const CmId& id, const uint8_t* data, size_t bytes) const;
+    uint64_t cm_timeout_ns(uint8_t response_timeout) const;
+    uint32_t new_comm_id();
+
+    int listen_fd_ = -1;
+    std::string socket_path_;
+    const std::vector<Device>& devices_;
+    const PortSet& ports_;
+    MadSender& wire_;
+    std::map<int, std::unique_ptr<CmFile>> files_;
+    std::map<uint32_t, std::unique_ptr<CmId>> ids_;
+    std::map<uint32_t, CmId*> by_comm_id_;
+    uint32_t next_handle_ = 1;
+    uint64_t next_tid_ = 1;
+    std::mt19937 random_;
+    uint8_t response_timeout_ = 20; // CM response timeout (IBA exponent), as the kernel's
+    unsigned max_retries_ = 15;
+    Counters counters_;
+};
+
+} // namespace softhca::engine
