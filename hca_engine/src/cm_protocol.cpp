@@ -11,6 +11,7 @@
 
 #include <arpa/inet.h>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <netinet/in.h>
 
@@ -305,6 +306,9 @@ void RdmaCmServer::on_req(size_t port, const MadPeer& from, const tp::CmMad& mad
         reject(tp::CmRejectReason::InvalidTransportType);
         return;
     }
+    if (trace_)
+        std::fprintf(stderr, "rdma_cm: REQ for service 0x%llx to %08x on port %zu\n",
+                     static_cast<unsigned long long>(sid), cma.dst_ipv4(), port);
     CmId* listener = listener_for(static_cast<uint16_t>(sid >> 16), static_cast<uint16_t>(sid),
                                   device, cma.dst_ipv4());
     if (!listener || (listener->qp_type == kQpTypeUc) != (transport_type == 1)) {
@@ -316,6 +320,7 @@ void RdmaCmServer::on_req(size_t port, const MadPeer& from, const tp::CmMad& mad
     ++listener->pending_requests;
     id.device = static_cast<int>(device);
     id.bound = true;
+    id.from_request = true;
     id.route_resolved = true;
     auto& src = reinterpret_cast<sockaddr_in&>(id.src);
     src.sin_family = AF_INET;

@@ -75,7 +75,8 @@ struct CmId {
     sockaddr_storage src{};
     sockaddr_storage dst{};
     bool bound = false;
-    int device = -1; // index into the engine's devices; -1 until bound or resolved
+    bool from_request = false; // made for an arriving REQ: shares its listener's port
+    int device = -1;           // index into the engine's devices; -1 until bound or resolved
     bool route_resolved = false;
     uint64_t resolve_deadline = 0;
 

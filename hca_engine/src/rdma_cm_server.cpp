@@ -11,6 +11,7 @@
 
 #include <arpa/inet.h>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -77,6 +78,7 @@ RdmaCmServer::RdmaCmServer(const std::string& socket_path, const std::vector<Dev
       random_(std::random_device{}()) {
     if (const char* t = std::getenv("SOFTHCA_CM_RESPONSE_TIMEOUT"))
         response_timeout_ = static_cast<uint8_t>(std::clamp(std::atoi(t), 8, 31));
+    trace_ = std::getenv("SOFTHCA_RDMA_CM_TRACE") != nullptr;
     if (const char* r = std::getenv("SOFTHCA_CM_MAX_RETRIES"))
         max_retries_ = static_cast<unsigned>(std::clamp(std::atoi(r), 0, 15));
     sockaddr_un addr{};
@@ -214,6 +216,9 @@ void RdmaCmServer::dispatch(CmFile& file, const uint8_t* message, size_t size) {
                 ++counters_.commands;
                 const int rc = command(file, hdr.cmd, body + sizeof(hdr), hdr.in,
                                        body + c.write_bytes, c.extra_bytes, out);
+                if (trace_ && hdr.cmd != RDMA_USER_CM_CMD_GET_EVENT)
+                    std::fprintf(stderr, "rdma_cm: pid %d command %u in %u out %u: %d\n",
+                                 static_cast<int>(file.pid), hdr.cmd, hdr.in, hdr.out, rc);
                 if (rc < 0)
                     ++counters_.bad_commands;
                 reply.result = rc < 0 ? rc : static_cast<int32_t>(c.write_bytes);
@@ -370,8 +375,11 @@ int RdmaCmServer::device_toward(uint32_t ipv4) const {
 
 bool RdmaCmServer::port_in_use(const CmId& id, uint16_t port) const {
     for (const auto& [handle, other] : ids_) {
-        if (other.get() == &id || !other->bound || other->port_space != id.port_space ||
-            port_of_address(other->src) != port || !other->file)
+        // Connections accepted on a port do not hold it: a new listener may bind it
+        // once the old one is gone (perftest's -R does exactly this).
+        if (other.get() == &id || !other->bound || other->from_request ||
+            other->port_space != id.port_space || port_of_address(other->src) != port ||
+            !other->file)
             continue;
         const bool overlap = is_any_address(other->src) || is_any_address(id.src) ||
                              ipv4_of_address(other->src) == ipv4_of_address(id.src);

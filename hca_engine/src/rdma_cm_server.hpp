@@ -119,6 +119,7 @@ class RdmaCmServer final : public MadReceiver {
     std::mt19937 random_;
     uint8_t response_timeout_ = 20; // CM response timeout (IBA exponent), as the kernel's
     unsigned max_retries_ = 15;
+    bool trace_ = false; // SOFTHCA_RDMA_CM_TRACE: each command and its result to the log
     Counters counters_;
 };
 
