@@ -275,8 +275,12 @@ void RdmaCmServer::on_req(size_t port, const MadPeer& from, const tp::CmMad& mad
             id->remote_ca_guid != req.local_ca_guid() || id->local_comm_id == 0)
             continue;
         ++counters_.duplicates;
-        if (id->state == CmState::ReqReceived || id->state == CmState::RepSent)
-            transmit(*id, now, id->state == CmState::RepSent);
+        // Still with the application: an MRA asks the peer to wait (as cm_dup_req_handler
+        // does; Linux sends none for the first REQ). Answered already: the REP again.
+        if (id->state == CmState::ReqReceived)
+            send_mra(*id, now);
+        else if (id->state == CmState::RepSent)
+            transmit(*id, now, true);
         return;
     }
     size_t device = devices_.size();
@@ -363,7 +367,6 @@ void RdmaCmServer::on_req(size_t port, const MadPeer& from, const tp::CmMad& mad
     event.resp.param.conn.initiator_depth = id.initiator_depth;
     event.resp.param.conn.srq = req.srq();
     queue_event(*listener, event);
-    send_mra(id, now);
 }
 
 void RdmaCmServer::on_rep(const tp::CmMad& mad, uint64_t now) {

@@ -522,6 +522,8 @@ std::string ControlServer::status_report() const {
     out << "objects: pd " << pds << " mr " << mrs << " cq " << cqs << " qp " << qps << "\n";
     // MRs on shared memory the engine has mapped (shared_mapping.hpp).
     out << "memory: mapped mr " << SharedMapping::live() << "\n";
+    if (extra_status_)
+        out << extra_status_();
     return out.str();
 }
 

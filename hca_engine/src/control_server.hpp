@@ -8,6 +8,7 @@
 #include "resource_tables.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -36,6 +37,10 @@ class ControlServer {
     void raise_device_event(size_t device_index, uint64_t element, uint32_t event_type);
 
     KeySpace& tables() { return keys_; }
+    // More lines for `softhca status` (the rdma_cm's).
+    void set_extra_status(std::function<std::string()> report) {
+        extra_status_ = std::move(report);
+    }
 
   private:
     struct Connection {
@@ -73,6 +78,7 @@ class ControlServer {
     int spare_fd_ = -1; // reserve descriptor, see accept_pending()
     int doorbell_fd_;   // eventfd every context rings when the engine sleeps
     std::map<int, Connection> connections_;
+    std::function<std::string()> extra_status_;
 };
 
 } // namespace softhca::engine

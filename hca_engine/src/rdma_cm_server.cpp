@@ -974,12 +974,14 @@ uint64_t RdmaCmServer::next_deadline() const {
 
 std::string RdmaCmServer::status_report() const {
     std::ostringstream out;
-    size_t established = 0;
-    for (const auto& [handle, id] : ids_)
+    size_t established = 0, listening = 0;
+    for (const auto& [handle, id] : ids_) {
         established += id->state == CmState::Established;
-    out << "rdma_cm: files " << files_.size() << " ids " << ids_.size() << " established "
-        << established << " commands " << counters_.commands << " refused "
-        << counters_.bad_commands << " mads_in " << counters_.mads_in << " mads_out "
+        listening += id->state == CmState::Listen && id->file;
+    }
+    out << "rdma_cm: files " << files_.size() << " ids " << ids_.size() << " listening "
+        << listening << " established " << established << " commands " << counters_.commands
+        << " refused " << counters_.bad_commands << " mads_in " << counters_.mads_in << " mads_out "
         << counters_.mads_out << " mads_dropped " << counters_.mads_dropped << " retransmissions "
         << counters_.retransmissions << " duplicates " << counters_.duplicates << "\n";
     return out.str();
