@@ -426,6 +426,15 @@ void RdmaCmServer::on_rtu(const tp::CmMad& mad) {
 void RdmaCmServer::on_rej(const tp::CmMad& mad) {
     const auto& rej = mad.as<tp::CmRej>();
     CmId* id = by_local_comm_id(rej.remote_comm_id());
+    if (!id && rej.reason() == static_cast<uint16_t>(tp::CmRejectReason::Timeout)) {
+        // A timeout REJ from an active side that never heard our comm id (it gave up on
+        // its REQ): found by its own comm id and CA GUID, the ARI (cm_acquire_rejected_id).
+        const uint64_t guid = rej.rejected_info_length() >= 8 ? tp::load_be64(rej.ari()) : 0;
+        for (auto& [handle, other] : ids_)
+            if (other->remote_comm_id == rej.local_comm_id() &&
+                (!guid || other->remote_ca_guid == guid) && other->local_comm_id)
+                id = other.get();
+    }
     if (!id) {
         ++counters_.mads_dropped;
         return;

@@ -317,6 +317,10 @@ void RdmaCmServer::destroy_id(CmId& id) {
 void RdmaCmServer::queue_event(CmId& owner, const CmEvent& event) {
     if (!owner.file)
         return; // destroyed: nobody to tell
+    // A connection request not yet accepted has no user context: ucma drops its events
+    // (an error before ACCEPT shows as ACCEPT failing).
+    if (owner.listener)
+        return;
     owner.file->events.push_back(event);
     const uint8_t token = 1;
     [[maybe_unused]] ssize_t w = ::write(owner.file->pipe, &token, 1);
