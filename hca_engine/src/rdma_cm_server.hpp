@@ -5,14 +5,16 @@
 // ids, addresses and routes from the engine's own ports, events queued per file, and
 // the IB CM protocol (IBTA chapter 12) on each port's QP1 through the data path.
 //
-// rdma_cm_server.cpp: files, ids, commands and events. cm_protocol.cpp: the CM
-// messages on the wire, their timers and retries.
+// rdma_cm_server.cpp: files, ids and events. rdma_cm_commands.cpp: the commands.
+// rdma_cm_addresses.cpp: binds, address and route resolution, QP attributes.
+// cm_protocol.cpp: the CM messages on the wire, their timers and retries.
 #pragma once
 
 #include "device_model.hpp"
 #include "management_datagrams.hpp"
 #include "rdma_cm_ids.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -58,16 +60,29 @@ class RdmaCmServer final : public MadReceiver {
     const Counters& counters() const { return counters_; }
 
   private:
+    // What a command answers besides its result: bytes for the response pointer.
+    struct Reply {
+        uint64_t address = 0;
+        std::vector<uint8_t> bytes;
+        bool wait_again = false;
+        template <typename T> void set(uint64_t to, const T& value, size_t out) {
+            address = to;
+            bytes.assign(reinterpret_cast<const uint8_t*>(&value),
+                         reinterpret_cast<const uint8_t*>(&value) + std::min(out, sizeof(T)));
+        }
+    };
+
     // rdma_cm_server.cpp
     void close_file(CmFile& file);
     void dispatch(CmFile& file, const uint8_t* message, size_t size);
-    struct Reply;
+    // rdma_cm_commands.cpp
     int command(CmFile& file, uint32_t cmd, const uint8_t* in, size_t in_bytes,
                 const uint8_t* extra, size_t extra_bytes, Reply& reply);
     CmId* find_id(const CmFile& file, uint32_t handle);
     CmId& create_id(CmFile* file, uint64_t uid, uint16_t port_space, uint8_t qp_type);
     void destroy_id(CmId& id); // tears the connection down on the wire, drops its events
     void release_id(CmId& id); // forgets it entirely
+    // rdma_cm_addresses.cpp
     int bind(CmId& id, const sockaddr* addr, size_t length);
     int resolve_address(CmId& id, const sockaddr* src, const sockaddr* dst, uint32_t timeout_ms,
                         uint64_t now);

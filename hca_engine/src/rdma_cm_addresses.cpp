@@ -1,0 +1,287 @@
+// rdma_cm addresses, routes and QP attributes: which device owns or reaches an address
+// (the engine's own ports, as the kernel's routing would pick them), binds in a port
+// space, address resolution by ARP, the RoCE path record, and INIT_QP_ATTR as ib_cm
+// answers it (cm.c cm_init_qp_*_attr, cma.c cma_ib_init_qp_attr).
+#include "rdma_cm_server.hpp"
+
+#include "clock.hpp"
+#include "socket_addresses.hpp"
+#include "softhca/transport/path_mtu.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <rdma/ib_user_verbs.h>
+
+namespace softhca::engine {
+
+namespace {
+
+// IBV_QP_* attribute mask bits (enum ibv_qp_attr_mask) and QP states.
+constexpr uint32_t kQpState = 1u << 0;
+constexpr uint32_t kQpAccessFlags = 1u << 3;
+constexpr uint32_t kQpPkeyIndex = 1u << 4;
+constexpr uint32_t kQpPort = 1u << 5;
+constexpr uint32_t kQpQkey = 1u << 6;
+constexpr uint32_t kQpAv = 1u << 7;
+constexpr uint32_t kQpPathMtu = 1u << 8;
+constexpr uint32_t kQpTimeout = 1u << 9;
+constexpr uint32_t kQpRetryCnt = 1u << 10;
+constexpr uint32_t kQpRnrRetry = 1u << 11;
+constexpr uint32_t kQpRqPsn = 1u << 12;
+constexpr uint32_t kQpMaxQpRdAtomic = 1u << 13;
+constexpr uint32_t kQpMinRnrTimer = 1u << 15;
+constexpr uint32_t kQpSqPsn = 1u << 16;
+constexpr uint32_t kQpMaxDestRdAtomic = 1u << 17;
+constexpr uint32_t kQpDestQpn = 1u << 20;
+constexpr uint32_t kQpsInit = 1, kQpsRtr = 2, kQpsRts = 3;
+constexpr uint32_t kAccessRemoteWrite = 1u << 1, kAccessRemoteRead = 1u << 2,
+                   kAccessRemoteAtomic = 1u << 3;
+// What the kernel's rdma_cm puts in a RoCE path record (CMA_IBOE_PACKET_LIFETIME).
+constexpr uint8_t kPacketLifeTime = 16;
+constexpr uint16_t kEphemeralFirst = 32768, kEphemeralLast = 60999; // ip_local_port_range
+
+} // namespace
+
+int RdmaCmServer::device_for_address(const sockaddr* addr) const {
+    sockaddr_storage s{};
+    std::memcpy(&s, addr, sockaddr_size(addr->sa_family));
+    const uint32_t ip = ipv4_of_address(s);
+    for (size_t i = 0; i < devices_.size(); ++i)
+        if (ip && ports_.info(devices_[i].port_index).ipv4 == ip)
+            return static_cast<int>(i);
+    return -1;
+}
+
+// The device a packet to `ipv4` would leave from: the one that owns the address (the
+// kernel routes a local destination to itself), else the one on the longest common
+// prefix with it whose link is up.
+// The device a packet to `ipv4` would leave from: the one that owns the address (the
+// kernel routes a local destination to itself), else the one on the longest common
+// prefix with it whose link is up.
+int RdmaCmServer::device_toward(uint32_t ipv4) const {
+    int best = -1;
+    int best_bits = -1;
+    for (size_t i = 0; i < devices_.size(); ++i) {
+        const PortInfo& p = ports_.info(devices_[i].port_index);
+        if (p.ipv4 == ipv4)
+            return static_cast<int>(i);
+        const int bits = __builtin_clz((p.ipv4 ^ ipv4) | 1);
+        if (p.link_up && bits > best_bits) {
+            best = static_cast<int>(i);
+            best_bits = bits;
+        }
+    }
+    return best;
+}
+
+bool RdmaCmServer::port_in_use(const CmId& id, uint16_t port) const {
+    for (const auto& [handle, other] : ids_) {
+        // Connections accepted on a port do not hold it: a new listener may bind it
+        // once the old one is gone (perftest's -R does exactly this).
+        if (other.get() == &id || !other->bound || other->from_request ||
+            other->port_space != id.port_space || port_of_address(other->src) != port ||
+            !other->file)
+            continue;
+        const bool overlap = is_any_address(other->src) || is_any_address(id.src) ||
+                             ipv4_of_address(other->src) == ipv4_of_address(id.src);
+        if (!overlap)
+            continue;
+        // SO_REUSEADDR-like: both allow it and neither listens (cma_check_port).
+        if (id.reuse_address && other->reuse_address && other->state != CmState::Listen)
+            continue;
+        return true;
+    }
+    return false;
+}
+
+int RdmaCmServer::bind(CmId& id, const sockaddr* addr, size_t length) {
+    if (id.state != CmState::Idle || id.bound)
+        return -EINVAL;
+    if (addr->sa_family == AF_IB)
+        return -EAFNOSUPPORT; // librdmacm then uses the IP commands (no AF_IB on RoCE here)
+    sockaddr_storage s{};
+    if (!copy_address(addr, length, s))
+        return -EAFNOSUPPORT;
+    if (s.ss_family == AF_INET6 && !is_any_address(s) && !ipv4_of_address(s))
+        return -EADDRNOTAVAIL; // no port has an IPv6 address of its own yet
+    int device = -1;
+    if (!is_any_address(s)) {
+        device = device_for_address(reinterpret_cast<const sockaddr*>(&s));
+        if (device < 0)
+            return -EADDRNOTAVAIL;
+    }
+    id.src = s;
+    uint16_t port = port_of_address(s);
+    if (port) {
+        if (port_in_use(id, port))
+            return -EADDRINUSE;
+    } else {
+        // An ephemeral port, drawn as the kernel does (cma_alloc_any_port).
+        const unsigned range = kEphemeralLast - kEphemeralFirst + 1;
+        unsigned start = random_() % range;
+        for (unsigned i = 0; i < range && !port; ++i) {
+            const auto candidate = static_cast<uint16_t>(kEphemeralFirst + (start + i) % range);
+            if (!port_in_use(id, candidate))
+                port = candidate;
+        }
+        if (!port)
+            return -EADDRNOTAVAIL;
+        set_port(id.src, port);
+    }
+    id.bound = true;
+    id.device = device;
+    return 0;
+}
+
+int RdmaCmServer::resolve_address(CmId& id, const sockaddr* src, const sockaddr* dst,
+                                  uint32_t timeout_ms, uint64_t now) {
+    sockaddr_storage d{};
+    if (!copy_address(dst, sizeof(sockaddr_storage), d))
+        return -EAFNOSUPPORT;
+    if (id.state != CmState::Idle && id.state != CmState::AddrResolved)
+        return -EINVAL;
+    const uint32_t dst_ip = ipv4_of_address(d);
+    if (!dst_ip)
+        return -EHOSTUNREACH; // IPv6 destinations need an IPv6 port address
+    if (!id.bound) {
+        sockaddr_storage any{};
+        if (src && src->sa_family != AF_UNSPEC) {
+            if (!copy_address(src, sizeof(sockaddr_storage), any))
+                return -EAFNOSUPPORT;
+        } else {
+            any.ss_family = d.ss_family;
+        }
+        if (const int rc = bind(id, reinterpret_cast<const sockaddr*>(&any), sizeof(any)))
+            return rc;
+    }
+    if (id.device < 0) {
+        id.device = device_toward(dst_ip);
+        if (id.device < 0)
+            return -ENETUNREACH;
+        // The bound "any" address becomes the port's own (the kernel fills in the
+        // route's source address).
+        const uint32_t own = ports_.info(devices_[static_cast<size_t>(id.device)].port_index).ipv4;
+        const uint16_t port = port_of_address(id.src);
+        if (id.src.ss_family == AF_INET6) {
+            uint8_t* a = ipv6_bytes(id.src);
+            std::memset(a, 0, 16);
+            a[10] = a[11] = 0xff;
+            tp::store_be32(a + 12, own);
+        } else {
+            auto& a = reinterpret_cast<sockaddr_in&>(id.src);
+            a.sin_family = AF_INET;
+            a.sin_addr.s_addr = htonl(own);
+        }
+        set_port(id.src, port);
+    }
+    id.dst = d;
+    id.peer.ipv4 = dst_ip;
+    id.peer.gid = tp::gid_from_ipv4(dst_ip);
+    id.state = CmState::AddrQuery;
+    id.resolve_deadline = now + static_cast<uint64_t>(timeout_ms ? timeout_ms : 2000) * 1'000'000;
+    poll(now); // resolved at once when the neighbour is known
+    return 0;
+}
+
+uint8_t RdmaCmServer::active_mtu(const CmId& id) const {
+    if (id.device < 0)
+        return static_cast<uint8_t>(tp::PathMtu::Mtu1024);
+    const PortInfo& p = ports_.info(devices_[static_cast<size_t>(id.device)].port_index);
+    return static_cast<uint8_t>(
+        tp::path_mtu_for_ethernet_mtu(p.eth_mtu).value_or(tp::PathMtu::Mtu256));
+}
+
+void RdmaCmServer::fill_route(const CmId& id, ib_user_path_rec& path) const {
+    path = {};
+    if (id.device >= 0) {
+        const tp::Gid sgid = tp::gid_from_ipv4(
+            ipv4_of_address(id.src)
+                ? ipv4_of_address(id.src)
+                : ports_.info(devices_[static_cast<size_t>(id.device)].port_index).ipv4);
+        std::memcpy(path.sgid, sgid.data(), 16);
+    }
+    if (id.peer.ipv4)
+        std::memcpy(path.dgid, id.peer.gid.data(), 16);
+    path.pkey = htons(0xffff);
+    path.reversible = 1;
+    path.numb_path = 1;
+    path.hop_limit = 64;
+    path.traffic_class = id.tos;
+    path.mtu_selector = 2; // exactly
+    path.mtu = active_mtu(id);
+    path.rate_selector = 2;
+    path.rate = 7; // IB_RATE_40_GBPS, what a 40G RoCE port reports
+    path.packet_life_time_selector = 2;
+    path.packet_life_time = kPacketLifeTime;
+}
+
+int RdmaCmServer::init_qp_attr(const CmId& id, uint32_t qp_state, ib_uverbs_qp_attr& a) const {
+    a = {};
+    a.qp_state = qp_state;
+    const bool connected = id.state == CmState::ReqReceived || id.state == CmState::RepSent ||
+                           id.state == CmState::RepReceived || id.state == CmState::Established;
+    const bool ud = id.qp_type == kQpTypeUd;
+    if (id.device < 0)
+        return -EINVAL;
+    // rdma_init_qp_attr: before the CM has a connection, cma_ib_init_qp_attr; after, the
+    // CM's own (ib_cm_init_qp_attr), and rq_psn from the rdma_cm.
+    switch (qp_state) {
+    case kQpsInit:
+        a.qp_attr_mask = kQpState | kQpPkeyIndex | kQpPort;
+        a.port_num = 1;
+        a.pkey_index = 0;
+        if (ud) {
+            a.qp_attr_mask |= kQpQkey;
+            a.qkey = id.qkey;
+        } else {
+            a.qp_attr_mask |= kQpAccessFlags;
+            if (connected)
+                a.qp_access_flags =
+                    kAccessRemoteWrite |
+                    (id.responder_resources ? kAccessRemoteRead | kAccessRemoteAtomic : 0);
+        }
+        return 0;
+    case kQpsRtr:
+        if (ud) {
+            a.qp_attr_mask = kQpState;
+            return 0;
+        }
+        if (!connected)
+            return -EINVAL;
+        a.qp_attr_mask = kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn;
+        std::memcpy(a.ah_attr.grh.dgid, id.peer.gid.data(), 16);
+        a.ah_attr.grh.hop_limit = 64;
+        a.ah_attr.grh.traffic_class = id.tos;
+        a.ah_attr.grh.sgid_index = 0;
+        a.ah_attr.is_global = 1;
+        a.ah_attr.port_num = 1;
+        a.path_mtu = id.path_mtu;
+        a.dest_qp_num = id.remote_qpn;
+        a.rq_psn = id.receive_psn;
+        if (id.qp_type == kQpTypeRc) {
+            a.qp_attr_mask |= kQpMaxDestRdAtomic | kQpMinRnrTimer;
+            a.max_dest_rd_atomic = id.responder_resources;
+            a.min_rnr_timer = 0; // what ib_cm gives (cm_init_qp_rtr_attr)
+        }
+        return 0;
+    case kQpsRts:
+        a.qp_attr_mask = kQpState | kQpSqPsn;
+        if (ud)
+            return 0; // sq_psn 0
+        if (!connected)
+            return -EINVAL;
+        a.sq_psn = id.send_psn;
+        if (id.qp_type == kQpTypeRc) {
+            a.qp_attr_mask |= kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic;
+            a.timeout = id.ack_timeout ? id.ack_timeout : id.local_ack_timeout;
+            a.retry_cnt = id.retry_count;
+            a.rnr_retry = id.rnr_retry_count;
+            a.max_rd_atomic = id.initiator_depth;
+        }
+        return 0;
+    default:
+        return -EINVAL;
+    }
+}
+
+} // namespace softhca::engine
