@@ -7,6 +7,7 @@
 #include "softhca/device_interface/socket_io.hpp"
 #include "softhca/transport/path_mtu.hpp"
 #include "softhca/transport/roce_address.hpp"
+#include "unix_listener.hpp"
 
 #include <cerrno>
 #include <cstdio>
@@ -50,20 +51,7 @@ ControlServer::ControlServer(const std::string& socket_path, const std::vector<D
     : socket_path_(socket_path), devices_(devices), ports_(ports),
       status_title_(std::move(status_title)), doorbell_fd_(doorbell_fd) {
     keys_.set_device_count(devices.size());
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    if (socket_path.size() >= sizeof(addr.sun_path))
-        throw std::runtime_error("socket path too long: " + socket_path);
-    std::strcpy(addr.sun_path, socket_path.c_str());
-    listen_fd_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (listen_fd_ < 0)
-        throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
-    ::unlink(socket_path.c_str());
-    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-        ::listen(listen_fd_, 64) != 0)
-        throw std::runtime_error("cannot listen on " + socket_path + ": " + std::strerror(errno));
-    // Any local user may open the device, as /dev/infiniband/uverbs* allows.
-    ::chmod(socket_path.c_str(), 0666);
+    listen_fd_ = listen_seqpacket(socket_path);
     spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 

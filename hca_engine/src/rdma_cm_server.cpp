@@ -3,6 +3,7 @@
 #include "rdma_cm_server.hpp"
 
 #include "socket_addresses.hpp"
+#include "unix_listener.hpp"
 
 #include "clock.hpp"
 #include "softhca/device_interface/rdma_cm.hpp"
@@ -37,18 +38,7 @@ RdmaCmServer::RdmaCmServer(const std::string& socket_path, const std::vector<Dev
     trace_ = std::getenv("SOFTHCA_RDMA_CM_TRACE") != nullptr;
     if (const char* r = std::getenv("SOFTHCA_CM_MAX_RETRIES"))
         max_retries_ = static_cast<unsigned>(std::clamp(std::atoi(r), 0, 15));
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    if (socket_path.size() >= sizeof(addr.sun_path))
-        throw std::runtime_error("socket path too long: " + socket_path);
-    std::strcpy(addr.sun_path, socket_path.c_str());
-    listen_fd_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (listen_fd_ < 0)
-        throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
-    ::unlink(socket_path.c_str());
-    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-        ::chmod(socket_path.c_str(), 0666) != 0 || ::listen(listen_fd_, 64) != 0)
-        throw std::runtime_error("rdma_cm socket " + socket_path + ": " + std::strerror(errno));
+    listen_fd_ = listen_seqpacket(socket_path);
 }
 
 RdmaCmServer::~RdmaCmServer() {
