@@ -319,26 +319,8 @@ void RdmaCmServer::on_req(size_t port, const MadPeer& from, const tp::CmMad& mad
         reject(tp::CmRejectReason::InvalidServiceId); // nobody listens there
         return;
     }
-    CmId& id = create_id(listener->file, listener->uid, listener->port_space, listener->qp_type);
-    id.listener = listener;
-    ++listener->pending_requests;
-    id.device = static_cast<int>(device);
-    id.bound = true;
-    id.from_request = true;
-    id.route_resolved = true;
-    auto& src = reinterpret_cast<sockaddr_in&>(id.src);
-    src.sin_family = AF_INET;
-    src.sin_addr.s_addr = htonl(cma.dst_ipv4());
-    src.sin_port = htons(static_cast<uint16_t>(sid));
-    auto& dst = reinterpret_cast<sockaddr_in&>(id.dst);
-    dst.sin_family = AF_INET;
-    dst.sin_addr.s_addr = htonl(cma.src_ipv4());
-    dst.sin_port = htons(cma.port());
-    id.peer = from;
-    id.peer.qpn = tp::kGsiQp;
+    CmId& id = *new_request(*listener, device, from, cma, sid);
     id.tid = mad.header.transaction_id();
-    id.local_comm_id = new_comm_id();
-    by_comm_id_[id.local_comm_id] = &id;
     id.remote_comm_id = req.local_comm_id();
     id.remote_ca_guid = req.local_ca_guid();
     id.remote_qpn = req.local_qpn();
@@ -367,6 +349,175 @@ void RdmaCmServer::on_req(size_t port, const MadPeer& from, const tp::CmMad& mad
     event.resp.param.conn.initiator_depth = id.initiator_depth;
     event.resp.param.conn.srq = req.srq();
     queue_event(*listener, event);
+}
+
+CmId* RdmaCmServer::new_request(CmId& listener, size_t device, const MadPeer& from,
+                                const tp::CmaHeader& cma, uint64_t sid) {
+    // The id a REQ or SIDR_REQ makes: the listener's file and port space, the addresses
+    // of the rdma_cm header (cma_save_net_info), reported on the listener until ACCEPT.
+    CmId& id = create_id(listener.file, listener.uid, listener.port_space, listener.qp_type);
+    id.listener = &listener;
+    ++listener.pending_requests;
+    id.device = static_cast<int>(device);
+    id.bound = true;
+    id.from_request = true;
+    id.route_resolved = true;
+    auto& src = reinterpret_cast<sockaddr_in&>(id.src);
+    src.sin_family = AF_INET;
+    src.sin_addr.s_addr = htonl(cma.dst_ipv4());
+    src.sin_port = htons(static_cast<uint16_t>(sid));
+    auto& dst = reinterpret_cast<sockaddr_in&>(id.dst);
+    dst.sin_family = AF_INET;
+    dst.sin_addr.s_addr = htonl(cma.src_ipv4());
+    dst.sin_port = htons(cma.port());
+    id.peer = from;
+    id.peer.qpn = tp::kGsiQp;
+    id.local_comm_id = new_comm_id();
+    by_comm_id_[id.local_comm_id] = &id;
+    return &id;
+}
+
+void RdmaCmServer::fill_ud_event(CmEvent& event, const CmId& id, uint32_t qpn, uint32_t qkey,
+                                 const uint8_t* data, size_t bytes) const {
+    auto& ud = event.resp.param.ud;
+    ud.qp_num = qpn;
+    ud.qkey = qkey;
+    // The address handle toward the peer, as the kernel builds it for RoCE.
+    std::memcpy(ud.ah_attr.grh.dgid, id.peer.gid.data(), 16);
+    ud.ah_attr.grh.hop_limit = 64;
+    ud.ah_attr.grh.traffic_class = id.tos;
+    ud.ah_attr.grh.sgid_index = 0;
+    ud.ah_attr.is_global = 1;
+    ud.ah_attr.port_num = 1;
+    bytes = std::min(bytes, sizeof(ud.private_data));
+    if (data && bytes)
+        std::memcpy(ud.private_data, data, bytes);
+    ud.private_data_len = static_cast<uint8_t>(bytes);
+}
+
+int RdmaCmServer::send_sidr_req(CmId& id, const rdma_ucm_conn_param& param, uint64_t now) {
+    // 12.11: a UD id "connects" by asking the peer's CM for the QP behind a service id.
+    const size_t user_bytes = param.private_data_len;
+    if (user_bytes > tp::CmSidrReq::kPrivateDataBytes - tp::CmaHeader::kBytes)
+        return -EINVAL;
+    if (id.device < 0 || !id.peer.ipv4)
+        return -EINVAL;
+    id.local_comm_id = new_comm_id(); // the request id
+    by_comm_id_[id.local_comm_id] = &id;
+    id.local_qpn = param.qp_num & 0xffffff;
+    id.tid = (static_cast<uint64_t>(random_()) << 32) | static_cast<uint32_t>(next_tid_++);
+    id.last_sent = new_mad(tp::CmAttribute::SidrReq, id.tid);
+    auto& req = id.last_sent.as<tp::CmSidrReq>();
+    req.set_request_id(id.local_comm_id);
+    req.set_partition_key(0xffff);
+    req.set_service_id(tp::rdma_cm_service_id(id.port_space, port_of_address(id.dst)));
+    tp::CmaHeader cma{};
+    cma.set_ipv4(port_of_address(id.src), ipv4_of_address(id.src), id.peer.ipv4);
+    std::memcpy(req.private_data(), &cma, sizeof(cma));
+    std::memcpy(req.private_data() + sizeof(cma), param.private_data, user_bytes);
+    id.state = CmState::ReqSent;
+    id.retries_left = max_retries_;
+    id.retry_interval_ns = iba_time_ms(response_timeout_) * 1'000'000; // cma_resolve_ib_udp
+    transmit(id, now, true);
+    return 0;
+}
+
+int RdmaCmServer::send_sidr_rep(CmId& id, uint8_t status, uint32_t qpn, const uint8_t* data,
+                                size_t bytes, uint64_t now) {
+    if (bytes > tp::CmSidrRep::kPrivateDataBytes)
+        return -EINVAL;
+    id.last_sent = new_mad(tp::CmAttribute::SidrRep, id.tid);
+    auto& rep = id.last_sent.as<tp::CmSidrRep>();
+    rep.set_request_id(id.remote_comm_id);
+    rep.set_status(status);
+    if (status == kSidrSuccess) {
+        id.local_qpn = qpn & 0xffffff;
+        rep.set_qpn(id.local_qpn);
+        rep.set_qkey(id.qkey);
+    }
+    rep.set_service_id(tp::rdma_cm_service_id(id.port_space, port_of_address(id.src)));
+    if (data && bytes)
+        std::memcpy(rep.private_data(), data, bytes);
+    id.state = status == kSidrSuccess ? CmState::Established : CmState::Closed;
+    transmit(id, now, false);
+    return 0;
+}
+
+void RdmaCmServer::on_sidr_req(size_t port, const MadPeer& from, const tp::CmMad& mad,
+                               uint64_t now) {
+    const auto& req = mad.as<tp::CmSidrReq>();
+    for (auto& [handle, id] : ids_) {
+        if (!id->from_request || id->qp_type != kQpTypeUd ||
+            id->remote_comm_id != req.request_id() || id->peer.ipv4 != from.ipv4)
+            continue;
+        // A repeated SIDR_REQ: the answer again, once there is one (12.11.1).
+        ++counters_.duplicates;
+        if (id->state == CmState::Established || id->state == CmState::Closed)
+            transmit(*id, now, false);
+        return;
+    }
+    size_t device = devices_.size();
+    for (size_t i = 0; i < devices_.size(); ++i)
+        if (devices_[i].port_index == port)
+            device = i;
+    const uint64_t sid = req.service_id();
+    tp::CmaHeader cma;
+    std::memcpy(&cma, req.private_data(), sizeof(cma));
+    CmId* listener = nullptr;
+    if (device < devices_.size() && (sid >> 32) == 0 && cma.cma_version() == 0 &&
+        cma.ip_version() == 4)
+        listener = listener_for(static_cast<uint16_t>(sid >> 16), static_cast<uint16_t>(sid),
+                                device, cma.dst_ipv4());
+    if (!listener || listener->qp_type != kQpTypeUd) {
+        // cm_sidr_req_handler: nobody serves this id.
+        tp::CmMad rep_mad = new_mad(tp::CmAttribute::SidrRep, mad.header.transaction_id());
+        auto& rep = rep_mad.as<tp::CmSidrRep>();
+        rep.set_request_id(req.request_id());
+        rep.set_status(kSidrUnsupported);
+        rep.set_service_id(sid);
+        answer(port, from, rep_mad, now);
+        return;
+    }
+    CmId& id = *new_request(*listener, device, from, cma, sid);
+    id.tid = mad.header.transaction_id();
+    id.remote_comm_id = req.request_id();
+    id.state = CmState::ReqReceived;
+    CmEvent event;
+    event.owner = listener->handle;
+    event.resp.uid = listener->uid;
+    event.resp.id = id.handle;
+    event.resp.event = kEventConnectRequest;
+    fill_ud_event(event, id, 0, 0, req.private_data() + sizeof(cma),
+                  tp::CmSidrReq::kPrivateDataBytes - sizeof(cma));
+    queue_event(*listener, event);
+}
+
+void RdmaCmServer::on_sidr_rep(const tp::CmMad& mad) {
+    const auto& rep = mad.as<tp::CmSidrRep>();
+    CmId* id = by_local_comm_id(rep.request_id());
+    if (!id || id->qp_type != kQpTypeUd || id->state != CmState::ReqSent) {
+        ++counters_.duplicates;
+        return;
+    }
+    id->awaiting_reply = false;
+    CmEvent event;
+    event.owner = id->handle;
+    event.resp.uid = id->uid;
+    event.resp.id = id->handle;
+    if (rep.status() == kSidrSuccess) {
+        id->state = CmState::Established;
+        id->remote_qpn = rep.qpn();
+        event.resp.event = kEventEstablished;
+        fill_ud_event(event, *id, rep.qpn(), rep.qkey(), rep.private_data(),
+                      tp::CmSidrRep::kPrivateDataBytes);
+    } else {
+        // cma_sidr_rep_handler: a refusal is UNREACHABLE with the SIDR status.
+        id->state = CmState::Closed;
+        event.resp.event = kEventUnreachable;
+        event.resp.status = rep.status();
+        fill_ud_event(event, *id, 0, 0, rep.private_data(), tp::CmSidrRep::kPrivateDataBytes);
+    }
+    queue_event(*id, event);
 }
 
 void RdmaCmServer::on_rep(const tp::CmMad& mad, uint64_t now) {
@@ -587,8 +738,14 @@ void RdmaCmServer::receive_mad(size_t port, const MadPeer& from, const uint8_t* 
     case tp::CmAttribute::Drep:
         on_drep(mad, now);
         return;
+    case tp::CmAttribute::SidrReq:
+        on_sidr_req(port, from, mad, now);
+        return;
+    case tp::CmAttribute::SidrRep:
+        on_sidr_rep(mad);
+        return;
     default:
-        ++counters_.mads_dropped; // SIDR is not built yet
+        ++counters_.mads_dropped;
         return;
     }
 }

@@ -284,4 +284,45 @@ int RdmaCmServer::init_qp_attr(const CmId& id, uint32_t qp_state, ib_uverbs_qp_a
     }
 }
 
+int RdmaCmServer::join_multicast(CmId& id, uint64_t uid, const sockaddr* group, size_t length,
+                                 uint16_t join_flags, uint32_t& handle) {
+    // rdma_join_multicast: on a bound or resolved UD id, an IPv4 multicast group.
+    if (id.qp_type != kQpTypeUd || id.device < 0 ||
+        (id.state != CmState::Idle && id.state != CmState::AddrResolved &&
+         id.state != CmState::RouteResolved))
+        return -EINVAL;
+    sockaddr_storage g{};
+    if (!copy_address(group, length, g))
+        return -EAFNOSUPPORT;
+    const uint32_t ip = ipv4_of_address(g);
+    if ((ip >> 28) != 0xe)
+        return -EINVAL; // not 224.0.0.0/4
+    CmMulticast mc;
+    mc.handle = next_handle_++;
+    mc.uid = uid;
+    mc.id = id.handle;
+    mc.group = g;
+    multicasts_[mc.handle] = mc;
+    handle = mc.handle;
+    // The join completes at once: no SA and no MAD over RoCE. The event carries the
+    // group's address handle, QPN 0xFFFFFF and the id's Q_Key (cma_iboe_join_multicast).
+    CmEvent event;
+    event.owner = mc.handle;
+    event.resp.uid = uid;
+    event.resp.id = mc.handle;
+    event.resp.event = kEventMulticastJoin;
+    auto& ud = event.resp.param.ud;
+    ud.qp_num = 0xffffff;
+    ud.qkey = id.qkey;
+    const tp::Gid mgid = tp::gid_from_ipv4(ip);
+    std::memcpy(ud.ah_attr.grh.dgid, mgid.data(), 16);
+    ud.ah_attr.grh.hop_limit = 64;
+    ud.ah_attr.grh.traffic_class = id.tos;
+    ud.ah_attr.is_global = 1;
+    ud.ah_attr.port_num = 1;
+    (void)join_flags; // send-only members simply do not attach; librdmacm decides that
+    queue_event(id, event);
+    return 0;
+}
+
 } // namespace softhca::engine

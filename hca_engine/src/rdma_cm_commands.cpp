@@ -189,7 +189,7 @@ int RdmaCmServer::command(CmFile& file, uint32_t cmd, const uint8_t* in, size_t 
         if (id->state != CmState::RouteResolved || !c.conn_param.valid)
             return -EINVAL;
         if (id->qp_type == kQpTypeUd)
-            return -ENOSYS; // SIDR is not built yet
+            return send_sidr_req(*id, c.conn_param, now);
         return send_req(*id, c.conn_param, now);
     }
     case RDMA_USER_CM_CMD_ACCEPT: {
@@ -203,6 +203,9 @@ int RdmaCmServer::command(CmFile& file, uint32_t cmd, const uint8_t* in, size_t 
             if (id->listener && id->listener->pending_requests)
                 --id->listener->pending_requests;
             id->listener = nullptr;
+            if (id->qp_type == kQpTypeUd)
+                return send_sidr_rep(*id, kSidrSuccess, c.conn_param.qp_num,
+                                     c.conn_param.private_data, c.conn_param.private_data_len, now);
             return send_rep(*id, c.conn_param, now);
         }
         if (id->state == CmState::RepReceived && !c.conn_param.valid)
@@ -217,6 +220,12 @@ int RdmaCmServer::command(CmFile& file, uint32_t cmd, const uint8_t* in, size_t 
             return -ENOENT;
         if (id->state != CmState::ReqReceived && id->state != CmState::RepReceived)
             return -EINVAL;
+        if (id->qp_type == kQpTypeUd) {
+            if (id->state != CmState::ReqReceived ||
+                c.private_data_len > tp::CmSidrRep::kPrivateDataBytes)
+                return -EINVAL;
+            return send_sidr_rep(*id, kSidrReject, 0, c.private_data, c.private_data_len, now);
+        }
         if (c.private_data_len > tp::CmRej::kPrivateDataBytes)
             return -EINVAL;
         return send_rej(*id, static_cast<uint16_t>(tp::CmRejectReason::ConsumerDefined),
@@ -228,6 +237,8 @@ int RdmaCmServer::command(CmFile& file, uint32_t cmd, const uint8_t* in, size_t 
         CmId* id = find_id(file, c.id);
         if (!id)
             return -ENOENT;
+        if (id->qp_type == kQpTypeUd)
+            return -EINVAL; // no connection to end (rdma_disconnect on a UD id)
         if (id->state == CmState::Established || id->state == CmState::RepSent)
             return send_dreq(*id, now);
         if (id->state == CmState::DreqReceived) {
@@ -261,6 +272,8 @@ int RdmaCmServer::command(CmFile& file, uint32_t cmd, const uint8_t* in, size_t 
         [[maybe_unused]] ssize_t r = ::read(file.pipe, &token, 1);
         if (auto it = ids_.find(event.owner); it != ids_.end())
             ++it->second->events_reported;
+        else if (auto mc = multicasts_.find(event.owner); mc != multicasts_.end())
+            ++mc->second.events_reported;
         reply.set(c.response, event.resp, sizeof(event.resp));
         return 0;
     }
@@ -328,42 +341,83 @@ int RdmaCmServer::command(CmFile& file, uint32_t cmd, const uint8_t* in, size_t 
         return find_id(file, c.id) ? 0 : -ENOENT; // rdma_notify: nothing for RoCE
     }
     case RDMA_USER_CM_CMD_MIGRATE_ID: {
+        // Written on the file the id moves to; `fd` names the file it is on now
+        // (ucma_migrate_id), which must be this process's.
         rdma_ucm_migrate_id c;
         read(c);
-        CmId* id = find_id(file, c.id);
-        if (!id)
-            return -ENOENT;
-        CmFile* target = nullptr;
+        CmFile* source = nullptr;
         for (auto& [fd, f] : files_)
             if (f->pid == file.pid && f->app_fd == static_cast<int>(c.fd))
-                target = f.get();
-        if (!target)
+                source = f.get();
+        if (!source)
+            return -EBADF;
+        CmId* id = find_id(*source, c.id);
+        if (!id)
             return -ENOENT;
         rdma_ucm_migrate_resp r{};
         r.events_reported = id->events_reported;
-        if (target != &file) {
+        if (source != &file) {
             // Its queued events move with it, in order (ucma_move_events).
-            for (auto it = file.events.begin(); it != file.events.end();) {
+            for (auto it = source->events.begin(); it != source->events.end();) {
                 if (it->owner == id->handle) {
-                    target->events.push_back(*it);
+                    file.events.push_back(*it);
                     uint8_t token;
-                    [[maybe_unused]] ssize_t rd = ::read(file.pipe, &token, 1);
+                    [[maybe_unused]] ssize_t rd = ::read(source->pipe, &token, 1);
                     const uint8_t one = 1;
-                    [[maybe_unused]] ssize_t wr = ::write(target->pipe, &one, 1);
-                    it = file.events.erase(it);
+                    [[maybe_unused]] ssize_t wr = ::write(file.pipe, &one, 1);
+                    it = source->events.erase(it);
                 } else {
                     ++it;
                 }
             }
-            id->file = target;
+            id->file = &file;
         }
         reply.set(c.response, r, sizeof(r));
         return 0;
     }
-    case RDMA_USER_CM_CMD_JOIN_IP_MCAST:
-    case RDMA_USER_CM_CMD_JOIN_MCAST:
-    case RDMA_USER_CM_CMD_LEAVE_MCAST:
-        return -ENOSYS; // multicast through rdma_cm is not built yet
+    case RDMA_USER_CM_CMD_JOIN_IP_MCAST: {
+        rdma_ucm_join_ip_mcast c;
+        read(c);
+        CmId* id = find_id(file, c.id);
+        if (!id)
+            return -ENOENT;
+        rdma_ucm_create_id_resp r{};
+        if (const int rc = join_multicast(*id, c.uid, reinterpret_cast<const sockaddr*>(&c.addr),
+                                          sizeof(c.addr), RDMA_MC_JOIN_FLAG_FULLMEMBER, r.id))
+            return rc;
+        reply.set(c.response, r, sizeof(r));
+        return 0;
+    }
+    case RDMA_USER_CM_CMD_JOIN_MCAST: {
+        rdma_ucm_join_mcast c;
+        read(c);
+        CmId* id = find_id(file, c.id);
+        if (!id)
+            return -ENOENT;
+        if (c.addr_size > sizeof(c.addr) || (c.join_flags != RDMA_MC_JOIN_FLAG_FULLMEMBER &&
+                                             c.join_flags != RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER))
+            return -EINVAL;
+        rdma_ucm_create_id_resp r{};
+        if (const int rc = join_multicast(*id, c.uid, reinterpret_cast<const sockaddr*>(&c.addr),
+                                          c.addr_size, c.join_flags, r.id))
+            return rc;
+        reply.set(c.response, r, sizeof(r));
+        return 0;
+    }
+    case RDMA_USER_CM_CMD_LEAVE_MCAST: {
+        rdma_ucm_destroy_id c;
+        read(c);
+        auto it = multicasts_.find(c.id);
+        CmId* id = it == multicasts_.end() ? nullptr : find_id(file, it->second.id);
+        if (!id)
+            return -ENOENT;
+        rdma_ucm_destroy_id_resp r{};
+        r.events_reported = it->second.events_reported;
+        drop_events(file, c.id);
+        multicasts_.erase(it);
+        reply.set(c.response, r, sizeof(r));
+        return 0;
+    }
     default:
         return -EINVAL; // no such command (ucma_write)
     }

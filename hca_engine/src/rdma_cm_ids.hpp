@@ -39,6 +39,10 @@ enum CmEventType : uint32_t {
 constexpr uint8_t kQpTypeRc = 2;
 constexpr uint8_t kQpTypeUc = 3;
 constexpr uint8_t kQpTypeUd = 4;
+// SIDR_REP status values (IBTA 12.11.2, table 121).
+constexpr uint8_t kSidrSuccess = 0;
+constexpr uint8_t kSidrUnsupported = 1; // no such service id
+constexpr uint8_t kSidrReject = 2;
 // RDMA_UDP_QKEY: the Q_Key of UDP port space ids and IP multicast groups.
 constexpr uint32_t kRdmaUdpQkey = 0x01234567;
 
@@ -119,6 +123,16 @@ struct CmId {
     uint64_t retry_interval_ns = 0;
     unsigned retries_left = 0;
     uint64_t time_wait_until = 0;
+};
+
+// A multicast group an id joined (JOIN_IP_MCAST, JOIN_MCAST). Over RoCE the join sends
+// no MAD (the kernel's cma_iboe_join_multicast): the group's GID is ::ffff:<group>.
+struct CmMulticast {
+    uint32_t handle = 0; // what LEAVE_MCAST names
+    uint64_t uid = 0;    // librdmacm's pointer, returned in its events
+    uint32_t id = 0;     // the id that joined
+    sockaddr_storage group{};
+    uint32_t events_reported = 0;
 };
 
 // One queued event; `owner` is the id whose events_reported counts it (a connection

@@ -231,11 +231,28 @@ void RdmaCmServer::destroy_id(CmId& id) {
     if (id.listener && id.listener->pending_requests)
         --id.listener->pending_requests;
     id.listener = nullptr;
+    for (auto it = multicasts_.begin(); it != multicasts_.end();) {
+        if (it->second.id == id.handle) {
+            if (id.file)
+                drop_events(*id.file, it->first);
+            it = multicasts_.erase(it);
+        } else {
+            ++it;
+        }
+    }
     id.file = nullptr;
     for (uint32_t child : unreported)
         if (auto it = ids_.find(child); it != ids_.end() && it->second->file)
             destroy_id(*it->second);
     // What ib_destroy_cm_id does on the wire, state by state (cm.c cm_destroy_id).
+    if (id.qp_type == kQpTypeUd) {
+        // SIDR has no connection to end; a request not yet answered is refused
+        // (cm_destroy_id: SIDR_REQ_RCVD gets a SIDR_REP "rejected").
+        if (id.state == CmState::ReqReceived)
+            send_sidr_rep(id, kSidrReject, 0, nullptr, 0, now);
+        id.awaiting_reply = false;
+        id.state = CmState::Closed;
+    }
     switch (id.state) {
     case CmState::ReqSent:
         send_rej(id, static_cast<uint16_t>(tp::CmRejectReason::Timeout), nullptr, 0, now);

@@ -92,6 +92,8 @@ class RdmaCmServer final : public MadReceiver {
     void queue_event(CmId& owner, uint32_t type, int32_t status, uint32_t reported_id = 0);
     void queue_event(CmId& owner, const CmEvent& event);
     void drop_events(CmFile& file, uint32_t owner);
+    int join_multicast(CmId& id, uint64_t uid, const sockaddr* group, size_t length,
+                       uint16_t join_flags, uint32_t& handle);
     int init_qp_attr(const CmId& id, uint32_t qp_state, struct ib_uverbs_qp_attr& attr) const;
     void fill_route(const CmId& id, struct ib_user_path_rec& path) const;
     uint8_t active_mtu(const CmId& id) const;
@@ -104,6 +106,15 @@ class RdmaCmServer final : public MadReceiver {
     int send_dreq(CmId& id, uint64_t now);
     void send_drep(CmId& id, uint64_t now);
     void send_mra(CmId& id, uint64_t now);
+    int send_sidr_req(CmId& id, const rdma_ucm_conn_param& param, uint64_t now);
+    int send_sidr_rep(CmId& id, uint8_t status, uint32_t qpn, const uint8_t* data, size_t bytes,
+                      uint64_t now);
+    void on_sidr_req(size_t port, const MadPeer& from, const transport::CmMad& mad, uint64_t now);
+    void on_sidr_rep(const transport::CmMad& mad);
+    CmId* new_request(CmId& listener, size_t device, const MadPeer& from,
+                      const transport::CmaHeader& cma, uint64_t sid);
+    void fill_ud_event(CmEvent& event, const CmId& id, uint32_t qpn, uint32_t qkey,
+                       const uint8_t* data, size_t bytes) const;
     void transmit(CmId& id, uint64_t now, bool expect_reply);
     void answer(size_t port, const MadPeer& to, const transport::CmMad& mad, uint64_t now);
     void on_req(size_t port, const MadPeer& from, const transport::CmMad& mad, uint64_t now);
@@ -129,6 +140,7 @@ class RdmaCmServer final : public MadReceiver {
     std::map<int, std::unique_ptr<CmFile>> files_;
     std::map<uint32_t, std::unique_ptr<CmId>> ids_;
     std::map<uint32_t, CmId*> by_comm_id_;
+    std::map<uint32_t, CmMulticast> multicasts_;
     uint32_t next_handle_ = 1;
     uint64_t next_tid_ = 1;
     std::mt19937 random_;

@@ -2,7 +2,9 @@
 # librdmacm's own tools (Debian's rdmacm-utils and perftest, unmodified) connecting
 # through the emulated rdma_cm device and the engine's IB CM, across the built-in wire
 # (client on <prefix>0 at 198.18.0.1, server on <prefix>1 at 198.18.0.2):
-#   rping -V (every ping's data verified), ucmatose with 16 connections, perftest -R,
+#   rping -V (every ping's data verified), ucmatose with 16 connections, udaddy (UD ids
+#   through SIDR), mckey (multicast), rdma_server/rdma_client (synchronous ids, migrated
+#   to their own channels), rstream and riostream (rsockets), perftest -R over RC and UD,
 #   and rping to a port nobody listens on (REJECTED, reason 8: invalid service id).
 source "$(dirname "$0")/lib.sh"
 servers=()
@@ -39,16 +41,39 @@ run ucmatose -s "$server_ip" -b "$client_ip" -p "$port" -c 16 -C 20 ||
 wait "${servers[-1]}" || fail "ucmatose server failed: $(cat "$out")"
 echo "ucmatose: 16 connections"
 
-for tool in ib_send_bw ib_write_bw ib_read_lat; do
+# Server and client of one tool: "server args" and "client args" (the port is added).
+# udaddy and mckey take -p as the port space: they get no port (PAIR_PORT=no).
+pair() {
+    local name=$1 server_args=$2 client_args=$3 port_args=()
     port=$((port + 1))
-    run "$tool" -R -d "${SOFTHCA_PREFIX}1" -p "$port" -n 200 >"$out" 2>&1 &
+    [ "${PAIR_PORT:-yes}" = no ] || port_args=(-p "$port")
+    # shellcheck disable=SC2086
+    run $server_args "${port_args[@]}" >"$out" 2>&1 &
     servers+=($!)
-    wait_until listening 20 || fail "$tool server did not listen: $(cat "$out")"
-    result=$(run "$tool" -R -d "${SOFTHCA_PREFIX}0" -p "$port" -n 200 "$server_ip" 2>&1) ||
-        fail "$tool -R client failed: $result"
-    wait "${servers[-1]}" || fail "$tool -R server failed: $(cat "$out")"
-    grep -qE "^ +[0-9]+ +200 " <<<"$result" || fail "$tool -R printed no result: $result"
-    echo "$tool -R: done"
+    wait_until listening 20 || fail "$name server did not listen: $(cat "$out")"
+    # shellcheck disable=SC2086
+    result=$(run $client_args "${port_args[@]}" 2>&1) || fail "$name client failed: $result"
+    wait "${servers[-1]}" || fail "$name server failed: $(cat "$out")"
+    echo "$name: done"
+}
+PAIR_PORT=no pair udaddy "udaddy -b $server_ip" "udaddy -s $server_ip -b $client_ip"
+pair rdma_server "rdma_server -s $server_ip" "rdma_client -s $server_ip"
+pair rstream "rstream -b $server_ip -S 65536 -C 200" "rstream -s $server_ip -S 65536 -C 200"
+pair riostream "riostream -b $server_ip -S 4096 -C 200" "riostream -s $server_ip -S 4096 -C 200"
+
+# mckey: the receiver joins first; the group needs no listener, so wait for the join.
+port=$((port + 1))
+run stdbuf -oL mckey -m 239.1.1.1 -b "$server_ip" -C 10 >"$out" 2>&1 &
+servers+=($!)
+wait_until "grep -q 'receiving data' '$out'" 20 || fail "mckey receiver did not join: $(cat "$out")"
+run mckey -m 239.1.1.1 -s -b "$client_ip" -C 10 || fail "mckey sender failed"
+wait "${servers[-1]}" || fail "mckey receiver failed: $(cat "$out")"
+echo "mckey: 10 datagrams to 239.1.1.1"
+
+for test in "ib_send_bw" "ib_write_bw" "ib_read_lat" "ib_send_bw -c UD"; do
+    pair "$test -R" "$test -R -d ${SOFTHCA_PREFIX}1 -n 200" \
+        "$test -R -d ${SOFTHCA_PREFIX}0 -n 200 $server_ip"
+    grep -qE "^ +[0-9]+ +200 " <<<"$result" || fail "$test -R printed no result: $result"
 done
 
 port=$((port + 1))
