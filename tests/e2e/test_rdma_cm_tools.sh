@@ -6,7 +6,11 @@
 #   through SIDR), mckey (multicast), rdma_server/rdma_client (synchronous ids, migrated
 #   to their own channels), rstream and riostream (rsockets), perftest -R over RC and UD,
 #   and rping to a port nobody listens on (REJECTED, reason 8: invalid service id).
+#   test_rdma_cm_tools.sh TCP_STREAM_CHECK (a plain TCP program run over librspreload)
 source "$(dirname "$0")/lib.sh"
+tcp_check=${1:?tcp_stream_check binary}
+rspreload=$(dpkg -L librdmacm1 | grep '/librspreload\.so$' | head -1)
+[ -n "$rspreload" ] || fail "librspreload.so not found"
 servers=()
 cleanup() {
     for pid in "${servers[@]}"; do kill "$pid" 2>/dev/null || true; done
@@ -60,6 +64,17 @@ PAIR_PORT=no pair udaddy "udaddy -b $server_ip" "udaddy -s $server_ip -b $client
 pair rdma_server "rdma_server -s $server_ip" "rdma_client -s $server_ip"
 pair rstream "rstream -b $server_ip -S 65536 -C 200" "rstream -s $server_ip -S 65536 -C 200"
 pair riostream "riostream -b $server_ip -S 4096 -C 200" "riostream -s $server_ip -S 4096 -C 200"
+
+# A plain TCP program over rsockets (librspreload after softhca's preload): 198.18.0.2
+# has no kernel route, so the bytes can only travel as RDMA.
+port=$((port + 1))
+rs() { "$SOFTHCA" exec -- sh -c "LD_PRELOAD=\$LD_PRELOAD:$rspreload exec timeout 60 \"\$@\"" rs "$@"; }
+rs stdbuf -oL "$tcp_check" server "$server_ip" "$port" 8000000 >"$out" 2>&1 &
+servers+=($!)
+wait_until "grep -q listening '$out'" 20 || fail "TCP server did not listen: $(cat "$out")"
+rs "$tcp_check" client "$server_ip" "$port" 8000000 || fail "TCP client over rsockets failed"
+wait "${servers[-1]}" || fail "TCP server over rsockets failed: $(cat "$out")"
+echo "librspreload: 8 MB each way through a TCP program, every byte checked"
 
 # mckey: the receiver joins first; the group needs no listener, so wait for the join.
 port=$((port + 1))
