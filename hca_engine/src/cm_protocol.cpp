@@ -19,7 +19,6 @@ namespace softhca::engine {
 
 namespace {
 
-constexpr uint8_t kPacketLifeTime = 16;     // CMA_IBOE_PACKET_LIFETIME
 constexpr uint8_t kLocalAckTimeout = 18;    // packet life time + 1 + the CA's ack delay (1)
 constexpr uint8_t kMraServiceTimeout = 24;  // CMA_CM_MRA_SETTING: the listener's app decides
 constexpr uint16_t kLidPermissive = 0xffff; // RoCE has no LIDs; the kernel sends this
@@ -40,7 +39,7 @@ tp::CmMad new_mad(tp::CmAttribute attribute, uint64_t tid) {
 
 uint64_t RdmaCmServer::cm_timeout_ns(uint8_t response_timeout) const {
     // cm.c: the peer's response time plus a round trip of packet life times.
-    return (iba_time_ms(response_timeout) + 2 * iba_time_ms(kPacketLifeTime)) * 1'000'000;
+    return (iba_time_ms(response_timeout) + 2 * iba_time_ms(packet_life_)) * 1'000'000;
 }
 
 uint32_t RdmaCmServer::new_comm_id() {
@@ -625,7 +624,7 @@ void RdmaCmServer::on_mra(const tp::CmMad& mad, uint64_t now) {
     // 12.6.6: the peer needs longer; wait its service timeout before repeating the REQ.
     id->remote_comm_id = mra.local_comm_id();
     id->retry_at =
-        now + (iba_time_ms(mra.service_timeout()) + iba_time_ms(kPacketLifeTime)) * 1'000'000;
+        now + (iba_time_ms(mra.service_timeout()) + iba_time_ms(packet_life_)) * 1'000'000;
 }
 
 void RdmaCmServer::on_dreq(size_t port, const MadPeer& from, const tp::CmMad& mad, uint64_t now) {

@@ -36,8 +36,6 @@ constexpr uint32_t kQpDestQpn = 1u << 20;
 constexpr uint32_t kQpsInit = 1, kQpsRtr = 2, kQpsRts = 3;
 constexpr uint32_t kAccessRemoteWrite = 1u << 1, kAccessRemoteRead = 1u << 2,
                    kAccessRemoteAtomic = 1u << 3;
-// What the kernel's rdma_cm puts in a RoCE path record (CMA_IBOE_PACKET_LIFETIME).
-constexpr uint8_t kPacketLifeTime = 16;
 constexpr uint16_t kEphemeralFirst = 32768, kEphemeralLast = 60999; // ip_local_port_range
 
 } // namespace
@@ -212,7 +210,7 @@ void RdmaCmServer::fill_route(const CmId& id, ib_user_path_rec& path) const {
     path.rate_selector = 2;
     path.rate = 7; // IB_RATE_40_GBPS, what a 40G RoCE port reports
     path.packet_life_time_selector = 2;
-    path.packet_life_time = kPacketLifeTime;
+    path.packet_life_time = packet_life_;
 }
 
 int RdmaCmServer::init_qp_attr(const CmId& id, uint32_t qp_state, ib_uverbs_qp_attr& a) const {

@@ -38,6 +38,8 @@ RdmaCmServer::RdmaCmServer(const std::string& socket_path, const std::vector<Dev
     trace_ = std::getenv("SOFTHCA_RDMA_CM_TRACE") != nullptr;
     if (const char* r = std::getenv("SOFTHCA_CM_MAX_RETRIES"))
         max_retries_ = static_cast<unsigned>(std::clamp(std::atoi(r), 0, 15));
+    if (const char* l = std::getenv("SOFTHCA_CM_PACKET_LIFE"))
+        packet_life_ = static_cast<uint8_t>(std::clamp(std::atoi(l), 8, 31));
     listen_fd_ = listen_seqpacket(socket_path);
 }
 

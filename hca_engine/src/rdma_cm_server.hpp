@@ -146,6 +146,9 @@ class RdmaCmServer final : public MadReceiver {
     std::mt19937 random_;
     uint8_t response_timeout_ = 20; // CM response timeout (IBA exponent), as the kernel's
     unsigned max_retries_ = 15;
+    // The path's packet life time (IBA exponent): the kernel's CMA_IBOE_PACKET_LIFETIME.
+    // Environment: SOFTHCA_CM_RESPONSE_TIMEOUT, SOFTHCA_CM_MAX_RETRIES, SOFTHCA_CM_PACKET_LIFE.
+    uint8_t packet_life_ = 16;
     bool trace_ = false; // SOFTHCA_RDMA_CM_TRACE: each command and its result to the log
     Counters counters_;
 };

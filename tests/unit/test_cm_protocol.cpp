@@ -1,0 +1,361 @@
+// The engine's rdma_cm and IB CM over the simulated lossy wire (sim_ports.hpp): two
+// rdma_cm files speak librdmacm's commands to RdmaCmServer as the preload library
+// carries them, the data path carries the CM's MADs between the two ports, and the
+// wire drops, duplicates and reorders them. Every connection must go through
+// ADDR_RESOLVED, ROUTE_RESOLVED, CONNECT_REQUEST, CONNECT_RESPONSE, ESTABLISHED and
+// DISCONNECTED on both sides exactly once, with the QP numbers and PSNs each side gave.
+#include "clock.hpp"
+#include "datapath.hpp"
+#include "rdma_cm_server.hpp"
+#include "sim_ports.hpp"
+#include "softhca/device_interface/rdma_cm.hpp"
+#include "softhca/device_interface/socket_io.hpp"
+
+#include <arpa/inet.h>
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <functional>
+#include <map>
+#include <poll.h>
+#include <rdma/ib_user_verbs.h>
+#include <rdma/rdma_user_cm.h>
+#include <set>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+using namespace softhca::engine;
+namespace di = softhca::device_interface;
+
+namespace {
+
+// The engine side: data path and rdma_cm over the simulated wire, polled by hand.
+struct CmBench {
+    sim::SimulatedPortSet ports;
+    KeySpace keys;
+    std::vector<Device> devices;
+    Datapath datapath;
+    std::string socket_path;
+    RdmaCmServer cm;
+    std::set<int> files;
+
+    static KeySpace two_devices() {
+        KeySpace k;
+        k.set_device_count(2);
+        return k;
+    }
+    explicit CmBench(const FaultConfig& faults)
+        : ports(faults), keys(two_devices()), devices{{"sim0", 0, 0x0253494d00000001ull},
+                                                      {"sim1", 1, 0x0253494d00000002ull}},
+          datapath(ports, devices, keys),
+          socket_path("/tmp/softhca-cm-test-" + std::to_string(getpid()) + ".sock"),
+          cm(socket_path, devices, ports, datapath) {
+        datapath.set_mad_receiver(&cm);
+    }
+    void round() {
+        for (int fd : cm.accept_pending())
+            files.insert(fd);
+        for (auto it = files.begin(); it != files.end();)
+            it = cm.handle_input(*it) ? std::next(it) : files.erase(it);
+        const uint64_t now = monotonic_ns();
+        datapath.poll(now);
+        cm.poll(now);
+    }
+};
+
+// One rdma_cm file as the preload library opens it.
+struct CmFileClient {
+    CmBench& bench;
+    int sock = -1;
+    int pipe_app = -1;
+    uint32_t sequence = 0;
+
+    explicit CmFileClient(CmBench& b) : bench(b) {
+        int fds[2];
+        REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
+        const std::string proc = "/proc/self/fd/" + std::to_string(fds[0]);
+        pipe_app = ::open(proc.c_str(), O_RDWR | O_CLOEXEC);
+        const int engine_end = ::open(proc.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC);
+        ::close(fds[0]);
+        ::close(fds[1]);
+        sock = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        sockaddr_un addr{};
+        addr.sun_family = AF_UNIX;
+        std::strcpy(addr.sun_path, bench.socket_path.c_str());
+        REQUIRE(::connect(sock, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+        di::RdmaCmOpen open{};
+        open.header = {di::kRdmaCmMagic,
+                       di::kRdmaCmVersion,
+                       static_cast<uint16_t>(di::RdmaCmOp::Open),
+                       0,
+                       sizeof(open),
+                       0};
+        open.app_fd = pipe_app;
+        REQUIRE(di::send_message(sock, &open, sizeof(open), engine_end) == sizeof(open));
+        ::close(engine_end);
+        std::vector<uint8_t> response;
+        REQUIRE(exchange_reply(response) == 0);
+    }
+    ~CmFileClient() {
+        ::close(sock);
+        ::close(pipe_app);
+    }
+
+    int exchange_reply(std::vector<uint8_t>& response, bool* wait_again = nullptr) {
+        bench.round();
+        alignas(8) uint8_t buffer[di::kMaxRdmaCmMessage];
+        const ssize_t n = ::recv(sock, buffer, sizeof(buffer), 0);
+        REQUIRE(n >= static_cast<ssize_t>(sizeof(di::RdmaCmReply)));
+        di::RdmaCmReply reply;
+        std::memcpy(&reply, buffer, sizeof(reply));
+        response.assign(buffer + sizeof(reply), buffer + n);
+        if (wait_again)
+            *wait_again = reply.wait_again;
+        return reply.result < 0 ? reply.result : 0;
+    }
+
+    // One command: returns 0 or -errno, the response bytes in `response`.
+    template <typename Body>
+    int command(uint32_t cmd, const Body& body, std::vector<uint8_t>& response, uint16_t out,
+                bool* wait_again = nullptr) {
+        alignas(8)
+            uint8_t buffer[sizeof(di::RdmaCmCommand) + sizeof(rdma_ucm_cmd_hdr) + sizeof(Body)];
+        di::RdmaCmCommand c{};
+        c.header = {
+            di::kRdmaCmMagic, di::kRdmaCmVersion, static_cast<uint16_t>(di::RdmaCmOp::Command), 0,
+            sizeof(buffer),   ++sequence};
+        c.write_bytes = sizeof(rdma_ucm_cmd_hdr) + sizeof(Body);
+        rdma_ucm_cmd_hdr hdr{cmd, sizeof(Body), out};
+        std::memcpy(buffer, &c, sizeof(c));
+        std::memcpy(buffer + sizeof(c), &hdr, sizeof(hdr));
+        std::memcpy(buffer + sizeof(c) + sizeof(hdr), &body, sizeof(body));
+        REQUIRE(di::send_message(sock, buffer, sizeof(buffer)) == sizeof(buffer));
+        return exchange_reply(response, wait_again);
+    }
+    template <typename Body> int command(uint32_t cmd, const Body& body) {
+        std::vector<uint8_t> ignored;
+        return command(cmd, body, ignored, 0);
+    }
+
+    uint32_t create_id(uint64_t uid) {
+        rdma_ucm_create_id c{};
+        c.uid = uid;
+        c.ps = RDMA_PS_TCP;
+        c.qp_type = 2;
+        std::vector<uint8_t> r;
+        REQUIRE(command(RDMA_USER_CM_CMD_CREATE_ID, c, r, 4) == 0);
+        uint32_t id;
+        std::memcpy(&id, r.data(), 4);
+        return id;
+    }
+
+    // The next event, pumping the engine until one is queued (or 20 s pass).
+    rdma_ucm_event_resp next_event() {
+        const uint64_t deadline = monotonic_ns() + 20'000'000'000ull;
+        while (monotonic_ns() < deadline) {
+            pollfd p{pipe_app, POLLIN, 0};
+            if (::poll(&p, 1, 0) == 1) {
+                rdma_ucm_get_event g{};
+                std::vector<uint8_t> r;
+                bool again = false;
+                REQUIRE(command(RDMA_USER_CM_CMD_GET_EVENT, g, r, sizeof(rdma_ucm_event_resp),
+                                &again) == 0);
+                if (!again) {
+                    rdma_ucm_event_resp e{};
+                    std::memcpy(&e, r.data(), std::min(r.size(), sizeof(e)));
+                    return e;
+                }
+            }
+            bench.round();
+            ::usleep(50);
+        }
+        FAIL("no event within 20 s");
+        return {};
+    }
+    bool no_event_queued() {
+        pollfd p{pipe_app, POLLIN, 0};
+        return ::poll(&p, 1, 0) == 0;
+    }
+};
+
+sockaddr_in6 ipv4_in6(uint32_t ip, uint16_t port) {
+    sockaddr_in6 s{};
+    auto& a = reinterpret_cast<sockaddr_in&>(s);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(ip);
+    a.sin_port = htons(port);
+    return s;
+}
+
+ib_uverbs_qp_attr qp_attr(CmFileClient& f, uint32_t id, uint32_t state) {
+    rdma_ucm_init_qp_attr c{};
+    c.id = id;
+    c.qp_state = state;
+    std::vector<uint8_t> r;
+    REQUIRE(f.command(RDMA_USER_CM_CMD_INIT_QP_ATTR, c, r, sizeof(ib_uverbs_qp_attr)) == 0);
+    ib_uverbs_qp_attr a{};
+    std::memcpy(&a, r.data(), std::min(r.size(), sizeof(a)));
+    return a;
+}
+
+} // namespace
+
+TEST_CASE("rdma_cm over a lossy wire: each connection's events exactly once, QPNs and PSNs "
+          "crossed") {
+    ::setenv("SOFTHCA_CM_RESPONSE_TIMEOUT", "8", 1); // retries after a few milliseconds
+    ::setenv("SOFTHCA_CM_PACKET_LIFE", "8", 1);
+    FaultConfig faults;
+    faults.drop = 0.15;
+    faults.duplicate = 0.15;
+    faults.reorder = 0.1;
+    faults.seed = 5;
+    CmBench bench(faults);
+    CmFileClient server(bench), client(bench);
+    constexpr uint32_t kServerIp = 0xc6120002, kClientIp = 0xc6120001;
+    constexpr uint16_t kPort = 5000;
+
+    const uint32_t listener = server.create_id(0x1000);
+    rdma_ucm_bind_ip b{};
+    b.id = listener;
+    b.addr = ipv4_in6(kServerIp, kPort);
+    REQUIRE(server.command(RDMA_USER_CM_CMD_BIND_IP, b) == 0);
+    rdma_ucm_listen l{};
+    l.id = listener;
+    l.backlog = 16;
+    REQUIRE(server.command(RDMA_USER_CM_CMD_LISTEN, l) == 0);
+
+    constexpr int kConnections = 12;
+    for (int i = 0; i < kConnections; ++i) {
+        INFO("connection " << i);
+        const uint64_t uid = 0x2000 + static_cast<uint64_t>(i);
+        const uint32_t active = client.create_id(uid);
+        rdma_ucm_resolve_ip r{};
+        r.id = active;
+        r.src_addr = ipv4_in6(kClientIp, 0);
+        r.dst_addr = ipv4_in6(kServerIp, kPort);
+        r.timeout_ms = 5000;
+        REQUIRE(client.command(RDMA_USER_CM_CMD_RESOLVE_IP, r) == 0);
+        auto e = client.next_event();
+        REQUIRE(e.event == kEventAddrResolved);
+        CHECK(e.uid == uid);
+        rdma_ucm_resolve_route rr{};
+        rr.id = active;
+        REQUIRE(client.command(RDMA_USER_CM_CMD_RESOLVE_ROUTE, rr) == 0);
+        REQUIRE(client.next_event().event == kEventRouteResolved);
+
+        const uint32_t client_qpn = 0x100 + static_cast<uint32_t>(i);
+        const uint32_t server_qpn = 0x200 + static_cast<uint32_t>(i);
+        rdma_ucm_connect c{};
+        c.id = active;
+        c.conn_param.qp_num = client_qpn;
+        c.conn_param.responder_resources = 4;
+        c.conn_param.initiator_depth = 4;
+        c.conn_param.retry_count = 7;
+        c.conn_param.rnr_retry_count = 7;
+        c.conn_param.private_data_len = 4;
+        std::memcpy(c.conn_param.private_data, "ping", 4);
+        c.conn_param.valid = 1;
+        REQUIRE(client.command(RDMA_USER_CM_CMD_CONNECT, c) == 0);
+
+        e = server.next_event();
+        REQUIRE(e.event == kEventConnectRequest);
+        CHECK(e.uid == 0x1000);
+        CHECK(e.param.conn.qp_num == client_qpn);
+        CHECK(std::memcmp(e.param.conn.private_data, "ping", 4) == 0);
+        const uint32_t passive = e.id;
+        rdma_ucm_accept a{};
+        a.uid = 0x3000 + static_cast<uint64_t>(i);
+        a.id = passive;
+        a.conn_param.qp_num = server_qpn;
+        a.conn_param.responder_resources = 4;
+        a.conn_param.initiator_depth = 4;
+        a.conn_param.rnr_retry_count = 7;
+        a.conn_param.valid = 1;
+        REQUIRE(server.command(RDMA_USER_CM_CMD_ACCEPT, a) == 0);
+
+        e = client.next_event();
+        REQUIRE(e.event == kEventConnectResponse);
+        CHECK(e.param.conn.qp_num == server_qpn);
+        const auto active_rtr = qp_attr(client, active, 2);
+        const auto active_rts = qp_attr(client, active, 3);
+        const auto passive_rtr = qp_attr(server, passive, 2);
+        const auto passive_rts = qp_attr(server, passive, 3);
+        CHECK(active_rtr.dest_qp_num == server_qpn);
+        CHECK(passive_rtr.dest_qp_num == client_qpn);
+        CHECK(active_rtr.rq_psn == passive_rts.sq_psn);
+        CHECK(passive_rtr.rq_psn == active_rts.sq_psn);
+        rdma_ucm_accept rtu{};
+        rtu.id = active;
+        REQUIRE(client.command(RDMA_USER_CM_CMD_ACCEPT, rtu) == 0);
+        e = server.next_event();
+        REQUIRE(e.event == kEventEstablished);
+        CHECK(e.uid == a.uid);
+
+        rdma_ucm_disconnect d{};
+        d.id = active;
+        REQUIRE(client.command(RDMA_USER_CM_CMD_DISCONNECT, d) == 0);
+        REQUIRE(server.next_event().event == kEventDisconnected);
+        d.id = passive;
+        REQUIRE(server.command(RDMA_USER_CM_CMD_DISCONNECT, d) == 0);
+        REQUIRE(client.next_event().event == kEventDisconnected);
+
+        // Duplicated and repeated MADs were answered, not reported again: all that may
+        // follow is the end of the time wait, once per side.
+        for (int k = 0; k < 200; ++k)
+            bench.round();
+        for (CmFileClient* side : {&client, &server}) {
+            int exits = 0;
+            while (!side->no_event_queued()) {
+                const auto extra = side->next_event();
+                CHECK(extra.event == kEventTimewaitExit);
+                ++exits;
+            }
+            CHECK(exits <= 1);
+        }
+        rdma_ucm_destroy_id x{};
+        x.id = active;
+        REQUIRE(client.command(RDMA_USER_CM_CMD_DESTROY_ID, x) == 0);
+        x.id = passive;
+        REQUIRE(server.command(RDMA_USER_CM_CMD_DESTROY_ID, x) == 0);
+    }
+    CHECK(bench.ports.info(0).faults.dropped + bench.ports.info(1).faults.dropped > 0);
+    CHECK(bench.cm.counters().retransmissions > 0);
+    ::unsetenv("SOFTHCA_CM_RESPONSE_TIMEOUT");
+    ::unsetenv("SOFTHCA_CM_PACKET_LIFE");
+}
+
+TEST_CASE("rdma_cm: a peer that never answers is UNREACHABLE after the retries") {
+    ::setenv("SOFTHCA_CM_RESPONSE_TIMEOUT", "8", 1);
+    ::setenv("SOFTHCA_CM_PACKET_LIFE", "8", 1);
+    ::setenv("SOFTHCA_CM_MAX_RETRIES", "3", 1);
+    FaultConfig none;
+    CmBench bench(none);
+    CmFileClient client(bench);
+    const uint32_t id = client.create_id(7);
+    rdma_ucm_resolve_ip r{};
+    r.id = id;
+    r.src_addr = ipv4_in6(0xc6120001, 0);
+    r.dst_addr = ipv4_in6(0xc6120002, 6000);
+    REQUIRE(client.command(RDMA_USER_CM_CMD_RESOLVE_IP, r) == 0);
+    REQUIRE(client.next_event().event == kEventAddrResolved);
+    rdma_ucm_resolve_route rr{};
+    rr.id = id;
+    REQUIRE(client.command(RDMA_USER_CM_CMD_RESOLVE_ROUTE, rr) == 0);
+    REQUIRE(client.next_event().event == kEventRouteResolved);
+    // The wire goes dead after the route is known: nothing reaches the peer any more.
+    bench.ports.set_admin_state(1, false);
+    rdma_ucm_connect c{};
+    c.id = id;
+    c.conn_param.qp_num = 0x42;
+    c.conn_param.valid = 1;
+    REQUIRE(client.command(RDMA_USER_CM_CMD_CONNECT, c) == 0);
+    const auto e = client.next_event();
+    CHECK(e.event == kEventUnreachable);
+    CHECK(static_cast<int32_t>(e.status) == -ETIMEDOUT);
+    CHECK(bench.cm.counters().retransmissions == 3);
+    ::unsetenv("SOFTHCA_CM_RESPONSE_TIMEOUT");
+    ::unsetenv("SOFTHCA_CM_PACKET_LIFE");
+    ::unsetenv("SOFTHCA_CM_MAX_RETRIES");
+}
