@@ -103,7 +103,15 @@ int RdmaCmServer::bind(CmId& id, const sockaddr* addr, size_t length) {
     if (s.ss_family == AF_INET6 && !is_any_address(s) && !ipv4_of_address(s))
         return -EADDRNOTAVAIL; // no port has an IPv6 address of its own yet
     int device = -1;
-    if (!is_any_address(s)) {
+    if ((ipv4_of_address(s) >> 24) == 127) {
+        // A loopback address binds to the first device whose port is up, as the kernel's
+        // rdma_cm binds loopback (cma_bind_loopback); libfabric binds 127.0.0.1 this way.
+        for (size_t i = 0; i < devices_.size() && device < 0; ++i)
+            if (ports_.info(devices_[i].port_index).link_up)
+                device = static_cast<int>(i);
+        if (device < 0)
+            return -EADDRNOTAVAIL;
+    } else if (!is_any_address(s)) {
         device = device_for_address(reinterpret_cast<const sockaddr*>(&s));
         if (device < 0)
             return -EADDRNOTAVAIL;

@@ -3,7 +3,8 @@
 # an engine in each on a DPDK af_packet port. ibv_rc_pingpong at every size, the eight
 # perftest RC tools, the UC/UD/SRQ/XRC pingpongs and perftest over UD, UC, XRC and an SRQ,
 # ibv_rc_pingpong -e and ib_send_lat -e (completion channels), and UCX's ucx_perftest
-# over rc_verbs and ud_verbs run between them, over a real kernel link; then again with 1%
+# over rc_verbs and ud_verbs, rping and ib_send_bw -R through librdmacm run between them,
+# over a real kernel link; then again with 1%
 # loss, duplication and reordering injected at both engines' ports: ib_write_bw,
 # ib_read_bw and ib_send_bw complete and ibv_rc_pingpong's data checks (-c) pass, with
 # messages up to 64 KiB.
@@ -47,6 +48,24 @@ for run in "rc_verbs tag_lat 8" "rc_verbs tag_bw 1048576" "ud_verbs tag_lat 8" \
     # shellcheck disable=SC2086
     "$here/test_ucx_perftest.sh" $run 200 | tail -2 || fail "ucx_perftest $run across namespaces"
 done
+# librdmacm across the kernel link: rping with every ping verified, and perftest -R.
+rping_out=$(mktemp)
+on_server timeout 60 rping -s -a "$SERVER_ADDR" -V -C 50 -S 4000 >"$rping_out" 2>&1 &
+rping_server=$!
+wait_until "ip netns exec '$SERVER_NS' '$SOFTHCA' status --prefix '$SERVER_PREFIX' | grep -q 'listening [1-9]'" 20 ||
+    fail "rping server did not listen: $(cat "$rping_out")"
+on_client timeout 60 rping -c -a "$SERVER_ADDR" -V -C 50 -S 4000 || fail "rping across namespaces"
+wait "$rping_server" || fail "rping server across namespaces: $(cat "$rping_out")"
+rm -f "$rping_out"
+echo "rping: 50 pings verified across namespaces"
+on_server timeout 60 ib_send_bw -R -d "$SERVER_DEV" -n 200 >/dev/null 2>&1 &
+perftest_server=$!
+wait_until "ip netns exec '$SERVER_NS' '$SOFTHCA' status --prefix '$SERVER_PREFIX' | grep -q 'listening [1-9]'" 20 ||
+    fail "ib_send_bw -R server did not listen"
+on_client timeout 60 ib_send_bw -R -d "$CLIENT_DEV" -n 200 "$SERVER_ADDR" | tail -2 ||
+    fail "ib_send_bw -R across namespaces"
+wait "$perftest_server" || fail "ib_send_bw -R server across namespaces"
+
 ip netns exec "$SERVER_NS" "$SOFTHCA" status --prefix "$SERVER_PREFIX" | head -3
 
 "$here/../../tools/netns-pair.sh" down "$pair"
