@@ -135,7 +135,7 @@ int RdmaCmServer::send_req(CmId& id, const rdma_ucm_conn_param& param, uint64_t 
     req.set_primary_subnet_local(false); // hop limit > 1 (cm_format_req)
     req.set_primary_local_ack_timeout(id.local_ack_timeout);
     tp::CmaHeader cma{};
-    cma.set_ipv4(port_of_address(id.src), src_ip, id.peer.ipv4);
+    cma.set_ipv4(port_of_address(id.src), src_ip, ipv4_of_address(id.dst));
     std::memcpy(req.private_data(), &cma, sizeof(cma));
     std::memcpy(req.private_data() + sizeof(cma), param.private_data, user_bytes);
 
@@ -411,7 +411,7 @@ int RdmaCmServer::send_sidr_req(CmId& id, const rdma_ucm_conn_param& param, uint
     req.set_partition_key(0xffff);
     req.set_service_id(tp::rdma_cm_service_id(id.port_space, port_of_address(id.dst)));
     tp::CmaHeader cma{};
-    cma.set_ipv4(port_of_address(id.src), ipv4_of_address(id.src), id.peer.ipv4);
+    cma.set_ipv4(port_of_address(id.src), ipv4_of_address(id.src), ipv4_of_address(id.dst));
     std::memcpy(req.private_data(), &cma, sizeof(cma));
     std::memcpy(req.private_data() + sizeof(cma), param.private_data, user_bytes);
     id.state = CmState::ReqSent;

@@ -160,6 +160,16 @@ int RdmaCmServer::resolve_address(CmId& id, const sockaddr* src, const sockaddr*
         if (const int rc = bind(id, reinterpret_cast<const sockaddr*>(&any), sizeof(any)))
             return rc;
     }
+    const bool loopback = (dst_ip >> 24) == 127;
+    if (loopback && id.device < 0) {
+        // A loopback destination is this host: the first device whose port is up
+        // (cma_resolve_loopback), reached through its own port.
+        for (size_t i = 0; i < devices_.size() && id.device < 0; ++i)
+            if (ports_.info(devices_[i].port_index).link_up)
+                id.device = static_cast<int>(i);
+        if (id.device < 0)
+            return -ENETUNREACH;
+    }
     if (id.device < 0) {
         id.device = device_toward(dst_ip);
         if (id.device < 0)
@@ -181,8 +191,9 @@ int RdmaCmServer::resolve_address(CmId& id, const sockaddr* src, const sockaddr*
         set_port(id.src, port);
     }
     id.dst = d;
-    id.peer.ipv4 = dst_ip;
-    id.peer.gid = tp::gid_from_ipv4(dst_ip);
+    id.peer.ipv4 =
+        loopback ? ports_.info(devices_[static_cast<size_t>(id.device)].port_index).ipv4 : dst_ip;
+    id.peer.gid = tp::gid_from_ipv4(id.peer.ipv4);
     id.state = CmState::AddrQuery;
     id.resolve_deadline = now + static_cast<uint64_t>(timeout_ms ? timeout_ms : 2000) * 1'000'000;
     poll(now); // resolved at once when the neighbour is known

@@ -77,10 +77,10 @@ struct Listener {
     rdma_event_channel* channel = rdma_create_event_channel();
     rdma_cm_id* id = nullptr;
     uint16_t port = test_port();
-    Listener() {
+    explicit Listener(const char* ip = kServerIp) {
         REQUIRE(channel);
         REQUIRE(rdma_create_id(channel, &id, nullptr, RDMA_PS_TCP) == 0);
-        sockaddr_in a = address(kServerIp, port);
+        sockaddr_in a = address(ip, port);
         REQUIRE(rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&a)) == 0);
         REQUIRE(rdma_listen(id, 4) == 0);
     }
@@ -298,4 +298,41 @@ TEST_CASE("a client killed mid-handshake: the listener's side ends and the engin
     rdma_reject(next_id, nullptr, 0);
     rdma_destroy_id(next_id);
     again.expect(RDMA_CM_EVENT_REJECTED);
+}
+
+TEST_CASE("a loopback destination is this host, as the kernel's rdma_cm resolves it") {
+    Listener listener("0.0.0.0");
+    rdma_event_channel* channel = rdma_create_event_channel();
+    REQUIRE(channel);
+    rdma_cm_id* id = nullptr;
+    REQUIRE(rdma_create_id(channel, &id, nullptr, RDMA_PS_TCP) == 0);
+    sockaddr_in dst = address("127.0.0.1", listener.port);
+    REQUIRE(rdma_resolve_addr(id, nullptr, reinterpret_cast<sockaddr*>(&dst), 2000) == 0);
+    rdma_cm_event* e = next_event(channel);
+    REQUIRE(e);
+    CHECK(e->event == RDMA_CM_EVENT_ADDR_RESOLVED);
+    rdma_ack_cm_event(e);
+    CHECK(id->verbs != nullptr); // bound to a device
+    REQUIRE(rdma_resolve_route(id, 2000) == 0);
+    e = next_event(channel);
+    REQUIRE(e);
+    CHECK(e->event == RDMA_CM_EVENT_ROUTE_RESOLVED);
+    rdma_ack_cm_event(e);
+    rdma_conn_param param{};
+    param.qp_num = 0x77;
+    REQUIRE(rdma_connect(id, &param) == 0);
+    rdma_cm_event* request = next_event(listener.channel);
+    REQUIRE(request);
+    CHECK(request->event == RDMA_CM_EVENT_CONNECT_REQUEST);
+    CHECK(request->param.conn.qp_num == 0x77);
+    rdma_cm_id* child = request->id;
+    rdma_ack_cm_event(request);
+    rdma_reject(child, nullptr, 0);
+    rdma_destroy_id(child);
+    e = next_event(channel);
+    REQUIRE(e);
+    CHECK(e->event == RDMA_CM_EVENT_REJECTED);
+    rdma_ack_cm_event(e);
+    rdma_destroy_id(id);
+    rdma_destroy_event_channel(channel);
 }
