@@ -65,8 +65,10 @@ void RdmaCmServer::transmit(CmId& id, uint64_t now, bool expect_reply) {
         return;
     answer(devices_[static_cast<size_t>(id.device)].port_index, id.peer, id.last_sent, now);
     id.awaiting_reply = expect_reply;
-    if (expect_reply)
+    if (expect_reply) {
         id.retry_at = now + id.retry_interval_ns;
+        schedule(id.retry_at);
+    }
 }
 
 void RdmaCmServer::fill_conn_event(CmEvent& event, const CmId& id, const uint8_t* data,
@@ -248,6 +250,7 @@ void RdmaCmServer::enter_time_wait(CmId& id, uint64_t now) {
     id.state = CmState::TimeWait;
     id.awaiting_reply = false;
     id.time_wait_until = now + cm_timeout_ns(id.peer_response_timeout);
+    schedule(id.time_wait_until);
 }
 
 CmId* RdmaCmServer::listener_for(uint16_t port_space, uint16_t port, size_t device,
@@ -282,10 +285,7 @@ void RdmaCmServer::on_req(size_t port, const MadPeer& from, const tp::CmMad& mad
             transmit(*id, now, true);
         return;
     }
-    size_t device = devices_.size();
-    for (size_t i = 0; i < devices_.size(); ++i)
-        if (devices_[i].port_index == port)
-            device = i;
+    const size_t device = device_of_port(port);
     const uint64_t sid = req.service_id();
     tp::CmaHeader cma;
     std::memcpy(&cma, req.private_data(), sizeof(cma));
@@ -336,11 +336,9 @@ void RdmaCmServer::on_req(size_t port, const MadPeer& from, const tp::CmMad& mad
     id.retries_left = req.max_cm_retries();
     id.state = CmState::ReqReceived;
 
-    CmEvent event;
-    event.owner = listener->handle;
-    event.resp.uid = listener->uid;
+    // Counted on the listener, naming the new id (ucma_connect_event_handler).
+    CmEvent event = event_for(*listener, kEventConnectRequest);
     event.resp.id = id.handle;
-    event.resp.event = kEventConnectRequest;
     // The rdma_cm header is the CM's, not the application's (cma_set_req_event_data).
     fill_conn_event(event, id, req.private_data() + sizeof(cma),
                     tp::CmReq::kPrivateDataBytes - sizeof(cma));
@@ -381,13 +379,7 @@ void RdmaCmServer::fill_ud_event(CmEvent& event, const CmId& id, uint32_t qpn, u
     auto& ud = event.resp.param.ud;
     ud.qp_num = qpn;
     ud.qkey = qkey;
-    // The address handle toward the peer, as the kernel builds it for RoCE.
-    std::memcpy(ud.ah_attr.grh.dgid, id.peer.gid.data(), 16);
-    ud.ah_attr.grh.hop_limit = 64;
-    ud.ah_attr.grh.traffic_class = id.tos;
-    ud.ah_attr.grh.sgid_index = 0;
-    ud.ah_attr.is_global = 1;
-    ud.ah_attr.port_num = 1;
+    fill_roce_ah(ud.ah_attr, id.peer.gid, id.tos); // toward the peer
     bytes = std::min(bytes, sizeof(ud.private_data));
     if (data && bytes)
         std::memcpy(ud.private_data, data, bytes);
@@ -455,10 +447,7 @@ void RdmaCmServer::on_sidr_req(size_t port, const MadPeer& from, const tp::CmMad
             transmit(*id, now, false);
         return;
     }
-    size_t device = devices_.size();
-    for (size_t i = 0; i < devices_.size(); ++i)
-        if (devices_[i].port_index == port)
-            device = i;
+    const size_t device = device_of_port(port);
     const uint64_t sid = req.service_id();
     tp::CmaHeader cma;
     std::memcpy(&cma, req.private_data(), sizeof(cma));
@@ -481,11 +470,9 @@ void RdmaCmServer::on_sidr_req(size_t port, const MadPeer& from, const tp::CmMad
     id.tid = mad.header.transaction_id();
     id.remote_comm_id = req.request_id();
     id.state = CmState::ReqReceived;
-    CmEvent event;
-    event.owner = listener->handle;
-    event.resp.uid = listener->uid;
+    // Counted on the listener, naming the new id (ucma_connect_event_handler).
+    CmEvent event = event_for(*listener, kEventConnectRequest);
     event.resp.id = id.handle;
-    event.resp.event = kEventConnectRequest;
     fill_ud_event(event, id, 0, 0, req.private_data() + sizeof(cma),
                   tp::CmSidrReq::kPrivateDataBytes - sizeof(cma));
     queue_event(*listener, event);
@@ -499,10 +486,7 @@ void RdmaCmServer::on_sidr_rep(const tp::CmMad& mad) {
         return;
     }
     id->awaiting_reply = false;
-    CmEvent event;
-    event.owner = id->handle;
-    event.resp.uid = id->uid;
-    event.resp.id = id->handle;
+    CmEvent event = event_for(*id, 0);
     if (rep.status() == kSidrSuccess) {
         id->state = CmState::Established;
         id->remote_qpn = rep.qpn();
@@ -544,11 +528,7 @@ void RdmaCmServer::on_rep(const tp::CmMad& mad, uint64_t now) {
     id->initiator_depth = rep.responder_resources();
     id->rnr_retry_count = rep.rnr_retry_count();
     id->state = CmState::RepReceived;
-    CmEvent event;
-    event.owner = id->handle;
-    event.resp.uid = id->uid;
-    event.resp.id = id->handle;
-    event.resp.event = kEventConnectResponse;
+    CmEvent event = event_for(*id, kEventConnectResponse);
     fill_conn_event(event, *id, rep.private_data(), tp::CmRep::kPrivateDataBytes);
     event.resp.param.conn.responder_resources = id->responder_resources;
     event.resp.param.conn.initiator_depth = id->initiator_depth;
@@ -596,11 +576,7 @@ void RdmaCmServer::on_rej(const tp::CmMad& mad) {
     case CmState::RepReceived: {
         id->awaiting_reply = false;
         id->state = CmState::Closed;
-        CmEvent event;
-        event.owner = id->handle;
-        event.resp.uid = id->uid;
-        event.resp.id = id->handle;
-        event.resp.event = kEventRejected;
+        CmEvent event = event_for(*id, kEventRejected);
         event.resp.status = rej.reason();
         fill_conn_event(event, *id, rej.private_data(), tp::CmRej::kPrivateDataBytes);
         queue_event(*id, event);
@@ -625,6 +601,7 @@ void RdmaCmServer::on_mra(const tp::CmMad& mad, uint64_t now) {
     id->remote_comm_id = mra.local_comm_id();
     id->retry_at =
         now + (iba_time_ms(mra.service_timeout()) + iba_time_ms(packet_life_)) * 1'000'000;
+    schedule(id->retry_at);
 }
 
 void RdmaCmServer::on_dreq(size_t port, const MadPeer& from, const tp::CmMad& mad, uint64_t now) {

@@ -50,6 +50,21 @@ int RdmaCmServer::device_for_address(const sockaddr* addr) const {
     return -1;
 }
 
+size_t RdmaCmServer::device_of_port(size_t port) const {
+    for (size_t i = 0; i < devices_.size(); ++i)
+        if (devices_[i].port_index == port)
+            return i;
+    return devices_.size();
+}
+
+// Where the kernel's rdma_cm puts loopback: the first device whose port is up.
+int RdmaCmServer::first_active_device() const {
+    for (size_t i = 0; i < devices_.size(); ++i)
+        if (ports_.info(devices_[i].port_index).link_up)
+            return static_cast<int>(i);
+    return -1;
+}
+
 // The device a packet to `ipv4` would leave from: the one that owns the address (the
 // kernel routes a local destination to itself), else the one on the longest common
 // prefix with it whose link is up.
@@ -106,9 +121,7 @@ int RdmaCmServer::bind(CmId& id, const sockaddr* addr, size_t length) {
     if ((ipv4_of_address(s) >> 24) == 127) {
         // A loopback address binds to the first device whose port is up, as the kernel's
         // rdma_cm binds loopback (cma_bind_loopback); libfabric binds 127.0.0.1 this way.
-        for (size_t i = 0; i < devices_.size() && device < 0; ++i)
-            if (ports_.info(devices_[i].port_index).link_up)
-                device = static_cast<int>(i);
+        device = first_active_device();
         if (device < 0)
             return -EADDRNOTAVAIL;
     } else if (!is_any_address(s)) {
@@ -164,9 +177,7 @@ int RdmaCmServer::resolve_address(CmId& id, const sockaddr* src, const sockaddr*
     if (loopback && id.device < 0) {
         // A loopback destination is this host: the first device whose port is up
         // (cma_resolve_loopback), reached through its own port.
-        for (size_t i = 0; i < devices_.size() && id.device < 0; ++i)
-            if (ports_.info(devices_[i].port_index).link_up)
-                id.device = static_cast<int>(i);
+        id.device = first_active_device();
         if (id.device < 0)
             return -ENETUNREACH;
     }
@@ -195,6 +206,7 @@ int RdmaCmServer::resolve_address(CmId& id, const sockaddr* src, const sockaddr*
         loopback ? ports_.info(devices_[static_cast<size_t>(id.device)].port_index).ipv4 : dst_ip;
     id.peer.gid = tp::gid_from_ipv4(id.peer.ipv4);
     id.state = CmState::AddrQuery;
+    schedule(now);
     id.resolve_deadline = now + static_cast<uint64_t>(timeout_ms ? timeout_ms : 2000) * 1'000'000;
     poll(now); // resolved at once when the neighbour is known
     return 0;
@@ -232,6 +244,17 @@ void RdmaCmServer::fill_route(const CmId& id, ib_user_path_rec& path) const {
     path.packet_life_time = packet_life_;
 }
 
+void RdmaCmServer::fill_roce_ah(ib_uverbs_ah_attr& ah, const tp::Gid& dgid, uint8_t tos) {
+    // RoCE: a GRH to the GID (IPv4-mapped), GID index 0, port 1, the route's hop limit
+    // (64, as the kernel takes it for RoCEv2) and the id's type of service; no LIDs.
+    ah = {};
+    std::memcpy(ah.grh.dgid, dgid.data(), 16);
+    ah.grh.hop_limit = 64;
+    ah.grh.traffic_class = tos;
+    ah.is_global = 1;
+    ah.port_num = 1;
+}
+
 int RdmaCmServer::init_qp_attr(const CmId& id, uint32_t qp_state, ib_uverbs_qp_attr& a) const {
     a = {};
     a.qp_state = qp_state;
@@ -266,12 +289,7 @@ int RdmaCmServer::init_qp_attr(const CmId& id, uint32_t qp_state, ib_uverbs_qp_a
         if (!connected)
             return -EINVAL;
         a.qp_attr_mask = kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn;
-        std::memcpy(a.ah_attr.grh.dgid, id.peer.gid.data(), 16);
-        a.ah_attr.grh.hop_limit = 64;
-        a.ah_attr.grh.traffic_class = id.tos;
-        a.ah_attr.grh.sgid_index = 0;
-        a.ah_attr.is_global = 1;
-        a.ah_attr.port_num = 1;
+        fill_roce_ah(a.ah_attr, id.peer.gid, id.tos);
         a.path_mtu = id.path_mtu;
         a.dest_qp_num = id.remote_qpn;
         a.rq_psn = id.receive_psn;
@@ -332,11 +350,7 @@ int RdmaCmServer::join_multicast(CmId& id, uint64_t uid, const sockaddr* group, 
     ud.qp_num = 0xffffff;
     ud.qkey = id.qkey;
     const tp::Gid mgid = tp::gid_from_ipv4(ip);
-    std::memcpy(ud.ah_attr.grh.dgid, mgid.data(), 16);
-    ud.ah_attr.grh.hop_limit = 64;
-    ud.ah_attr.grh.traffic_class = id.tos;
-    ud.ah_attr.is_global = 1;
-    ud.ah_attr.port_num = 1;
+    fill_roce_ah(ud.ah_attr, mgid, id.tos);
     (void)join_flags; // send-only members simply do not attach; librdmacm decides that
     queue_event(id, event);
     return 0;

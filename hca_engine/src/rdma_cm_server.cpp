@@ -279,6 +279,16 @@ void RdmaCmServer::destroy_id(CmId& id) {
         release_id(id);
 }
 
+CmEvent RdmaCmServer::event_for(const CmId& owner, uint32_t type, int32_t status) {
+    CmEvent event;
+    event.owner = owner.handle;
+    event.resp.uid = owner.uid;
+    event.resp.id = owner.handle;
+    event.resp.event = type;
+    event.resp.status = static_cast<uint32_t>(status);
+    return event;
+}
+
 void RdmaCmServer::queue_event(CmId& owner, const CmEvent& event) {
     if (!owner.file)
         return; // destroyed: nobody to tell
@@ -292,12 +302,9 @@ void RdmaCmServer::queue_event(CmId& owner, const CmEvent& event) {
 }
 
 void RdmaCmServer::queue_event(CmId& owner, uint32_t type, int32_t status, uint32_t reported_id) {
-    CmEvent event;
-    event.owner = owner.handle;
-    event.resp.uid = owner.uid;
-    event.resp.id = reported_id ? reported_id : owner.handle;
-    event.resp.event = type;
-    event.resp.status = static_cast<uint32_t>(status);
+    CmEvent event = event_for(owner, type, status);
+    if (reported_id)
+        event.resp.id = reported_id;
     queue_event(owner, event);
 }
 
@@ -314,7 +321,12 @@ void RdmaCmServer::drop_events(CmFile& file, uint32_t owner) {
 }
 
 bool RdmaCmServer::poll(uint64_t now) {
+    // Called every round of the engine's loop: nothing is looked at before the earliest
+    // deadline (set wherever a timer starts, see schedule()).
+    if (now < wake_at_)
+        return false;
     bool busy = false;
+    uint64_t next = UINT64_MAX;
     std::vector<CmId*> due;
     for (auto& [handle, id] : ids_) {
         if (id->state == CmState::AddrQuery) {
@@ -327,30 +339,28 @@ bool RdmaCmServer::poll(uint64_t now) {
                 id->state = CmState::Idle;
                 queue_event(*id, kEventAddrError, -ETIMEDOUT);
                 busy = true;
+            } else {
+                next = std::min(next, now + kNeighborCheckNs);
             }
         } else if ((id->awaiting_reply && now >= id->retry_at) ||
                    (id->state == CmState::TimeWait && now >= id->time_wait_until)) {
             due.push_back(id.get());
+        } else if (id->awaiting_reply) {
+            next = std::min(next, id->retry_at);
+        } else if (id->state == CmState::TimeWait) {
+            next = std::min(next, id->time_wait_until);
         }
     }
+    wake_at_ = next;
     for (CmId* id : due) {
-        on_timeout(*id, now);
+        on_timeout(*id, now); // schedules what it starts again
         busy = true;
     }
     return busy;
 }
 
 uint64_t RdmaCmServer::next_deadline() const {
-    uint64_t next = UINT64_MAX;
-    for (const auto& [handle, id] : ids_) {
-        if (id->state == CmState::AddrQuery)
-            next = std::min(next, monotonic_ns() + 1'000'000); // look again in 1 ms
-        if (id->awaiting_reply)
-            next = std::min(next, id->retry_at);
-        if (id->state == CmState::TimeWait)
-            next = std::min(next, id->time_wait_until);
-    }
-    return next;
+    return wake_at_;
 }
 
 std::string RdmaCmServer::status_report() const {

@@ -88,14 +88,19 @@ class RdmaCmServer final : public MadReceiver {
                         uint64_t now);
     int device_for_address(const sockaddr* addr) const;
     int device_toward(uint32_t ipv4) const;
+    size_t device_of_port(size_t port) const; // devices_.size() when none
+    int first_active_device() const;          // -1 when every port is down
     bool port_in_use(const CmId& id, uint16_t port) const;
     void queue_event(CmId& owner, uint32_t type, int32_t status, uint32_t reported_id = 0);
     void queue_event(CmId& owner, const CmEvent& event);
+    // An event of `owner`'s, counted on it and reported with its uid and handle.
+    static CmEvent event_for(const CmId& owner, uint32_t type, int32_t status = 0);
     void drop_events(CmFile& file, uint32_t owner);
     int join_multicast(CmId& id, uint64_t uid, const sockaddr* group, size_t length,
                        uint16_t join_flags, uint32_t& handle);
     int init_qp_attr(const CmId& id, uint32_t qp_state, struct ib_uverbs_qp_attr& attr) const;
     void fill_route(const CmId& id, struct ib_user_path_rec& path) const;
+    static void fill_roce_ah(ib_uverbs_ah_attr& ah, const transport::Gid& dgid, uint8_t tos);
     uint8_t active_mtu(const CmId& id) const;
 
     // cm_protocol.cpp
@@ -130,6 +135,9 @@ class RdmaCmServer final : public MadReceiver {
     CmId* listener_for(uint16_t port_space, uint16_t port, size_t device, uint32_t dst_ipv4);
     void fill_conn_event(CmEvent& event, const CmId& id, const uint8_t* data, size_t bytes) const;
     uint64_t cm_timeout_ns(uint8_t response_timeout) const;
+    // A timer starts (a retransmission, a time wait, a neighbour to wait for): poll()
+    // looks at the ids no later than `at`.
+    void schedule(uint64_t at) { wake_at_ = std::min(wake_at_, at); }
     uint32_t new_comm_id();
 
     int listen_fd_ = -1;
@@ -149,7 +157,11 @@ class RdmaCmServer final : public MadReceiver {
     // The path's packet life time (IBA exponent): the kernel's CMA_IBOE_PACKET_LIFETIME.
     // Environment: SOFTHCA_CM_RESPONSE_TIMEOUT, SOFTHCA_CM_MAX_RETRIES, SOFTHCA_CM_PACKET_LIFE.
     uint8_t packet_life_ = 16;
-    bool trace_ = false; // SOFTHCA_RDMA_CM_TRACE: each command and its result to the log
+    bool trace_ = false;
+    uint64_t wake_at_ = UINT64_MAX; // no id has anything due before this
+    static constexpr uint64_t kNeighborCheckNs =
+        1'000'000; // an address query looks again // SOFTHCA_RDMA_CM_TRACE: each command and its
+                   // result to the log
     Counters counters_;
 };
 
