@@ -28,7 +28,8 @@ struct QpLimits {
     static constexpr uint32_t kMaxQpWr = 16384;
     static constexpr uint32_t kMaxSge = transport::kMaxSge;
     static constexpr uint32_t kMaxInline = transport::kMaxInlineData;
-    static constexpr uint32_t kMaxRdAtomic = 16;
+    static constexpr uint32_t kMaxRdAtomic =
+        128; // as Linux rxe: responder state is cheap in software
 };
 
 // What a QP is bound to at creation. An XRC initiator has no receive side, an XRC

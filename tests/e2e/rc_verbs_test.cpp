@@ -217,6 +217,89 @@ TEST_CASE("atomics: fetch-and-add sums and compare-and-swap", "[integrity]") {
     CHECK(sum == 5);
 }
 
+// Linux rxe advertises a depth of 128 and perftest gives the client QP the server's
+// depth: a smaller limit here refuses the move to RTS against a Linux server.
+TEST_CASE("128 READs and atomics outstanding at once, the depth rxe advertises") {
+    ibv_device_attr attr{};
+    REQUIRE(ibv_query_device(dev(0).context, &attr) == 0);
+    CHECK(attr.max_qp_rd_atom >= 128);
+    CHECK(attr.max_qp_init_rd_atom >= 128);
+    Path path;
+    path.rd_atomic = 128;
+    Pair pair(path);
+    ibv_qp_attr q{};
+    ibv_qp_init_attr init{};
+    REQUIRE(ibv_query_qp(pair.a, &q, IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC, &init) ==
+            0);
+    CHECK(q.max_rd_atomic == 128);
+    CHECK(q.max_dest_rd_atomic == 128);
+
+    constexpr int kReads = 128;
+    constexpr size_t kSize = 4096;
+    Buffer src(dev(1), kReads * kSize + 64, kAllAccess), dst(dev(0), kReads * kSize, kAllAccess);
+    fill(src, 77, 0, kReads * kSize);
+    for (int i = 0; i < kReads; ++i) {
+        ibv_sge sge{dst.addr(i * kSize), kSize, dst.mr->lkey};
+        ibv_send_wr wr = signaled_wr(IBV_WR_RDMA_READ, &sge, 1, i);
+        wr.wr.rdma.remote_addr = src.addr(i * kSize);
+        wr.wr.rdma.rkey = src.mr->rkey;
+        post(pair.a, wr);
+    }
+    auto wc = wait_completions(dev(0), kReads);
+    for (int i = 0; i < kReads; ++i) {
+        REQUIRE(wc[i].status == IBV_WC_SUCCESS);
+        CHECK(wc[i].wr_id == static_cast<uint64_t>(i)); // in order
+    }
+    CHECK(std::memcmp(dst.bytes.data(), src.bytes.data(), kReads * kSize) == 0);
+
+    Buffer counter(dev(1), 64, kAllAccess), results(dev(0), 8 * kReads, kAllAccess);
+    for (int i = 0; i < kReads; ++i) {
+        ibv_sge sge{results.addr(8 * i), 8, results.mr->lkey};
+        ibv_send_wr wr = signaled_wr(IBV_WR_ATOMIC_FETCH_AND_ADD, &sge, 1, i);
+        wr.wr.atomic.remote_addr = counter.addr(8);
+        wr.wr.atomic.rkey = counter.mr->rkey;
+        wr.wr.atomic.compare_add = 1;
+        post(pair.a, wr);
+    }
+    wc = wait_completions(dev(0), kReads);
+    for (int i = 0; i < kReads; ++i) {
+        REQUIRE(wc[i].status == IBV_WC_SUCCESS);
+        uint64_t original;
+        std::memcpy(&original, results.bytes.data() + 8 * i, 8);
+        CHECK(original == static_cast<uint64_t>(i)); // each add saw every earlier one
+    }
+    uint64_t sum;
+    std::memcpy(&sum, counter.bytes.data() + 8, 8);
+    CHECK(sum == kReads);
+}
+
+TEST_CASE("a depth beyond max_qp_rd_atom is refused with EINVAL") {
+    ibv_device_attr attr{};
+    REQUIRE(ibv_query_device(dev(0).context, &attr) == 0);
+    ibv_qp* qp = make_qp(dev(0));
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    a.qp_access_flags = IBV_ACCESS_REMOTE_READ;
+    REQUIRE(ibv_modify_qp(
+                qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0);
+    a = {};
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = IBV_MTU_1024;
+    a.dest_qp_num = qp->qp_num;
+    a.max_dest_rd_atomic = static_cast<uint8_t>(attr.max_qp_rd_atom + 1);
+    a.min_rnr_timer = 1;
+    a.ah_attr.is_global = 1;
+    a.ah_attr.grh.dgid = dev(0).gid;
+    a.ah_attr.grh.hop_limit = 64;
+    a.ah_attr.port_num = 1;
+    CHECK(ibv_modify_qp(qp, &a,
+                        IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                            IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) ==
+          EINVAL);
+    ibv_destroy_qp(qp);
+}
+
 TEST_CASE("atomics on shared memory are atomic against the application's CPU atomics",
           "[integrity]") {
     // The target is shared memory, which the engine maps: its fetch-and-adds are CPU

@@ -132,6 +132,7 @@ struct Path {
     uint8_t rnr_retry = 7;
     uint8_t retry_cnt = 7;
     uint8_t timeout = 14;
+    uint8_t rd_atomic = 4; // max_rd_atomic and max_dest_rd_atomic
 };
 
 // RESET -> INIT -> RTR -> RTS for a connected QP (RC, XRC or UC: the attributes each state
@@ -149,7 +150,7 @@ inline void connect(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& remote_gid, 
     a.path_mtu = IBV_MTU_1024;
     a.dest_qp_num = remote_qpn;
     a.rq_psn = 0xfffff0; // near the wrap
-    a.max_dest_rd_atomic = 4;
+    a.max_dest_rd_atomic = path.rd_atomic;
     a.min_rnr_timer = 1;
     a.ah_attr.is_global = 1;
     a.ah_attr.grh.dgid = remote_gid;
@@ -165,7 +166,7 @@ inline void connect(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& remote_gid, 
     a.timeout = path.timeout;
     a.retry_cnt = path.retry_cnt;
     a.rnr_retry = path.rnr_retry;
-    a.max_rd_atomic = 4;
+    a.max_rd_atomic = path.rd_atomic;
     mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
     if (rc)
         mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
