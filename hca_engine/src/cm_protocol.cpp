@@ -118,7 +118,10 @@ int RdmaCmServer::send_req(CmId& id, const rdma_ucm_conn_param& param, uint64_t 
     req.set_remote_cm_response_timeout(response_timeout_);
     req.set_transport_service_type(id.qp_type == kQpTypeUc ? 1 : 0);
     req.set_end_to_end_flow_control(id.flow_control);
-    req.set_starting_psn(id.send_psn);
+    // Each side announces the PSN its receive queue expects: the REQ's Starting PSN is
+    // the one the passive side sends from, the REP's the one the active side sends from
+    // (as the kernel's cm.c and rdma_cm fill them; see ../shared/vectors/rxe-cm-*.pcap).
+    req.set_starting_psn(id.receive_psn);
     req.set_local_cm_response_timeout(response_timeout_);
     req.set_retry_count(id.retry_count);
     req.set_partition_key(0xffff);
@@ -172,7 +175,7 @@ int RdmaCmServer::send_rep(CmId& id, const rdma_ucm_conn_param& param, uint64_t 
     rep.set_remote_comm_id(id.remote_comm_id);
     rep.set_local_qkey(0);
     rep.set_local_qpn(id.local_qpn);
-    rep.set_starting_psn(id.send_psn);
+    rep.set_starting_psn(id.receive_psn); // the PSN the active side sends from
     rep.set_responder_resources(id.responder_resources);
     rep.set_initiator_depth(id.initiator_depth);
     rep.set_target_ack_delay(0);
@@ -323,8 +326,7 @@ void RdmaCmServer::on_req(size_t port, const MadPeer& from, const tp::CmMad& mad
     id.remote_comm_id = req.local_comm_id();
     id.remote_ca_guid = req.local_ca_guid();
     id.remote_qpn = req.local_qpn();
-    id.receive_psn = req.starting_psn();
-    id.send_psn = req.starting_psn(); // rdma_cm uses the REQ's PSN both ways
+    id.send_psn = req.starting_psn(); // this side's receive_psn was drawn with the id
     id.responder_resources = req.initiator_depth();
     id.initiator_depth = req.responder_resources();
     id.retry_count = req.retry_count();
@@ -523,7 +525,7 @@ void RdmaCmServer::on_rep(const tp::CmMad& mad, uint64_t now) {
     id->remote_comm_id = rep.local_comm_id();
     id->remote_ca_guid = rep.local_ca_guid();
     id->remote_qpn = rep.local_qpn();
-    id->receive_psn = rep.starting_psn();
+    id->send_psn = rep.starting_psn();
     id->responder_resources = rep.initiator_depth();
     id->initiator_depth = rep.responder_resources();
     id->rnr_retry_count = rep.rnr_retry_count();

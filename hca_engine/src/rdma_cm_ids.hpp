@@ -100,8 +100,8 @@ struct CmId {
     uint64_t remote_ca_guid = 0;
     uint32_t local_qpn = 0;
     uint32_t remote_qpn = 0;
-    uint32_t send_psn = 0;    // this side's starting PSN (the QP's sq_psn)
-    uint32_t receive_psn = 0; // the peer's starting PSN (the QP's rq_psn)
+    uint32_t send_psn = 0;    // the QP's sq_psn: the Starting PSN the peer announced
+    uint32_t receive_psn = 0; // the QP's rq_psn: drawn at creation, announced in REQ or REP
     uint32_t qkey = 0;
     uint8_t responder_resources = 0; // RDMA reads and atomics this side accepts
     uint8_t initiator_depth = 0;     // that it may have outstanding

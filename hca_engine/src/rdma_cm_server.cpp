@@ -202,8 +202,9 @@ CmId& RdmaCmServer::create_id(CmFile* file, uint64_t uid, uint16_t port_space, u
     id->file = file;
     id->port_space = port_space;
     id->qp_type = qp_type;
-    // The kernel's rdma_cm draws each id's PSN at creation (rdma_create_id).
-    id->send_psn = random_() & 0xffffff;
+    // The kernel's rdma_cm draws each id's PSN at creation (rdma_create_id): the first
+    // PSN its QP's receive queue expects, which it announces in its REQ or REP.
+    id->receive_psn = random_() & 0xffffff;
     id->qkey = port_space == RDMA_PS_UDP || port_space == RDMA_PS_IPOIB ? kRdmaUdpQkey : 0;
     CmId& ref = *id;
     ids_.emplace(ref.handle, std::move(id));

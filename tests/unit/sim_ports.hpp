@@ -10,6 +10,7 @@
 
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <vector>
 
 namespace sim {
@@ -115,6 +116,8 @@ class SimulatedPortSet final : public softhca::engine::PortSet {
 
     // A cut wire: every frame sent is lost.
     bool cut = false;
+    // Sees every frame the wire delivers (from port `from`), as a capture would.
+    std::function<void(size_t from, const uint8_t* frame, uint32_t length)> tap;
 
     size_t flush() override {
         size_t sent = 0;
@@ -130,6 +133,8 @@ class SimulatedPortSet final : public softhca::engine::PortSet {
                     ++ports_[i].counters.tx_dropped;
                     continue;
                 }
+                if (tap)
+                    tap(i, frame(f), lengths_[f]);
                 peer.push_back(f);
                 ++ports_[i].counters.tx_packets;
                 ++sent;

@@ -212,6 +212,21 @@ TEST_CASE("rdma_cm over a lossy wire: each connection's events exactly once, QPN
     faults.reorder = 0.1;
     faults.seed = 5;
     CmBench bench(faults);
+    // The Starting PSNs the REQ and REP carry on the wire (RoCEv2 to QP1: Ethernet, IPv4,
+    // UDP, BTH, DETH, then the MAD; its attribute at 16, the CM message at 24).
+    uint32_t req_psn = 0, rep_psn = 0;
+    bench.ports.tap = [&](size_t, const uint8_t* f, uint32_t length) {
+        constexpr size_t kMad = 14 + 20 + 8 + 12 + 8;
+        if (length < kMad + 24 + 48 || f[14 + 20 + 8 + 7] != 1) // destination QP 1
+            return;
+        const uint8_t* mad = f + kMad;
+        const uint16_t attribute = static_cast<uint16_t>(mad[16] << 8 | mad[17]);
+        auto be24 = [](const uint8_t* p) { return uint32_t(p[0]) << 16 | p[1] << 8 | p[2]; };
+        if (attribute == 0x10)
+            req_psn = be24(mad + 24 + 44);
+        else if (attribute == 0x13)
+            rep_psn = be24(mad + 24 + 20);
+    };
     CmFileClient server(bench), client(bench);
     constexpr uint32_t kServerIp = 0xc6120002, kClientIp = 0xc6120001;
     constexpr uint16_t kPort = 5000;
@@ -286,6 +301,14 @@ TEST_CASE("rdma_cm over a lossy wire: each connection's events exactly once, QPN
         CHECK(passive_rtr.dest_qp_num == client_qpn);
         CHECK(active_rtr.rq_psn == passive_rts.sq_psn);
         CHECK(passive_rtr.rq_psn == active_rts.sq_psn);
+        // As the kernel's CM fills them (../shared/vectors/rxe-cm-rping.pcap): each side
+        // announces the PSN its receive queue expects, so the passive side sends from the
+        // REQ's Starting PSN and the active side from the REP's.
+        CHECK(req_psn == passive_rts.sq_psn);
+        CHECK(req_psn == active_rtr.rq_psn);
+        CHECK(rep_psn == active_rts.sq_psn);
+        CHECK(rep_psn == passive_rtr.rq_psn);
+        CHECK(req_psn != rep_psn);
         rdma_ucm_accept rtu{};
         rtu.id = active;
         REQUIRE(client.command(RDMA_USER_CM_CMD_ACCEPT, rtu) == 0);
