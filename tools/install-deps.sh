@@ -20,6 +20,9 @@ packages=(
     ucx-utils
     # Tests and scripts: network namespaces and process inspection
     iproute2 procps
+    # The Linux kernel peer (tools/rxe-guest.sh, ../shared/rxe-guest): Debian's kernel with
+    # rdma_rxe booted under QEMU, a busybox userland, its initramfs packed with cpio
+    qemu-system-x86 busybox-static cpio binutils
 )
 
 missing=()

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# softhca against the Linux kernel's RDMA stack (Soft-RoCE in a QEMU guest, kernel_peer.sh):
+# the eight perftest RC tools, unmodified, with Linux as the server and then with softhca
+# as the server, at 1 B (2 B for READ, perftest's least), 4 KiB and 64 KiB; the tools that
+# take -c UC and -c UD over those services. Then again with 1% loss, duplication and
+# reordering injected at softhca's port for the bandwidth tools, which must complete.
+#   test_kernel_peer_perftest.sh [lossy]
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/kernel_peer.sh"
+trap kp_down EXIT
+up_args=()
+[ "${1:-}" = lossy ] && up_args=(--faults "drop=0.01,dup=0.01,reorder=0.01,seed=7")
+kp_up "$SOFTHCA_PREFIX" "${KP_SUBNET:-8}" "${up_args[@]}"
+
+# One run: TOOL and ARGS, the server on SIDE (linux or softhca); the client's result table
+# must have a row.
+perftest() {
+    local side=$1 tool=$2
+    shift 2
+    kp_exchange "$side" tcp "$tool -d @DEV@ -x @GID@ -p @PORT@ $*" \
+        "$tool -d @DEV@ -x @GID@ -p @PORT@ $* @ADDR@"
+    local row
+    row=$(grep -E "^ +[0-9]+ +[0-9]+ +[0-9.]+" <<<"$KP_OUT" | tail -1) ||
+        fail "$tool $*: no result row: $KP_OUT"
+    echo "$tool $* ($side server):$row"
+}
+
+sides=(linux softhca)
+if [ "${1:-}" = lossy ]; then
+    for side in "${sides[@]}"; do
+        for tool in ib_write_bw ib_read_bw ib_send_bw; do
+            perftest "$side" "$tool" -s 65536 -n 200
+        done
+    done
+    injected=$(kp_softhca_status | grep -m1 "faults injected:")
+    echo "$injected"
+    grep -qE "dropped [1-9].* duplicated [1-9].* reordered [1-9]" <<<"$injected" ||
+        fail "no faults were injected: $injected"
+    echo PASS
+    exit 0
+fi
+
+for side in "${sides[@]}"; do
+    for tool in ib_write_bw ib_send_bw ib_write_lat ib_send_lat; do
+        for size in 1 4096 65536; do
+            perftest "$side" "$tool" -s "$size" -n 100
+        done
+    done
+    for tool in ib_read_bw ib_read_lat; do
+        for size in 2 4096 65536; do
+            perftest "$side" "$tool" -s "$size" -n 100
+        done
+    done
+    perftest "$side" ib_atomic_bw -n 100
+    perftest "$side" ib_atomic_lat -n 100
+    for tool in ib_write_bw ib_send_bw ib_write_lat ib_send_lat; do
+        perftest "$side" "$tool" -c UC -s 65536 -n 100
+    done
+    # UD messages fit one path MTU (1024 on the guest's link).
+    perftest "$side" ib_send_bw -c UD -s 1024 -n 100
+    perftest "$side" ib_send_lat -c UD -s 1024 -n 100
+done
+counters=$(kp_softhca_status | grep -m1 "counters:")
+echo "$counters"
+grep -q "rx_bad_icrc 0 rx_malformed 0" <<<"$counters" || fail "bad packets from the kernel peer"
+echo PASS
