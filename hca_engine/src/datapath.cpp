@@ -3,8 +3,10 @@
 #include "engine_qp.hpp"
 #include "engine_srq.hpp"
 #include "process_memory.hpp"
+#include "route_hop_limit.hpp"
 #include "softhca/transport/ib_packet.hpp"
 #include "softhca/transport/roce_frame.hpp"
+#include "softhca/transport/roce_path.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -294,7 +296,8 @@ bool Datapath::send_mad(size_t port, const MadPeer& to, const tp::CmMad& mad, ui
     addressing.src_mac = info.mac;
     addressing.src_gid = tp::gid_from_ipv4(info.ipv4);
     addressing.dst_gid = tp::gid_from_ipv4(to.ipv4);
-    addressing.udp_src_port = 0xc000 | tp::kGsiQp;
+    addressing.udp_src_port = EngineQp::ud_source_port(tp::kGsiQp);
+    addressing.hop_limit = route_hop_limit();
     const bool local = to.ipv4 == info.ipv4;
     if (local)
         addressing.dst_mac = info.mac;
@@ -365,9 +368,14 @@ bool Datapath::resolve_destination(EngineQp& qp, size_t port, uint64_t now, bool
     uint32_t ip = qp.dest_ip();
     if (const tp::AddressVector* av = qp.transport().next_destination()) {
         std::copy(av->dgid.begin(), av->dgid.end(), addressing.dst_gid.begin());
-        addressing.hop_limit = av->hop_limit ? av->hop_limit : 64;
+        addressing.hop_limit = tp::wire_hop_limit(av->dgid, av->hop_limit, route_hop_limit());
         addressing.traffic_class = av->traffic_class;
-        addressing.flow_label = av->flow_label;
+        addressing.flow_label = av->flow_label & tp::kFlowLabelMask;
+        // A UD destination with a flow label takes its entropy (as a ConnectX AH does);
+        // without one the QP's own port.
+        addressing.udp_src_port = addressing.flow_label
+                                      ? tp::udp_source_port_for_flow(addressing.flow_label)
+                                      : EngineQp::ud_source_port(qp.qp_num());
         ip = tp::load_be32(av->dgid.data() + 12);
     }
     local = ip == info.ipv4;

@@ -2,7 +2,9 @@
 
 #include "ports.hpp"
 #include "resource_tables.hpp"
+#include "route_hop_limit.hpp"
 #include "softhca/device_interface/async_event.hpp"
+#include "softhca/transport/roce_path.hpp"
 
 #include <algorithm>
 #include <array>
@@ -63,8 +65,9 @@ EngineQp::EngineQp(uint32_t handle, uint32_t qp_num, tp::QpType type, size_t dev
         transport_.use_srq(binding.srq->queue());
     if (type == tp::QpType::XrcRecv)
         transport_.use_srq_directory(*this);
-    // UDP source port: per-QP entropy in the range RoCEv2 uses (A17.4.5.1).
-    addressing_.udp_src_port = static_cast<uint16_t>(0xc000 | (qp_num & 0x3fff));
+    // UDP source port: per-QP entropy in the range RoCEv2 uses (A17.4.5.1); a connected
+    // QP's comes from its path once it has one (modify below).
+    addressing_.udp_src_port = ud_source_port(qp_num);
     addressing_.src_gid = tp::gid_from_ipv4(port.ipv4);
     addressing_.src_mac = port.mac;
     if (type == tp::QpType::UD) {
@@ -176,6 +179,12 @@ int EngineQp::modify(const di::ModifyQpRequest& request, const PortInfo& port,
         r.dest_qp = a.dest_qp_num;
         attr_.dest_qp_num = a.dest_qp_num;
     }
+    if ((mask & (kAv | kDestQpn)) && type_ != tp::QpType::UD) {
+        // A connection's UDP source port: from its flow label, or from both QP numbers.
+        const uint32_t flow = attr_.flow_label ? attr_.flow_label
+                                               : tp::flow_label_for_qps(qp_num_, attr_.dest_qp_num);
+        addressing_.udp_src_port = tp::udp_source_port_for_flow(flow);
+    }
     if (mask & kRqPsn) {
         r.rq_psn = a.rq_psn & tp::kPsnMask;
         attr_.rq_psn = r.rq_psn;
@@ -204,14 +213,17 @@ int EngineQp::modify(const di::ModifyQpRequest& request, const PortInfo& port,
         std::memcpy(attr_.dgid, a.dgid, 16);
         attr_.is_global = 1;
         attr_.sgid_index = a.sgid_index;
-        attr_.hop_limit = a.hop_limit;
+        // The route's hop limit, as the kernel resolves the path (roce_path.hpp); the
+        // attributes report what the wire carries, as ibv_query_qp does on Linux.
+        attr_.hop_limit = tp::wire_hop_limit(dgid, a.hop_limit, route_hop_limit());
         attr_.traffic_class = a.traffic_class;
-        attr_.flow_label = a.flow_label;
+        attr_.flow_label = a.flow_label & tp::kFlowLabelMask;
         attr_.sl = a.sl;
         attr_.ah_port_num = 1;
         addressing_.dst_gid = dgid;
-        addressing_.hop_limit = a.hop_limit ? a.hop_limit : 64;
+        addressing_.hop_limit = static_cast<uint8_t>(attr_.hop_limit);
         addressing_.traffic_class = a.traffic_class;
+        addressing_.flow_label = attr_.flow_label;
         dest_ip_ = tp::load_be32(dgid.data() + 12);
     }
     if (next == tp::QpState::Reset && current != tp::QpState::Reset && ring_) {

@@ -83,6 +83,10 @@ class EngineQp : public transport::CompletionSink,
     const transport::QueuePair& transport() const { return transport_; }
     uint32_t handle() const { return handle_; }
     uint32_t qp_num() const { return qp_num_; }
+    // The UDP source port of a QP without a path of its own (UD, QP1): per-QP entropy.
+    static uint16_t ud_source_port(uint32_t qp_num) {
+        return static_cast<uint16_t>(0xc000 | (qp_num & 0x3fff));
+    }
     size_t device() const { return device_; }
     const QpBinding& binding() const { return binding_; }
     EngineSrq* srq() const { return binding_.srq; }

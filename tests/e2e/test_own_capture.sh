@@ -2,7 +2,9 @@
 # softhca's own packets, captured from its ports (softhca up --pcap), pass the same
 # codec checks as the Linux Soft-RoCE reference captures: they parse, their ICRCs are
 # right, and their headers re-encode byte for byte. The traffic covers WRITE, READ,
-# SEND and both atomics.
+# SEND and both atomics. ibv_rc_pingpong and ibv_ud_pingpong give their address vectors
+# hop limit 1: on the wire is the route's hop limit (the namespace's ip_default_ttl), as
+# the kernel resolves it; and each connection has a UDP source port of its own.
 source "$(dirname "$0")/lib.sh"
 PCAP_CHECK=${1:?path to pcap_check}
 dir=$(mktemp -d)
@@ -27,6 +29,18 @@ wait_listening "$port" || fail "ib_atomic_bw server did not start"
 on_client timeout 60 ib_atomic_bw -d "$CLIENT_DEV" -x 0 -p "$port" -n 50 "$SERVER_ADDR" \
     >/dev/null 2>&1 || fail "ib_atomic_bw (fetch and add) failed"
 wait "$server"
+for tool in ibv_rc_pingpong ibv_ud_pingpong; do
+    port=$(free_port)
+    on_server timeout 60 "$tool" -d "$SERVER_DEV" -g 0 -p "$port" -n 20 -s 512 >/dev/null 2>&1 &
+    server=$!
+    wait_listening "$port" || fail "$tool server did not start"
+    on_client timeout 60 "$tool" -d "$CLIENT_DEV" -g 0 -p "$port" -n 20 -s 512 "$SERVER_ADDR" \
+        >/dev/null 2>&1 || fail "$tool failed"
+    wait "$server" || fail "$tool server failed"
+done
 "$SOFTHCA" down >/dev/null # flushes the captures
-"$PCAP_CHECK" "$dir"/capture-*.pcap || fail "own packets failed the codec checks"
+ttl=$(cat /proc/sys/net/ipv4/ip_default_ttl)
+# Six RC connections (five perftest runs, a pingpong) and the UD pair: seven ports at least.
+"$PCAP_CHECK" --ttl "$ttl" --min-source-ports 7 "$dir"/capture-*.pcap ||
+    fail "own packets failed the codec checks"
 echo PASS

@@ -1,8 +1,11 @@
-// Wire-codec layer: port identities (GID, GUID) and path MTU encodings.
+// Wire-codec layer: port identities (GID, GUID), path MTU encodings and path choices (hop
+// limit, UDP source port).
 #include "softhca/transport/path_mtu.hpp"
 #include "softhca/transport/roce_address.hpp"
+#include "softhca/transport/roce_path.hpp"
 
 #include <catch2/catch.hpp>
+#include <set>
 
 using namespace softhca::transport;
 
@@ -45,4 +48,38 @@ TEST_CASE("the active MTU is the largest IB MTU whose RoCEv2 packet fits the lin
     CHECK(path_mtu_for_ethernet_mtu(4100) == PathMtu::Mtu2048);
     CHECK(path_mtu_for_ethernet_mtu(576) == PathMtu::Mtu512);
     CHECK_FALSE(path_mtu_for_ethernet_mtu(300));
+}
+
+TEST_CASE("path choices: the route's hop limit for routable unicast, entropy in the UDP source "
+          "port") {
+    using namespace softhca::transport;
+    const Gid unicast = gid_from_ipv4(0xc6120702);
+    const Gid v4_multicast = gid_from_ipv4(0xe0000101);
+    Gid v6_multicast{};
+    v6_multicast[0] = 0xff;
+    v6_multicast[1] = 0x0e;
+    Gid link_local{};
+    link_local[0] = 0xfe;
+    link_local[1] = 0x80;
+    CHECK(wire_hop_limit(unicast, 1, 64) == 64); // what the pingpong tools pass
+    CHECK(wire_hop_limit(unicast, 255, 64) == 64);
+    CHECK(wire_hop_limit(v4_multicast, 1, 64) == 1);
+    CHECK(wire_hop_limit(v6_multicast, 3, 64) == 3);
+    CHECK(wire_hop_limit(link_local, 1, 64) == 1);
+    CHECK(wire_hop_limit(link_local, 0, 64) == 64);
+    CHECK(gid_is_multicast(v4_multicast));
+    CHECK_FALSE(gid_is_multicast(unicast));
+
+    // Every port is in the RoCEv2 source range; connections spread over it.
+    std::set<uint16_t> ports;
+    for (uint32_t local = 0x11; local < 0x11 + 64; ++local) {
+        const uint16_t port = udp_source_port_for_flow(flow_label_for_qps(local, 0x2a));
+        CHECK(port >= kRoceUdpSourcePortMin);
+        ports.insert(port);
+    }
+    CHECK(ports.size() >= 60);
+    // The 20 bits of a flow label fold into 14: its high bits change the port too.
+    CHECK(udp_source_port_for_flow(0x00001) != udp_source_port_for_flow(0x04001));
+    CHECK(udp_source_port_for_flow(0x00001) == (kRoceUdpSourcePortMin | 1));
+    CHECK(flow_label_for_qps(0x11, 0x2a) <= kFlowLabelMask);
 }
