@@ -130,7 +130,12 @@ DpdkPortSet::DpdkPortSet(const EngineConfig& config) : dpdk_(std::make_unique<Dp
         info.max_eth_mtu = dev_info.max_mtu;
         info.eth_mtu = std::min<uint32_t>(config.eth_mtu, dev_info.max_mtu);
 
-        const uint32_t frame = info.eth_mtu + RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN;
+        // An mbuf holds the largest frame of the MTU, and never less than the default data
+        // room: PMDs size their own receive buffers from it (af_packet needs 2016 bytes for
+        // its default 2048-byte ring frames, whatever the MTU).
+        const uint32_t frame = std::max<uint32_t>(
+            info.eth_mtu + RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN,
+            std::max<uint32_t>(RTE_MBUF_DEFAULT_DATAROOM, dev_info.min_rx_bufsize));
         const std::string pool_name = "shp" + std::to_string(getpid()) + "_" + std::to_string(id);
         rte_mempool* pool = rte_pktmbuf_pool_create(
             pool_name.c_str(), kPoolMbufs, 256, 0,

@@ -2,7 +2,7 @@
 # A named DPDK port instead of the built-in wire: an engine inside a network namespace
 # of its own on an af_packet port bound to one end of a veth pair (198.18.1.0/24). The
 # device shows the port's address as its RoCE v2 GID and the veth as its netdev, and
-# frames the kernel sends on the other end reach the engine's port.
+# frames the kernel sends on the other end reach the engine's port; `--mtu 1500` works.
 source "$(dirname "$0")/lib.sh"
 ns="shns$$"
 trap 'ip netns exec "$ns" "$SOFTHCA" down >/dev/null 2>&1 || true; ip netns del "$ns" 2>/dev/null || true' EXIT
@@ -30,4 +30,11 @@ in_ns bash -c 'echo probe > /dev/udp/198.18.1.1/4791' || true
 wait_until "in_ns '$SOFTHCA' status | grep -qE 'rx_packets [1-9]'" 10 ||
     fail "no frames reached the af_packet port: $(in_ns "$SOFTHCA" status)"
 in_ns "$SOFTHCA" status
+
+# --mtu 1500 on an af_packet port: the PMD's ring frames need more than the MTU's frame,
+# and the mbufs are sized for what the PMD needs, not only for the MTU.
+in_ns "$SOFTHCA" down >/dev/null
+out=$(in_ns "$SOFTHCA" up --port "net_af_packet0,iface=shv0@198.18.1.1" --mtu 1500 2>&1) ||
+    fail "softhca up --mtu 1500 on af_packet failed: $out"
+grep -qE "ACTIVE .* mtu 1500 active_mtu 1024" <<<"$out" || fail "--mtu 1500: $out"
 echo PASS
