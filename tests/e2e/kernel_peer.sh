@@ -183,6 +183,14 @@ kp_exchange() {
     return 1
 }
 
+# Every packet the kernel sent had a valid ICRC and parsed (prints the port's counters).
+kp_check_received() {
+    local counters
+    counters=$(kp_softhca_status | grep -m1 "counters:")
+    echo "$counters"
+    grep -q "rx_bad_icrc 0 rx_malformed 0" <<<"$counters" || fail "bad packets from the kernel peer"
+}
+
 kp_softhca_status() {
     ip netns exec "$KP_NS" "$SOFTHCA" status --prefix "$KP_NS"
 }
