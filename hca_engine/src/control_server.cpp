@@ -9,6 +9,7 @@
 #include "softhca/transport/roce_address.hpp"
 #include "unix_listener.hpp"
 
+#include <arpa/inet.h>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -476,14 +477,23 @@ std::string ControlServer::status_report() const {
             << transport::path_mtu_bytes(static_cast<transport::PathMtu>(attr.active_mtu))
             << " pmd " << p.pmd << (p.devargs.empty() ? " (built-in wire)" : " " + p.devargs)
             << "\n";
+        out << "  gids:";
+        for (size_t g = 0; g < p.gids.size(); ++g) {
+            char text[INET6_ADDRSTRLEN] = "?";
+            inet_ntop(AF_INET6, p.gids[g].data(), text, sizeof(text));
+            out << " " << g << " " << text;
+        }
+        out << "\n";
         const PortCounters& k = p.counters;
         out << "  counters: rx_packets " << k.rx_packets << " rx_bytes " << k.rx_bytes
             << " tx_packets " << k.tx_packets << " tx_bytes " << k.tx_bytes << " tx_dropped "
             << k.tx_dropped << " rx_unhandled " << k.rx_unhandled << " rx_bad_icrc "
             << k.rx_bad_icrc << " rx_malformed " << k.rx_malformed << " rx_no_qp " << k.rx_no_qp
-            << " arp_requests " << k.arp_requests << " arp_replies " << k.arp_replies << " rx_mads "
-            << k.rx_mads << " rx_mads_dropped " << k.rx_mads_dropped << " tx_mads " << k.tx_mads
-            << "\n";
+            << " arp_requests " << k.arp_requests << " arp_replies " << k.arp_replies
+            << " nd_solicitations " << k.nd_solicitations << " nd_advertisements "
+            << k.nd_advertisements << " rx_neighbor_dropped " << k.rx_neighbor_dropped
+            << " rx_mads " << k.rx_mads << " rx_mads_dropped " << k.rx_mads_dropped << " tx_mads "
+            << k.tx_mads << "\n";
         if (p.faults.enabled())
             out << "  faults injected: dropped " << p.faults.dropped << " duplicated "
                 << p.faults.duplicated << " reordered " << p.faults.reordered << " corrupted "

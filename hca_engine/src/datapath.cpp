@@ -2,6 +2,7 @@
 
 #include "engine_qp.hpp"
 #include "engine_srq.hpp"
+#include "gid_table.hpp"
 #include "process_memory.hpp"
 #include "route_hop_limit.hpp"
 #include "softhca/transport/ib_packet.hpp"
@@ -172,31 +173,23 @@ size_t Datapath::receive(size_t port, uint64_t now) {
     return n;
 }
 
-void Datapath::handle_arp(size_t port, const ArpMessage& arp) {
-    const PortInfo& info = ports_.info(port);
-    if (arp.sender_ip)
-        neighbors_[port].learn(arp.sender_ip, arp.sender_mac);
-    if (!arp.request || arp.target_ip != info.ipv4)
-        return;
-    TxFrame frame;
-    if (!ports_.tx_alloc(port, frame))
-        return;
-    ArpMessage reply;
-    reply.request = false;
-    reply.sender_mac = info.mac;
-    reply.sender_ip = info.ipv4;
-    reply.target_mac = arp.sender_mac;
-    reply.target_ip = arp.sender_ip;
-    ports_.tx_queue(port, frame, static_cast<uint32_t>(build_arp(frame.data, reply)));
-    ++ports_.counters(port).arp_replies;
-}
-
 void Datapath::handle_frame(size_t port, const uint8_t* data, uint32_t length, uint64_t now) {
     PortCounters& counters = ports_.counters(port);
     ArpMessage arp;
     if (parse_arp(data, length, arp)) {
-        handle_arp(port, arp);
+        handle_arp(port, arp, now);
         return;
+    }
+    NdMessage nd;
+    switch (parse_neighbor_discovery(data, length, nd)) {
+    case NdParse::Ok:
+        handle_neighbor_discovery(port, nd, now);
+        return;
+    case NdParse::Malformed:
+        ++counters.rx_neighbor_dropped; // RFC 4861 7.1: silently discarded
+        return;
+    case NdParse::NotNd:
+        break;
     }
     tp::ParsedFrame frame;
     switch (tp::parse_roce_frame(data, length, frame)) {
@@ -214,8 +207,7 @@ void Datapath::handle_frame(size_t port, const uint8_t* data, uint32_t length, u
     }
     const tp::Gid& dst_gid = frame.addressing.dst_gid;
     const bool multicast = gid_is_ipv4_multicast(dst_gid);
-    if (!tp::gid_is_ipv4_mapped(dst_gid) ||
-        (!multicast && tp::load_be32(dst_gid.data() + 12) != ports_.info(port).ipv4)) {
+    if (!multicast && !port_owns(ports_.info(port), dst_gid)) {
         ++counters.rx_unhandled; // not addressed to this port
         return;
     }
@@ -225,9 +217,7 @@ void Datapath::handle_frame(size_t port, const uint8_t* data, uint32_t length, u
         return;
     }
     // The source address teaches us the peer's MAC for the way back.
-    if (tp::gid_is_ipv4_mapped(frame.addressing.src_gid))
-        neighbors_[port].learn(tp::load_be32(frame.addressing.src_gid.data() + 12),
-                               frame.addressing.src_mac);
+    neighbors_[port].learn(frame.addressing.src_gid, frame.addressing.src_mac);
     uint8_t grh[tp::kGrhBytes];
     if (packet.deth)
         tp::grh_from_frame(frame, grh);
@@ -281,13 +271,6 @@ void Datapath::handle_mad(size_t port, const tp::ParsedFrame& frame, const tp::I
     mad_receiver_->receive_mad(port, from, packet.payload, packet.payload_length, now);
 }
 
-bool Datapath::neighbor_resolved(size_t port, uint32_t ipv4, uint64_t now) {
-    if (ipv4 == ports_.info(port).ipv4)
-        return true;
-    tp::MacAddress mac;
-    return mac_for(port, ipv4, now, mac);
-}
-
 bool Datapath::send_mad(size_t port, const MadPeer& to, const tp::CmMad& mad, uint64_t now) {
     const PortInfo& info = ports_.info(port);
     if (!info.link_up)
@@ -301,7 +284,7 @@ bool Datapath::send_mad(size_t port, const MadPeer& to, const tp::CmMad& mad, ui
     const bool local = to.ipv4 == info.ipv4;
     if (local)
         addressing.dst_mac = info.mac;
-    else if (!mac_for(port, to.ipv4, now, addressing.dst_mac))
+    else if (!mac_for(port, addressing.dst_gid, addressing.src_gid, now, addressing.dst_mac))
         return false;
     auto build = [&](uint8_t* frame_data) {
         uint8_t* ib = frame_data + tp::roce_header_bytes(addressing);
@@ -330,44 +313,12 @@ bool Datapath::send_mad(size_t port, const MadPeer& to, const tp::CmMad& mad, ui
     return true;
 }
 
-bool Datapath::mac_for(size_t port, uint32_t ip, uint64_t now, tp::MacAddress& mac) {
-    if ((ip >> 28) == 0xe) {
-        // IPv4 multicast to Ethernet (RFC 1112 6.4): 01:00:5e and the low 23 bits.
-        mac = {0x01,
-               0x00,
-               0x5e,
-               static_cast<uint8_t>((ip >> 16) & 0x7f),
-               static_cast<uint8_t>(ip >> 8),
-               static_cast<uint8_t>(ip)};
-        return true;
-    }
-    if (const tp::MacAddress* known = neighbors_[port].lookup(ip)) {
-        mac = *known;
-        return true;
-    }
-    // Resolve first; the QP's packets wait in the transport meanwhile.
-    const PortInfo& info = ports_.info(port);
-    if (neighbors_[port].may_request(ip, now)) {
-        TxFrame frame;
-        if (ports_.tx_alloc(port, frame)) {
-            ArpMessage request;
-            request.request = true;
-            request.sender_mac = info.mac;
-            request.sender_ip = info.ipv4;
-            request.target_ip = ip;
-            ports_.tx_queue(port, frame, static_cast<uint32_t>(build_arp(frame.data, request)));
-            ++ports_.counters(port).arp_requests;
-        }
-    }
-    return false;
-}
-
 bool Datapath::resolve_destination(EngineQp& qp, size_t port, uint64_t now, bool& local) {
     const PortInfo& info = ports_.info(port);
     tp::FrameAddressing& addressing = qp.addressing();
-    uint32_t ip = qp.dest_ip();
     if (const tp::AddressVector* av = qp.transport().next_destination()) {
         std::copy(av->dgid.begin(), av->dgid.end(), addressing.dst_gid.begin());
+        addressing.src_gid = source_gid_or_fallback(info.gids, av->sgid_index, av->dgid);
         addressing.hop_limit = tp::wire_hop_limit(av->dgid, av->hop_limit, route_hop_limit());
         addressing.traffic_class = av->traffic_class;
         addressing.flow_label = av->flow_label & tp::kFlowLabelMask;
@@ -376,14 +327,13 @@ bool Datapath::resolve_destination(EngineQp& qp, size_t port, uint64_t now, bool
         addressing.udp_src_port = addressing.flow_label
                                       ? tp::udp_source_port_for_flow(addressing.flow_label)
                                       : EngineQp::ud_source_port(qp.qp_num());
-        ip = tp::load_be32(av->dgid.data() + 12);
     }
-    local = ip == info.ipv4;
+    local = port_owns(info, addressing.dst_gid);
     if (local) {
         addressing.dst_mac = info.mac;
         return true;
     }
-    return mac_for(port, ip, now, addressing.dst_mac);
+    return mac_for(port, addressing.dst_gid, addressing.src_gid, now, addressing.dst_mac);
 }
 
 bool Datapath::transmit(EngineQp& qp, uint64_t now, size_t budget) {

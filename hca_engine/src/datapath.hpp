@@ -16,6 +16,8 @@
 #include "arp.hpp"
 #include "device_model.hpp"
 #include "management_datagrams.hpp"
+#include "neighbor_discovery.hpp"
+#include "neighbor_table.hpp"
 #include "ports.hpp"
 #include "resource_tables.hpp"
 #include "softhca/transport/ib_packet.hpp"
@@ -60,15 +62,23 @@ class Datapath final : public QpSchedule, public MadSender {
   private:
     size_t receive(size_t port, uint64_t now); // frames taken
     void handle_frame(size_t port, const uint8_t* data, uint32_t length, uint64_t now);
-    void handle_arp(size_t port, const ArpMessage& arp);
+    // Neighbour resolution (neighbor_resolution.cpp): ARP and ND in, answers out.
+    void handle_arp(size_t port, const ArpMessage& arp, uint64_t now);
+    void handle_neighbor_discovery(size_t port, const NdMessage& nd, uint64_t now);
     void handle_mad(size_t port, const transport::ParsedFrame& frame,
                     const transport::IbPacket& packet, uint64_t now);
     // Sends up to `budget` packets of the QP; whether it sent any.
     bool transmit(EngineQp& qp, uint64_t now, size_t budget);
     // Where the QP's next packet goes: its path, or for UD the work request's address
-    // vector. False (an ARP request sent) while the destination MAC is unknown.
+    // vector. False (an ARP request or a Neighbor Solicitation sent) while the
+    // destination MAC is unknown.
     bool resolve_destination(EngineQp& qp, size_t port, uint64_t now, bool& local);
-    bool mac_for(size_t port, uint32_t ip, uint64_t now, transport::MacAddress& mac);
+    // The MAC for `destination` (multicast mapped, unicast from the neighbour table);
+    // false after asking for it from `source`, one of the port's GIDs.
+    bool mac_for(size_t port, const transport::Gid& destination, const transport::Gid& source,
+                 uint64_t now, transport::MacAddress& mac);
+    // Whether `gid` is one of the port's own unicast addresses.
+    static bool port_owns(const PortInfo& port, const transport::Gid& gid);
     void fire_timers(uint64_t now);
     // After a QP's turn: its timer's entry, if its deadline moved earlier.
     void schedule_timer(EngineQp& qp);

@@ -85,7 +85,7 @@ di::PortAttributes port_attributes(const PortInfo& port) {
     a.max_mtu = static_cast<uint32_t>(max_mtu.value_or(transport::PathMtu::Mtu256));
     a.active_mtu = static_cast<uint32_t>(active_mtu.value_or(transport::PathMtu::Mtu256));
     a.eth_mtu = port.eth_mtu;
-    a.gid_tbl_len = 1;
+    a.gid_tbl_len = static_cast<uint32_t>(port.gids.size());
     a.pkey_tbl_len = 1;
     a.port_cap_flags = 0;
     a.max_msg_sz = 1u << 31; // IBTA: messages up to 2^31 bytes

@@ -1,5 +1,7 @@
 #include "dpdk_ports.hpp"
 
+#include "gid_table.hpp"
+
 #include <rte_eal.h>
 #include <rte_eth_ring.h>
 #include <rte_ethdev.h>
@@ -112,6 +114,7 @@ DpdkPortSet::DpdkPortSet(const EngineConfig& config) : dpdk_(std::make_unique<Dp
             info.dpdk_port = id;
             info.devargs = port.devargs;
             info.ipv4 = port.ipv4;
+            info.ipv6 = port.ipv6;
             info.netdev = port.netdev;
             rte_ether_addr mac{};
             rte_eth_macaddr_get(id, &mac);
@@ -129,6 +132,7 @@ DpdkPortSet::DpdkPortSet(const EngineConfig& config) : dpdk_(std::make_unique<Dp
         info.pmd = dev_info.driver_name ? dev_info.driver_name : "?";
         info.max_eth_mtu = dev_info.max_mtu;
         info.eth_mtu = std::min<uint32_t>(config.eth_mtu, dev_info.max_mtu);
+        info.gids = build_gid_table(info.ipv4, info.ipv6, info.mac);
 
         // An mbuf holds the largest frame of the MTU, and never less than the default data
         // room: PMDs size their own receive buffers from it (af_packet needs 2016 bytes for

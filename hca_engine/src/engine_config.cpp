@@ -1,6 +1,10 @@
 #include "engine_config.hpp"
 
+#include "gid_table.hpp"
 #include "softhca/transport/roce_address.hpp"
+#include "softhca/transport/roce_path.hpp"
+
+#include <arpa/inet.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -12,7 +16,7 @@ namespace softhca::engine {
 const char* engine_usage() {
     return "usage: softhca-engine --run-dir DIR --provider-prefix PATH [--prefix NAME]\n"
            "                      [--mtu BYTES] [--memory-mb MB] [--driver-dir DIR]\n"
-           "                      [--cdev-dir DIR] [--port DEVARGS@IPV4[%NETDEV]]...\n"
+           "                      [--cdev-dir DIR] [--port DEVARGS@ADDR[,ADDR...][%NETDEV]]...\n"
            "                      [--faults drop=P,dup=P,reorder=P,corrupt=P,seed=N]\n"
            "                      [--pcap PATH_PREFIX]\n"
            "Without --port: two devices wired back to back inside the engine,\n"
@@ -21,11 +25,12 @@ const char* engine_usage() {
 
 namespace {
 
-// DEVARGS@IPV4 or DEVARGS@IPV4%NETDEV
+// DEVARGS@ADDRESSES or DEVARGS@ADDRESSES%NETDEV, ADDRESSES one IPv4 address and IPv6
+// addresses in any order, separated by commas
 bool parse_port(std::string_view text, PortConfig& port, std::string& error) {
     auto at = text.rfind('@');
     if (at == std::string_view::npos || at == 0) {
-        error = "--port needs DEVARGS@IPV4, got '" + std::string(text) + "'";
+        error = "--port needs DEVARGS@ADDRESS, got '" + std::string(text) + "'";
         return false;
     }
     port.devargs = std::string(text.substr(0, at));
@@ -44,12 +49,44 @@ bool parse_port(std::string_view text, PortConfig& port, std::string& error) {
             port.netdev =
                 port.devargs.substr(iface + 6, port.devargs.find(',', iface) - (iface + 6));
     }
-    auto ip = transport::parse_ipv4(addr);
-    if (!ip) {
-        error = "bad IPv4 address '" + std::string(addr) + "'";
+    // Each address is IPv4 (at most one) or IPv6; the link-local IPv6 address comes from
+    // the MAC, as on any Ethernet interface.
+    for (bool more = !addr.empty(); more;) {
+        const size_t comma = addr.find(',');
+        const std::string one(addr.substr(0, comma));
+        more = comma != std::string_view::npos;
+        addr = more ? addr.substr(comma + 1) : std::string_view();
+        if (auto ip = transport::parse_ipv4(one)) {
+            if (port.ipv4 || !*ip) {
+                error = "--port takes one IPv4 address (not 0.0.0.0), got '" + one + "'";
+                return false;
+            }
+            port.ipv4 = *ip;
+            continue;
+        }
+        transport::Gid gid{};
+        if (inet_pton(AF_INET6, one.c_str(), gid.data()) != 1) {
+            error = "bad IPv4 or IPv6 address '" + one + "'";
+            return false;
+        }
+        const bool unspecified = gid == transport::Gid{};
+        if (unspecified || transport::gid_is_multicast(gid) || transport::gid_is_link_local(gid) ||
+            transport::gid_is_ipv4_mapped(gid) || (gid[0] == 0 && gid[15] == 1)) {
+            error = "'" + one +
+                    "' cannot be a port's IPv6 address (the link-local one comes "
+                    "from the MAC)";
+            return false;
+        }
+        if (port.ipv6.size() + 2 >= kMaxGids) {
+            error = "--port takes at most " + std::to_string(kMaxGids - 2) + " IPv6 addresses";
+            return false;
+        }
+        port.ipv6.push_back(gid);
+    }
+    if (!port.ipv4 && port.ipv6.empty()) {
+        error = "--port needs DEVARGS@ADDRESS[,ADDRESS...], got '" + std::string(text) + "'";
         return false;
     }
-    port.ipv4 = *ip;
     return true;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "fault_injector.hpp"
+#include "softhca/transport/roce_address.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -15,8 +16,9 @@ struct PortConfig {
     // DPDK device arguments (e.g. "net_af_packet0,iface=veth0"); empty for one end
     // of the built-in back-to-back wire.
     std::string devargs;
-    uint32_t ipv4 = 0;  // host order
-    std::string netdev; // kernel interface behind the port, for the GID's ndev
+    uint32_t ipv4 = 0;                // host order; 0 for a port with IPv6 only
+    std::vector<transport::Gid> ipv6; // global or unique-local IPv6 addresses
+    std::string netdev;               // kernel interface behind the port, for the GIDs' ndev
 };
 
 struct EngineConfig {

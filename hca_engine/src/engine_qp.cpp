@@ -1,5 +1,6 @@
 #include "engine_qp.hpp"
 
+#include "gid_table.hpp"
 #include "ports.hpp"
 #include "resource_tables.hpp"
 #include "route_hop_limit.hpp"
@@ -68,7 +69,7 @@ EngineQp::EngineQp(uint32_t handle, uint32_t qp_num, tp::QpType type, size_t dev
     // UDP source port: per-QP entropy in the range RoCEv2 uses (A17.4.5.1); a connected
     // QP's comes from its path once it has one (modify below).
     addressing_.udp_src_port = ud_source_port(qp_num);
-    addressing_.src_gid = tp::gid_from_ipv4(port.ipv4);
+    addressing_.src_gid = port.gids.empty() ? tp::gid_from_ipv4(port.ipv4) : port.gids.front();
     addressing_.src_mac = port.mac;
     if (type == tp::QpType::UD) {
         // UD has no path: its messages may be as large as the port's MTU.
@@ -156,11 +157,13 @@ int EngineQp::modify(const di::ModifyQpRequest& request, const PortInfo& port,
             return EINVAL; // larger than the port can carry
     }
     tp::Gid dgid{};
+    const tp::Gid* sgid = nullptr;
     if (mask & kAv) {
         std::memcpy(dgid.data(), a.dgid, 16);
-        // RoCE needs a GRH (A17.3.1); our GID table has one IPv4-mapped entry.
-        if (!a.is_global || a.sgid_index != 0 || !tp::gid_is_ipv4_mapped(dgid) ||
-            (a.ah_port_num && a.ah_port_num != 1))
+        // RoCE needs a GRH (A17.3.1) whose source is a GID of the port of the
+        // destination's family (gid_table.hpp).
+        sgid = source_gid_for(port.gids, a.sgid_index, dgid);
+        if (!a.is_global || !sgid || (a.ah_port_num && a.ah_port_num != 1))
             return EINVAL;
     }
 
@@ -220,11 +223,11 @@ int EngineQp::modify(const di::ModifyQpRequest& request, const PortInfo& port,
         attr_.flow_label = a.flow_label & tp::kFlowLabelMask;
         attr_.sl = a.sl;
         attr_.ah_port_num = 1;
+        addressing_.src_gid = *sgid;
         addressing_.dst_gid = dgid;
         addressing_.hop_limit = static_cast<uint8_t>(attr_.hop_limit);
         addressing_.traffic_class = a.traffic_class;
         addressing_.flow_label = attr_.flow_label;
-        dest_ip_ = tp::load_be32(dgid.data() + 12);
     }
     if (next == tp::QpState::Reset && current != tp::QpState::Reset && ring_) {
         // RESET empties both work queues (10.3.1): what was posted is discarded.
@@ -281,6 +284,7 @@ bool EngineQp::pull_work(tp::Nanoseconds now) {
         w.av.hop_limit = h.hop_limit;
         w.av.traffic_class = h.traffic_class;
         w.av.sl = h.sl;
+        w.av.sgid_index = h.sgid_index;
         w.bind = {h.bind_mw_handle, h.rkey,        h.bind_mr_lkey,
                   h.bind_access,    h.remote_addr, h.compare_add};
         if (h.opcode > static_cast<uint8_t>(tp::WrOpcode::SendWithInvalidate)) {

@@ -91,7 +91,6 @@ class EngineQp : public transport::CompletionSink,
     const QpBinding& binding() const { return binding_; }
     EngineSrq* srq() const { return binding_.srq; }
     transport::QpType type() const { return type_; }
-    uint32_t dest_ip() const { return dest_ip_; }
     const transport::FrameAddressing& addressing() const { return addressing_; }
     transport::FrameAddressing& addressing() { return addressing_; }
     uint64_t cq_overruns() const { return cq_overruns_; }
@@ -132,7 +131,6 @@ class EngineQp : public transport::CompletionSink,
     transport::QueuePair transport_;
     device_interface::QpAttributes attr_{}; // as last set, for query
     transport::FrameAddressing addressing_;
-    uint32_t dest_ip_ = 0;
     SharedMemory ring_memory_;
     device_interface::QpRingHeader* ring_ = nullptr;
     uint32_t sq_slot_size_ = 0, rq_slot_size_ = 0;

@@ -21,15 +21,18 @@ struct PortCounters {
     uint64_t rx_bytes = 0;
     uint64_t tx_packets = 0;
     uint64_t tx_bytes = 0;
-    uint64_t tx_dropped = 0;      // the PMD refused them (queue full)
-    uint64_t rx_unhandled = 0;    // not RoCE and not ARP for us
-    uint64_t rx_bad_icrc = 0;     // failed the ICRC: dropped
-    uint64_t rx_malformed = 0;    // bad lengths, IP checksum, unknown opcode: dropped
-    uint64_t rx_no_qp = 0;        // no such destination QP: dropped
-    uint64_t arp_requests = 0;    // sent
-    uint64_t arp_replies = 0;     // sent
-    uint64_t rx_mads = 0;         // to QP1, handed to the communication manager
-    uint64_t rx_mads_dropped = 0; // to QP1 but not a GSI datagram (opcode, Q_Key)
+    uint64_t tx_dropped = 0;          // the PMD refused them (queue full)
+    uint64_t rx_unhandled = 0;        // not RoCE and not ARP for us
+    uint64_t rx_bad_icrc = 0;         // failed the ICRC: dropped
+    uint64_t rx_malformed = 0;        // bad lengths, IP checksum, unknown opcode: dropped
+    uint64_t rx_no_qp = 0;            // no such destination QP: dropped
+    uint64_t arp_requests = 0;        // sent
+    uint64_t arp_replies = 0;         // sent
+    uint64_t nd_solicitations = 0;    // IPv6 Neighbor Solicitations sent
+    uint64_t nd_advertisements = 0;   // IPv6 Neighbor Advertisements sent
+    uint64_t rx_neighbor_dropped = 0; // ARP or ND nobody asked for, or malformed: dropped
+    uint64_t rx_mads = 0;             // to QP1, handed to the communication manager
+    uint64_t rx_mads_dropped = 0;     // to QP1 but not a GSI datagram (opcode, Q_Key)
     uint64_t tx_mads = 0;
 };
 
@@ -50,7 +53,9 @@ struct PortInfo {
     std::string pmd;     // driver name as DPDK reports it
     std::string devargs; // empty for the built-in wire
     transport::MacAddress mac{};
-    uint32_t ipv4 = 0;
+    uint32_t ipv4 = 0;                // 0: the port has no IPv4 address
+    std::vector<transport::Gid> ipv6; // its IPv6 addresses (global or unique local)
+    std::vector<transport::Gid> gids; // its GID table (gid_table.hpp), fixed once up
     std::string netdev;
     uint32_t eth_mtu = 1500;
     uint32_t max_eth_mtu = 1500;

@@ -67,15 +67,14 @@ int RdmaCmServer::first_active_device() const {
 
 // The device a packet to `ipv4` would leave from: the one that owns the address (the
 // kernel routes a local destination to itself), else the one on the longest common
-// prefix with it whose link is up.
-// The device a packet to `ipv4` would leave from: the one that owns the address (the
-// kernel routes a local destination to itself), else the one on the longest common
-// prefix with it whose link is up.
+// prefix with it whose link is up (ports with IPv6 only take no IPv4).
 int RdmaCmServer::device_toward(uint32_t ipv4) const {
     int best = -1;
     int best_bits = -1;
     for (size_t i = 0; i < devices_.size(); ++i) {
         const PortInfo& p = ports_.info(devices_[i].port_index);
+        if (!p.ipv4)
+            continue;
         if (p.ipv4 == ipv4)
             return static_cast<int>(i);
         const int bits = __builtin_clz((p.ipv4 ^ ipv4) | 1);

@@ -42,12 +42,15 @@ void write_port(const fs::path& port_dir, const PortRegistration& port) {
     fs::create_directories(port_dir / "gid_attrs" / "types");
     fs::create_directories(port_dir / "gid_attrs" / "ndevs");
     fs::create_directories(port_dir / "pkeys");
-    // One GID per port: index 0, RoCE v2, IPv4-mapped from the port address.
-    write_file(port_dir / "gids" / "0", transport::gid_to_sysfs_string(port.gid) + "\n");
-    write_file(port_dir / "gid_attrs" / "types" / "0", "RoCE v2\n");
-    // An empty ndev means "no kernel netdev" to libibverbs (ndev_ifindex 0).
-    write_file(port_dir / "gid_attrs" / "ndevs" / "0",
-               port.netdev.empty() ? std::string() : port.netdev + "\n");
+    // The GID table, every entry RoCE v2 (the engine's gid_table.hpp builds it). An
+    // empty ndev means "no kernel netdev" to libibverbs (ndev_ifindex 0).
+    const std::string ndev = port.netdev.empty() ? std::string() : port.netdev + "\n";
+    for (size_t i = 0; i < port.gids.size(); ++i) {
+        const std::string index = std::to_string(i);
+        write_file(port_dir / "gids" / index, transport::gid_to_sysfs_string(port.gids[i]) + "\n");
+        write_file(port_dir / "gid_attrs" / "types" / index, "RoCE v2\n");
+        write_file(port_dir / "gid_attrs" / "ndevs" / index, ndev);
+    }
     // The default partition key, full membership (IBTA 10.9.1.2).
     write_file(port_dir / "pkeys" / "0", "0xffff\n");
     write_file(port_dir / "link_layer", "Ethernet\n");

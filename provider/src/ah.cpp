@@ -1,5 +1,5 @@
 // Address handles and multicast attachment: the UD side of addressing. RoCE needs a
-// GRH in every address (IBTA A17.3.1); our GID table has one entry per port.
+// GRH in every address (IBTA A17.3.1), from one of the port's GIDs (IPv4 and IPv6).
 #include "provider.hpp"
 
 #include <cstring>
@@ -12,12 +12,20 @@ namespace di = device_interface;
 ibv_ah* create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
     if (!attr)
         return fail_with<ibv_ah>(EINVAL);
-    if (!attr->is_global || attr->grh.sgid_index != 0 || attr->port_num != 1)
+    if (!attr->is_global || attr->port_num != 1)
         return fail_with<ibv_ah>(EINVAL);
-    // Our ports carry IPv4: the destination must be an IPv4-mapped GID (::ffff:a.b.c.d),
-    // as modify_qp requires of a connected QP's path.
+    // The source GID must be in the port's table and of the destination's family: an
+    // IPv4-mapped source (::ffff:a.b.c.d) sends IPv4 to an IPv4-mapped destination,
+    // any other sends IPv6 (A17.4.5), as the kernel checks the GID's network type.
+    ibv_gid sgid{};
+    if (ibv_query_gid(pd->context, 1, attr->grh.sgid_index, &sgid) != 0)
+        return fail_with<ibv_ah>(EINVAL);
     static constexpr uint8_t kMappedPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-    if (std::memcmp(attr->grh.dgid.raw, kMappedPrefix, sizeof(kMappedPrefix)) != 0)
+    const bool ipv4_source = std::memcmp(sgid.raw, kMappedPrefix, sizeof(kMappedPrefix)) == 0;
+    const bool ipv4_destination =
+        std::memcmp(attr->grh.dgid.raw, kMappedPrefix, sizeof(kMappedPrefix)) == 0;
+    const ibv_gid none{};
+    if (std::memcmp(sgid.raw, none.raw, sizeof(none.raw)) == 0 || ipv4_source != ipv4_destination)
         return fail_with<ibv_ah>(EINVAL);
     auto* ah = new (std::nothrow) Ah{};
     if (!ah)

@@ -457,6 +457,7 @@ int post_send_requests(Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr, unsigned m
             h.hop_limit = av.grh.hop_limit;
             h.traffic_class = av.grh.traffic_class;
             h.sl = av.sl;
+            h.sgid_index = av.grh.sgid_index;
         } else if (wr->opcode == IBV_WR_BIND_MW) {
             const ibv_mw_bind_info& info = wr->bind_mw.bind_info;
             h.rkey = wr->bind_mw.rkey;

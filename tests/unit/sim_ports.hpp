@@ -6,6 +6,7 @@
 // Frames come from a fixed pool: an exhausted pool refuses tx_alloc, as a mempool does.
 #pragma once
 
+#include "gid_table.hpp"
 #include "ports.hpp"
 
 #include <cstring>
@@ -30,6 +31,10 @@ class SimulatedPortSet final : public softhca::engine::PortSet {
             info.pmd = "simulated";
             info.ipv4 = (198u << 24) | (18u << 16) | (i + 1); // 198.18.0.1 and .2
             info.mac = {0x02, 0x53, 0x49, 0x4d, 0x00, static_cast<uint8_t>(i + 1)};
+            // 2001:2::1 and ::2 (the IPv6 benchmarking range, RFC 5180)
+            info.ipv6 = {{0x20, 0x01, 0x00, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                          static_cast<uint8_t>(i + 1)}};
+            info.gids = softhca::engine::build_gid_table(info.ipv4, info.ipv6, info.mac);
             info.eth_mtu = info.max_eth_mtu = eth_mtu;
             info.link_up = true;
             info.faults = softhca::engine::FaultInjector(faults, i);
@@ -142,6 +147,17 @@ class SimulatedPortSet final : public softhca::engine::PortSet {
             tx_[i].clear();
         }
         return sent;
+    }
+
+    // A frame from elsewhere on the wire (a foreign host, an attacker) arrives at `index`.
+    void deliver(size_t index, const uint8_t* data, uint32_t length) {
+        if (free_.empty() || length > kFrameBytes)
+            return;
+        const size_t f = free_.back();
+        free_.pop_back();
+        std::memcpy(frame(f), data, length);
+        lengths_[f] = length;
+        rx_[index].push_back(f);
     }
 
     const softhca::engine::FaultInjector& faults(size_t index) const {

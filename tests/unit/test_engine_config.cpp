@@ -39,13 +39,46 @@ TEST_CASE("a port is given as DPDK devargs, an IPv4 address and the kernel inter
     CHECK(config->ports[1].netdev == "mif");
 }
 
+TEST_CASE("a port may have IPv6 addresses, with or without an IPv4 one") {
+    std::string error;
+    auto config = parse({"--run-dir", "/r", "--provider-prefix", "/p", "--port",
+                         "net_af_packet0,iface=veth0@2001:2::3,198.18.0.1,2001:2:0:1::3%v",
+                         "--port", "net_af_packet1,iface=veth1@2001:2::4"},
+                        error);
+    REQUIRE(config);
+    REQUIRE(config->ports.size() == 2);
+    CHECK(config->ports[0].devargs == "net_af_packet0,iface=veth0");
+    CHECK(config->ports[0].ipv4 == 0xc6120001u);
+    CHECK(config->ports[0].netdev == "v");
+    REQUIRE(config->ports[0].ipv6.size() == 2);
+    const softhca::transport::Gid first{0x20, 0x01, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3};
+    const softhca::transport::Gid second{0x20, 0x01, 0, 2, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 3};
+    CHECK(config->ports[0].ipv6[0] == first);
+    CHECK(config->ports[0].ipv6[1] == second);
+    CHECK(config->ports[1].ipv4 == 0); // IPv6 only
+    CHECK(config->ports[1].ipv6.size() == 1);
+    CHECK(config->ports[1].netdev == "veth1");
+}
+
+TEST_CASE("addresses a port cannot have are refused") {
+    for (const char* addresses :
+         {"fe80::1", "ff02::1", "::", "::1", "::ffff:198.18.0.1", "198.18.0.1,198.18.0.2",
+          "0.0.0.0", "2001:2::1,", "2001:2::zz", "198.18.0.1,,2001:2::1"}) {
+        std::string error;
+        CHECK_FALSE(parse({"--run-dir", "/r", "--provider-prefix", "/p", "--port",
+                           std::string("net_tap0@") + addresses},
+                          error));
+        CHECK_FALSE(error.empty());
+    }
+}
+
 TEST_CASE("bad engine arguments are refused with a reason") {
     std::string error;
     CHECK_FALSE(parse({"--run-dir", "/r"}, error));
     CHECK_FALSE(error.empty());
     error.clear();
     CHECK_FALSE(parse({"--run-dir", "/r", "--provider-prefix", "/p", "--port", "net_tap0"}, error));
-    CHECK(error.find("DEVARGS@IPV4") != std::string::npos);
+    CHECK(error.find("DEVARGS@ADDRESS") != std::string::npos);
     error.clear();
     CHECK_FALSE(
         parse({"--run-dir", "/r", "--provider-prefix", "/p", "--port", "net_tap0@1.2.3"}, error));

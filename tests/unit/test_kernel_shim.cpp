@@ -34,7 +34,7 @@ TEST_CASE("registration writes the tree libibverbs reads and removal takes it al
     dev.node_guid = 0x005348fffe000001ull;
     dev.fw_ver = "9.9.9";
     dev.engine_socket = "/run/x.sock";
-    dev.ports.push_back({softhca::transport::gid_from_ipv4(0xc6120001u), ""});
+    dev.ports.push_back({{softhca::transport::gid_from_ipv4(0xc6120001u)}, ""});
     reg.devices.push_back(dev);
 
     Manifest manifest((base / "manifest").string());
@@ -97,7 +97,7 @@ TEST_CASE("the shared node directory goes with the last instance that used it") 
         dev.ibdev_name = name + "0";
         dev.uverbs_name = name + "0_uverbs";
         dev.engine_socket = "/run/x.sock";
-        dev.ports.push_back({softhca::transport::gid_from_ipv4(0xc6120001u), ""});
+        dev.ports.push_back({{softhca::transport::gid_from_ipv4(0xc6120001u)}, ""});
         reg.devices.push_back(dev);
         return reg;
     };

@@ -25,8 +25,8 @@ constexpr int kUverbsAbiVersion = 6;
 constexpr const char* kEngineSocketFile = "softhca_engine_socket";
 
 struct PortRegistration {
-    transport::Gid gid; // GID index 0, RoCE v2
-    std::string netdev; // kernel interface behind the port, empty for a built-in wire
+    std::vector<transport::Gid> gids; // the GID table from index 0, every entry RoCE v2
+    std::string netdev;               // kernel interface behind the port, empty for a built-in wire
 };
 
 struct DeviceRegistration {

@@ -27,6 +27,23 @@ constexpr Gid gid_from_ipv4(uint32_t ipv4_host_order) {
     return gid;
 }
 
+// The link-local address every IPv6 interface has, fe80::/64 with the EUI-64 interface
+// identifier of its MAC (RFC 4291 2.5.1 and appendix A): Linux's default GID of a RoCE port.
+constexpr Gid gid_link_local_from_mac(const MacAddress& mac) {
+    Gid gid{};
+    gid[0] = 0xfe;
+    gid[1] = 0x80;
+    gid[8] = static_cast<uint8_t>(mac[0] ^ 0x02);
+    gid[9] = mac[1];
+    gid[10] = mac[2];
+    gid[11] = 0xff;
+    gid[12] = 0xfe;
+    gid[13] = mac[3];
+    gid[14] = mac[4];
+    gid[15] = mac[5];
+    return gid;
+}
+
 // The GUID as a 64-bit number whose most significant byte is the first on the wire.
 constexpr uint64_t guid_from_mac(const MacAddress& mac) {
     const uint8_t bytes[8] = {

@@ -68,6 +68,7 @@ struct AddressVector {
     uint8_t hop_limit = 64;
     uint8_t traffic_class = 0;
     uint8_t sl = 0;
+    uint8_t sgid_index = 0; // which of the port's GIDs is the source
 };
 
 // Bytes a UD receive reserves in front of the data for the GRH (ibv_post_recv(3)).

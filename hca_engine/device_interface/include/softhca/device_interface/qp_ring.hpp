@@ -87,7 +87,7 @@ struct SendWqeHeader {
     uint8_t hop_limit;
     uint8_t traffic_class;
     uint8_t sl;
-    uint8_t reserved1;
+    uint8_t sgid_index; // the AH's source GID (0 from providers that predate IPv6)
     // XRC: the SRQ number at the target.
     uint32_t remote_srqn;
     // BIND_MW: the window (engine handle), the MR (lkey) and the window's rights; the
