@@ -6,7 +6,8 @@
 #   tools/netns-pair.sh down NAME   # stop both engines, delete the namespaces
 #
 # Devices: in NAME-a the instance "<NAME>a" (device <NAME>a0 at 198.18.2.1), in NAME-b
-# "<NAME>b" (device <NAME>b0 at 198.18.2.2). Run programs on a host with
+# "<NAME>b" (device <NAME>b0 at 198.18.2.2). Each port also has an IPv6 address,
+# 2001:2:0:2::1 and ::2 (GID index 2; 1 is the link-local one). Run programs on a host with
 #   ip netns exec NAME-a softhca exec --prefix <NAME>a -- PROGRAM ...
 # The kernel interface of each namespace carries the same address, so TCP side
 # channels (perftest, the pingpongs) reach the other host over the same veth.
@@ -34,10 +35,10 @@ up)
     ip -n "$ns_b" link set "$veth_b" up
     # shellcheck disable=SC2086 # SOFTHCA_UP_ARGS is a list of options
     ip netns exec "$ns_a" "$softhca" up --prefix "${name}a" \
-        --port "net_af_packet0,iface=$veth_a@198.18.2.1" ${SOFTHCA_UP_ARGS:-} >/dev/null
+        --port "net_af_packet0,iface=$veth_a@198.18.2.1,2001:2:0:2::1" ${SOFTHCA_UP_ARGS:-} >/dev/null
     # shellcheck disable=SC2086
     ip netns exec "$ns_b" "$softhca" up --prefix "${name}b" \
-        --port "net_af_packet0,iface=$veth_b@198.18.2.2" ${SOFTHCA_UP_ARGS:-} >/dev/null
+        --port "net_af_packet0,iface=$veth_b@198.18.2.2,2001:2:0:2::2" ${SOFTHCA_UP_ARGS:-} >/dev/null
     echo "netns-pair: $ns_a (${name}a0, 198.18.2.1) <-> $ns_b (${name}b0, 198.18.2.2)"
     ;;
 down)

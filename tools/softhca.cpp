@@ -1,6 +1,6 @@
 // softhca: the command line for software HCAs.
 //
-//   softhca up [--prefix P] [--port DEVARGS@IPV4[%NETDEV]]... [--mtu N] [--memory-mb MB]
+//   softhca up [--prefix P] [--port DEVARGS@ADDR[,ADDR...][%NETDEV]]... [--mtu N] [--memory-mb MB]
 //   softhca down [--prefix P]
 //   softhca status [--prefix P]
 //   softhca env [--prefix P]
@@ -37,7 +37,7 @@ namespace {
 
 int usage() {
     std::cerr
-        << "usage: softhca up [--prefix P] [--port DEVARGS@IPV4[%NETDEV]]... [--mtu N]\n"
+        << "usage: softhca up [--prefix P] [--port DEVARGS@ADDR[,ADDR...][%NETDEV]]... [--mtu N]\n"
            "                  [--memory-mb MB] [--faults drop=P,dup=P,reorder=P,corrupt=P,seed=N]\n"
            "                  [--pcap PATH_PREFIX]\n"
            "       softhca down [--prefix P]\n"

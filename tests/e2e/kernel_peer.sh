@@ -20,7 +20,10 @@
 #   kp_down                              stop guest and engine, delete the namespace
 #
 # After kp_up: KP_DEV (softhca device), KP_GUEST_ADDR, KP_SOFTHCA_ADDR, KP_BRIDGE_ADDR,
-# KP_GUEST_GID (rxe0's GID index for its IPv4 address).
+# KP_GUEST_GID (rxe0's GID index for its IPv4 address). With KP_IPV6=1 both also get an
+# IPv6 address, 2001:2:0:S::2 (guest) and ::3 (softhca; the IPv6 benchmarking range, RFC
+# 5180): KP_GUEST_ADDR6, KP_SOFTHCA_ADDR6, KP_GUEST_GID6 and KP_SOFTHCA_GID6 (their GID
+# indices). kp_exchange uses KP_GUEST_GID and KP_SOFTHCA_GID (default 0) for @GID@.
 
 kp_repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
@@ -30,6 +33,11 @@ kp_up() {
     shift 2
     KP_BRIDGE_ADDR="198.18.$subnet.1" KP_GUEST_ADDR="198.18.$subnet.2"
     KP_SOFTHCA_ADDR="198.18.$subnet.3" KP_DEV="${KP_NS}0"
+    local addresses=$KP_SOFTHCA_ADDR
+    if [ -n "${KP_IPV6:-}" ]; then
+        KP_GUEST_ADDR6="2001:2:0:$subnet::2" KP_SOFTHCA_ADDR6="2001:2:0:$subnet::3"
+        addresses+=",$KP_SOFTHCA_ADDR6"
+    fi
     KP_DIR=$(mktemp -d)
     echo 0 >"$KP_DIR/seq"
     local guest
@@ -39,7 +47,9 @@ kp_up() {
     ip netns add "$KP_NS"
     local n="ip -n $KP_NS"
     $n link set lo up
-    $n link add "${KP_NS}br" type bridge
+    # No MLD snooping: softhca joins no solicited-node group, and neighbour solicitations
+    # for its IPv6 address must reach it (a bridge without a querier floods them anyway).
+    $n link add "${KP_NS}br" type bridge mcast_snooping 0
     $n tuntap add dev "${KP_NS}t0" mode tap
     $n link add "${KP_NS}v0" type veth peer name "${KP_NS}v1"
     $n link set "${KP_NS}t0" master "${KP_NS}br"
@@ -50,7 +60,7 @@ kp_up() {
     $n link set "${KP_NS}t0" txqueuelen 10000
     $n addr add "$KP_BRIDGE_ADDR/24" dev "${KP_NS}br"
     ip netns exec "$KP_NS" "$SOFTHCA" up --prefix "$KP_NS" \
-        --port "net_af_packet0,iface=${KP_NS}v0@$KP_SOFTHCA_ADDR" "$@" >/dev/null ||
+        --port "net_af_packet0,iface=${KP_NS}v0@$addresses" "$@" >/dev/null ||
         fail "softhca up on ${KP_NS}v0 failed"
     # The guest reads its console from a FIFO this shell holds open. A guest that is gone
     # must fail a write with EPIPE (and the test with a message), not kill the test.
@@ -71,6 +81,30 @@ kp_up() {
     KP_GUEST_GID=$(sed -n "s/.*GID\[ *\([0-9]*\)\]:.*::ffff:$KP_GUEST_ADDR.*/\1/p" <<<"$gids" | head -1)
     [ -n "$KP_GUEST_GID" ] || fail "no IPv4 GID on rxe0: $gids"
     echo "kernel peer: rxe0 at $KP_GUEST_ADDR (GID index $KP_GUEST_GID), $KP_DEV at $KP_SOFTHCA_ADDR"
+    [ -n "${KP_IPV6:-}" ] && kp_up_ipv6
+    return 0
+}
+
+# The guest's IPv6 address, once its duplicate address detection is done and rxe0 has
+# the GID for it; the GID indices of both sides.
+kp_up_ipv6() {
+    kp_guest 10 "ip -6 addr add $KP_GUEST_ADDR6/64 dev eth0" >/dev/null ||
+        fail "no IPv6 address for the guest"
+    local gids i
+    for i in $(seq 60); do
+        gids=$(kp_guest 30 'ibv_devinfo -v -d rxe0') || fail "ibv_devinfo in the guest"
+        KP_GUEST_GID6=$(sed -n "s/.*GID\[ *\([0-9]*\)\]:[[:space:]]*$KP_GUEST_ADDR6, RoCE v2.*/\1/p" \
+            <<<"$gids" | head -1)
+        [ -n "$KP_GUEST_GID6" ] && break
+        sleep 0.5
+    done
+    [ -n "$KP_GUEST_GID6" ] || fail "no RoCE v2 GID on rxe0 for $KP_GUEST_ADDR6: $gids"
+    gids=$(kp_on_softhca ibv_devinfo -v -d "$KP_DEV") || fail "ibv_devinfo on softhca"
+    KP_SOFTHCA_GID6=$(sed -n "s/.*GID\[ *\([0-9]*\)\]:[[:space:]]*$KP_SOFTHCA_ADDR6, RoCE v2.*/\1/p" \
+        <<<"$gids" | head -1)
+    [ -n "$KP_SOFTHCA_GID6" ] || fail "no GID on $KP_DEV for $KP_SOFTHCA_ADDR6: $gids"
+    echo "kernel peer over IPv6: rxe0 at $KP_GUEST_ADDR6 (GID $KP_GUEST_GID6), $KP_DEV at" \
+        "$KP_SOFTHCA_ADDR6 (GID $KP_SOFTHCA_GID6)"
 }
 
 kp_guest_start() {
@@ -145,7 +179,7 @@ kp_exchange() {
         addr=$KP_BRIDGE_ADDR
     fi
     local on_guest="s/@DEV@/rxe0/g; s/@GID@/$KP_GUEST_GID/g; s/@PORT@/$KP_PORT/g; s/@ADDR@/$addr/g"
-    local on_softhca="s/@DEV@/$KP_DEV/g; s/@GID@/0/g; s/@PORT@/$KP_PORT/g; s/@ADDR@/$addr/g"
+    local on_softhca="s/@DEV@/$KP_DEV/g; s/@GID@/${KP_SOFTHCA_GID:-0}/g; s/@PORT@/$KP_PORT/g; s/@ADDR@/$addr/g"
     local rc=0 server_rc=0 server_out
     if [ "$side" = linux ]; then
         local check

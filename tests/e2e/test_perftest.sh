@@ -3,14 +3,14 @@
 # instance: server on <prefix>0, client on <prefix>1, over all message sizes the tool
 # allows (-a), with bounded iterations so the suite stays short. Both sides must exit 0
 # and the client must print its result table.
-#   test_perftest.sh TOOL [EXTRA ARGS...]
+#   test_perftest.sh TOOL [EXTRA ARGS...]   (GID_INDEX picks the GID, 0 by default)
 source "$(dirname "$0")/lib.sh"
 tool=${1:?perftest tool}
 shift
 server_out=$(mktemp)
 trap 'kill ${server:-} 2>/dev/null || true; rm -f "$server_out"' EXIT
 port=$(free_port)
-args=(-x 0 -p "$port" -n 20 "$@")
+args=(-x "${GID_INDEX:-0}" -p "$port" -n 20 "$@")
 case "$tool" in
 ib_atomic_bw | ib_atomic_lat) ;; # 8-byte operations only
 *) if [ -n "${PERFTEST_SIZE:-}" ]; then args+=(-s "$PERFTEST_SIZE"); else args+=(-a); fi ;;

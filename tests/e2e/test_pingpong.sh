@@ -4,7 +4,8 @@
 # instance, at each message size given: every exchange is checked by the tool (the
 # first four validate the received buffer pattern with -c; ibv_xsrq_pingpong has no such
 # option, its -c is a client count, and says "success" when every test completed).
-#   test_pingpong.sh TOOL SIZE... [-- EXTRA ARGS]   (PINGPONG_SIZES overrides the sizes)
+#   test_pingpong.sh TOOL SIZE... [-- EXTRA ARGS]   (PINGPONG_SIZES overrides the sizes;
+#   GID_INDEX picks the GID, 0 by default: the IPv4 one)
 source "$(dirname "$0")/lib.sh"
 tool=${1:?pingpong tool}
 shift
@@ -25,12 +26,12 @@ for size in "${sizes[@]}"; do
     done_line="$iters iters in"
     [ "$tool" = ibv_xsrq_pingpong ] && done_line=success
     port=$(free_port) # nothing else listens there (lib.sh): tests run side by side
-    on_server timeout 60 "$tool" -d "$SERVER_DEV" -g 0 -p "$port" -s "$size" \
+    on_server timeout 60 "$tool" -d "$SERVER_DEV" -g "${GID_INDEX:-0}" -p "$port" -s "$size" \
         -n "$iters" "${check[@]}" "$@" >"$server_out" 2>&1 &
     server=$!
     wait_listening "$port" || fail "server did not start at size $size: $(cat "$server_out")"
     client_rc=0
-    out=$(on_client timeout 60 "$tool" -d "$CLIENT_DEV" -g 0 -p "$port" \
+    out=$(on_client timeout 60 "$tool" -d "$CLIENT_DEV" -g "${GID_INDEX:-0}" -p "$port" \
         -s "$size" -n "$iters" "${check[@]}" "$@" "$SERVER_ADDR" 2>&1) || client_rc=$?
     server_rc=0
     wait "$server" || server_rc=$?

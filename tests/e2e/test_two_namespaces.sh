@@ -4,7 +4,8 @@
 # perftest RC tools, the UC/UD/SRQ/XRC pingpongs and perftest over UD, UC, XRC and an SRQ,
 # ibv_rc_pingpong -e and ib_send_lat -e (completion channels), and UCX's ucx_perftest
 # over rc_verbs and ud_verbs, rping and ib_send_bw -R through librdmacm run between them,
-# over a real kernel link; then again with 1%
+# over a real kernel link; ibv_rc_pingpong, ibv_ud_pingpong, ib_send_bw and ib_read_bw
+# also over the ports' IPv6 GIDs; then again with 1%
 # loss, duplication and reordering injected at both engines' ports: ib_write_bw,
 # ib_read_bw and ib_send_bw complete and ibv_rc_pingpong's data checks (-c) pass, with
 # messages up to 64 KiB.
@@ -66,7 +67,18 @@ on_client timeout 60 ib_send_bw -R -d "$CLIENT_DEV" -n 200 "$SERVER_ADDR" | tail
     fail "ib_send_bw -R across namespaces"
 wait "$perftest_server" || fail "ib_send_bw -R server across namespaces"
 
-ip netns exec "$SERVER_NS" "$SOFTHCA" status --prefix "$SERVER_PREFIX" | head -3
+# Over IPv6: the ports' IPv6 GIDs (index 2), each engine finding the other's MAC by
+# Neighbor Discovery.
+GID_INDEX=2 "$here/test_pingpong.sh" ibv_rc_pingpong 4096 65536 ||
+    fail "ibv_rc_pingpong over IPv6 across namespaces"
+GID_INDEX=2 "$here/test_pingpong.sh" ibv_ud_pingpong 1024 ||
+    fail "ibv_ud_pingpong over IPv6 across namespaces"
+for tool in ib_send_bw ib_read_bw; do
+    GID_INDEX=2 "$here/test_perftest.sh" "$tool" | tail -2 || fail "$tool over IPv6 across namespaces"
+done
+status=$(ip netns exec "$SERVER_NS" "$SOFTHCA" status --prefix "$SERVER_PREFIX")
+head -4 <<<"$status"
+grep -q "nd_advertisements [1-9]" <<<"$status" || fail "no Neighbor Advertisement sent"
 
 "$here/../../tools/netns-pair.sh" down "$pair"
 SOFTHCA_UP_ARGS="--faults drop=0.01,dup=0.01,reorder=0.01,seed=17" \
@@ -90,5 +102,7 @@ for tool in ib_write_bw ib_read_bw ib_send_bw; do
     PERFTEST_SIZE=65536 "$here/test_perftest.sh" "$tool" | tail -2 ||
         fail "$tool across namespaces under faults"
 done
+GID_INDEX=2 PERFTEST_SIZE=65536 "$here/test_perftest.sh" ib_write_bw | tail -2 ||
+    fail "ib_write_bw over IPv6 across namespaces under faults"
 ip netns exec "$SERVER_NS" "$SOFTHCA" status --prefix "$SERVER_PREFIX" | grep -E "faults|counters"
 echo PASS

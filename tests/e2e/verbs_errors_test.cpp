@@ -365,6 +365,15 @@ TEST_CASE("QP creation, the state machine and posting reject bad input") {
     rtr.ah_attr.is_global = 1;
     REQUIRE(ibv_query_gid(context(), 1, 0, &rtr.ah_attr.grh.dgid) == 0);
     CHECK(ibv_modify_qp(qp, &rtr, rtr_mask & ~IBV_QP_DEST_QPN) == EINVAL);
+    // The source GID must exist and be of the destination's family: GID 0 is IPv4, GID 1
+    // the link-local IPv6 address.
+    ibv_port_attr port{};
+    REQUIRE(ibv_query_port(context(), 1, &port) == 0);
+    rtr.ah_attr.grh.sgid_index = static_cast<uint8_t>(port.gid_tbl_len);
+    CHECK(ibv_modify_qp(qp, &rtr, rtr_mask) == EINVAL);
+    rtr.ah_attr.grh.sgid_index = 1; // IPv6 source, IPv4 destination
+    CHECK(ibv_modify_qp(qp, &rtr, rtr_mask) == EINVAL);
+    rtr.ah_attr.grh.sgid_index = 0;
     REQUIRE(ibv_modify_qp(qp, &rtr, rtr_mask) == 0);
 
     ibv_qp_attr got{};
@@ -390,6 +399,45 @@ TEST_CASE("QP creation, the state machine and posting reject bad input") {
 
     CHECK(ibv_destroy_qp(qp) == 0);
     CHECK(ibv_destroy_cq(cq) == 0);
+    CHECK(ibv_dealloc_pd(pd) == 0);
+}
+
+TEST_CASE("address handles need a GID of the port of the destination's family") {
+    ibv_pd* pd = ibv_alloc_pd(context());
+    REQUIRE(pd);
+    ibv_port_attr port{};
+    REQUIRE(ibv_query_port(context(), 1, &port) == 0);
+    REQUIRE(port.gid_tbl_len >= 2);
+    ibv_gid ipv4{}, link_local{};
+    REQUIRE(ibv_query_gid(context(), 1, 0, &ipv4) == 0);
+    REQUIRE(ibv_query_gid(context(), 1, 1, &link_local) == 0);
+    CHECK(link_local.raw[0] == 0xfe);
+    CHECK(link_local.raw[1] == 0x80);
+    ibv_gid_entry entry{};
+    REQUIRE(ibv_query_gid_ex(context(), 1, 1, &entry, 0) == 0);
+    CHECK(entry.gid_type == IBV_GID_TYPE_ROCE_V2);
+    auto ah_with = [&](uint8_t sgid_index, const ibv_gid& dgid) {
+        ibv_ah_attr attr{};
+        attr.is_global = 1;
+        attr.port_num = 1;
+        attr.grh.sgid_index = sgid_index;
+        attr.grh.hop_limit = 64;
+        attr.grh.dgid = dgid;
+        errno = 0;
+        return ibv_create_ah(pd, &attr);
+    };
+    for (auto [index, dgid] : {std::pair{0, ipv4}, std::pair{1, link_local}}) {
+        ibv_ah* ah = ah_with(static_cast<uint8_t>(index), dgid);
+        CHECK(ah);
+        if (ah)
+            CHECK(ibv_destroy_ah(ah) == 0);
+    }
+    CHECK(ah_with(0, link_local) == nullptr); // IPv4 source, IPv6 destination
+    CHECK(errno == EINVAL);
+    CHECK(ah_with(1, ipv4) == nullptr);
+    CHECK(errno == EINVAL);
+    CHECK(ah_with(static_cast<uint8_t>(port.gid_tbl_len), ipv4) == nullptr);
+    CHECK(errno == EINVAL);
     CHECK(ibv_dealloc_pd(pd) == 0);
 }
 

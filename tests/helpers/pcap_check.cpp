@@ -1,8 +1,9 @@
-// pcap_check [--ttl N] [--min-source-ports K] FILE...: checks every RoCEv2 frame of
-// softhca's own captures with the codec (parse, ICRC, byte-for-byte re-encoding), as the
-// Soft-RoCE captures are checked. ARP frames are counted and skipped. --ttl: every IPv4
-// unicast frame carries TTL N (the route's hop limit); --min-source-ports: the frames
-// use at least K distinct UDP source ports. Exit status 0 when all pass.
+// pcap_check [--ttl N] [--min-source-ports K] [--min-ipv6 K] FILE...: checks every RoCEv2
+// frame of softhca's own captures with the codec (parse, ICRC, byte-for-byte
+// re-encoding), as the Soft-RoCE captures are checked. ARP and Neighbor Discovery
+// (ICMPv6) frames are counted and skipped. --ttl: every IPv4 unicast frame carries TTL N
+// (the route's hop limit); --min-source-ports: the frames use at least K distinct UDP
+// source ports; --min-ipv6: at least K of them travel over IPv6. Exit 0 when all pass.
 #include "pcap_reader.hpp"
 #include "roce_check.hpp"
 #include "softhca/transport/byte_order.hpp"
@@ -15,7 +16,7 @@
 
 int main(int argc, char** argv) {
     int failures = 0;
-    size_t checked = 0, arp = 0;
+    size_t checked = 0, arp = 0, neighbor = 0, ipv6 = 0, min_ipv6 = 0;
     std::map<std::string, size_t> seen;
     int want_ttl = -1;
     size_t min_source_ports = 0;
@@ -26,6 +27,8 @@ int main(int argc, char** argv) {
             want_ttl = std::atoi(argv[first + 1]);
         else if (!std::strcmp(argv[first], "--min-source-ports"))
             min_source_ports = std::strtoul(argv[first + 1], nullptr, 10);
+        else if (!std::strcmp(argv[first], "--min-ipv6"))
+            min_ipv6 = std::strtoul(argv[first + 1], nullptr, 10);
     }
     for (int i = first; i < argc; ++i) {
         const auto frames = read_pcap(argv[i]);
@@ -35,6 +38,15 @@ int main(int argc, char** argv) {
                 ++arp;
                 continue;
             }
+            const bool over_ipv6 = bytes.size() >= 14 + 40 &&
+                                   softhca::transport::load_be16(bytes.data() + 12) == 0x86dd;
+            if (over_ipv6 && bytes[14 + 6] == 58) {
+                ++neighbor;
+                continue;
+            }
+            ipv6 += over_ipv6;
+            if (over_ipv6 && bytes.size() >= 14 + 40 + 8)
+                source_ports.insert(softhca::transport::load_be16(bytes.data() + 14 + 40));
             std::string opcode;
             const std::string problem = roce_check::check_frame(bytes, &opcode);
             ++checked;
@@ -65,6 +77,12 @@ int main(int argc, char** argv) {
         std::printf("fewer than %zu UDP source ports\n", min_source_ports);
         ++failures;
     }
-    std::printf("%zu RoCEv2 frames checked, %zu ARP skipped, %d failed\n", checked, arp, failures);
+    if (ipv6 < min_ipv6) {
+        std::printf("%zu frames over IPv6, fewer than %zu\n", ipv6, min_ipv6);
+        ++failures;
+    }
+    std::printf("%zu RoCEv2 frames checked (%zu over IPv6), %zu ARP and %zu ICMPv6 skipped, %d "
+                "failed\n",
+                checked, ipv6, arp, neighbor, failures);
     return failures || checked == 0 ? 1 : 0;
 }
