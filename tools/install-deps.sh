@@ -12,6 +12,8 @@ packages=(
     libdpdk-dev
     # The ICRC's CRC-32 at memory speed (ISA-L's PCLMULQDQ/AVX-512 crc32_gzip_refl)
     libisal-dev
+    # The kernel UDP socket port (--port udp@ADDR): batched sends and multishot receives
+    liburing-dev
     # Tests: Catch2, real verbs programs and rdma-core's Python bindings
     catch2 ibverbs-utils python3-pyverbs perftest
     # librdmacm over the emulated rdma_cm device: rping, ucmatose, udaddy, mckey, rstream

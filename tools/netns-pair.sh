@@ -12,7 +12,9 @@
 # The kernel interface of each namespace carries the same address, so TCP side
 # channels (perftest, the pingpongs) reach the other host over the same veth.
 # NAME must be 1..10 characters of [a-z0-9]. SOFTHCA_UP_ARGS adds options to both
-# engines' `softhca up` (e.g. --faults drop=0.01,seed=3).
+# engines' `softhca up` (e.g. --faults drop=0.01,seed=3). SOFTHCA_PAIR_PORT=udp gives the
+# engines kernel UDP socket ports (--port udp@...) on the veths' own addresses instead of
+# af_packet ports (their GID table then has no link-local entry: the IPv6 one is index 1).
 set -euo pipefail
 cmd=${1:?up|down}
 name=${2:?name}
@@ -28,17 +30,21 @@ up)
     ip link add "$veth_a" netns "$ns_a" type veth peer name "$veth_b" netns "$ns_b"
     ip -n "$ns_a" addr add 198.18.2.1/24 dev "$veth_a"
     ip -n "$ns_b" addr add 198.18.2.2/24 dev "$veth_b"
+    ip -n "$ns_a" -6 addr add 2001:2:0:2::1/64 dev "$veth_a" nodad
+    ip -n "$ns_b" -6 addr add 2001:2:0:2::2/64 dev "$veth_b" nodad
     for ns in "$ns_a" "$ns_b"; do
         ip -n "$ns" link set lo up
     done
     ip -n "$ns_a" link set "$veth_a" up
     ip -n "$ns_b" link set "$veth_b" up
+    port_a="net_af_packet0,iface=$veth_a" port_b="net_af_packet0,iface=$veth_b"
+    [ "${SOFTHCA_PAIR_PORT:-}" = udp ] && port_a=udp port_b=udp
     # shellcheck disable=SC2086 # SOFTHCA_UP_ARGS is a list of options
     ip netns exec "$ns_a" "$softhca" up --prefix "${name}a" \
-        --port "net_af_packet0,iface=$veth_a@198.18.2.1,2001:2:0:2::1" ${SOFTHCA_UP_ARGS:-} >/dev/null
+        --port "$port_a@198.18.2.1,2001:2:0:2::1" ${SOFTHCA_UP_ARGS:-} >/dev/null
     # shellcheck disable=SC2086
     ip netns exec "$ns_b" "$softhca" up --prefix "${name}b" \
-        --port "net_af_packet0,iface=$veth_b@198.18.2.2,2001:2:0:2::2" ${SOFTHCA_UP_ARGS:-} >/dev/null
+        --port "$port_b@198.18.2.2,2001:2:0:2::2" ${SOFTHCA_UP_ARGS:-} >/dev/null
     echo "netns-pair: $ns_a (${name}a0, 198.18.2.1) <-> $ns_b (${name}b0, 198.18.2.2)"
     ;;
 down)

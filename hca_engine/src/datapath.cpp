@@ -191,8 +191,9 @@ void Datapath::handle_frame(size_t port, const uint8_t* data, uint32_t length, u
     case NdParse::NotNd:
         break;
     }
+    const bool kernel_udp = ports_.info(port).kernel_udp;
     tp::ParsedFrame frame;
-    switch (tp::parse_roce_frame(data, length, frame)) {
+    switch (tp::parse_roce_frame(data, length, frame, kernel_udp)) {
     case tp::FrameError::None:
         break;
     case tp::FrameError::BadIcrc:
@@ -216,8 +217,10 @@ void Datapath::handle_frame(size_t port, const uint8_t* data, uint32_t length, u
         ++counters.rx_malformed;
         return;
     }
-    // The source address teaches us the peer's MAC for the way back.
-    neighbors_[port].learn(frame.addressing.src_gid, frame.addressing.src_mac);
+    // The source address teaches us the peer's MAC for the way back (the kernel's
+    // business on a UDP socket port).
+    if (!kernel_udp)
+        neighbors_[port].learn(frame.addressing.src_gid, frame.addressing.src_mac);
     uint8_t grh[tp::kGrhBytes];
     if (packet.deth)
         tp::grh_from_frame(frame, grh);
@@ -279,7 +282,8 @@ bool Datapath::send_mad(size_t port, const MadPeer& to, const tp::CmMad& mad, ui
     addressing.src_mac = info.mac;
     addressing.src_gid = tp::gid_from_ipv4(info.ipv4);
     addressing.dst_gid = tp::gid_from_ipv4(to.ipv4);
-    addressing.udp_src_port = EngineQp::ud_source_port(tp::kGsiQp);
+    addressing.udp_src_port =
+        info.kernel_udp ? tp::kRoceV2UdpPort : EngineQp::ud_source_port(tp::kGsiQp);
     addressing.hop_limit = route_hop_limit();
     const bool local = to.ipv4 == info.ipv4;
     if (local)
@@ -294,7 +298,8 @@ bool Datapath::send_mad(size_t port, const MadPeer& to, const tp::CmMad& mad, ui
         reinterpret_cast<tp::Deth*>(ib + sizeof(tp::Bth))->set(tp::kGsiQkey, tp::kGsiQp);
         std::memcpy(ib + sizeof(tp::Bth) + sizeof(tp::Deth), &mad, sizeof(mad));
         return tp::finish_roce_frame(frame_data, addressing,
-                                     sizeof(tp::Bth) + sizeof(tp::Deth) + sizeof(mad), ipv4_id_++);
+                                     sizeof(tp::Bth) + sizeof(tp::Deth) + sizeof(mad),
+                                     next_ipv4_id(info));
     };
     ++ports_.counters(port).tx_mads;
     if (local) {
@@ -328,6 +333,8 @@ bool Datapath::resolve_destination(EngineQp& qp, size_t port, uint64_t now, bool
                                       ? tp::udp_source_port_for_flow(addressing.flow_label)
                                       : EngineQp::ud_source_port(qp.qp_num());
     }
+    if (info.kernel_udp)
+        addressing.udp_src_port = tp::kRoceV2UdpPort; // what the kernel will put there
     local = port_owns(info, addressing.dst_gid);
     if (local) {
         addressing.dst_mac = info.mac;
@@ -365,7 +372,7 @@ bool Datapath::transmit(EngineQp& qp, uint64_t now, size_t budget) {
             if (!n)
                 break;
             const size_t length =
-                tp::finish_roce_frame(loopback_.data(), addressing, n, ipv4_id_++);
+                tp::finish_roce_frame(loopback_.data(), addressing, n, next_ipv4_id(info));
             if (multicast) {
                 TxFrame frame;
                 if (ports_.tx_alloc(port, frame)) {
@@ -387,7 +394,7 @@ bool Datapath::transmit(EngineQp& qp, uint64_t now, size_t budget) {
             ports_.tx_abort(frame);
             break;
         }
-        const size_t length = tp::finish_roce_frame(frame.data, addressing, n, ipv4_id_++);
+        const size_t length = tp::finish_roce_frame(frame.data, addressing, n, next_ipv4_id(info));
         ports_.tx_queue(port, frame, static_cast<uint32_t>(length));
         sent = true;
     }

@@ -77,6 +77,9 @@ class Datapath final : public QpSchedule, public MadSender {
     // false after asking for it from `source`, one of the port's GIDs.
     bool mac_for(size_t port, const transport::Gid& destination, const transport::Gid& source,
                  uint64_t now, transport::MacAddress& mac);
+    // The IPv4 identification of the next frame: a counter, or 0 on a kernel UDP port
+    // (the kernel sends 0 with DF from an unconnected socket, and the ICRC covers it).
+    uint16_t next_ipv4_id(const PortInfo& port) { return port.kernel_udp ? 0 : ipv4_id_++; }
     // Whether `gid` is one of the port's own unicast addresses.
     static bool port_owns(const PortInfo& port, const transport::Gid& gid);
     void fire_timers(uint64_t now);

@@ -19,6 +19,8 @@ const char* engine_usage() {
            "                      [--cdev-dir DIR] [--port DEVARGS@ADDR[,ADDR...][%NETDEV]]...\n"
            "                      [--faults drop=P,dup=P,reorder=P,corrupt=P,seed=N]\n"
            "                      [--pcap PATH_PREFIX]\n"
+           "DEVARGS is a DPDK device, or udp for a kernel UDP socket (io_uring) bound to\n"
+           "the addresses.\n"
            "Without --port: two devices wired back to back inside the engine,\n"
            "198.18.0.1 and 198.18.0.2.\n";
 }
@@ -159,6 +161,13 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
                 error = "unknown argument '" + std::string(arg) + "'";
             return std::nullopt;
         }
+    }
+    size_t udp_ports = 0;
+    for (const PortConfig& port : config.ports)
+        udp_ports += port.is_kernel_udp();
+    if (udp_ports && udp_ports != config.ports.size()) {
+        error = "udp ports and DPDK ports cannot share an instance: run them in two (--prefix)";
+        return std::nullopt;
     }
     if (config.run_dir.empty() || config.provider_prefix.empty()) {
         error = "--run-dir and --provider-prefix are required";

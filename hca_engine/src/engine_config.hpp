@@ -14,11 +14,13 @@ namespace softhca::engine {
 
 struct PortConfig {
     // DPDK device arguments (e.g. "net_af_packet0,iface=veth0"); empty for one end
-    // of the built-in back-to-back wire.
+    // of the built-in back-to-back wire; "udp" for a kernel UDP socket port.
     std::string devargs;
     uint32_t ipv4 = 0;                // host order; 0 for a port with IPv6 only
     std::vector<transport::Gid> ipv6; // global or unique-local IPv6 addresses
     std::string netdev;               // kernel interface behind the port, for the GIDs' ndev
+
+    bool is_kernel_udp() const { return devargs == "udp"; }
 };
 
 struct EngineConfig {

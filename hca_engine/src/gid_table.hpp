@@ -26,13 +26,17 @@ inline bool gid_table_holds(const std::vector<transport::Gid>& table, const tran
     return false;
 }
 
+// with_link_local: false for a port whose interface's link-local address the kernel
+// owns (a kernel UDP socket port).
 inline std::vector<transport::Gid> build_gid_table(uint32_t ipv4,
                                                    const std::vector<transport::Gid>& ipv6,
-                                                   const transport::MacAddress& mac) {
+                                                   const transport::MacAddress& mac,
+                                                   bool with_link_local = true) {
     std::vector<transport::Gid> table;
     if (ipv4)
         table.push_back(transport::gid_from_ipv4(ipv4));
-    table.push_back(transport::gid_link_local_from_mac(mac));
+    if (with_link_local)
+        table.push_back(transport::gid_link_local_from_mac(mac));
     for (const transport::Gid& gid : ipv6)
         if (table.size() < kMaxGids && !gid_table_holds(table, gid))
             table.push_back(gid);

@@ -9,6 +9,7 @@
 #include "engine_config.hpp"
 #include "fast_crc32.hpp"
 #include "rdma_cm_server.hpp"
+#include "udp_ports.hpp"
 
 #include "softhca/device_interface/async_event.hpp"
 #include "softhca/kernel_shim/registration.hpp"
@@ -102,7 +103,14 @@ int run(const EngineConfig& config) {
     }
 
     install_fast_crc32();
-    DpdkPortSet ports(config);
+    // One kind of port per instance: DPDK ethdevs (the built-in wire among them) or
+    // kernel UDP sockets.
+    std::unique_ptr<PortSet> port_set;
+    if (!config.ports.empty() && config.ports.front().is_kernel_udp())
+        port_set = std::make_unique<UdpPortSet>(config);
+    else
+        port_set = std::make_unique<DpdkPortSet>(config);
+    PortSet& ports = *port_set;
     std::vector<Device> devices;
     for (size_t i = 0; i < ports.size(); ++i)
         devices.push_back(
@@ -141,6 +149,9 @@ int run(const EngineConfig& config) {
     watch(rdma_cm.listen_fd());
     std::set<int> rdma_cm_files;
     watch(doorbell);
+    const std::vector<int> port_wakeups = ports.wakeup_fds();
+    for (int fd : port_wakeups)
+        watch(fd);
     bool external_ports = false;
     for (size_t i = 0; i < ports.size(); ++i)
         external_ports |= !ports.info(i).devargs.empty();
@@ -204,6 +215,10 @@ int run(const EngineConfig& config) {
                 uint64_t rings = 0;
                 [[maybe_unused]] ssize_t r = read(doorbell, &rings, sizeof(rings));
                 last_busy = monotonic_ns();
+            } else if (std::find(port_wakeups.begin(), port_wakeups.end(), fd) !=
+                       port_wakeups.end()) {
+                uint64_t received = 0;
+                [[maybe_unused]] ssize_t r = read(fd, &received, sizeof(received));
             } else if (fd == server.listen_fd()) {
                 for (int accepted : server.accept_pending())
                     watch(accepted);

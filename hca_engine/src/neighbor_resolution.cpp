@@ -96,6 +96,10 @@ void Datapath::handle_neighbor_discovery(size_t port, const NdMessage& nd, uint6
 
 bool Datapath::mac_for(size_t port, const tp::Gid& destination, const tp::Gid& source, uint64_t now,
                        tp::MacAddress& mac) {
+    if (ports_.info(port).kernel_udp) {
+        mac = {}; // the kernel resolves the destination itself
+        return true;
+    }
     const bool ipv4 = tp::gid_is_ipv4_mapped(destination);
     if (ipv4 && destination[12] >= 0xe0 && destination[12] <= 0xef) {
         // IPv4 multicast to Ethernet (RFC 1112 6.4): 01:00:5e and the low 23 bits.

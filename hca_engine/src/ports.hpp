@@ -1,8 +1,9 @@
 // The engine's ports as the data path sees them: receive a burst, give frames back,
-// allocate, queue and flush transmit frames, one port per device. Two implementations:
+// allocate, queue and flush transmit frames, one port per device. Three implementations:
 // DpdkPortSet (dpdk_ports.hpp, the only place DPDK appears: the built-in wire and any
-// PMD) and, in the unit tests, a simulated lossy wire that runs the engine's own data
-// path (Datapath, EngineQp, ProcessMemory, completions) without I/O.
+// PMD), UdpPortSet (udp_ports.hpp: kernel UDP sockets on io_uring) and, in the unit
+// tests, a simulated lossy wire that runs the engine's own data path (Datapath,
+// EngineQp, ProcessMemory, completions) without I/O.
 #pragma once
 
 #include "fault_injector.hpp"
@@ -62,6 +63,9 @@ struct PortInfo {
     uint32_t link_speed_mbps = 0;
     FaultInjector faults;                // off unless configured
     std::shared_ptr<PcapWriter> capture; // null unless --pcap
+    // A kernel UDP socket port (udp_ports.hpp): the kernel resolves neighbours, and sends
+    // with UDP source port 4791, IPv4 identification 0 and DF, so frames are built so.
+    bool kernel_udp = false;
     bool link_up = false; // the link as DPDK reports it, and the port administratively up
     bool admin_up = true;
     PortCounters counters;
@@ -97,6 +101,10 @@ class PortSet {
     virtual void tx_abort(TxFrame& frame) = 0;
     // Sends everything queued. Returns the number of frames handed to the ports.
     virtual size_t flush() = 0;
+
+    // Descriptors that become readable when a port has received something, for the
+    // engine to sleep on (drained by reading 8 bytes); none for polled ports.
+    virtual std::vector<int> wakeup_fds() const { return {}; }
 
   protected:
     std::vector<PortInfo> ports_;

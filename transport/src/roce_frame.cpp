@@ -2,6 +2,7 @@
 
 #include "softhca/transport/byte_order.hpp"
 #include "softhca/transport/crc32.hpp"
+#include "softhca/transport/icrc_ipv4_id.hpp"
 
 #include <cstring>
 
@@ -96,7 +97,8 @@ size_t finish_roce_frame(uint8_t* frame, const FrameAddressing& a, size_t ib_len
     return kEthernetHeaderBytes + ip_length + kIcrcBytes;
 }
 
-FrameError parse_roce_frame(const uint8_t* frame, size_t length, ParsedFrame& out) {
+FrameError parse_roce_frame(const uint8_t* frame, size_t length, ParsedFrame& out,
+                            bool ipv4_id_unknown) {
     if (length < kEthernetHeaderBytes)
         return FrameError::Malformed;
     out = ParsedFrame{};
@@ -157,8 +159,13 @@ FrameError parse_roce_frame(const uint8_t* frame, size_t length, ParsedFrame& ou
     const uint32_t carried = static_cast<uint32_t>(tail[0]) | static_cast<uint32_t>(tail[1]) << 8 |
                              static_cast<uint32_t>(tail[2]) << 16 |
                              static_cast<uint32_t>(tail[3]) << 24;
-    if (compute_icrc(ip, ip_length) != carried)
-        return FrameError::BadIcrc;
+    if (const uint32_t computed = compute_icrc(ip, ip_length); computed != carried) {
+        uint16_t id = 0;
+        bool df = true;
+        if (!ipv4_id_unknown || ethertype != kEtherTypeIpv4 ||
+            !icrc_explained_by_ipv4_id(computed, carried, ip_length, id, df))
+            return FrameError::BadIcrc;
+    }
     out.ib = udp + kUdpHeaderBytes;
     out.ib_length = udp_length - kUdpHeaderBytes - kIcrcBytes;
     out.ip = ip;

@@ -64,7 +64,11 @@ enum class FrameError : uint8_t {
     BadIcrc,
 };
 
-FrameError parse_roce_frame(const uint8_t* frame, size_t length, ParsedFrame& out);
+// ipv4_id_unknown: the frame's IPv4 header was rebuilt by a receiver that could not see
+// the identification and DF bit (a kernel UDP socket), with 0 and DF set; the ICRC then
+// passes when some value of them explains the difference (icrc_ipv4_id.hpp).
+FrameError parse_roce_frame(const uint8_t* frame, size_t length, ParsedFrame& out,
+                            bool ipv4_id_unknown = false);
 
 // The 40 bytes a UD receive finds in front of its data (ibv_post_recv(3)): for RoCEv2 over
 // IPv6 the IPv6 header; over IPv4, 20 zero bytes and then the IPv4 header, as

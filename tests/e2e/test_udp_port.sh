@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The kernel UDP socket port (--port udp@ADDRESSES, io_uring): two namespaces joined by a
+# veth pair (tools/netns-pair.sh with SOFTHCA_PAIR_PORT=udp), each engine on a UDP socket
+# bound to its veth's own IPv4 and IPv6 address, the kernel doing ARP, ND and routing.
+# The four pingpongs, the eight perftest RC tools, perftest over UC and UD, and the RC
+# pingpong and ib_send_bw over the IPv6 GID run between them; then bad datagrams sent to
+# port 4791 from the other namespace (truncated, oversized, a corrupted ICRC, an unknown
+# QP) are dropped and counted, and the ports work on.
+source "$(dirname "$0")/lib.sh"
+here=$(cd "$(dirname "$0")" && pwd)
+pair=${SOFTHCA_PREFIX}
+export SOFTHCA
+trap '"$here/../../tools/netns-pair.sh" down "$pair" >/dev/null 2>&1 || true' EXIT
+"$here/../../tools/netns-pair.sh" down "$pair" >/dev/null 2>&1 || true
+SOFTHCA_PAIR_PORT=udp "$here/../../tools/netns-pair.sh" up "$pair" || fail "netns-pair up failed"
+
+export SERVER_NS="$pair-a" CLIENT_NS="$pair-b"
+export SERVER_PREFIX="${pair}a" CLIENT_PREFIX="${pair}b"
+export SERVER_DEV="${pair}a0" CLIENT_DEV="${pair}b0" SERVER_ADDR=198.18.2.1
+status() { ip netns exec "$SERVER_NS" "$SOFTHCA" status --prefix "$SERVER_PREFIX"; }
+status | head -3
+status | grep -q "pmd kernel udp (io_uring) udp" || fail "not a udp port: $(status)"
+gids=$(ip netns exec "$SERVER_NS" "$SOFTHCA" exec --prefix "$SERVER_PREFIX" -- ibv_devinfo -v)
+grep -qE "GID\[\s*0\]:\s+::ffff:198.18.2.1, RoCE v2" <<<"$gids" || fail "GID 0: $gids"
+grep -qE "GID\[\s*1\]:\s+2001:2:0:2::1, RoCE v2" <<<"$gids" || fail "GID 1: $gids"
+
+"$here/test_pingpong.sh" ibv_rc_pingpong 1 4096 65536 1048576 || fail "ibv_rc_pingpong"
+"$here/test_pingpong.sh" ibv_uc_pingpong 4096 65536 || fail "ibv_uc_pingpong"
+"$here/test_pingpong.sh" ibv_ud_pingpong 512 1024 || fail "ibv_ud_pingpong"
+"$here/test_pingpong.sh" ibv_srq_pingpong 4096 65536 || fail "ibv_srq_pingpong"
+for tool in ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw ib_send_lat ib_write_lat \
+    ib_read_lat ib_atomic_lat; do
+    "$here/test_perftest.sh" "$tool" | tail -2 || fail "$tool over the udp port"
+done
+for run in "ib_send_bw -c UD" "ib_write_bw -c UC"; do
+    # shellcheck disable=SC2086 # the tool and its arguments
+    "$here/test_perftest.sh" $run | tail -2 || fail "$run over the udp port"
+done
+GID_INDEX=1 "$here/test_pingpong.sh" ibv_rc_pingpong 4096 65536 || fail "ibv_rc_pingpong over IPv6"
+GID_INDEX=1 "$here/test_perftest.sh" ib_send_bw | tail -2 || fail "ib_send_bw over IPv6"
+
+# Bad datagrams from the other host: each is dropped and counted, nothing else moves.
+counter() { status | grep -m1 "counters:" | sed -n "s/.* $1 \([0-9]*\).*/\1/p"; }
+malformed=$(counter rx_malformed) bad_icrc=$(counter rx_bad_icrc) no_qp=$(counter rx_no_qp)
+ip netns exec "$CLIENT_NS" python3 - <<'EOF' || fail "could not send the bad datagrams"
+import socket, struct
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("198.18.2.2", 0))
+to = ("198.18.2.1", 4791)
+s.sendto(b"\x04\x00", to)                     # shorter than a BTH and an ICRC
+s.sendto(b"\x04" * 6000, to)                  # longer than any RoCEv2 packet
+bth = struct.pack(">BBHII", 0x04, 0x40, 0xffff, 0x123456, 0x80000001)  # SEND_ONLY to QP 0x123456
+s.sendto(bth + b"\x00" * 16 + b"\xde\xad\xbe\xef", to)  # an ICRC that cannot be right
+EOF
+sleep 0.5
+[ "$(counter rx_malformed)" -ge $((malformed + 2)) ] || fail "short/long datagrams not counted: $(status)"
+[ "$(counter rx_bad_icrc)" -ge $((bad_icrc + 1)) ] || fail "bad ICRC not counted: $(status)"
+[ "$(counter rx_no_qp)" -eq "$no_qp" ] || fail "a packet with a bad ICRC reached QP lookup"
+"$here/test_pingpong.sh" ibv_rc_pingpong 4096 || fail "ibv_rc_pingpong after bad datagrams"
+status | grep -E "counters"
+echo PASS
