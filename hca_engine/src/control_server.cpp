@@ -489,11 +489,11 @@ std::string ControlServer::status_report() const {
             << " tx_packets " << k.tx_packets << " tx_bytes " << k.tx_bytes << " tx_dropped "
             << k.tx_dropped << " rx_unhandled " << k.rx_unhandled << " rx_bad_icrc "
             << k.rx_bad_icrc << " rx_malformed " << k.rx_malformed << " rx_no_qp " << k.rx_no_qp
-            << " arp_requests " << k.arp_requests << " arp_replies " << k.arp_replies
-            << " nd_solicitations " << k.nd_solicitations << " nd_advertisements "
-            << k.nd_advertisements << " rx_neighbor_dropped " << k.rx_neighbor_dropped
-            << " rx_mads " << k.rx_mads << " rx_mads_dropped " << k.rx_mads_dropped << " tx_mads "
-            << k.tx_mads << "\n";
+            << " rx_wrong_source " << k.rx_wrong_source << " arp_requests " << k.arp_requests
+            << " arp_replies " << k.arp_replies << " nd_solicitations " << k.nd_solicitations
+            << " nd_advertisements " << k.nd_advertisements << " rx_neighbor_dropped "
+            << k.rx_neighbor_dropped << " rx_mads " << k.rx_mads << " rx_mads_dropped "
+            << k.rx_mads_dropped << " tx_mads " << k.tx_mads << "\n";
         if (p.faults.enabled())
             out << "  faults injected: dropped " << p.faults.dropped << " duplicated "
                 << p.faults.duplicated << " reordered " << p.faults.reordered << " corrupted "

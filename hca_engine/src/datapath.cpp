@@ -247,6 +247,14 @@ void Datapath::handle_frame(size_t port, const uint8_t* data, uint32_t length, u
         ++counters.rx_no_qp;
         return;
     }
+    // A connected QP takes packets from its peer only (the source must be the GID of its
+    // path, as Linux rxe's check_addr requires): anyone else on the network, or on a UDP
+    // socket's port, cannot inject into a connection. UD takes any source.
+    if (qp->type() != tp::QpType::UD && qp->addressing().dst_gid != frame.addressing.src_gid &&
+        qp->addressing().dst_gid != tp::Gid{}) {
+        ++counters.rx_wrong_source;
+        return;
+    }
     qp->transport().receive(packet, now, packet.deth ? grh : nullptr);
     activate(*qp);
 }

@@ -27,6 +27,7 @@ struct PortCounters {
     uint64_t rx_bad_icrc = 0;         // failed the ICRC: dropped
     uint64_t rx_malformed = 0;        // bad lengths, IP checksum, unknown opcode: dropped
     uint64_t rx_no_qp = 0;            // no such destination QP: dropped
+    uint64_t rx_wrong_source = 0;     // to a connected QP from another than its peer: dropped
     uint64_t arp_requests = 0;        // sent
     uint64_t arp_replies = 0;         // sent
     uint64_t nd_solicitations = 0;    // IPv6 Neighbor Solicitations sent

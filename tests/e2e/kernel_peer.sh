@@ -23,7 +23,9 @@
 # KP_GUEST_GID (rxe0's GID index for its IPv4 address). With KP_IPV6=1 both also get an
 # IPv6 address, 2001:2:0:S::2 (guest) and ::3 (softhca; the IPv6 benchmarking range, RFC
 # 5180): KP_GUEST_ADDR6, KP_SOFTHCA_ADDR6, KP_GUEST_GID6 and KP_SOFTHCA_GID6 (their GID
-# indices). kp_exchange uses KP_GUEST_GID and KP_SOFTHCA_GID (default 0) for @GID@.
+# indices). kp_exchange uses KP_GUEST_GID and KP_SOFTHCA_GID (default 0) for @GID@. With
+# KP_PORT=udp softhca has a kernel UDP socket port on the bridge's addresses (198.18.S.1,
+# 2001:2:0:S::1) instead of the af_packet port.
 
 kp_repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
@@ -33,9 +35,14 @@ kp_up() {
     shift 2
     KP_BRIDGE_ADDR="198.18.$subnet.1" KP_GUEST_ADDR="198.18.$subnet.2"
     KP_SOFTHCA_ADDR="198.18.$subnet.3" KP_DEV="${KP_NS}0"
+    # KP_PORT=udp: softhca on a kernel UDP socket port bound to the bridge's own
+    # addresses (the host kernel routes to the guest) instead of the af_packet port.
+    local port_kind=${KP_PORT:-af_packet}
+    [ "$port_kind" = udp ] && KP_SOFTHCA_ADDR=$KP_BRIDGE_ADDR
     local addresses=$KP_SOFTHCA_ADDR
     if [ -n "${KP_IPV6:-}" ]; then
         KP_GUEST_ADDR6="2001:2:0:$subnet::2" KP_SOFTHCA_ADDR6="2001:2:0:$subnet::3"
+        [ "$port_kind" = udp ] && KP_SOFTHCA_ADDR6="2001:2:0:$subnet::1"
         addresses+=",$KP_SOFTHCA_ADDR6"
     fi
     KP_DIR=$(mktemp -d)
@@ -59,9 +66,13 @@ kp_up() {
     # switch-sized queue keeps UC's bursts (perftest posts 128 messages at once) whole.
     $n link set "${KP_NS}t0" txqueuelen 10000
     $n addr add "$KP_BRIDGE_ADDR/24" dev "${KP_NS}br"
-    ip netns exec "$KP_NS" "$SOFTHCA" up --prefix "$KP_NS" \
-        --port "net_af_packet0,iface=${KP_NS}v0@$addresses" "$@" >/dev/null ||
-        fail "softhca up on ${KP_NS}v0 failed"
+    local device="net_af_packet0,iface=${KP_NS}v0"
+    if [ "$port_kind" = udp ]; then
+        device=udp
+        [ -n "${KP_IPV6:-}" ] && $n -6 addr add "$KP_SOFTHCA_ADDR6/64" dev "${KP_NS}br" nodad
+    fi
+    ip netns exec "$KP_NS" "$SOFTHCA" up --prefix "$KP_NS" --port "$device@$addresses" "$@" \
+        >/dev/null || fail "softhca up on $device@$addresses failed"
     # The guest reads its console from a FIFO this shell holds open. A guest that is gone
     # must fail a write with EPIPE (and the test with a message), not kill the test.
     trap '' PIPE

@@ -131,3 +131,35 @@ TEST_CASE("engine data path: ARP and ND answers nobody asked for are dropped and
     CHECK(misdirected == 0);
     CHECK(pb.counters.rx_packets > 0);
 }
+
+TEST_CASE("engine data path: a connected QP drops packets from another source than its peer") {
+    Bench bench({}, false);
+    const PortInfo& pa = bench.ports.info(0);
+    // A copy of one of B's packets to A, as a third host (198.18.0.9) would send it.
+    std::vector<uint8_t> forged;
+    bench.ports.tap = [&](size_t from, const uint8_t* frame, uint32_t length) {
+        tp::ParsedFrame parsed;
+        if (from == 1 && forged.empty() &&
+            tp::parse_roce_frame(frame, length, parsed) == tp::FrameError::None)
+            forged.assign(frame, frame + length);
+    };
+    write_and_check(bench, 1, 2);
+    REQUIRE(!forged.empty());
+    uint8_t* ip = forged.data() + tp::kEthernetHeaderBytes;
+    tp::store_be32(ip + 12, 0xc6120009u);
+    tp::store_be16(ip + 10, 0);
+    tp::store_be16(ip + 10, tp::ipv4_header_checksum(ip, tp::kIpv4HeaderBytes));
+    const size_t ip_length = forged.size() - tp::kEthernetHeaderBytes - tp::kIcrcBytes;
+    const uint32_t icrc = tp::compute_icrc(ip, ip_length);
+    for (int i = 0; i < 4; ++i)
+        forged[forged.size() - 4 + static_cast<size_t>(i)] = static_cast<uint8_t>(icrc >> (8 * i));
+    tp::ParsedFrame parsed;
+    REQUIRE(tp::parse_roce_frame(forged.data(), forged.size(), parsed) == tp::FrameError::None);
+    bench.ports.deliver(0, forged.data(), static_cast<uint32_t>(forged.size()));
+    bench.round();
+    CHECK(pa.counters.rx_wrong_source == 1);
+    CHECK(pa.counters.rx_bad_icrc == 0);
+    // The connection goes on as if nothing came.
+    write_and_check(bench, 10, 4);
+    CHECK(pa.counters.rx_wrong_source == 1);
+}
