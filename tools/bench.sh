@@ -10,8 +10,10 @@
 # buffers from the heap, which the engine reaches with cross-memory attach, and with
 # buffers in a shared file, which it maps), message rate of 8-byte writes with 1 and 16
 # QPs, 64 KiB bandwidth with 16 QPs, and latency (send/write/read at 8 B and 4 KiB),
-# each beside qperf's tcp_bw/tcp_lat and with its ratio to TCP. Writes a PNG plot of
-# bandwidth against message size (default build/bench.png).
+# each beside qperf's tcp_bw/tcp_lat and with its ratio to TCP; then 64 KiB bandwidth and
+# 8-byte latency over each kind of port (ring, memif, af_packet on a veth, the kernel UDP
+# socket port over loopback and over a veth). Writes a PNG plot of bandwidth against
+# message size (default build/bench.png).
 # Needs a build (tools/build.sh) and root; installs qperf and gnuplot if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +36,8 @@ shm_file=/dev/shm/softhca-bench-$$
 cleanup() {
     [ -n "${qperf_pid:-}" ] && kill "$qperf_pid" 2>/dev/null || true
     "$softhca" down --prefix "$prefix" >/dev/null 2>&1 || true
+    for p in shbma shbmb shbu; do "$softhca" down --prefix "$p" >/dev/null 2>&1 || true; done
+    SOFTHCA=$softhca tools/netns-pair.sh down shbp >/dev/null 2>&1 || true
     rm -rf "$work" "$shm_file"
 }
 trap cleanup EXIT
@@ -108,6 +112,61 @@ for size in 8 4096; do
     printf "%-9s %9s %9s %9s %9s %8s %8s %8s\n" "$size" "$s" "$w" "$r" "$t" \
         "$(ratio "$t" "$s")" "$(ratio "$t" "$w")" "$(ratio "$t" "$r")"
 done
+
+# The same perftest runs over each kind of port, between two engines (or two devices of
+# one): the built-in wire (DPDK ring ethdevs), memif (shared-memory DPDK ports between two
+# engines), af_packet on a veth between two namespaces, and the kernel UDP socket port
+# (io_uring) over loopback and over a veth. Heap buffers, 64 KiB writes and 8-byte sends.
+#   on_pair NS_A PREFIX_A DEV_A NS_B PREFIX_B DEV_B ADDR TOOL SIZE COLUMN [ARGS...]
+on_pair() {
+    local ns_a=$1 prefix_a=$2 dev_a=$3 ns_b=$4 prefix_b=$5 dev_b=$6 addr=$7 tool=$8 size=$9
+    local column=${10}
+    shift 10
+    local in_a=() in_b=() port
+    [ -n "$ns_a" ] && in_a=(ip netns exec "$ns_a")
+    [ -n "$ns_b" ] && in_b=(ip netns exec "$ns_b")
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    "${in_a[@]}" "$softhca" exec --prefix "$prefix_a" -- timeout 120 "$tool" -d "$dev_a" -x 0 \
+        -p "$port" -s "$size" -n "$iters" "$@" >/dev/null 2>&1 &
+    local server=$!
+    sleep 0.3
+    "${in_b[@]}" "$softhca" exec --prefix "$prefix_b" -- timeout 120 "$tool" -d "$dev_b" -x 0 \
+        -p "$port" -s "$size" -n "$iters" "$@" "$addr" 2>/dev/null |
+        awk -v size="$size" -v col="$column" '$1 == size && NF >= col {print $col; exit}'
+    wait "$server" 2>/dev/null || true
+}
+port_row() {
+    local name=$1
+    shift
+    local w s l
+    w=$(on_pair "$@" ib_write_bw 65536 4)
+    s=$(on_pair "$@" ib_send_bw 65536 4)
+    l=$(on_pair "$@" ib_send_lat 8 5)
+    printf "%-26s %9s %9s %9s %7s %7s\n" "$name" "$w" "$s" "$l" "$(ratio "$w" "$t64")" \
+        "$(ratio "$t8" "$l")"
+}
+echo "Port types: 64 KiB write and send bandwidth (MB/s), 8 B send latency (us), heap buffers"
+printf "%-26s %9s %9s %9s %7s %7s\n" port write send lat "w/tcp" "tcp/lat"
+t64=$(tcp tcp_bw 65536)
+t8=$(tcp tcp_lat 8)
+port_row "ring (built-in wire)" "" "$prefix" "${prefix}0" "" "$prefix" "${prefix}1" 127.0.0.1
+"$softhca" down --prefix "$prefix" >/dev/null
+memif_socket="$work/memif.sock"
+"$softhca" up --prefix shbma --port "net_memif0,role=server,socket=$memif_socket@198.18.14.1" >/dev/null
+"$softhca" up --prefix shbmb --port "net_memif0,role=client,socket=$memif_socket@198.18.14.2" >/dev/null
+sleep 1
+port_row "memif (two engines)" "" shbma shbma0 "" shbmb shbmb0 127.0.0.1
+"$softhca" down --prefix shbma >/dev/null
+"$softhca" down --prefix shbmb >/dev/null
+"$softhca" up --prefix shbu --port udp@127.0.0.1 --port udp@127.0.0.2 >/dev/null
+port_row "udp over loopback" "" shbu shbu0 "" shbu shbu1 127.0.0.1
+"$softhca" down --prefix shbu >/dev/null
+SOFTHCA=$softhca tools/netns-pair.sh up shbp >/dev/null
+port_row "af_packet over a veth" shbp-a shbpa shbpa0 shbp-b shbpb shbpb0 198.18.2.1
+tools/netns-pair.sh down shbp >/dev/null
+SOFTHCA=$softhca SOFTHCA_PAIR_PORT=udp tools/netns-pair.sh up shbp >/dev/null
+port_row "udp over a veth" shbp-a shbpa shbpa0 shbp-b shbpb shbpb0 198.18.2.1
+tools/netns-pair.sh down shbp >/dev/null
 
 # Bandwidth against message size, softhca (both memory kinds) and TCP.
 awk '$2 == "heap"' "$work/bw.dat" >"$work/heap.dat"

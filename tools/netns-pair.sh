@@ -45,6 +45,13 @@ up)
     # shellcheck disable=SC2086
     ip netns exec "$ns_b" "$softhca" up --prefix "${name}b" \
         --port "$port_b@198.18.2.2,2001:2:0:2::2" ${SOFTHCA_UP_ARGS:-} >/dev/null
+    # A veth has carrier only once both ends are up: wait until both ports are ACTIVE.
+    for i in $(seq 50); do
+        ip netns exec "$ns_a" "$softhca" status --prefix "${name}a" | grep -q "port 1: ACTIVE" &&
+            ip netns exec "$ns_b" "$softhca" status --prefix "${name}b" | grep -q "port 1: ACTIVE" &&
+            break
+        sleep 0.1
+    done
     echo "netns-pair: $ns_a (${name}a0, 198.18.2.1) <-> $ns_b (${name}b0, 198.18.2.2)"
     ;;
 down)
