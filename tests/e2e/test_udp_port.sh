@@ -4,8 +4,8 @@
 # bound to its veth's own IPv4 and IPv6 address, the kernel doing ARP, ND and routing.
 # The four pingpongs, the eight perftest RC tools, perftest over UC and UD, and the RC
 # pingpong and ib_send_bw over the IPv6 GID run between them; then bad datagrams sent to
-# port 4791 from the other namespace (truncated, oversized, a corrupted ICRC, an unknown
-# QP) are dropped and counted, and the ports work on.
+# port 4791 from the other namespace (truncated, oversized, a corrupted ICRC, a valid
+# packet for a QP that does not exist) are dropped and counted, and the ports work on.
 source "$(dirname "$0")/lib.sh"
 here=$(cd "$(dirname "$0")" && pwd)
 pair=${SOFTHCA_PREFIX}
@@ -42,20 +42,33 @@ GID_INDEX=1 "$here/test_perftest.sh" ib_send_bw | tail -2 || fail "ib_send_bw ov
 # Bad datagrams from the other host: each is dropped and counted, nothing else moves.
 counter() { status | grep -m1 "counters:" | sed -n "s/.* $1 \([0-9]*\).*/\1/p"; }
 malformed=$(counter rx_malformed) bad_icrc=$(counter rx_bad_icrc) no_qp=$(counter rx_no_qp)
-ip netns exec "$CLIENT_NS" python3 - <<'EOF' || fail "could not send the bad datagrams"
-import socket, struct
+ip netns exec "$CLIENT_NS" python3 - <<'PY' || fail "could not send the bad datagrams"
+import socket, struct, zlib
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.bind(("198.18.2.2", 0))
+s.bind(("198.18.2.2", 50123))
 to = ("198.18.2.1", 4791)
 s.sendto(b"\x04\x00", to)                     # shorter than a BTH and an ICRC
 s.sendto(b"\x04" * 6000, to)                  # longer than any RoCEv2 packet
-bth = struct.pack(">BBHII", 0x04, 0x40, 0xffff, 0x123456, 0x80000001)  # SEND_ONLY to QP 0x123456
-s.sendto(bth + b"\x00" * 16 + b"\xde\xad\xbe\xef", to)  # an ICRC that cannot be right
-EOF
+# A SEND_ONLY to QP 0x123456, which does not exist, with a wrong ICRC and then a right
+# one (A17.4.2: ones for the LRH, the IPv4 and UDP headers with their variant fields as
+# ones; the kernel sends identification 0 and DF from this unconnected socket).
+bth = struct.pack(">BBHII", 0x04, 0x40, 0xffff, 0x123456, 0x00000001)
+payload = bth + b"\x00" * 16
+s.sendto(payload + b"\xde\xad\xbe\xef", to)
+length = 20 + 8 + len(payload) + 4
+ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0xff, length, 0, 0x4000, 0xff, 17, 0xffff,
+                 socket.inet_aton("198.18.2.2"), socket.inet_aton("198.18.2.1"))
+udp = struct.pack(">HHHH", 50123, 4791, length - 20, 0xffff)
+masked = bytearray(payload)
+masked[4] = 0xff
+icrc = zlib.crc32(b"\xff" * 8 + ip + udp + bytes(masked))
+s.sendto(payload + struct.pack("<I", icrc), to)
+PY
 sleep 0.5
 [ "$(counter rx_malformed)" -ge $((malformed + 2)) ] || fail "short/long datagrams not counted: $(status)"
 [ "$(counter rx_bad_icrc)" -ge $((bad_icrc + 1)) ] || fail "bad ICRC not counted: $(status)"
-[ "$(counter rx_no_qp)" -eq "$no_qp" ] || fail "a packet with a bad ICRC reached QP lookup"
+[ "$(counter rx_no_qp)" -eq $((no_qp + 1)) ] ||
+    fail "the packet for no QP: rx_no_qp $(counter rx_no_qp), was $no_qp"
 "$here/test_pingpong.sh" ibv_rc_pingpong 4096 || fail "ibv_rc_pingpong after bad datagrams"
 status | grep -E "counters"
 echo PASS
