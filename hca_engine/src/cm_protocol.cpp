@@ -8,6 +8,7 @@
 
 #include "clock.hpp"
 #include "socket_addresses.hpp"
+#include "softhca/transport/roce_frame.hpp"
 
 #include <arpa/inet.h>
 #include <cerrno>
@@ -88,7 +89,7 @@ int RdmaCmServer::send_req(CmId& id, const rdma_ucm_conn_param& param, uint64_t 
     const size_t user_bytes = param.private_data_len;
     if (user_bytes > tp::CmReq::kPrivateDataBytes - tp::CmaHeader::kBytes)
         return -EINVAL;
-    if (id.device < 0 || !id.peer.ipv4)
+    if (id.device < 0 || id.peer.gid == tp::Gid{})
         return -EINVAL;
     const Device& device = devices_[static_cast<size_t>(id.device)];
     id.local_comm_id = new_comm_id();
@@ -107,7 +108,6 @@ int RdmaCmServer::send_req(CmId& id, const rdma_ucm_conn_param& param, uint64_t 
 
     id.last_sent = new_mad(tp::CmAttribute::Req, id.tid);
     auto& req = id.last_sent.as<tp::CmReq>();
-    const uint32_t src_ip = ipv4_of_address(id.src);
     req.set_local_comm_id(id.local_comm_id);
     req.set_service_id(tp::rdma_cm_service_id(id.port_space, port_of_address(id.dst)));
     req.set_local_ca_guid(device.node_guid);
@@ -131,7 +131,7 @@ int RdmaCmServer::send_req(CmId& id, const rdma_ucm_conn_param& param, uint64_t 
     req.set_srq(id.srq);
     req.set_primary_local_lid(kLidPermissive);
     req.set_primary_remote_lid(kLidPermissive);
-    req.set_primary_local_gid(tp::gid_from_ipv4(src_ip));
+    req.set_primary_local_gid(source_gid(id));
     req.set_primary_remote_gid(id.peer.gid);
     req.set_primary_packet_rate(7);
     req.set_primary_traffic_class(id.tos);
@@ -139,8 +139,7 @@ int RdmaCmServer::send_req(CmId& id, const rdma_ucm_conn_param& param, uint64_t 
     req.set_primary_sl(0);
     req.set_primary_subnet_local(false); // hop limit > 1 (cm_format_req)
     req.set_primary_local_ack_timeout(id.local_ack_timeout);
-    tp::CmaHeader cma{};
-    cma.set_ipv4(port_of_address(id.src), src_ip, ipv4_of_address(id.dst));
+    const tp::CmaHeader cma = cma_header(id);
     std::memcpy(req.private_data(), &cma, sizeof(cma));
     std::memcpy(req.private_data() + sizeof(cma), param.private_data, user_bytes);
 
@@ -256,14 +255,47 @@ void RdmaCmServer::enter_time_wait(CmId& id, uint64_t now) {
     schedule(id.time_wait_until);
 }
 
+tp::CmaHeader RdmaCmServer::cma_header(const CmId& id) const {
+    // The rdma_cm's IP addressing header (cma_format_hdr): version 4 between IPv4
+    // addresses (also IPv4-mapped ones), else 6.
+    tp::CmaHeader cma{};
+    const tp::Gid src = source_gid(id);
+    const tp::Gid dst = id.peer.gid;
+    if (tp::gid_is_ipv4_mapped(src) && tp::gid_is_ipv4_mapped(dst)) {
+        cma.set_ipv4(port_of_address(id.src), tp::load_be32(src.data() + 12),
+                     ipv4_of_address(id.dst) ? ipv4_of_address(id.dst)
+                                             : tp::load_be32(dst.data() + 12));
+    } else {
+        uint8_t s[16], d[16];
+        std::memcpy(s, src.data(), 16);
+        std::memcpy(
+            d, gid_of_address(id.dst) != tp::Gid{} ? gid_of_address(id.dst).data() : dst.data(),
+            16);
+        cma.set_ipv6(port_of_address(id.src), s, d);
+    }
+    return cma;
+}
+
+namespace {
+// The rdma_cm header's destination address as a GID.
+tp::Gid cma_destination(const tp::CmaHeader& cma) {
+    tp::Gid gid{};
+    if (cma.ip_version() == 4)
+        gid = tp::gid_from_ipv4(cma.dst_ipv4());
+    else
+        std::memcpy(gid.data(), cma.dst_addr(), 16);
+    return gid;
+}
+} // namespace
+
 CmId* RdmaCmServer::listener_for(uint16_t port_space, uint16_t port, size_t device,
-                                 uint32_t dst_ipv4) {
+                                 const tp::Gid& destination) {
     CmId* any = nullptr;
     for (auto& [handle, id] : ids_) {
         if (id->state != CmState::Listen || !id->file || id->port_space != port_space ||
             port_of_address(id->src) != port)
             continue;
-        if (ipv4_of_address(id->src) == dst_ipv4 && id->device == static_cast<int>(device))
+        if (gid_of_address(id->src) == destination && id->device == static_cast<int>(device))
             return id.get();
         if (is_any_address(id->src))
             any = id.get();
@@ -304,7 +336,7 @@ void RdmaCmServer::on_req(size_t port, const MadPeer& from, const tp::CmMad& mad
     };
     const uint8_t transport_type = req.transport_service_type();
     if (device == devices_.size() || (sid >> 32) != 0 || cma.cma_version() != 0 ||
-        cma.ip_version() != 4) {
+        (cma.ip_version() != 4 && cma.ip_version() != 6)) {
         reject(tp::CmRejectReason::InvalidServiceId);
         return;
     }
@@ -316,7 +348,7 @@ void RdmaCmServer::on_req(size_t port, const MadPeer& from, const tp::CmMad& mad
         std::fprintf(stderr, "rdma_cm: REQ for service 0x%llx to %08x on port %zu\n",
                      static_cast<unsigned long long>(sid), cma.dst_ipv4(), port);
     CmId* listener = listener_for(static_cast<uint16_t>(sid >> 16), static_cast<uint16_t>(sid),
-                                  device, cma.dst_ipv4());
+                                  device, cma_destination(cma));
     if (!listener || (listener->qp_type == kQpTypeUc) != (transport_type == 1)) {
         reject(tp::CmRejectReason::InvalidServiceId); // nobody listens there
         return;
@@ -361,14 +393,21 @@ CmId* RdmaCmServer::new_request(CmId& listener, size_t device, const MadPeer& fr
     id.bound = true;
     id.from_request = true;
     id.route_resolved = true;
-    auto& src = reinterpret_cast<sockaddr_in&>(id.src);
-    src.sin_family = AF_INET;
-    src.sin_addr.s_addr = htonl(cma.dst_ipv4());
-    src.sin_port = htons(static_cast<uint16_t>(sid));
-    auto& dst = reinterpret_cast<sockaddr_in&>(id.dst);
-    dst.sin_family = AF_INET;
-    dst.sin_addr.s_addr = htonl(cma.src_ipv4());
-    dst.sin_port = htons(cma.port());
+    if (cma.ip_version() == 6) {
+        id.src.ss_family = AF_INET6;
+        std::memcpy(ipv6_bytes(id.src), cma.dst_addr(), 16);
+        id.dst.ss_family = AF_INET6;
+        std::memcpy(ipv6_bytes(id.dst), cma.src_addr(), 16);
+    } else {
+        auto& src = reinterpret_cast<sockaddr_in&>(id.src);
+        src.sin_family = AF_INET;
+        src.sin_addr.s_addr = htonl(cma.dst_ipv4());
+        auto& dst = reinterpret_cast<sockaddr_in&>(id.dst);
+        dst.sin_family = AF_INET;
+        dst.sin_addr.s_addr = htonl(cma.src_ipv4());
+    }
+    set_port(id.src, static_cast<uint16_t>(sid));
+    set_port(id.dst, cma.port());
     id.peer = from;
     id.peer.qpn = tp::kGsiQp;
     id.local_comm_id = new_comm_id();
@@ -381,7 +420,7 @@ void RdmaCmServer::fill_ud_event(CmEvent& event, const CmId& id, uint32_t qpn, u
     auto& ud = event.resp.param.ud;
     ud.qp_num = qpn;
     ud.qkey = qkey;
-    fill_roce_ah(ud.ah_attr, id.peer.gid, id.tos); // toward the peer
+    fill_roce_ah(ud.ah_attr, id.peer.gid, id.tos, source_gid_index(id)); // toward the peer
     bytes = std::min(bytes, sizeof(ud.private_data));
     if (data && bytes)
         std::memcpy(ud.private_data, data, bytes);
@@ -393,7 +432,7 @@ int RdmaCmServer::send_sidr_req(CmId& id, const rdma_ucm_conn_param& param, uint
     const size_t user_bytes = param.private_data_len;
     if (user_bytes > tp::CmSidrReq::kPrivateDataBytes - tp::CmaHeader::kBytes)
         return -EINVAL;
-    if (id.device < 0 || !id.peer.ipv4)
+    if (id.device < 0 || id.peer.gid == tp::Gid{})
         return -EINVAL;
     id.local_comm_id = new_comm_id(); // the request id
     by_comm_id_[id.local_comm_id] = &id;
@@ -404,8 +443,7 @@ int RdmaCmServer::send_sidr_req(CmId& id, const rdma_ucm_conn_param& param, uint
     req.set_request_id(id.local_comm_id);
     req.set_partition_key(0xffff);
     req.set_service_id(tp::rdma_cm_service_id(id.port_space, port_of_address(id.dst)));
-    tp::CmaHeader cma{};
-    cma.set_ipv4(port_of_address(id.src), ipv4_of_address(id.src), ipv4_of_address(id.dst));
+    const tp::CmaHeader cma = cma_header(id);
     std::memcpy(req.private_data(), &cma, sizeof(cma));
     std::memcpy(req.private_data() + sizeof(cma), param.private_data, user_bytes);
     id.state = CmState::ReqSent;
@@ -441,7 +479,7 @@ void RdmaCmServer::on_sidr_req(size_t port, const MadPeer& from, const tp::CmMad
     const auto& req = mad.as<tp::CmSidrReq>();
     for (auto& [handle, id] : ids_) {
         if (!id->from_request || id->qp_type != kQpTypeUd ||
-            id->remote_comm_id != req.request_id() || id->peer.ipv4 != from.ipv4)
+            id->remote_comm_id != req.request_id() || id->peer.gid != from.gid)
             continue;
         // A repeated SIDR_REQ: the answer again, once there is one (12.11.1).
         ++counters_.duplicates;
@@ -455,9 +493,9 @@ void RdmaCmServer::on_sidr_req(size_t port, const MadPeer& from, const tp::CmMad
     std::memcpy(&cma, req.private_data(), sizeof(cma));
     CmId* listener = nullptr;
     if (device < devices_.size() && (sid >> 32) == 0 && cma.cma_version() == 0 &&
-        cma.ip_version() == 4)
+        (cma.ip_version() == 4 || cma.ip_version() == 6))
         listener = listener_for(static_cast<uint16_t>(sid >> 16), static_cast<uint16_t>(sid),
-                                device, cma.dst_ipv4());
+                                device, cma_destination(cma));
     if (!listener || listener->qp_type != kQpTypeUd) {
         // cm_sidr_req_handler: nobody serves this id.
         tp::CmMad rep_mad = new_mad(tp::CmAttribute::SidrRep, mad.header.transaction_id());

@@ -265,7 +265,7 @@ void Datapath::handle_mad(size_t port, const tp::ParsedFrame& frame, const tp::I
     // QP1 takes UD SEND-only datagrams (C13-1 ... 13.5.1: GSI packets are UD) carrying
     // the GSI Q_Key (C10-15: a datagram whose Q_Key differs is dropped).
     if (packet.bth->opcode() != tp::op::ud(tp::op::kSendOnly) || !packet.deth ||
-        packet.deth->qkey() != tp::kGsiQkey || !tp::gid_is_ipv4_mapped(frame.addressing.src_gid)) {
+        packet.deth->qkey() != tp::kGsiQkey) {
         ++counters.rx_mads_dropped;
         return;
     }
@@ -276,7 +276,8 @@ void Datapath::handle_mad(size_t port, const tp::ParsedFrame& frame, const tp::I
     ++counters.rx_mads;
     MadPeer from;
     from.gid = frame.addressing.src_gid;
-    from.ipv4 = tp::load_be32(from.gid.data() + 12);
+    from.ipv4 = tp::gid_is_ipv4_mapped(from.gid) ? tp::load_be32(from.gid.data() + 12) : 0;
+    from.local = frame.addressing.dst_gid;
     from.qpn = packet.deth->src_qp();
     from.pkey = packet.bth->pkey();
     mad_receiver_->receive_mad(port, from, packet.payload, packet.payload_length, now);
@@ -288,12 +289,14 @@ bool Datapath::send_mad(size_t port, const MadPeer& to, const tp::CmMad& mad, ui
         return false;
     tp::FrameAddressing addressing;
     addressing.src_mac = info.mac;
-    addressing.src_gid = tp::gid_from_ipv4(info.ipv4);
-    addressing.dst_gid = tp::gid_from_ipv4(to.ipv4);
+    addressing.dst_gid = to.gid;
+    addressing.src_gid = to.local != tp::Gid{} && gid_table_holds(info.gids, to.local)
+                             ? to.local
+                             : source_gid_or_fallback(info.gids, 0, to.gid);
     addressing.udp_src_port =
         info.kernel_udp ? tp::kRoceV2UdpPort : EngineQp::ud_source_port(tp::kGsiQp);
     addressing.hop_limit = route_hop_limit();
-    const bool local = to.ipv4 == info.ipv4;
+    const bool local = port_owns(info, to.gid);
     if (local)
         addressing.dst_mac = info.mac;
     else if (!mac_for(port, addressing.dst_gid, addressing.src_gid, now, addressing.dst_mac))

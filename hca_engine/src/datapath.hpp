@@ -52,7 +52,7 @@ class Datapath final : public QpSchedule, public MadSender {
     // MadSender
     bool send_mad(size_t port, const MadPeer& to, const transport::CmMad& mad,
                   uint64_t now) override;
-    bool neighbor_resolved(size_t port, uint32_t ipv4, uint64_t now) override;
+    bool neighbor_resolved(size_t port, const transport::Gid& peer, uint64_t now) override;
 
     // QPs visited to transmit, and timer heap entries, since the start (tests).
     uint64_t qp_visits() const { return qp_visits_; }

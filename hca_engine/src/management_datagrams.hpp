@@ -14,8 +14,11 @@ namespace softhca::engine {
 
 // Where a MAD came from, or goes to.
 struct MadPeer {
-    uint32_t ipv4 = 0;    // the peer port's address (its GID is ::ffff:ipv4)
-    transport::Gid gid{}; // as on the wire
+    uint32_t ipv4 = 0;    // the peer port's IPv4 address (0 for an IPv6 peer)
+    transport::Gid gid{}; // its address as on the wire: ::ffff:ipv4, or IPv6
+    // Our address in the exchange: where the peer sent to, or what we send from (zeros:
+    // the port's first address of the peer's family).
+    transport::Gid local{};
     uint32_t qpn = transport::kGsiQp;
     uint16_t pkey = 0xffff;
 };
@@ -36,8 +39,8 @@ class MadSender {
     // or the port's queue is full. The CM's retransmission covers these.
     virtual bool send_mad(size_t port, const MadPeer& to, const transport::CmMad& mad,
                           uint64_t now) = 0;
-    // Whether the peer's MAC is known; asks for it (ARP) when not.
-    virtual bool neighbor_resolved(size_t port, uint32_t ipv4, uint64_t now) = 0;
+    // Whether the peer's MAC is known; asks for it (ARP or ND) when not.
+    virtual bool neighbor_resolved(size_t port, const transport::Gid& peer, uint64_t now) = 0;
 };
 
 } // namespace softhca::engine

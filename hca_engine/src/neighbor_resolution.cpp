@@ -147,12 +147,12 @@ bool Datapath::mac_for(size_t port, const tp::Gid& destination, const tp::Gid& s
     return false;
 }
 
-bool Datapath::neighbor_resolved(size_t port, uint32_t ipv4, uint64_t now) {
+bool Datapath::neighbor_resolved(size_t port, const tp::Gid& peer, uint64_t now) {
     const PortInfo& info = ports_.info(port);
-    if (ipv4 == info.ipv4)
+    if (port_owns(info, peer))
         return true;
     tp::MacAddress mac;
-    return mac_for(port, tp::gid_from_ipv4(ipv4), tp::gid_from_ipv4(info.ipv4), now, mac);
+    return mac_for(port, peer, source_gid_or_fallback(info.gids, 0, peer), now, mac);
 }
 
 } // namespace softhca::engine

@@ -4,6 +4,9 @@
 // answers it (cm.c cm_init_qp_*_attr, cma.c cma_ib_init_qp_attr).
 #include "rdma_cm_server.hpp"
 
+#include "gid_table.hpp"
+#include "softhca/transport/roce_path.hpp"
+
 #include "clock.hpp"
 #include "socket_addresses.hpp"
 #include "softhca/transport/path_mtu.hpp"
@@ -43,9 +46,11 @@ constexpr uint16_t kEphemeralFirst = 32768, kEphemeralLast = 60999; // ip_local_
 int RdmaCmServer::device_for_address(const sockaddr* addr) const {
     sockaddr_storage s{};
     std::memcpy(&s, addr, sockaddr_size(addr->sa_family));
-    const uint32_t ip = ipv4_of_address(s);
+    const tp::Gid gid = gid_of_address(s);
+    if (gid == tp::Gid{})
+        return -1;
     for (size_t i = 0; i < devices_.size(); ++i)
-        if (ip && ports_.info(devices_[i].port_index).ipv4 == ip)
+        if (port_owns(ports_.info(devices_[i].port_index), gid))
             return static_cast<int>(i);
     return -1;
 }
@@ -65,25 +70,70 @@ int RdmaCmServer::first_active_device() const {
     return -1;
 }
 
-// The device a packet to `ipv4` would leave from: the one that owns the address (the
-// kernel routes a local destination to itself), else the one on the longest common
-// prefix with it whose link is up (ports with IPv6 only take no IPv4).
-int RdmaCmServer::device_toward(uint32_t ipv4) const {
+// The device a packet to `destination` would leave from: the one that owns the address
+// (the kernel routes a local destination to itself), else the one whose address of that
+// family shares the longest prefix with it and whose link is up.
+int RdmaCmServer::device_toward(const tp::Gid& destination) const {
     int best = -1;
     int best_bits = -1;
+    const bool ipv4 = tp::gid_is_ipv4_mapped(destination);
     for (size_t i = 0; i < devices_.size(); ++i) {
         const PortInfo& p = ports_.info(devices_[i].port_index);
-        if (!p.ipv4)
-            continue;
-        if (p.ipv4 == ipv4)
+        if (port_owns(p, destination))
             return static_cast<int>(i);
-        const int bits = __builtin_clz((p.ipv4 ^ ipv4) | 1);
-        if (p.link_up && bits > best_bits) {
-            best = static_cast<int>(i);
-            best_bits = bits;
+        for (const tp::Gid& own : p.gids) {
+            if (tp::gid_is_ipv4_mapped(own) != ipv4 ||
+                (!ipv4 && tp::gid_is_link_local(own) != tp::gid_is_link_local(destination)))
+                continue;
+            int bits = 0;
+            while (bits < 128 && ((own[static_cast<size_t>(bits / 8)] ^
+                                   destination[static_cast<size_t>(bits / 8)]) &
+                                  (0x80 >> (bits % 8))) == 0)
+                ++bits;
+            if (p.link_up && bits > best_bits) {
+                best = static_cast<int>(i);
+                best_bits = bits;
+            }
         }
     }
     return best;
+}
+
+bool RdmaCmServer::port_owns(const PortInfo& port, const tp::Gid& gid) {
+    if (tp::gid_is_ipv4_mapped(gid))
+        return port.ipv4 && tp::load_be32(gid.data() + 12) == port.ipv4;
+    return gid_table_holds(port.gids, gid);
+}
+
+tp::Gid RdmaCmServer::own_gid_toward(size_t device, const tp::Gid& destination) const {
+    // The port's address of the destination's family (a global IPv6 one first).
+    const PortInfo& p = ports_.info(devices_[device].port_index);
+    const bool ipv4 = tp::gid_is_ipv4_mapped(destination);
+    const tp::Gid* found = nullptr;
+    for (const tp::Gid& own : p.gids)
+        if (tp::gid_is_ipv4_mapped(own) == ipv4 &&
+            (!found || (tp::gid_is_link_local(*found) && !tp::gid_is_link_local(own) &&
+                        !tp::gid_is_link_local(destination))))
+            found = &own;
+    return found ? *found : tp::Gid{};
+}
+
+tp::Gid RdmaCmServer::source_gid(const CmId& id) const {
+    const tp::Gid bound = gid_of_address(id.src);
+    if (bound != tp::Gid{} || id.device < 0)
+        return bound;
+    return own_gid_toward(static_cast<size_t>(id.device), id.peer.gid);
+}
+
+uint8_t RdmaCmServer::source_gid_index(const CmId& id) const {
+    if (id.device < 0)
+        return 0;
+    const PortInfo& p = ports_.info(devices_[static_cast<size_t>(id.device)].port_index);
+    const tp::Gid source = source_gid(id);
+    for (size_t i = 0; i < p.gids.size(); ++i)
+        if (p.gids[i] == source)
+            return static_cast<uint8_t>(i);
+    return 0;
 }
 
 bool RdmaCmServer::port_in_use(const CmId& id, uint16_t port) const {
@@ -95,7 +145,7 @@ bool RdmaCmServer::port_in_use(const CmId& id, uint16_t port) const {
             !other->file)
             continue;
         const bool overlap = is_any_address(other->src) || is_any_address(id.src) ||
-                             ipv4_of_address(other->src) == ipv4_of_address(id.src);
+                             gid_of_address(other->src) == gid_of_address(id.src);
         if (!overlap)
             continue;
         // SO_REUSEADDR-like: both allow it and neither listens (cma_check_port).
@@ -114,10 +164,8 @@ int RdmaCmServer::bind(CmId& id, const sockaddr* addr, size_t length) {
     sockaddr_storage s{};
     if (!copy_address(addr, length, s))
         return -EAFNOSUPPORT;
-    if (s.ss_family == AF_INET6 && !is_any_address(s) && !ipv4_of_address(s))
-        return -EADDRNOTAVAIL; // no port has an IPv6 address of its own yet
     int device = -1;
-    if ((ipv4_of_address(s) >> 24) == 127) {
+    if (is_loopback_address(s)) {
         // A loopback address binds to the first device whose port is up, as the kernel's
         // rdma_cm binds loopback (cma_bind_loopback); libfabric binds 127.0.0.1 this way.
         device = first_active_device();
@@ -158,9 +206,12 @@ int RdmaCmServer::resolve_address(CmId& id, const sockaddr* src, const sockaddr*
         return -EAFNOSUPPORT;
     if (id.state != CmState::Idle && id.state != CmState::AddrResolved)
         return -EINVAL;
-    const uint32_t dst_ip = ipv4_of_address(d);
-    if (!dst_ip)
-        return -EHOSTUNREACH; // IPv6 destinations need an IPv6 port address
+    const tp::Gid dst_gid = gid_of_address(d);
+    if (dst_gid == tp::Gid{})
+        return -EHOSTUNREACH;
+    const bool dst_ipv4 = tp::gid_is_ipv4_mapped(dst_gid);
+    if (id.bound && id.src.ss_family == AF_INET && !dst_ipv4)
+        return -EAFNOSUPPORT; // an IPv4 id cannot reach an IPv6 destination
     if (!id.bound) {
         sockaddr_storage any{};
         if (src && src->sa_family != AF_UNSPEC) {
@@ -172,7 +223,7 @@ int RdmaCmServer::resolve_address(CmId& id, const sockaddr* src, const sockaddr*
         if (const int rc = bind(id, reinterpret_cast<const sockaddr*>(&any), sizeof(any)))
             return rc;
     }
-    const bool loopback = (dst_ip >> 24) == 127;
+    const bool loopback = is_loopback_address(d);
     if (loopback && id.device < 0) {
         // A loopback destination is this host: the first device whose port is up
         // (cma_resolve_loopback), reached through its own port.
@@ -181,29 +232,32 @@ int RdmaCmServer::resolve_address(CmId& id, const sockaddr* src, const sockaddr*
             return -ENETUNREACH;
     }
     if (id.device < 0) {
-        id.device = device_toward(dst_ip);
+        id.device = device_toward(dst_gid);
         if (id.device < 0)
             return -ENETUNREACH;
+    }
+    // The peer: the destination, or for loopback this port's own address of its family.
+    const tp::Gid peer =
+        loopback ? own_gid_toward(static_cast<size_t>(id.device), dst_gid) : dst_gid;
+    if (peer == tp::Gid{})
+        return -ENETUNREACH; // the port has no address of that family
+    if (is_any_address(id.src)) {
         // The bound "any" address becomes the port's own (the kernel fills in the
         // route's source address).
-        const uint32_t own = ports_.info(devices_[static_cast<size_t>(id.device)].port_index).ipv4;
+        const tp::Gid own = own_gid_toward(static_cast<size_t>(id.device), peer);
+        if (own == tp::Gid{})
+            return -ENETUNREACH;
         const uint16_t port = port_of_address(id.src);
-        if (id.src.ss_family == AF_INET6) {
-            uint8_t* a = ipv6_bytes(id.src);
-            std::memset(a, 0, 16);
-            a[10] = a[11] = 0xff;
-            tp::store_be32(a + 12, own);
-        } else {
-            auto& a = reinterpret_cast<sockaddr_in&>(id.src);
-            a.sin_family = AF_INET;
-            a.sin_addr.s_addr = htonl(own);
-        }
+        const sa_family_t family = id.src.ss_family;
+        id.src = {};
+        id.src.ss_family = family;
+        set_address(id.src, own);
         set_port(id.src, port);
     }
     id.dst = d;
-    id.peer.ipv4 =
-        loopback ? ports_.info(devices_[static_cast<size_t>(id.device)].port_index).ipv4 : dst_ip;
-    id.peer.gid = tp::gid_from_ipv4(id.peer.ipv4);
+    id.peer.gid = peer;
+    id.peer.ipv4 = tp::gid_is_ipv4_mapped(peer) ? tp::load_be32(peer.data() + 12) : 0;
+    id.peer.local = source_gid(id);
     id.state = CmState::AddrQuery;
     schedule(now);
     id.resolve_deadline = now + static_cast<uint64_t>(timeout_ms ? timeout_ms : 2000) * 1'000'000;
@@ -222,13 +276,10 @@ uint8_t RdmaCmServer::active_mtu(const CmId& id) const {
 void RdmaCmServer::fill_route(const CmId& id, ib_user_path_rec& path) const {
     path = {};
     if (id.device >= 0) {
-        const tp::Gid sgid = tp::gid_from_ipv4(
-            ipv4_of_address(id.src)
-                ? ipv4_of_address(id.src)
-                : ports_.info(devices_[static_cast<size_t>(id.device)].port_index).ipv4);
+        const tp::Gid sgid = source_gid(id);
         std::memcpy(path.sgid, sgid.data(), 16);
     }
-    if (id.peer.ipv4)
+    if (id.peer.gid != tp::Gid{})
         std::memcpy(path.dgid, id.peer.gid.data(), 16);
     path.pkey = htons(0xffff);
     path.reversible = 1;
@@ -243,11 +294,13 @@ void RdmaCmServer::fill_route(const CmId& id, ib_user_path_rec& path) const {
     path.packet_life_time = packet_life_;
 }
 
-void RdmaCmServer::fill_roce_ah(ib_uverbs_ah_attr& ah, const tp::Gid& dgid, uint8_t tos) {
-    // RoCE: a GRH to the GID (IPv4-mapped), GID index 0, port 1, the route's hop limit
-    // (64, as the kernel takes it for RoCEv2) and the id's type of service; no LIDs.
+void RdmaCmServer::fill_roce_ah(ib_uverbs_ah_attr& ah, const tp::Gid& dgid, uint8_t tos,
+                                uint8_t sgid_index) {
+    // RoCE: a GRH to the GID from the id's source GID, port 1, the route's hop limit (64,
+    // as the kernel takes it for RoCEv2) and the id's type of service; no LIDs.
     ah = {};
     std::memcpy(ah.grh.dgid, dgid.data(), 16);
+    ah.grh.sgid_index = sgid_index;
     ah.grh.hop_limit = 64;
     ah.grh.traffic_class = tos;
     ah.is_global = 1;
@@ -288,7 +341,7 @@ int RdmaCmServer::init_qp_attr(const CmId& id, uint32_t qp_state, ib_uverbs_qp_a
         if (!connected)
             return -EINVAL;
         a.qp_attr_mask = kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn;
-        fill_roce_ah(a.ah_attr, id.peer.gid, id.tos);
+        fill_roce_ah(a.ah_attr, id.peer.gid, id.tos, source_gid_index(id));
         a.path_mtu = id.path_mtu;
         a.dest_qp_num = id.remote_qpn;
         a.rq_psn = id.receive_psn;

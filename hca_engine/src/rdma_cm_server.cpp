@@ -332,7 +332,7 @@ bool RdmaCmServer::poll(uint64_t now) {
     for (auto& [handle, id] : ids_) {
         if (id->state == CmState::AddrQuery) {
             const size_t port = devices_[static_cast<size_t>(id->device)].port_index;
-            if (wire_.neighbor_resolved(port, id->peer.ipv4, now)) {
+            if (wire_.neighbor_resolved(port, id->peer.gid, now)) {
                 id->state = CmState::AddrResolved;
                 queue_event(*id, kEventAddrResolved, 0);
                 busy = true;

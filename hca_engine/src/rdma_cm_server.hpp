@@ -87,7 +87,14 @@ class RdmaCmServer final : public MadReceiver {
     int resolve_address(CmId& id, const sockaddr* src, const sockaddr* dst, uint32_t timeout_ms,
                         uint64_t now);
     int device_for_address(const sockaddr* addr) const;
-    int device_toward(uint32_t ipv4) const;
+    int device_toward(const transport::Gid& destination) const;
+    static bool port_owns(const PortInfo& port, const transport::Gid& gid);
+    // The port's own address of the destination's family (zeros when it has none).
+    transport::Gid own_gid_toward(size_t device, const transport::Gid& destination) const;
+    // The id's source address as a GID (its bound address, or the port's toward the
+    // peer), and its index in the port's GID table.
+    transport::Gid source_gid(const CmId& id) const;
+    uint8_t source_gid_index(const CmId& id) const;
     size_t device_of_port(size_t port) const; // devices_.size() when none
     int first_active_device() const;          // -1 when every port is down
     bool port_in_use(const CmId& id, uint16_t port) const;
@@ -100,7 +107,8 @@ class RdmaCmServer final : public MadReceiver {
                        uint16_t join_flags, uint32_t& handle);
     int init_qp_attr(const CmId& id, uint32_t qp_state, struct ib_uverbs_qp_attr& attr) const;
     void fill_route(const CmId& id, struct ib_user_path_rec& path) const;
-    static void fill_roce_ah(ib_uverbs_ah_attr& ah, const transport::Gid& dgid, uint8_t tos);
+    static void fill_roce_ah(ib_uverbs_ah_attr& ah, const transport::Gid& dgid, uint8_t tos,
+                             uint8_t sgid_index = 0);
     uint8_t active_mtu(const CmId& id) const;
 
     // cm_protocol.cpp
@@ -132,7 +140,10 @@ class RdmaCmServer final : public MadReceiver {
     void on_timeout(CmId& id, uint64_t now);
     void enter_time_wait(CmId& id, uint64_t now);
     CmId* by_local_comm_id(uint32_t comm_id);
-    CmId* listener_for(uint16_t port_space, uint16_t port, size_t device, uint32_t dst_ipv4);
+    CmId* listener_for(uint16_t port_space, uint16_t port, size_t device,
+                       const transport::Gid& destination);
+    // The rdma_cm's IP addressing header of an id's REQ or SIDR_REQ.
+    transport::CmaHeader cma_header(const CmId& id) const;
     void fill_conn_event(CmEvent& event, const CmId& id, const uint8_t* data, size_t bytes) const;
     uint64_t cm_timeout_ns(uint8_t response_timeout) const;
     // A timer starts (a retransmission, a time wait, a neighbour to wait for): poll()

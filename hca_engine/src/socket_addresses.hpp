@@ -3,6 +3,7 @@
 #pragma once
 
 #include "softhca/transport/byte_order.hpp"
+#include "softhca/transport/roce_address.hpp"
 
 #include <algorithm>
 #include <arpa/inet.h>
@@ -52,6 +53,36 @@ inline uint32_t ipv4_of_address(const sockaddr_storage& s) {
             return tp::load_be32(a + 12);
     }
     return 0;
+}
+
+// The address as a GID: IPv4 as ::ffff:a.b.c.d (also an IPv4-mapped AF_INET6 address),
+// IPv6 as it is; all zeros for "any" and other families.
+inline tp::Gid gid_of_address(const sockaddr_storage& s) {
+    tp::Gid gid{};
+    if (s.ss_family == AF_INET)
+        gid = tp::gid_from_ipv4(ntohl(reinterpret_cast<const sockaddr_in&>(s).sin_addr.s_addr));
+    else if (s.ss_family == AF_INET6)
+        std::memcpy(gid.data(), ipv6_bytes(s), 16);
+    if (s.ss_family == AF_INET && gid == tp::gid_from_ipv4(0))
+        gid = {};
+    return gid;
+}
+
+// Sets the address part (keeping family and port): IPv4 from an IPv4-mapped GID into an
+// AF_INET address, any GID into an AF_INET6 one.
+inline void set_address(sockaddr_storage& s, const tp::Gid& gid) {
+    if (s.ss_family == AF_INET)
+        reinterpret_cast<sockaddr_in&>(s).sin_addr.s_addr = htonl(tp::load_be32(gid.data() + 12));
+    else if (s.ss_family == AF_INET6)
+        std::memcpy(ipv6_bytes(s), gid.data(), 16);
+}
+
+// 127.0.0.0/8 (also IPv4-mapped) or ::1.
+inline bool is_loopback_address(const sockaddr_storage& s) {
+    if ((ipv4_of_address(s) >> 24) == 127)
+        return true;
+    static constexpr uint8_t kLoopback[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    return s.ss_family == AF_INET6 && std::memcmp(ipv6_bytes(s), kLoopback, 16) == 0;
 }
 
 inline bool is_any_address(const sockaddr_storage& s) {

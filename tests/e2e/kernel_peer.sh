@@ -174,7 +174,8 @@ kp_on_softhca() {
 # READY says when the server takes connections: tcp (its TCP port @PORT@ listens: perftest
 # and the pingpongs) or cm (an rdma_cm id listens). In the commands @DEV@ and @GID@ are
 # the device and its GID index on the side that runs it, @PORT@ a TCP port of this exchange,
-# and @ADDR@ the server's address (the RDMA address for cm, the TCP side channel's for tcp).
+# and @ADDR@ the server's address (the RDMA address for cm, its IPv6 one with KP_CM_IPV6
+# set; the TCP side channel's for tcp).
 # A server in the guest is stopped after KP_SERVER_TIMEOUT seconds (default 100).
 # Both must exit 0; fails the test otherwise (with KP_MAY_FAIL set, returns 1 instead).
 # The client's output is left in KP_OUT, the server's in KP_SERVER_OUT.
@@ -184,8 +185,10 @@ kp_exchange() {
     local addr
     if [ "$side" = linux ]; then
         addr=$KP_GUEST_ADDR
+        [ "$ready" = cm ] && [ -n "${KP_CM_IPV6:-}" ] && addr=$KP_GUEST_ADDR6
     elif [ "$ready" = cm ]; then
         addr=$KP_SOFTHCA_ADDR
+        [ -n "${KP_CM_IPV6:-}" ] && addr=$KP_SOFTHCA_ADDR6
     else
         addr=$KP_BRIDGE_ADDR
     fi

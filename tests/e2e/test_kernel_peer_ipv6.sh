@@ -4,7 +4,8 @@
 # GID table (the IPv4-mapped GID, the link-local one, the IPv6 one, all RoCE v2); each
 # side finds the other's MAC by Neighbor Discovery; ibv_rc_pingpong, ibv_ud_pingpong
 # (an IPv6 address handle), ib_send_bw, ib_write_bw and ib_read_bw run over the IPv6
-# GIDs with Linux and then softhca as the server. A capture of softhca's port shows the
+# GIDs with Linux and then softhca as the server, and rping, ucmatose and udaddy over the
+# IPv6 addresses through rdma_cm. A capture of softhca's port shows the
 # RoCE traffic went over IPv6 and passes the codec checks.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/kernel_peer.sh"
@@ -42,6 +43,18 @@ for side in linux softhca; do
     exchange "$side" ib_send_bw -s 65536 -n 200
     exchange "$side" ib_write_bw -s 65536 -n 200
     exchange "$side" ib_read_bw -s 65536 -n 200
+done
+
+# rdma_cm over IPv6 addresses (the rdma_cm header's IP version 6, GIDs from the IPv6
+# addresses), both ways.
+for side in linux softhca; do
+    KP_CM_IPV6=1 kp_exchange "$side" cm "rping -s -a @ADDR@ -V -C 20 -S 4000" \
+        "rping -c -a @ADDR@ -V -C 20 -S 4000"
+    echo "rping over IPv6 ($side server): 20 pings verified"
+    KP_CM_IPV6=1 kp_exchange "$side" cm "ucmatose -b @ADDR@ -c 2 -C 10" "ucmatose -s @ADDR@ -c 2 -C 10"
+    echo "ucmatose over IPv6 ($side server): $(tail -1 <<<"$KP_OUT")"
+    KP_CM_IPV6=1 kp_exchange "$side" cm "udaddy -b @ADDR@ -c 2" "udaddy -s @ADDR@ -c 2"
+    echo "udaddy over IPv6 ($side server): $(tail -1 <<<"$KP_OUT")"
 done
 
 # The guest knows softhca's IPv6 address by Neighbor Discovery, and softhca asked for its.

@@ -5,7 +5,8 @@
 # ibv_rc_pingpong -e and ib_send_lat -e (completion channels), and UCX's ucx_perftest
 # over rc_verbs and ud_verbs, rping and ib_send_bw -R through librdmacm run between them,
 # over a real kernel link; ibv_rc_pingpong, ibv_ud_pingpong, ib_send_bw and ib_read_bw
-# also over the ports' IPv6 GIDs; then again with 1%
+# also over the ports' IPv6 GIDs, and rping, ucmatose and udaddy over IPv6 addresses;
+# then again with 1%
 # loss, duplication and reordering injected at both engines' ports: ib_write_bw,
 # ib_read_bw and ib_send_bw complete and ibv_rc_pingpong's data checks (-c) pass, with
 # messages up to 64 KiB.
@@ -76,6 +77,25 @@ GID_INDEX=2 "$here/test_pingpong.sh" ibv_ud_pingpong 1024 ||
 for tool in ib_send_bw ib_read_bw; do
     GID_INDEX=2 "$here/test_perftest.sh" "$tool" | tail -2 || fail "$tool over IPv6 across namespaces"
 done
+# rdma_cm over the IPv6 addresses: rping (every ping verified), ucmatose and udaddy.
+rping_out=$(mktemp)
+on_server timeout 60 rping -s -a 2001:2:0:2::1 -V -C 20 -S 4000 >"$rping_out" 2>&1 &
+rping_server=$!
+wait_until "ip netns exec '$SERVER_NS' '$SOFTHCA' status --prefix '$SERVER_PREFIX' | grep -q 'listening [1-9]'" 20 ||
+    fail "rping server on IPv6 did not listen: $(cat "$rping_out")"
+on_client timeout 60 rping -c -a 2001:2:0:2::1 -V -C 20 -S 4000 >/dev/null ||
+    fail "rping over IPv6 across namespaces"
+wait "$rping_server" || fail "rping server over IPv6: $(cat "$rping_out")"
+rm -f "$rping_out"
+for tool in ucmatose udaddy; do
+    on_server timeout 60 "$tool" -b 2001:2:0:2::1 -C 5 >/dev/null 2>&1 &
+    cm_server=$!
+    wait_until "ip netns exec '$SERVER_NS' '$SOFTHCA' status --prefix '$SERVER_PREFIX' | grep -q 'listening [1-9]'" 20 ||
+        fail "$tool server on IPv6 did not listen"
+    on_client timeout 60 "$tool" -s 2001:2:0:2::1 -C 5 >/dev/null || fail "$tool over IPv6"
+    wait "$cm_server" || fail "$tool server over IPv6"
+done
+echo "rping, ucmatose, udaddy over IPv6 across namespaces"
 status=$(ip netns exec "$SERVER_NS" "$SOFTHCA" status --prefix "$SERVER_PREFIX")
 head -4 <<<"$status"
 grep -q "nd_advertisements [1-9]" <<<"$status" || fail "no Neighbor Advertisement sent"

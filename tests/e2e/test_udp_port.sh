@@ -2,8 +2,9 @@
 # The kernel UDP socket port (--port udp@ADDRESSES, io_uring): two namespaces joined by a
 # veth pair (tools/netns-pair.sh with SOFTHCA_PAIR_PORT=udp), each engine on a UDP socket
 # bound to its veth's own IPv4 and IPv6 address, the kernel doing ARP, ND and routing.
-# The four pingpongs, the eight perftest RC tools, perftest over UC and UD, and the RC
-# pingpong and ib_send_bw over the IPv6 GID run between them; then bad datagrams sent to
+# The four pingpongs, the eight perftest RC tools, perftest over UC and UD, the RC
+# pingpong and ib_send_bw over the IPv6 GID, and rping over both families run between
+# them; then bad datagrams sent to
 # port 4791 from the other namespace (truncated, oversized, a corrupted ICRC, a valid
 # packet for a QP that does not exist) are dropped and counted, and the ports work on.
 source "$(dirname "$0")/lib.sh"
@@ -38,6 +39,17 @@ for run in "ib_send_bw -c UD" "ib_write_bw -c UC"; do
 done
 GID_INDEX=1 "$here/test_pingpong.sh" ibv_rc_pingpong 4096 65536 || fail "ibv_rc_pingpong over IPv6"
 GID_INDEX=1 "$here/test_perftest.sh" ib_send_bw | tail -2 || fail "ib_send_bw over IPv6"
+
+# rdma_cm over the udp ports, both families: rping with every ping verified.
+for addr in 198.18.2.1 2001:2:0:2::1; do
+    on_server timeout 60 rping -s -a "$addr" -V -C 20 -S 4000 >/dev/null 2>&1 &
+    rping_server=$!
+    wait_until "ip netns exec '$SERVER_NS' '$SOFTHCA' status --prefix '$SERVER_PREFIX' | grep -q 'listening [1-9]'" 20 ||
+        fail "rping server on $addr did not listen"
+    on_client timeout 60 rping -c -a "$addr" -V -C 20 -S 4000 >/dev/null || fail "rping to $addr"
+    wait "$rping_server" || fail "rping server on $addr"
+    echo "rping over the udp port to $addr: 20 pings verified"
+done
 
 # Bad datagrams from the other host: each is dropped and counted, nothing else moves.
 counter() { status | grep -m1 "counters:" | sed -n "s/.* $1 \([0-9]*\).*/\1/p"; }

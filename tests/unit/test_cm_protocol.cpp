@@ -382,3 +382,96 @@ TEST_CASE("rdma_cm: a peer that never answers is UNREACHABLE after the retries")
     ::unsetenv("SOFTHCA_CM_PACKET_LIFE");
     ::unsetenv("SOFTHCA_CM_MAX_RETRIES");
 }
+
+TEST_CASE("rdma_cm over IPv6 addresses: IP version 6 in the REQ, QPs on the IPv6 GIDs") {
+    CmBench bench({});
+    // 2001:2::2 is device 1's, 2001:2::1 device 0's (sim_ports.hpp); GID index 2 each.
+    auto ipv6 = [](uint8_t host, uint16_t port) {
+        sockaddr_in6 s{};
+        s.sin6_family = AF_INET6;
+        s.sin6_port = htons(port);
+        const uint8_t bytes[16] = {0x20, 0x01, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, host};
+        std::memcpy(&s.sin6_addr, bytes, 16);
+        return s;
+    };
+    int ipv6_mads = 0, ip_version_6 = 0;
+    bench.ports.tap = [&](size_t, const uint8_t* f, uint32_t length) {
+        constexpr size_t kMad = 14 + 40 + 8 + 12 + 8;
+        if (length < kMad + 24 + 36 || f[12] != 0x86 || f[13] != 0xdd || f[14 + 40 + 8 + 7] != 1)
+            return;
+        ++ipv6_mads;
+        softhca::transport::CmMad mad;
+        std::memcpy(&mad, f + kMad, sizeof(mad));
+        if (mad.header.attribute_id() ==
+            static_cast<uint16_t>(softhca::transport::CmAttribute::Req)) {
+            softhca::transport::CmaHeader cma;
+            std::memcpy(&cma, mad.as<softhca::transport::CmReq>().private_data(), sizeof(cma));
+            ip_version_6 += cma.ip_version() == 6;
+        }
+    };
+    CmFileClient server(bench), client(bench);
+    const uint32_t listener = server.create_id(0x1000);
+    rdma_ucm_bind_ip b{};
+    b.id = listener;
+    b.addr = ipv6(2, 5000);
+    REQUIRE(server.command(RDMA_USER_CM_CMD_BIND_IP, b) == 0);
+    rdma_ucm_listen l{};
+    l.id = listener;
+    l.backlog = 4;
+    REQUIRE(server.command(RDMA_USER_CM_CMD_LISTEN, l) == 0);
+
+    const uint32_t active = client.create_id(0x2000);
+    rdma_ucm_resolve_ip r{};
+    r.id = active;
+    r.src_addr = ipv6(1, 0); // from device 0 (a local destination would route to itself)
+    r.dst_addr = ipv6(2, 5000);
+    r.timeout_ms = 5000;
+    REQUIRE(client.command(RDMA_USER_CM_CMD_RESOLVE_IP, r) == 0);
+    REQUIRE(client.next_event().event == kEventAddrResolved);
+    rdma_ucm_resolve_route rr{};
+    rr.id = active;
+    REQUIRE(client.command(RDMA_USER_CM_CMD_RESOLVE_ROUTE, rr) == 0);
+    REQUIRE(client.next_event().event == kEventRouteResolved);
+    rdma_ucm_connect c{};
+    c.id = active;
+    c.conn_param.qp_num = 0x101;
+    c.conn_param.retry_count = 7;
+    c.conn_param.rnr_retry_count = 7;
+    c.conn_param.valid = 1;
+    REQUIRE(client.command(RDMA_USER_CM_CMD_CONNECT, c) == 0);
+    auto e = server.next_event();
+    REQUIRE(e.event == kEventConnectRequest);
+    const uint32_t passive = e.id;
+    rdma_ucm_accept a{};
+    a.uid = 0x3000;
+    a.id = passive;
+    a.conn_param.qp_num = 0x202;
+    a.conn_param.rnr_retry_count = 7;
+    a.conn_param.valid = 1;
+    REQUIRE(server.command(RDMA_USER_CM_CMD_ACCEPT, a) == 0);
+    REQUIRE(client.next_event().event == kEventConnectResponse);
+    CHECK(ip_version_6 == 1);
+    CHECK(ipv6_mads >= 2);
+    // Each QP's path: the peer's IPv6 GID, from this port's IPv6 GID (index 2).
+    const auto active_rtr = qp_attr(client, active, 2);
+    const auto passive_rtr = qp_attr(server, passive, 2);
+    const sockaddr_in6 server_address = ipv6(2, 0), client_address = ipv6(1, 0);
+    CHECK(std::memcmp(active_rtr.ah_attr.grh.dgid, &server_address.sin6_addr, 16) == 0);
+    CHECK(std::memcmp(passive_rtr.ah_attr.grh.dgid, &client_address.sin6_addr, 16) == 0);
+    CHECK(active_rtr.ah_attr.grh.sgid_index == 2);
+    CHECK(passive_rtr.ah_attr.grh.sgid_index == 2);
+    // The passive id's addresses are IPv6 (cma_save_net_info).
+    rdma_ucm_query q{};
+    q.id = passive;
+    q.option = RDMA_USER_CM_QUERY_ADDR;
+    std::vector<uint8_t> reply;
+    REQUIRE(server.command(RDMA_USER_CM_CMD_QUERY, q, reply, sizeof(rdma_ucm_query_addr_resp)) ==
+            0);
+    rdma_ucm_query_addr_resp addr{};
+    std::memcpy(&addr, reply.data(), std::min(reply.size(), sizeof(addr)));
+    const auto& src = reinterpret_cast<const sockaddr_in6&>(addr.src_addr);
+    const auto& dst = reinterpret_cast<const sockaddr_in6&>(addr.dst_addr);
+    CHECK(src.sin6_family == AF_INET6);
+    CHECK(std::memcmp(&src.sin6_addr, &server_address.sin6_addr, 16) == 0);
+    CHECK(std::memcmp(&dst.sin6_addr, &client_address.sin6_addr, 16) == 0);
+}
