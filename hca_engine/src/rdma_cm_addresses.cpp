@@ -231,17 +231,19 @@ int RdmaCmServer::resolve_address(CmId& id, const sockaddr* src, const sockaddr*
         if (id.device < 0)
             return -ENETUNREACH;
     }
+    bool routed = false;
     if (id.device < 0) {
         id.device = device_toward(dst_gid);
         if (id.device < 0)
             return -ENETUNREACH;
+        routed = true;
     }
     // The peer: the destination, or for loopback this port's own address of its family.
     const tp::Gid peer =
         loopback ? own_gid_toward(static_cast<size_t>(id.device), dst_gid) : dst_gid;
     if (peer == tp::Gid{})
         return -ENETUNREACH; // the port has no address of that family
-    if (is_any_address(id.src)) {
+    if (routed && is_any_address(id.src)) {
         // The bound "any" address becomes the port's own (the kernel fills in the
         // route's source address).
         const tp::Gid own = own_gid_toward(static_cast<size_t>(id.device), peer);
