@@ -353,6 +353,13 @@ void RdmaCmServer::on_req(size_t port, const MadPeer& from, const tp::CmMad& mad
         reject(tp::CmRejectReason::InvalidServiceId); // nobody listens there
         return;
     }
+    if (listener->unretrieved_requests >= listener->backlog) {
+        // The backlog is full: the kernel's ucma fails the request event and the CM
+        // destroys the new id, which rejects as the consumer (cm_destroy_id).
+        ++counters_.backlog_full;
+        reject(tp::CmRejectReason::ConsumerDefined);
+        return;
+    }
     CmId& id = *new_request(*listener, device, from, cma, sid);
     id.tid = mad.header.transaction_id();
     id.remote_comm_id = req.local_comm_id();
@@ -376,6 +383,7 @@ void RdmaCmServer::on_req(size_t port, const MadPeer& from, const tp::CmMad& mad
     // The rdma_cm header is the CM's, not the application's (cma_set_req_event_data).
     fill_conn_event(event, id, req.private_data() + sizeof(cma),
                     tp::CmReq::kPrivateDataBytes - sizeof(cma));
+    ++listener->unretrieved_requests;
     event.resp.param.conn.responder_resources = id.responder_resources;
     event.resp.param.conn.initiator_depth = id.initiator_depth;
     event.resp.param.conn.srq = req.srq();
@@ -506,6 +514,17 @@ void RdmaCmServer::on_sidr_req(size_t port, const MadPeer& from, const tp::CmMad
         answer(port, from, rep_mad, now);
         return;
     }
+    if (listener->unretrieved_requests >= listener->backlog) {
+        // The backlog is full: refused as the kernel's CM refuses it (IB_SIDR_REJECT).
+        ++counters_.backlog_full;
+        tp::CmMad rep_mad = new_mad(tp::CmAttribute::SidrRep, mad.header.transaction_id());
+        auto& rep = rep_mad.as<tp::CmSidrRep>();
+        rep.set_request_id(req.request_id());
+        rep.set_status(kSidrReject);
+        rep.set_service_id(sid);
+        answer(port, from, rep_mad, now);
+        return;
+    }
     CmId& id = *new_request(*listener, device, from, cma, sid);
     id.tid = mad.header.transaction_id();
     id.remote_comm_id = req.request_id();
@@ -515,6 +534,7 @@ void RdmaCmServer::on_sidr_req(size_t port, const MadPeer& from, const tp::CmMad
     event.resp.id = id.handle;
     fill_ud_event(event, id, 0, 0, req.private_data() + sizeof(cma),
                   tp::CmSidrReq::kPrivateDataBytes - sizeof(cma));
+    ++listener->unretrieved_requests;
     queue_event(*listener, event);
 }
 

@@ -162,8 +162,14 @@ int RdmaCmServer::command(CmFile& file, uint32_t cmd, const uint8_t* in, size_t 
         CmId* id = find_id(file, c.id);
         if (!id)
             return -ENOENT;
-        if (id->state == CmState::Listen)
-            return 0; // a second listen only changes the backlog
+        // ucma_listen: a backlog out of (0, max_backlog) is max_backlog.
+        const uint32_t backlog = c.backlog > 0 && static_cast<uint32_t>(c.backlog) < kMaxBacklog
+                                     ? static_cast<uint32_t>(c.backlog)
+                                     : kMaxBacklog;
+        if (id->state == CmState::Listen) {
+            id->backlog = backlog; // a second listen only changes the backlog
+            return 0;
+        }
         if (id->state != CmState::Idle)
             return -EINVAL;
         if (!id->bound) {
@@ -173,6 +179,7 @@ int RdmaCmServer::command(CmFile& file, uint32_t cmd, const uint8_t* in, size_t 
                 return rc;
         }
         // Another listener on this port (both reuse-address ids until now) is refused.
+        id->backlog = backlog;
         id->state = CmState::Listen;
         if (port_in_use(*id, port_of_address(id->src))) {
             id->state = CmState::Idle;
@@ -270,9 +277,11 @@ int RdmaCmServer::command(CmFile& file, uint32_t cmd, const uint8_t* in, size_t 
         file.events.pop_front();
         uint8_t token;
         [[maybe_unused]] ssize_t r = ::read(file.pipe, &token, 1);
-        if (auto it = ids_.find(event.owner); it != ids_.end())
+        if (auto it = ids_.find(event.owner); it != ids_.end()) {
             ++it->second->events_reported;
-        else if (auto mc = multicasts_.find(event.owner); mc != multicasts_.end())
+            if (event.resp.event == kEventConnectRequest && it->second->unretrieved_requests)
+                --it->second->unretrieved_requests; // room in the backlog again
+        } else if (auto mc = multicasts_.find(event.owner); mc != multicasts_.end())
             ++mc->second.events_reported;
         reply.set(c.response, event.resp, sizeof(event.resp));
         return 0;

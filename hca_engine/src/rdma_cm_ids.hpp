@@ -43,6 +43,8 @@ constexpr uint8_t kQpTypeUd = 4;
 constexpr uint8_t kSidrSuccess = 0;
 constexpr uint8_t kSidrUnsupported = 1; // no such service id
 constexpr uint8_t kSidrReject = 2;
+// The largest backlog a listener gets (the kernel's net.rdma_ucm.max_backlog default).
+constexpr uint32_t kMaxBacklog = 1024;
 // RDMA_UDP_QKEY: the Q_Key of UDP port space ids and IP multicast groups.
 constexpr uint32_t kRdmaUdpQkey = 0x01234567;
 
@@ -93,6 +95,10 @@ struct CmId {
     uint32_t events_reported = 0;
     CmId* listener = nullptr;      // a connection request's listener until ACCEPT
     uint32_t pending_requests = 0; // a listener's unaccepted connection requests
+    // A listener's backlog (LISTEN) and its connection requests not yet taken with
+    // GET_EVENT: a request past the backlog is refused, as the kernel's ucma does.
+    uint32_t backlog = 0;
+    uint32_t unretrieved_requests = 0;
 
     // The connection (IBTA 12.6 fields, from this side's view).
     uint32_t local_comm_id = 0;

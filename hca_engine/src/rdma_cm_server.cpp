@@ -373,8 +373,9 @@ std::string RdmaCmServer::status_report() const {
     }
     out << "rdma_cm: files " << files_.size() << " ids " << ids_.size() << " listening "
         << listening << " established " << established << " commands " << counters_.commands
-        << " refused " << counters_.bad_commands << " mads_in " << counters_.mads_in << " mads_out "
-        << counters_.mads_out << " mads_dropped " << counters_.mads_dropped << " retransmissions "
+        << " refused " << counters_.bad_commands << " backlog_full " << counters_.backlog_full
+        << " mads_in " << counters_.mads_in << " mads_out " << counters_.mads_out
+        << " mads_dropped " << counters_.mads_dropped << " retransmissions "
         << counters_.retransmissions << " duplicates " << counters_.duplicates << "\n";
     return out.str();
 }

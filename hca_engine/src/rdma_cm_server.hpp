@@ -55,7 +55,8 @@ class RdmaCmServer final : public MadReceiver {
         uint64_t mads_out = 0;
         uint64_t mads_dropped = 0; // malformed, unknown attribute, or matching no id
         uint64_t retransmissions = 0;
-        uint64_t duplicates = 0; // answered from the last message sent
+        uint64_t duplicates = 0;   // answered from the last message sent
+        uint64_t backlog_full = 0; // connection requests refused past a listener's backlog
     };
     const Counters& counters() const { return counters_; }
 

@@ -475,3 +475,57 @@ TEST_CASE("rdma_cm over IPv6 addresses: IP version 6 in the REQ, QPs on the IPv6
     CHECK(std::memcmp(&src.sin6_addr, &server_address.sin6_addr, 16) == 0);
     CHECK(std::memcmp(&dst.sin6_addr, &client_address.sin6_addr, 16) == 0);
 }
+
+TEST_CASE("rdma_cm: a connection request past the listener's backlog is rejected, and the "
+          "backlog frees as requests are taken") {
+    CmBench bench({});
+    CmFileClient server(bench), client(bench);
+    constexpr uint32_t kServerIp = 0xc6120002, kClientIp = 0xc6120001;
+    const uint32_t listener = server.create_id(0x1000);
+    rdma_ucm_bind_ip b{};
+    b.id = listener;
+    b.addr = ipv4_in6(kServerIp, 5100);
+    REQUIRE(server.command(RDMA_USER_CM_CMD_BIND_IP, b) == 0);
+    rdma_ucm_listen l{};
+    l.id = listener;
+    l.backlog = 1;
+    REQUIRE(server.command(RDMA_USER_CM_CMD_LISTEN, l) == 0);
+    // Resolves and connects a new id; returns it.
+    auto connect = [&](uint64_t uid) {
+        const uint32_t active = client.create_id(uid);
+        rdma_ucm_resolve_ip r{};
+        r.id = active;
+        r.src_addr = ipv4_in6(kClientIp, 0);
+        r.dst_addr = ipv4_in6(kServerIp, 5100);
+        r.timeout_ms = 5000;
+        REQUIRE(client.command(RDMA_USER_CM_CMD_RESOLVE_IP, r) == 0);
+        REQUIRE(client.next_event().event == kEventAddrResolved);
+        rdma_ucm_resolve_route rr{};
+        rr.id = active;
+        REQUIRE(client.command(RDMA_USER_CM_CMD_RESOLVE_ROUTE, rr) == 0);
+        REQUIRE(client.next_event().event == kEventRouteResolved);
+        rdma_ucm_connect c{};
+        c.id = active;
+        c.conn_param.qp_num = 0x100 + static_cast<uint32_t>(uid & 0xff);
+        c.conn_param.retry_count = 7;
+        c.conn_param.valid = 1;
+        REQUIRE(client.command(RDMA_USER_CM_CMD_CONNECT, c) == 0);
+        return active;
+    };
+    connect(0x2001);
+    for (int i = 0; i < 1000 && server.no_event_queued(); ++i)
+        bench.round();
+    REQUIRE_FALSE(server.no_event_queued()); // the first request waits, not yet taken
+    connect(0x2002);
+    auto e = client.next_event();
+    CHECK(e.uid == 0x2002);
+    CHECK(e.event == kEventRejected);
+    CHECK(e.status == 28); // consumer defined, as the kernel's CM rejects it
+    CHECK(bench.cm.counters().backlog_full == 1);
+    e = server.next_event(); // taking the first request frees the backlog
+    REQUIRE(e.event == kEventConnectRequest);
+    connect(0x2003);
+    e = server.next_event();
+    CHECK(e.event == kEventConnectRequest);
+    CHECK(bench.cm.counters().backlog_full == 1);
+}
