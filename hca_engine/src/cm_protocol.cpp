@@ -258,19 +258,19 @@ void RdmaCmServer::enter_time_wait(CmId& id, uint64_t now) {
 tp::CmaHeader RdmaCmServer::cma_header(const CmId& id) const {
     // The rdma_cm's IP addressing header (cma_format_hdr): version 4 between IPv4
     // addresses (also IPv4-mapped ones), else 6.
+    // The destination as the application named it (127.0.0.1 for loopback), else the peer.
     tp::CmaHeader cma{};
     const tp::Gid src = source_gid(id);
-    const tp::Gid dst = id.peer.gid;
+    tp::Gid dst = gid_of_address(id.dst);
+    if (dst == tp::Gid{})
+        dst = id.peer.gid;
     if (tp::gid_is_ipv4_mapped(src) && tp::gid_is_ipv4_mapped(dst)) {
         cma.set_ipv4(port_of_address(id.src), tp::load_be32(src.data() + 12),
-                     ipv4_of_address(id.dst) ? ipv4_of_address(id.dst)
-                                             : tp::load_be32(dst.data() + 12));
+                     tp::load_be32(dst.data() + 12));
     } else {
         uint8_t s[16], d[16];
         std::memcpy(s, src.data(), 16);
-        std::memcpy(
-            d, gid_of_address(id.dst) != tp::Gid{} ? gid_of_address(id.dst).data() : dst.data(),
-            16);
+        std::memcpy(d, dst.data(), 16);
         cma.set_ipv6(port_of_address(id.src), s, d);
     }
     return cma;
@@ -504,25 +504,22 @@ void RdmaCmServer::on_sidr_req(size_t port, const MadPeer& from, const tp::CmMad
         (cma.ip_version() == 4 || cma.ip_version() == 6))
         listener = listener_for(static_cast<uint16_t>(sid >> 16), static_cast<uint16_t>(sid),
                                 device, cma_destination(cma));
-    if (!listener || listener->qp_type != kQpTypeUd) {
-        // cm_sidr_req_handler: nobody serves this id.
+    auto refuse = [&](uint8_t status) {
         tp::CmMad rep_mad = new_mad(tp::CmAttribute::SidrRep, mad.header.transaction_id());
         auto& rep = rep_mad.as<tp::CmSidrRep>();
         rep.set_request_id(req.request_id());
-        rep.set_status(kSidrUnsupported);
+        rep.set_status(status);
         rep.set_service_id(sid);
         answer(port, from, rep_mad, now);
+    };
+    if (!listener || listener->qp_type != kQpTypeUd) {
+        refuse(kSidrUnsupported); // cm_sidr_req_handler: nobody serves this id
         return;
     }
     if (listener->unretrieved_requests >= listener->backlog) {
         // The backlog is full: refused as the kernel's CM refuses it (IB_SIDR_REJECT).
         ++counters_.backlog_full;
-        tp::CmMad rep_mad = new_mad(tp::CmAttribute::SidrRep, mad.header.transaction_id());
-        auto& rep = rep_mad.as<tp::CmSidrRep>();
-        rep.set_request_id(req.request_id());
-        rep.set_status(kSidrReject);
-        rep.set_service_id(sid);
-        answer(port, from, rep_mad, now);
+        refuse(kSidrReject);
         return;
     }
     CmId& id = *new_request(*listener, device, from, cma, sid);

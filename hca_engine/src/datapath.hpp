@@ -80,8 +80,6 @@ class Datapath final : public QpSchedule, public MadSender {
     // The IPv4 identification of the next frame: a counter, or 0 on a kernel UDP port
     // (the kernel sends 0 with DF from an unconnected socket, and the ICRC covers it).
     uint16_t next_ipv4_id(const PortInfo& port) { return port.kernel_udp ? 0 : ipv4_id_++; }
-    // Whether `gid` is one of the port's own unicast addresses.
-    static bool port_owns(const PortInfo& port, const transport::Gid& gid);
     void fire_timers(uint64_t now);
     // After a QP's turn: its timer's entry, if its deadline moved earlier.
     void schedule_timer(EngineQp& qp);

@@ -7,6 +7,8 @@
 // at index 0 (when the port has IPv4), so that `-g 0` and `-x 0` keep meaning IPv4.
 #pragma once
 
+#include "ports.hpp"
+#include "softhca/transport/byte_order.hpp"
 #include "softhca/transport/roce_address.hpp"
 #include "softhca/transport/roce_frame.hpp"
 
@@ -41,6 +43,14 @@ inline std::vector<transport::Gid> build_gid_table(uint32_t ipv4,
         if (table.size() < kMaxGids && !gid_table_holds(table, gid))
             table.push_back(gid);
     return table;
+}
+
+// Whether `gid` is one of the port's own unicast addresses (the IPv4 one compared as a
+// number: this runs for every received packet).
+inline bool port_owns(const PortInfo& port, const transport::Gid& gid) {
+    if (transport::gid_is_ipv4_mapped(gid))
+        return port.ipv4 && transport::load_be32(gid.data() + 12) == port.ipv4;
+    return gid_table_holds(port.gids, gid);
 }
 
 // The source GID for sgid_index toward dgid: null when the index is past the table or

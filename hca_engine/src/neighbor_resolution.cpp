@@ -10,12 +10,6 @@ namespace softhca::engine {
 
 namespace tp = transport;
 
-bool Datapath::port_owns(const PortInfo& port, const tp::Gid& gid) {
-    if (tp::gid_is_ipv4_mapped(gid))
-        return port.ipv4 && tp::load_be32(gid.data() + 12) == port.ipv4;
-    return gid_table_holds(port.gids, gid);
-}
-
 void Datapath::handle_arp(size_t port, const ArpMessage& arp, uint64_t now) {
     const PortInfo& info = ports_.info(port);
     PortCounters& counters = ports_.counters(port);
@@ -42,14 +36,7 @@ void Datapath::handle_arp(size_t port, const ArpMessage& arp, uint64_t now) {
         ++counters.arp_replies;
         return;
     }
-    if (arp.sender_ip && table.take_answer(sender, now)) {
-        table.learn(sender, arp.sender_mac);
-        return;
-    }
-    // A second answer to one question (a host whose kernel and softhca port share an
-    // address both reply) says nothing new; any other reply is unsolicited.
-    const tp::MacAddress* known = table.lookup(sender);
-    if (!known || *known != arp.sender_mac)
+    if (!arp.sender_ip || !table.accept_answer(sender, arp.sender_mac, now))
         ++counters.rx_neighbor_dropped;
 }
 
@@ -85,12 +72,7 @@ void Datapath::handle_neighbor_discovery(size_t port, const NdMessage& nd, uint6
         ++counters.nd_advertisements;
         return;
     }
-    if (nd.has_link_layer && table.take_answer(nd.target, now)) {
-        table.learn(nd.target, nd.link_layer);
-        return;
-    }
-    const tp::MacAddress* known = table.lookup(nd.target);
-    if (!nd.has_link_layer || !known || *known != nd.link_layer)
+    if (!nd.has_link_layer || !table.accept_answer(nd.target, nd.link_layer, now))
         ++counters.rx_neighbor_dropped; // nobody asked, or it names no MAC
 }
 

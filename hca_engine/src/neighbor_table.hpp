@@ -72,6 +72,20 @@ class NeighborTable {
         return true;
     }
 
+    // An answer (ARP reply, Neighbor Advertisement) that `address` is at `mac`: learnt
+    // when it was asked for; a second answer to one question (a host whose kernel and
+    // softhca port share an address both reply) is taken as saying nothing new. False for
+    // anything else: unsolicited, for the caller to drop and count.
+    bool accept_answer(const transport::Gid& address, const transport::MacAddress& mac,
+                       uint64_t now_ns) {
+        if (take_answer(address, now_ns)) {
+            learn(address, mac);
+            return true;
+        }
+        const transport::MacAddress* known = lookup(address);
+        return known && *known == mac;
+    }
+
   private:
     struct GidHash {
         size_t operator()(const transport::Gid& gid) const {

@@ -70,6 +70,16 @@ int RdmaCmServer::first_active_device() const {
     return -1;
 }
 
+namespace {
+// How many leading bits two addresses share.
+int common_prefix_bits(const tp::Gid& a, const tp::Gid& b) {
+    for (size_t i = 0; i < a.size(); ++i)
+        if (const unsigned differ = a[i] ^ b[i])
+            return static_cast<int>(i * 8) + __builtin_clz(differ) - 24;
+    return 128;
+}
+} // namespace
+
 // The device a packet to `destination` would leave from: the one that owns the address
 // (the kernel routes a local destination to itself), else the one whose address of that
 // family shares the longest prefix with it and whose link is up.
@@ -85,11 +95,7 @@ int RdmaCmServer::device_toward(const tp::Gid& destination) const {
             if (tp::gid_is_ipv4_mapped(own) != ipv4 ||
                 (!ipv4 && tp::gid_is_link_local(own) != tp::gid_is_link_local(destination)))
                 continue;
-            int bits = 0;
-            while (bits < 128 && ((own[static_cast<size_t>(bits / 8)] ^
-                                   destination[static_cast<size_t>(bits / 8)]) &
-                                  (0x80 >> (bits % 8))) == 0)
-                ++bits;
+            const int bits = common_prefix_bits(own, destination);
             if (p.link_up && bits > best_bits) {
                 best = static_cast<int>(i);
                 best_bits = bits;
@@ -97,12 +103,6 @@ int RdmaCmServer::device_toward(const tp::Gid& destination) const {
         }
     }
     return best;
-}
-
-bool RdmaCmServer::port_owns(const PortInfo& port, const tp::Gid& gid) {
-    if (tp::gid_is_ipv4_mapped(gid))
-        return port.ipv4 && tp::load_be32(gid.data() + 12) == port.ipv4;
-    return gid_table_holds(port.gids, gid);
 }
 
 tp::Gid RdmaCmServer::own_gid_toward(size_t device, const tp::Gid& destination) const {

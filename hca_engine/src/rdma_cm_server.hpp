@@ -89,7 +89,6 @@ class RdmaCmServer final : public MadReceiver {
                         uint64_t now);
     int device_for_address(const sockaddr* addr) const;
     int device_toward(const transport::Gid& destination) const;
-    static bool port_owns(const PortInfo& port, const transport::Gid& gid);
     // The port's own address of the destination's family (zeros when it has none).
     transport::Gid own_gid_toward(size_t device, const transport::Gid& destination) const;
     // The id's source address as a GID (its bound address, or the port's toward the

@@ -1,6 +1,8 @@
 #include "softhca/transport/icrc_ipv4_id.hpp"
 
+#include <algorithm>
 #include <array>
+#include <utility>
 
 namespace softhca::transport {
 
@@ -65,27 +67,28 @@ constexpr std::array<uint32_t, 17> make_bit_crcs() {
 }
 constexpr auto kBitCrcs = make_bit_crcs();
 
-} // namespace
+// The 17 unknown bits' effect on the ICRC of an IP packet of one length, reduced so
+// that each row has a leading bit no other row has (Gaussian elimination over GF(2)).
+// Two inputs of one length differ in their CRC by the raw CRC of their difference; the
+// ICRC's input is 8 bytes of ones and then the IP packet, whose identification starts
+// at its byte 4, so ip_length - 7 bytes follow the three unknown ones.
+struct Basis {
+    size_t ip_length = 0;
+    unsigned rank = 0;
+    uint32_t rows[17]{};
+    uint32_t leads[17]{}; // each row's leading bit
+    uint32_t which[17]{}; // the unknown bits each row combines
+};
 
-bool icrc_explained_by_ipv4_id(uint32_t computed, uint32_t carried, size_t ip_length,
-                               uint16_t& identification, bool& dont_fragment) {
-    // The ICRC's input is 8 bytes of ones and then the IP packet; the identification
-    // starts at its byte 4, so ip_length - 7 bytes follow the three unknown ones. Two
-    // inputs of one length differ in their CRC by the raw CRC of their difference.
-    if (ip_length < 20)
-        return false;
+void reduce(Basis& basis, size_t ip_length) {
+    basis = {};
+    basis.ip_length = ip_length;
     const uint32_t shift = x_to_8n(ip_length - 7);
-    uint32_t rows[17];
-    uint32_t which[17]; // the unknown bits each row combines
+    uint32_t rows[17], which[17];
     for (unsigned bit = 0; bit < 17; ++bit) {
         rows[bit] = multiply_mod_p(shift, kBitCrcs[bit]);
         which[bit] = 1u << bit;
     }
-    // The difference, with DF (set in `computed`'s header) counted as bit 16 flipped.
-    uint32_t target = computed ^ carried;
-    uint32_t solution = 0;
-    // Gaussian elimination over GF(2): reduce the rows to distinct leading bits, then
-    // the target by them; what is left must be zero.
     unsigned rank = 0;
     for (int lead = 31; lead >= 0 && rank < 17; --lead) {
         const uint32_t mask = 1u << lead;
@@ -101,12 +104,34 @@ bool icrc_explained_by_ipv4_id(uint32_t computed, uint32_t carried, size_t ip_le
                 rows[r] ^= rows[rank];
                 which[r] ^= which[rank];
             }
-        if (target & mask) {
-            target ^= rows[rank];
-            solution ^= which[rank];
-        }
+        basis.leads[rank] = mask;
         ++rank;
     }
+    basis.rank = rank;
+    std::copy(rows, rows + 17, basis.rows);
+    std::copy(which, which + 17, basis.which);
+}
+
+} // namespace
+
+bool icrc_explained_by_ipv4_id(uint32_t computed, uint32_t carried, size_t ip_length,
+                               uint16_t& identification, bool& dont_fragment) {
+    if (ip_length < 20)
+        return false;
+    // Packets of one flow mostly have one length (the path MTU's): reduced once for it.
+    thread_local Basis basis;
+    if (basis.ip_length != ip_length)
+        reduce(basis, ip_length);
+    // The difference, with DF (set in `computed`'s header) counted as bit 16 flipped; a
+    // fully reduced basis takes out each leading bit in any order, and what is left must
+    // be zero.
+    uint32_t target = computed ^ carried;
+    uint32_t solution = 0;
+    for (unsigned r = 0; r < basis.rank; ++r)
+        if (target & basis.leads[r]) {
+            target ^= basis.rows[r];
+            solution ^= basis.which[r];
+        }
     if (target != 0)
         return false;
     identification = static_cast<uint16_t>(solution & 0xffff);
