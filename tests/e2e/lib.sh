@@ -86,3 +86,12 @@ wait_listening() {
     done
     return 1
 }
+
+# perftest fits its cycle counter against gettimeofday when it prints its report; on a
+# loaded machine the fit can miss (r^2 < 0.9, "Can't produce a report") after a transfer
+# that went through. That is perftest's clock, not the HCA: tests run such a run again
+# (PERFTEST_ATTEMPTS times in all, 3 by default), and nothing else.
+perftest_clock_failed() {
+    grep -q "Correlation coefficient r^2" <<<"$*"
+}
+PERFTEST_ATTEMPTS=${PERFTEST_ATTEMPTS:-3}
