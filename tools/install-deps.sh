@@ -20,6 +20,8 @@ packages=(
     rdmacm-utils librdmacm-dev
     # UCX (ucx_perftest over rc_verbs and ud_verbs): a library that runs on verbs unmodified
     ucx-utils
+    # libfabric's verbs provider (fi_info, fi_pingpong over MSG, RDM and DGRAM endpoints)
+    libfabric-bin
     # Tests and scripts: network namespaces and process inspection
     iproute2 procps
     # The Linux kernel peer (tools/rxe-guest.sh, ../shared/rxe-guest): Debian's kernel with

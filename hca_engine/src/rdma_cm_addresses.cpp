@@ -255,6 +255,16 @@ int RdmaCmServer::resolve_address(CmId& id, const sockaddr* src, const sockaddr*
         id.src.ss_family = family;
         set_address(id.src, own);
         set_port(id.src, port);
+    } else if (loopback && is_any_address(id.src)) {
+        // Toward loopback the route's source is loopback too (addr4_resolve/addr6_resolve
+        // take the route's source): 127.0.0.1 or ::1, the port kept. libfabric names its
+        // endpoints by this address.
+        tp::Gid own{};
+        if (dst_ipv4)
+            own = tp::gid_from_ipv4(0x7f000001);
+        else
+            own[15] = 1;
+        set_address(id.src, own);
     }
     id.dst = d;
     id.peer.gid = peer;

@@ -529,3 +529,52 @@ TEST_CASE("rdma_cm: a connection request past the listener's backlog is rejected
     CHECK(e.event == kEventConnectRequest);
     CHECK(bench.cm.counters().backlog_full == 1);
 }
+
+TEST_CASE("rdma_cm: an id resolved toward loopback without a source gets the loopback "
+          "address as its own, as the kernel's route gives it") {
+    CmBench bench({});
+    CmFileClient client(bench);
+    auto source_of = [&](uint32_t id) {
+        rdma_ucm_query q{};
+        q.id = id;
+        q.option = RDMA_USER_CM_QUERY_ADDR;
+        std::vector<uint8_t> reply;
+        REQUIRE(client.command(RDMA_USER_CM_CMD_QUERY, q, reply,
+                               sizeof(rdma_ucm_query_addr_resp)) == 0);
+        rdma_ucm_query_addr_resp addr{};
+        std::memcpy(&addr, reply.data(), std::min(reply.size(), sizeof(addr)));
+        sockaddr_storage s{};
+        std::memcpy(&s, &addr.src_addr, sizeof(addr.src_addr));
+        return s;
+    };
+    SECTION("IPv4: 127.0.0.1") {
+        const uint32_t id = client.create_id(0x1000);
+        rdma_ucm_resolve_ip r{};
+        r.id = id;
+        r.dst_addr = ipv4_in6(0x7f000001, 6000);
+        r.timeout_ms = 2000;
+        REQUIRE(client.command(RDMA_USER_CM_CMD_RESOLVE_IP, r) == 0);
+        REQUIRE(client.next_event().event == kEventAddrResolved);
+        const auto s = source_of(id);
+        const auto& in = reinterpret_cast<const sockaddr_in&>(s);
+        CHECK(in.sin_family == AF_INET);
+        CHECK(ntohl(in.sin_addr.s_addr) == 0x7f000001);
+        CHECK(ntohs(in.sin_port) != 0); // the ephemeral port the bind drew, kept
+    }
+    SECTION("IPv6: ::1") {
+        const uint32_t id = client.create_id(0x1001);
+        rdma_ucm_resolve_ip r{};
+        r.id = id;
+        auto& d = reinterpret_cast<sockaddr_in6&>(r.dst_addr);
+        d.sin6_family = AF_INET6;
+        d.sin6_port = htons(6000);
+        d.sin6_addr = in6addr_loopback;
+        r.timeout_ms = 2000;
+        REQUIRE(client.command(RDMA_USER_CM_CMD_RESOLVE_IP, r) == 0);
+        REQUIRE(client.next_event().event == kEventAddrResolved);
+        const auto s = source_of(id);
+        const auto& in6 = reinterpret_cast<const sockaddr_in6&>(s);
+        CHECK(in6.sin6_family == AF_INET6);
+        CHECK(std::memcmp(&in6.sin6_addr, &in6addr_loopback, 16) == 0);
+    }
+}
