@@ -14,6 +14,8 @@ packages=(
     libisal-dev
     # The kernel UDP socket port (--port udp@ADDR): batched sends and multishot receives
     liburing-dev
+    # `softhca status --json` and `softhca watch` (the engine writes, the CLI reads JSON)
+    nlohmann-json3-dev
     # Tests: Catch2, real verbs programs and rdma-core's Python bindings
     catch2 ibverbs-utils python3-pyverbs perftest
     # librdmacm over the emulated rdma_cm device: rping, ucmatose, udaddy, mckey, rstream
@@ -22,6 +24,8 @@ packages=(
     ucx-utils
     # libfabric's verbs provider (fi_info, fi_pingpong over MSG, RDM and DGRAM endpoints)
     libfabric-bin
+    # The status document's schema check (tests/e2e/test_status_json.sh)
+    python3-jsonschema
     # Tests and scripts: network namespaces and process inspection
     iproute2 procps
     # The Linux kernel peer (tools/rxe-guest.sh, ../shared/rxe-guest): Debian's kernel with

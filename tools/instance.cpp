@@ -78,8 +78,9 @@ di::MessageHeader admin_header(di::Opcode opcode, uint32_t length) {
 }
 } // namespace
 
-int query_engine_status(const Instance& instance, std::string& text) {
-    di::MessageHeader request = admin_header(di::Opcode::EngineStatus, sizeof(di::MessageHeader));
+int query_engine_status(const Instance& instance, std::string& text, bool json) {
+    di::MessageHeader request = admin_header(
+        json ? di::Opcode::EngineStatusJson : di::Opcode::EngineStatus, sizeof(di::MessageHeader));
     return engine_request(instance, &request, sizeof(request), text);
 }
 

@@ -30,7 +30,9 @@ struct Instance {
 int engine_request(const Instance& instance, const void* request, size_t size, std::string& body);
 
 // Asks the engine for its status report. Returns 0 and fills `text`, or an errno.
-int query_engine_status(const Instance& instance, std::string& text);
+// The engine's status: the text report, or with json the JSON document
+// (docs/status-schema.md). 0 or an errno value.
+int query_engine_status(const Instance& instance, std::string& text, bool json = false);
 
 // Takes port 1 of `device` administratively down or up. Returns 0 or an errno.
 int set_port_state(const Instance& instance, const std::string& device, bool up);

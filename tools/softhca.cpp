@@ -2,13 +2,15 @@
 //
 //   softhca up [--prefix P] [--port DEVARGS@ADDR[,ADDR...][%NETDEV]]... [--mtu N] [--memory-mb MB]
 //   softhca down [--prefix P]
-//   softhca status [--prefix P]
+//   softhca status [--prefix P] [--json]
+//   softhca watch [--prefix P] [--interval SECONDS] [--count N]
 //   softhca env [--prefix P]
 //   softhca exec [--prefix P] -- CMD [ARGS...]
 //   softhca port [--prefix P] DEVICE down|up
 //
 // The prefix defaults to $SOFTHCA_PREFIX, else "softhca" (devices softhca0, softhca1).
 #include "instance.hpp"
+#include "watch.hpp"
 
 #include "softhca/kernel_shim/manifest.hpp"
 
@@ -23,6 +25,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -41,7 +44,8 @@ int usage() {
            "                  [--memory-mb MB] [--faults drop=P,dup=P,reorder=P,corrupt=P,seed=N]\n"
            "                  [--pcap PATH_PREFIX]\n"
            "       softhca down [--prefix P]\n"
-           "       softhca status [--prefix P]\n"
+           "       softhca status [--prefix P] [--json]\n"
+           "       softhca watch [--prefix P] [--interval SECONDS] [--count N]\n"
            "       softhca env [--prefix P]\n"
            "       softhca exec [--prefix P] -- CMD [ARGS...]\n"
            "       softhca port [--prefix P] DEVICE down|up\n"
@@ -55,28 +59,43 @@ std::string self_dir() {
     return fs::read_symlink("/proc/self/exe", ec).parent_path();
 }
 
-// The first of the candidates that exists (the build tree first, then the install).
+// Whether this is the build tree's softhca (then its parts are the build tree's too).
+bool in_build_tree() {
+    std::error_code ec;
+    return fs::equivalent(self_dir(), SOFTHCA_BUILD_TOOLS_DIR, ec);
+}
+
+// The first of the candidates that exists (suffix appended for the check).
 std::string locate(const std::vector<std::string>& candidates, const char* suffix = "") {
     for (const auto& c : candidates)
-        if (fs::exists(c + suffix))
-            return c;
+        if (!c.empty() && fs::exists(c + suffix))
+            return fs::weakly_canonical(c).string();
     return {};
 }
 
+// Each part: the build tree's for the build tree's softhca; otherwise where an install
+// puts it relative to this binary (any prefix, a package, a copied tree), then the
+// configured install location.
+std::string part(const char* build, const std::string& relative, const char* installed,
+                 const char* suffix = "") {
+    if (in_build_tree())
+        return locate({build}, suffix);
+    return locate({self_dir() + "/" + relative, installed}, suffix);
+}
+
 std::string engine_binary() {
-    return locate({SOFTHCA_BUILD_ENGINE, self_dir() + "/../libexec/softhca/softhca-engine",
-                   SOFTHCA_INSTALL_ENGINE});
+    return part(SOFTHCA_BUILD_ENGINE, SOFTHCA_REL_LIBEXEC_DIR "/softhca-engine",
+                SOFTHCA_INSTALL_ENGINE);
 }
 
 std::string provider_prefix() {
-    return locate({SOFTHCA_BUILD_PROVIDER_PREFIX, self_dir() + "/../lib/softhca/libsofthca",
-                   SOFTHCA_INSTALL_PROVIDER_PREFIX},
-                  "-rdmav34.so");
+    return part(SOFTHCA_BUILD_PROVIDER_PREFIX, SOFTHCA_REL_LIB_DIR "/libsofthca",
+                SOFTHCA_INSTALL_PROVIDER_PREFIX, "-rdmav34.so");
 }
 
 std::string preload_library() {
-    return locate({SOFTHCA_BUILD_PRELOAD, self_dir() + "/../lib/softhca/libsofthca-preload.so",
-                   SOFTHCA_INSTALL_PRELOAD});
+    return part(SOFTHCA_BUILD_PRELOAD, SOFTHCA_REL_LIB_DIR "/libsofthca-preload.so",
+                SOFTHCA_INSTALL_PRELOAD);
 }
 
 bool wait_for(const std::function<bool()>& condition, std::chrono::milliseconds limit) {
@@ -189,14 +208,17 @@ int cmd_down(const Instance& instance) {
     return 0;
 }
 
-int cmd_status(const Instance& instance) {
+int cmd_status(const Instance& instance, bool json) {
     std::string text;
-    if (int err = query_engine_status(instance, text)) {
+    if (int err = query_engine_status(instance, text, json)) {
         std::cerr << "softhca: " << instance.prefix << " is not up (" << std::strerror(err)
                   << ")\n";
         return 1;
     }
-    std::cout << text;
+    if (json)
+        std::cout << nlohmann::ordered_json::parse(text).dump(2) << "\n";
+    else
+        std::cout << text;
     return 0;
 }
 
@@ -236,12 +258,16 @@ int main(int argc, char** argv) {
         std::cout << "softhca: " << rest[0] << " port 1 " << rest[1] << "\n";
         return 0;
     }
+    if (command == "status" && rest.size() == 1 && rest[0] == "--json")
+        return cmd_status(instance, true);
+    if (command == "watch")
+        return cmd_watch(instance, rest);
     if (!rest.empty() && command != "exec")
         return usage();
     if (command == "down")
         return cmd_down(instance);
     if (command == "status")
-        return cmd_status(instance);
+        return cmd_status(instance, false);
     if (command == "env") {
         std::cout << "export SYSFS_PATH=" << instance.sysfs_root() << "\n";
         if (const std::string preload = preload_library(); !preload.empty())

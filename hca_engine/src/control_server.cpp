@@ -48,9 +48,9 @@ bool valid_channel_request(uint32_t flags, int fd) {
 } // namespace
 
 ControlServer::ControlServer(const std::string& socket_path, const std::vector<Device>& devices,
-                             PortSet& ports, std::string status_title, int doorbell_fd)
-    : socket_path_(socket_path), devices_(devices), ports_(ports),
-      status_title_(std::move(status_title)), doorbell_fd_(doorbell_fd) {
+                             PortSet& ports, std::string prefix, int doorbell_fd)
+    : socket_path_(socket_path), devices_(devices), ports_(ports), prefix_(std::move(prefix)),
+      doorbell_fd_(doorbell_fd) {
     keys_.set_device_count(devices.size());
     listen_fd_ = listen_seqpacket(socket_path);
     spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -177,8 +177,9 @@ void ControlServer::dispatch(Connection& c, const void* message, size_t size, in
     }
     const auto opcode = static_cast<di::Opcode>(header.opcode);
 
-    if (opcode == di::Opcode::EngineStatus) {
-        std::string text = status_report();
+    if (opcode == di::Opcode::EngineStatus || opcode == di::Opcode::EngineStatusJson) {
+        const std::string json = status_json();
+        const std::string text = opcode == di::Opcode::EngineStatus ? status_text(json) : json;
         std::vector<char> out(sizeof(di::ReplyHeader) + text.size());
         if (out.size() > di::kMaxControlMessage * 64)
             out.resize(di::kMaxControlMessage * 64);
@@ -414,115 +415,6 @@ void ControlServer::raise_device_event(size_t device_index, uint64_t element, ui
         // Non-blocking: a process that never reads its events cannot stall the card.
         [[maybe_unused]] ssize_t n = ::write(c.async_fd, &record, sizeof(record));
     }
-}
-
-namespace {
-
-const char* qp_state_name(transport::QpState state) {
-    static constexpr const char* kNames[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
-    return kNames[static_cast<size_t>(state)];
-}
-
-const char* qp_type_name(transport::QpType type) {
-    switch (type) {
-    case transport::QpType::RC:
-        return "RC";
-    case transport::QpType::UC:
-        return "UC";
-    case transport::QpType::UD:
-        return "UD";
-    case transport::QpType::XrcSend:
-        return "XRC_INI";
-    case transport::QpType::XrcRecv:
-        return "XRC_TGT";
-    }
-    return "?";
-}
-
-// One QP's state and transport counters, for `softhca status`.
-std::string qp_status_line(const EngineQp& qp) {
-    const transport::QpCounters& k = qp.transport().counters();
-    std::ostringstream out;
-    out << "  qp " << qp.qp_num() << " " << qp_type_name(qp.type()) << " "
-        << qp_state_name(qp.transport().state()) << " dest_qp "
-        << qp.transport().attributes().dest_qp << (qp.srq() ? " srq" : "") << ": packets_sent "
-        << k.packets_sent << " packets_received " << k.packets_received << " retransmitted "
-        << k.retransmitted_packets << " timeouts " << k.timeouts << " naks_sent " << k.naks_sent
-        << " naks_received " << k.naks_received << " rnr_naks_sent " << k.rnr_naks_sent
-        << " rnr_naks_received " << k.rnr_naks_received << " duplicates " << k.duplicates
-        << " out_of_sequence " << k.out_of_sequence << " dropped " << k.dropped
-        << " dropped_messages " << k.dropped_messages << " qkey_violations " << k.qkey_violations
-        << " cq_overruns " << qp.cq_overruns() << "\n";
-    return out.str();
-}
-
-} // namespace
-
-std::string ControlServer::status_report() const {
-    std::ostringstream out;
-    out << status_title_ << "\n";
-    for (size_t i = 0; i < devices_.size(); ++i) {
-        const Device& d = devices_[i];
-        const PortInfo& p = ports_.info(d.port_index);
-        const auto attr = port_attributes(p);
-        char mac[20];
-        std::snprintf(mac, sizeof(mac), "%02x:%02x:%02x:%02x:%02x:%02x", p.mac[0], p.mac[1],
-                      p.mac[2], p.mac[3], p.mac[4], p.mac[5]);
-        out << "device " << d.name << " port 1: "
-            << (p.link_up    ? "ACTIVE"
-                : p.admin_up ? "DOWN"
-                             : "DOWN (admin)")
-            << " ipv4 " << transport::ipv4_to_string(p.ipv4) << " mac " << mac << " mtu "
-            << p.eth_mtu << " active_mtu "
-            << transport::path_mtu_bytes(static_cast<transport::PathMtu>(attr.active_mtu))
-            << " pmd " << p.pmd << (p.devargs.empty() ? " (built-in wire)" : " " + p.devargs)
-            << "\n";
-        out << "  gids:";
-        for (size_t g = 0; g < p.gids.size(); ++g) {
-            char text[INET6_ADDRSTRLEN] = "?";
-            inet_ntop(AF_INET6, p.gids[g].data(), text, sizeof(text));
-            out << " " << g << " " << text;
-        }
-        out << "\n";
-        const PortCounters& k = p.counters;
-        out << "  counters: rx_packets " << k.rx_packets << " rx_bytes " << k.rx_bytes
-            << " tx_packets " << k.tx_packets << " tx_bytes " << k.tx_bytes << " tx_dropped "
-            << k.tx_dropped << " rx_unhandled " << k.rx_unhandled << " rx_bad_icrc "
-            << k.rx_bad_icrc << " rx_malformed " << k.rx_malformed << " rx_no_qp " << k.rx_no_qp
-            << " rx_wrong_source " << k.rx_wrong_source << " arp_requests " << k.arp_requests
-            << " arp_replies " << k.arp_replies << " nd_solicitations " << k.nd_solicitations
-            << " nd_advertisements " << k.nd_advertisements << " rx_neighbor_dropped "
-            << k.rx_neighbor_dropped << " rx_mads " << k.rx_mads << " rx_mads_dropped "
-            << k.rx_mads_dropped << " tx_mads " << k.tx_mads << "\n";
-        if (p.faults.enabled())
-            out << "  faults injected: dropped " << p.faults.dropped << " duplicated "
-                << p.faults.duplicated << " reordered " << p.faults.reordered << " corrupted "
-                << p.faults.corrupted << "\n";
-    }
-    size_t pds = 0, mrs = 0, cqs = 0, qps = 0, contexts = 0;
-    for (const auto& [fd, c] : connections_) {
-        if (!c.resources)
-            continue;
-        ++contexts;
-        pds += c.resources->pd_count();
-        mrs += c.resources->mr_count();
-        cqs += c.resources->cq_count();
-        qps += c.resources->qp_count();
-        out << "context " << c.context_id << " pid " << c.pid << " (" << c.command << ") device "
-            << devices_[static_cast<size_t>(c.device)].name << ": pd " << c.resources->pd_count()
-            << " mr " << c.resources->mr_count() << " cq " << c.resources->cq_count() << " qp "
-            << c.resources->qp_count() << "\n";
-        for (const auto& [handle, qp] : c.resources->qps())
-            out << qp_status_line(*qp);
-    }
-    out << "contexts " << contexts << " (refused for lack of descriptors: " << refused_connections_
-        << ")\n";
-    out << "objects: pd " << pds << " mr " << mrs << " cq " << cqs << " qp " << qps << "\n";
-    // MRs on shared memory the engine has mapped (shared_mapping.hpp).
-    out << "memory: mapped mr " << SharedMapping::live() << "\n";
-    if (extra_status_)
-        out << extra_status_();
-    return out.str();
 }
 
 } // namespace softhca::engine

@@ -20,7 +20,7 @@ namespace softhca::engine {
 class ControlServer {
   public:
     ControlServer(const std::string& socket_path, const std::vector<Device>& devices,
-                  PortSet& ports, std::string status_title, int doorbell_fd);
+                  PortSet& ports, std::string prefix, int doorbell_fd);
     ~ControlServer();
     ControlServer(const ControlServer&) = delete;
     ControlServer& operator=(const ControlServer&) = delete;
@@ -37,10 +37,12 @@ class ControlServer {
     void raise_device_event(size_t device_index, uint64_t element, uint32_t event_type);
 
     KeySpace& tables() { return keys_; }
-    // More lines for `softhca status` (the rdma_cm's).
-    void set_extra_status(std::function<std::string()> report) {
-        extra_status_ = std::move(report);
+    // The rdma_cm's part of `softhca status`: a JSON object, as text.
+    void set_rdma_cm_status(std::function<std::string()> report) {
+        rdma_cm_status_ = std::move(report);
     }
+    // status_document.cpp: the whole status as JSON (docs/status-schema.md).
+    std::string status_json() const;
 
   private:
     struct Connection {
@@ -58,7 +60,6 @@ class ControlServer {
     void dispatch(Connection& c, const void* message, size_t size, int received_fd);
     void reply(Connection& c, const void* message, size_t size, int fd_to_pass = -1);
     void reply_status(Connection& c, const device_interface::MessageHeader& request, int status);
-    std::string status_report() const;
     void set_port_state(Connection& c, const void* message, size_t size);
     // control_queues.cpp: QPs, SRQs and multicast; false when the opcode is not theirs.
     bool dispatch_qp(Connection& c, const device_interface::MessageHeader& header,
@@ -71,14 +72,17 @@ class ControlServer {
     std::string socket_path_;
     const std::vector<Device>& devices_;
     PortSet& ports_;
-    std::string status_title_;
+    std::string prefix_;
     KeySpace keys_;
     uint32_t next_context_id_ = 1;
     uint64_t refused_connections_ = 0;
     int spare_fd_ = -1; // reserve descriptor, see accept_pending()
     int doorbell_fd_;   // eventfd every context rings when the engine sleeps
     std::map<int, Connection> connections_;
-    std::function<std::string()> extra_status_;
+    std::function<std::string()> rdma_cm_status_;
 };
+
+// The text report of `softhca status`, rendered from status_json()'s document.
+std::string status_text(const std::string& json);
 
 } // namespace softhca::engine

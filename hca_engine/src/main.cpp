@@ -118,13 +118,11 @@ int run(const EngineConfig& config) {
 
     // Providers write this eventfd after posting when the engine said it sleeps.
     const int doorbell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    ControlServer server(config.socket_path(), devices, ports,
-                         "engine pid " + std::to_string(getpid()) + " prefix " + config.prefix,
-                         doorbell);
+    ControlServer server(config.socket_path(), devices, ports, config.prefix, doorbell);
     Datapath datapath(ports, devices, server.tables());
     RdmaCmServer rdma_cm(config.rdma_cm_socket_path(), devices, ports, datapath);
     datapath.set_mad_receiver(&rdma_cm);
-    server.set_extra_status([&rdma_cm] { return rdma_cm.status_report(); });
+    server.set_rdma_cm_status([&rdma_cm] { return rdma_cm.status_json(); });
 
     kernel_shim::Manifest manifest(config.manifest_path());
     manifest.remove_all(); // leftovers of an engine that died without cleaning up

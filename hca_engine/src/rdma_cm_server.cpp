@@ -16,6 +16,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <nlohmann/json.hpp>
 #include <rdma/ib_user_verbs.h>
 #include <sstream>
 #include <stdexcept>
@@ -364,20 +365,26 @@ uint64_t RdmaCmServer::next_deadline() const {
     return wake_at_;
 }
 
-std::string RdmaCmServer::status_report() const {
-    std::ostringstream out;
+std::string RdmaCmServer::status_json() const {
     size_t established = 0, listening = 0;
     for (const auto& [handle, id] : ids_) {
         established += id->state == CmState::Established;
         listening += id->state == CmState::Listen && id->file;
     }
-    out << "rdma_cm: files " << files_.size() << " ids " << ids_.size() << " listening "
-        << listening << " established " << established << " commands " << counters_.commands
-        << " refused " << counters_.bad_commands << " backlog_full " << counters_.backlog_full
-        << " mads_in " << counters_.mads_in << " mads_out " << counters_.mads_out
-        << " mads_dropped " << counters_.mads_dropped << " retransmissions "
-        << counters_.retransmissions << " duplicates " << counters_.duplicates << "\n";
-    return out.str();
+    const nlohmann::ordered_json status = {{"files", files_.size()},
+                                           {"ids", ids_.size()},
+                                           {"listening", listening},
+                                           {"established", established},
+                                           {"counters",
+                                            {{"commands", counters_.commands},
+                                             {"refused", counters_.bad_commands},
+                                             {"backlog_full", counters_.backlog_full},
+                                             {"mads_in", counters_.mads_in},
+                                             {"mads_out", counters_.mads_out},
+                                             {"mads_dropped", counters_.mads_dropped},
+                                             {"retransmissions", counters_.retransmissions},
+                                             {"duplicates", counters_.duplicates}}}};
+    return status.dump();
 }
 
 } // namespace softhca::engine

@@ -45,7 +45,7 @@ class RdmaCmServer final : public MadReceiver {
     void receive_mad(size_t port, const MadPeer& from, const uint8_t* mad, size_t length,
                      uint64_t now) override;
 
-    std::string status_report() const;
+    std::string status_json() const; // the rdma_cm part of `softhca status`
 
     // Counters (status and tests).
     struct Counters {

@@ -39,12 +39,13 @@ enum class Opcode : uint16_t {
     DestroySrq = 20,
     AttachMcast = 21,
     DetachMcast = 22,
-    OpenXrcd = 23,  // OpenXrcdRequest, reply HandleReply
-    CloseXrcd = 24, // HandleRequest
-    OpenQp = 25,    // OpenQpRequest, reply CreateQpReply with the QP's ring fd
-    AllocMw = 26,   // AllocMwRequest, reply AllocMwReply
-    DeallocMw = 27, // HandleRequest
-    ReregMr = 28,   // ReregMrRequest, reply RegMrReply (the keys stay)
+    OpenXrcd = 23,         // OpenXrcdRequest, reply HandleReply
+    CloseXrcd = 24,        // HandleRequest
+    OpenQp = 25,           // OpenQpRequest, reply CreateQpReply with the QP's ring fd
+    AllocMw = 26,          // AllocMwRequest, reply AllocMwReply
+    DeallocMw = 27,        // HandleRequest
+    ReregMr = 28,          // ReregMrRequest, reply RegMrReply (the keys stay)
+    EngineStatusJson = 29, // the status as JSON (docs/status-schema.md); without OpenDevice
 };
 
 struct MessageHeader {
@@ -459,7 +460,7 @@ struct SetPortStateRequest {
 };
 static_assert(sizeof(SetPortStateRequest) == 88);
 
-// EngineStatus reply: ReplyHeader followed by UTF-8 text (not NUL terminated) up to
-// the end of the message.
+// EngineStatus and EngineStatusJson replies: ReplyHeader followed by UTF-8 text (not NUL
+// terminated) up to the end of the message: the text report, or one JSON document.
 
 } // namespace softhca::device_interface

@@ -1,0 +1,224 @@
+// `softhca status`: the engine's state as one JSON document (schema in
+// docs/status-schema.md, `softhca status --json`), and the text report rendered from it.
+// Every figure is put into the document once; the text is a view of the document.
+#include "control_server.hpp"
+#include "engine_qp.hpp"
+#include "shared_mapping.hpp"
+#include "softhca/transport/path_mtu.hpp"
+#include "softhca/transport/roce_address.hpp"
+
+#include <arpa/inet.h>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <unistd.h>
+
+namespace softhca::engine {
+
+using Json = nlohmann::ordered_json;
+
+namespace {
+
+const char* qp_state_name(transport::QpState state) {
+    static constexpr const char* kNames[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
+    return kNames[static_cast<size_t>(state)];
+}
+
+const char* qp_type_name(transport::QpType type) {
+    switch (type) {
+    case transport::QpType::RC:
+        return "RC";
+    case transport::QpType::UC:
+        return "UC";
+    case transport::QpType::UD:
+        return "UD";
+    case transport::QpType::XrcSend:
+        return "XRC_INI";
+    case transport::QpType::XrcRecv:
+        return "XRC_TGT";
+    }
+    return "?";
+}
+
+Json port_counters(const PortCounters& k) {
+    return {{"rx_packets", k.rx_packets},
+            {"rx_bytes", k.rx_bytes},
+            {"tx_packets", k.tx_packets},
+            {"tx_bytes", k.tx_bytes},
+            {"tx_dropped", k.tx_dropped},
+            {"rx_unhandled", k.rx_unhandled},
+            {"rx_bad_icrc", k.rx_bad_icrc},
+            {"rx_malformed", k.rx_malformed},
+            {"rx_no_qp", k.rx_no_qp},
+            {"rx_wrong_source", k.rx_wrong_source},
+            {"arp_requests", k.arp_requests},
+            {"arp_replies", k.arp_replies},
+            {"nd_solicitations", k.nd_solicitations},
+            {"nd_advertisements", k.nd_advertisements},
+            {"rx_neighbor_dropped", k.rx_neighbor_dropped},
+            {"rx_mads", k.rx_mads},
+            {"rx_mads_dropped", k.rx_mads_dropped},
+            {"tx_mads", k.tx_mads}};
+}
+
+Json qp_document(const EngineQp& qp) {
+    const transport::QpCounters& k = qp.transport().counters();
+    return {{"qpn", qp.qp_num()},
+            {"type", qp_type_name(qp.type())},
+            {"state", qp_state_name(qp.transport().state())},
+            {"dest_qp", qp.transport().attributes().dest_qp},
+            {"srq", qp.srq() != nullptr},
+            {"counters",
+             {{"packets_sent", k.packets_sent},
+              {"packets_received", k.packets_received},
+              {"retransmitted", k.retransmitted_packets},
+              {"timeouts", k.timeouts},
+              {"naks_sent", k.naks_sent},
+              {"naks_received", k.naks_received},
+              {"rnr_naks_sent", k.rnr_naks_sent},
+              {"rnr_naks_received", k.rnr_naks_received},
+              {"duplicates", k.duplicates},
+              {"out_of_sequence", k.out_of_sequence},
+              {"dropped", k.dropped},
+              {"dropped_messages", k.dropped_messages},
+              {"qkey_violations", k.qkey_violations},
+              {"cq_overruns", qp.cq_overruns()}}}};
+}
+
+// " name value" for each member of a flat object of numbers.
+void put_pairs(std::ostream& out, const Json& object) {
+    for (const auto& [name, value] : object.items())
+        out << " " << name << " " << value.dump();
+}
+
+} // namespace
+
+std::string ControlServer::status_json() const {
+    Json doc;
+    doc["schema"] = "softhca-status";
+    doc["version"] = 1;
+    doc["engine"] = {{"pid", ::getpid()}, {"prefix", prefix_}};
+    Json& devices = doc["devices"] = Json::array();
+    for (const Device& d : devices_) {
+        const PortInfo& p = ports_.info(d.port_index);
+        const auto attr = port_attributes(p);
+        char mac[20];
+        std::snprintf(mac, sizeof(mac), "%02x:%02x:%02x:%02x:%02x:%02x", p.mac[0], p.mac[1],
+                      p.mac[2], p.mac[3], p.mac[4], p.mac[5]);
+        Json gids = Json::array();
+        for (size_t g = 0; g < p.gids.size(); ++g) {
+            char text[INET6_ADDRSTRLEN] = "?";
+            inet_ntop(AF_INET6, p.gids[g].data(), text, sizeof(text));
+            gids.push_back({{"index", g}, {"gid", text}});
+        }
+        Json device = {{"name", d.name},
+                       {"port", 1},
+                       {"state", p.link_up ? "ACTIVE" : "DOWN"},
+                       {"admin_up", p.admin_up},
+                       {"ipv4", p.ipv4 ? Json(transport::ipv4_to_string(p.ipv4)) : Json(nullptr)},
+                       {"mac", mac},
+                       {"mtu", p.eth_mtu},
+                       {"active_mtu", transport::path_mtu_bytes(
+                                          static_cast<transport::PathMtu>(attr.active_mtu))},
+                       {"pmd", p.pmd},
+                       {"devargs", p.devargs.empty() ? Json(nullptr) : Json(p.devargs)},
+                       {"gids", gids},
+                       {"counters", port_counters(p.counters)},
+                       {"faults", nullptr}};
+        if (p.faults.enabled())
+            device["faults"] = {{"dropped", p.faults.dropped},
+                                {"duplicated", p.faults.duplicated},
+                                {"reordered", p.faults.reordered},
+                                {"corrupted", p.faults.corrupted}};
+        devices.push_back(std::move(device));
+    }
+    Json& contexts = doc["contexts"] = Json::array();
+    size_t pds = 0, mrs = 0, cqs = 0, qps = 0;
+    for (const auto& [fd, c] : connections_) {
+        if (!c.resources)
+            continue;
+        const auto& r = *c.resources;
+        pds += r.pd_count();
+        mrs += r.mr_count();
+        cqs += r.cq_count();
+        qps += r.qp_count();
+        Json qp_list = Json::array();
+        for (const auto& [handle, qp] : r.qps())
+            qp_list.push_back(qp_document(*qp));
+        contexts.push_back({{"id", c.context_id},
+                            {"pid", c.pid},
+                            {"command", c.command},
+                            {"device", devices_[static_cast<size_t>(c.device)].name},
+                            {"objects",
+                             {{"pd", r.pd_count()},
+                              {"mr", r.mr_count()},
+                              {"cq", r.cq_count()},
+                              {"qp", r.qp_count()}}},
+                            {"qps", std::move(qp_list)}});
+    }
+    doc["refused_contexts"] = refused_connections_;
+    doc["objects"] = {{"pd", pds}, {"mr", mrs}, {"cq", cqs}, {"qp", qps}};
+    // MRs on shared memory the engine has mapped (shared_mapping.hpp).
+    doc["memory"] = {{"mapped_mr", SharedMapping::live()}};
+    doc["rdma_cm"] = rdma_cm_status_ ? Json::parse(rdma_cm_status_()) : Json(nullptr);
+    return doc.dump();
+}
+
+std::string status_text(const std::string& json) {
+    const Json doc = Json::parse(json);
+    std::ostringstream out;
+    out << "engine pid " << doc["engine"]["pid"] << " prefix "
+        << doc["engine"]["prefix"].get<std::string>() << "\n";
+    for (const Json& d : doc["devices"]) {
+        const std::string state = d["state"] == "ACTIVE"      ? "ACTIVE"
+                                  : d["admin_up"].get<bool>() ? "DOWN"
+                                                              : "DOWN (admin)";
+        out << "device " << d["name"].get<std::string>() << " port 1: " << state << " ipv4 "
+            << (d["ipv4"].is_null() ? "0.0.0.0" : d["ipv4"].get<std::string>()) << " mac "
+            << d["mac"].get<std::string>() << " mtu " << d["mtu"] << " active_mtu "
+            << d["active_mtu"] << " pmd " << d["pmd"].get<std::string>()
+            << (d["devargs"].is_null() ? " (built-in wire)" : " " + d["devargs"].get<std::string>())
+            << "\n";
+        out << "  gids:";
+        for (const Json& g : d["gids"])
+            out << " " << g["index"] << " " << g["gid"].get<std::string>();
+        out << "\n  counters:";
+        put_pairs(out, d["counters"]);
+        out << "\n";
+        if (!d["faults"].is_null()) {
+            out << "  faults injected:";
+            put_pairs(out, d["faults"]);
+            out << "\n";
+        }
+    }
+    for (const Json& c : doc["contexts"]) {
+        out << "context " << c["id"] << " pid " << c["pid"] << " ("
+            << c["command"].get<std::string>() << ") device " << c["device"].get<std::string>()
+            << ":";
+        put_pairs(out, c["objects"]);
+        out << "\n";
+        for (const Json& q : c["qps"]) {
+            out << "  qp " << q["qpn"] << " " << q["type"].get<std::string>() << " "
+                << q["state"].get<std::string>() << " dest_qp " << q["dest_qp"]
+                << (q["srq"].get<bool>() ? " srq" : "") << ":";
+            put_pairs(out, q["counters"]);
+            out << "\n";
+        }
+    }
+    out << "contexts " << doc["contexts"].size()
+        << " (refused for lack of descriptors: " << doc["refused_contexts"] << ")\n";
+    out << "objects:";
+    put_pairs(out, doc["objects"]);
+    out << "\nmemory: mapped mr " << doc["memory"]["mapped_mr"] << "\n";
+    if (const Json& cm = doc["rdma_cm"]; !cm.is_null()) {
+        out << "rdma_cm:";
+        for (const auto& [name, value] : cm.items())
+            if (!value.is_object())
+                out << " " << name << " " << value.dump();
+        put_pairs(out, cm["counters"]);
+        out << "\n";
+    }
+    return out.str();
+}
+
+} // namespace softhca::engine

@@ -1,0 +1,122 @@
+// `softhca watch`: two status documents (softhca status --json) an interval apart, their
+// counters' differences divided by the time between them.
+#include "watch.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+namespace softhca::tools {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+struct Sample {
+    Json doc;
+    std::chrono::steady_clock::time_point at;
+};
+
+bool take(const Instance& instance, Sample& sample) {
+    std::string text;
+    if (int err = query_engine_status(instance, text, true)) {
+        std::cerr << "softhca: " << instance.prefix << " is not up (" << std::strerror(err)
+                  << ")\n";
+        return false;
+    }
+    sample.doc = Json::parse(text, nullptr, false);
+    sample.at = std::chrono::steady_clock::now();
+    return !sample.doc.is_discarded();
+}
+
+// The counters of each device, then of each QP, in the document's order, by a key that
+// names the object.
+std::vector<std::pair<std::string, Json>> by_key(const Json& doc) {
+    std::vector<std::pair<std::string, Json>> out;
+    for (const Json& d : doc["devices"])
+        out.emplace_back("device " + d["name"].get<std::string>(), d["counters"]);
+    for (const Json& c : doc["contexts"])
+        for (const Json& q : c["qps"])
+            out.emplace_back("  qp " + std::to_string(q["qpn"].get<uint32_t>()) + " (" +
+                                 c["command"].get<std::string>() + ")",
+                             q["counters"]);
+    return out;
+}
+
+std::string rate(double per_second, bool bytes) {
+    char text[32];
+    if (bytes)
+        std::snprintf(text, sizeof(text), "%.1f MB/s", per_second / 1e6);
+    else
+        std::snprintf(text, sizeof(text), "%.0f/s", per_second);
+    return text;
+}
+
+void print_rates(const Sample& before, const Sample& after) {
+    const double seconds = std::chrono::duration<double>(after.at - before.at).count();
+    std::map<std::string, Json> old_counters;
+    for (auto& [key, counters] : by_key(before.doc))
+        old_counters.emplace(key, std::move(counters));
+    for (const auto& [key, counters] : by_key(after.doc)) {
+        const auto old = old_counters.find(key);
+        std::string line;
+        for (const auto& [name, value] : counters.items()) {
+            const uint64_t then =
+                old == old_counters.end() ? 0 : old->second.value(name, uint64_t{0});
+            const uint64_t now = value.get<uint64_t>();
+            const bool always = name == "rx_packets" || name == "tx_packets" ||
+                                name == "rx_bytes" || name == "tx_bytes";
+            if (now == then && !always)
+                continue;
+            const double delta = now >= then ? static_cast<double>(now - then) : 0.0;
+            line += " " + name + " " +
+                    rate(delta / seconds, name.size() > 6 && name.ends_with("_bytes"));
+        }
+        if (!line.empty() || key.rfind("device", 0) == 0)
+            std::cout << key << ":" << line << "\n";
+    }
+    std::cout << std::flush;
+}
+
+} // namespace
+
+int cmd_watch(const Instance& instance, const std::vector<std::string>& args) {
+    double interval = 1.0;
+    long count = -1; // until interrupted
+    for (size_t i = 0; i < args.size(); ++i) {
+        const bool has_value = i + 1 < args.size();
+        if (args[i] == "--interval" && has_value)
+            interval = std::atof(args[++i].c_str());
+        else if (args[i] == "--count" && has_value)
+            count = std::atol(args[++i].c_str());
+        else {
+            std::cerr << "usage: softhca watch [--prefix P] [--interval SECONDS] [--count N]\n";
+            return 2;
+        }
+    }
+    if (!(interval >= 0.05 && interval <= 3600) || count == 0) {
+        std::cerr << "softhca watch: --interval must be 0.05..3600 s, --count at least 1\n";
+        return 2;
+    }
+    Sample before;
+    if (!take(instance, before))
+        return 1;
+    for (long n = 0; count < 0 || n < count; ++n) {
+        std::this_thread::sleep_for(std::chrono::duration<double>(interval));
+        Sample after;
+        if (!take(instance, after))
+            return 1;
+        print_rates(before, after);
+        if (count < 0 || n + 1 < count)
+            std::cout << "\n";
+        before = std::move(after);
+    }
+    return 0;
+}
+
+} // namespace softhca::tools
