@@ -6,6 +6,8 @@ set -euo pipefail
 packages=(
     # Build
     cmake g++ make pkg-config clang-format
+    # The Debian package (tools/build-deb.sh: CPack runs dpkg-shlibdeps and dpkg-deb)
+    dpkg-dev
     # The verbs ABI we implement and the system libibverbs that loads our provider
     libibverbs-dev ibverbs-providers
     # The engine's ports (EAL, ethdev, ring/af_packet/memif/tap PMDs)

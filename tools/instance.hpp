@@ -19,6 +19,9 @@ struct Instance {
     std::string manifest_path() const { return run_dir + "/manifest"; }
     std::string pid_path() const { return run_dir + "/engine.pid"; }
     std::string log_path() const { return run_dir + "/engine.log"; }
+    // The driver file the engine writes for the system's libibverbs (its default
+    // --driver-dir): "driver <provider prefix>".
+    std::string driver_path() const { return "/etc/libibverbs.d/" + prefix + ".driver"; }
 
     // The engine's pid if its pid file names a live softhca-engine, else 0.
     pid_t running_engine() const;
@@ -29,7 +32,6 @@ struct Instance {
 // any, goes to `body`.
 int engine_request(const Instance& instance, const void* request, size_t size, std::string& body);
 
-// Asks the engine for its status report. Returns 0 and fills `text`, or an errno.
 // The engine's status: the text report, or with json the JSON document
 // (docs/status-schema.md). 0 or an errno value.
 int query_engine_status(const Instance& instance, std::string& text, bool json = false);

@@ -4,7 +4,7 @@
 //   softhca down [--prefix P]
 //   softhca status [--prefix P] [--json]
 //   softhca watch [--prefix P] [--interval SECONDS] [--count N]
-//   softhca env [--prefix P]
+//   softhca env [--prefix P] [--container]
 //   softhca exec [--prefix P] -- CMD [ARGS...]
 //   softhca port [--prefix P] DEVICE down|up
 //
@@ -14,6 +14,7 @@
 
 #include "softhca/kernel_shim/manifest.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -46,7 +47,7 @@ int usage() {
            "       softhca down [--prefix P]\n"
            "       softhca status [--prefix P] [--json]\n"
            "       softhca watch [--prefix P] [--interval SECONDS] [--count N]\n"
-           "       softhca env [--prefix P]\n"
+           "       softhca env [--prefix P] [--container]\n"
            "       softhca exec [--prefix P] -- CMD [ARGS...]\n"
            "       softhca port [--prefix P] DEVICE down|up\n"
            "Without --port, up creates two devices wired back to back inside the\n"
@@ -208,6 +209,44 @@ int cmd_down(const Instance& instance) {
     return 0;
 }
 
+// What a container needs to use this host's engine, as `docker run`/`podman run` options:
+// the instance's run directory (the engine's sockets and the sysfs tree libibverbs reads),
+// the driver file naming the provider, the directory of the provider and the preload
+// library (read-only), each device's uverbs node (libibverbs opens it; every verb goes
+// to the engine instead), and the environment `softhca exec` sets. The container brings
+// its own libibverbs (rdma-core of the same ABI, e.g. Debian 12's).
+int cmd_env_container(const Instance& instance) {
+    // The device tree lists the uverbs nodes the engine made (class/infiniband_verbs).
+    std::error_code ec;
+    std::vector<std::string> nodes;
+    for (const auto& entry :
+         fs::directory_iterator(instance.sysfs_root() + "/class/infiniband_verbs", ec))
+        if (entry.path().filename().string().ends_with("_uverbs"))
+            nodes.push_back("/dev/infiniband/" + entry.path().filename().string());
+    if (nodes.empty()) {
+        std::cerr << "softhca: " << instance.prefix << " is not up\n";
+        return 1;
+    }
+    std::sort(nodes.begin(), nodes.end());
+    const std::string preload = preload_library();
+    const std::string provider = provider_prefix();
+    if (preload.empty() || provider.empty()) {
+        std::cerr << "softhca: cannot find the provider and the preload library\n";
+        return 1;
+    }
+    const std::string provider_dir = fs::path(provider).parent_path();
+    const std::string preload_dir = fs::path(preload).parent_path();
+    std::cout << "-v " << instance.run_dir << ":" << instance.run_dir << " -v "
+              << instance.driver_path() << ":" << instance.driver_path() << ":ro -v "
+              << provider_dir << ":" << provider_dir << ":ro";
+    if (preload_dir != provider_dir)
+        std::cout << " -v " << preload_dir << ":" << preload_dir << ":ro";
+    for (const auto& node : nodes)
+        std::cout << " --device " << node;
+    std::cout << " -e SYSFS_PATH=" << instance.sysfs_root() << " -e LD_PRELOAD=" << preload << "\n";
+    return 0;
+}
+
 int cmd_status(const Instance& instance, bool json) {
     std::string text;
     if (int err = query_engine_status(instance, text, json)) {
@@ -262,6 +301,8 @@ int main(int argc, char** argv) {
         return cmd_status(instance, true);
     if (command == "watch")
         return cmd_watch(instance, rest);
+    if (command == "env" && rest.size() == 1 && rest[0] == "--container")
+        return cmd_env_container(instance);
     if (!rest.empty() && command != "exec")
         return usage();
     if (command == "down")

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Builds the Debian package (CPack's DEB generator) in its own build directory, configured
+# for /usr, without the tests:
+#   tools/build-deb.sh [BUILD_DIR]      (default build-deb; prints the .deb's path)
+# Install it with `apt-get install ./softhca_*.deb` (it pulls libibverbs1, DPDK, ISA-L and
+# liburing), remove it with `apt-get remove softhca` (`purge` also drops /etc/softhca).
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$repo/build-deb}
+cmake -S "$repo" -B "$build" -DCMAKE_INSTALL_PREFIX=/usr -DBUILD_TESTING=OFF >/dev/null
+cmake --build "$build" -j"$(nproc)" >/dev/null
+(cd "$build" && cpack -G DEB >/dev/null)
+ls "$build"/softhca_*.deb
