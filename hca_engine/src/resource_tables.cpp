@@ -356,21 +356,22 @@ int ContextResources::create_qp(const di::CreateQpRequest& request, const PortIn
         binding.xrc_domain = xrcd->domain;
     }
     const di::QpCaps& asked = request.caps;
-    // With an SRQ the receive queue sizes are ignored (ibv_create_qp(3)).
-    const bool send_ok =
-        !sends ||
-        (asked.max_send_wr >= 1 && asked.max_send_wr <= QpLimits::kMaxQpWr &&
-         asked.max_send_sge <= QpLimits::kMaxSge && asked.max_inline_data <= QpLimits::kMaxInline);
-    const bool recv_ok = !receives || binding.srq ||
-                         (asked.max_recv_wr >= 1 && asked.max_recv_wr <= QpLimits::kMaxQpWr &&
-                          asked.max_recv_sge <= QpLimits::kMaxSge);
+    // With an SRQ the receive queue sizes are ignored (ibv_create_qp(3)). A queue asked
+    // for with 0 work requests (a QP that only sends, or only receives) gets the least
+    // there is, one, reported back in the caps, as kernel drivers accept and round it.
+    const bool send_ok = !sends || (asked.max_send_wr <= QpLimits::kMaxQpWr &&
+                                    asked.max_send_sge <= QpLimits::kMaxSge &&
+                                    asked.max_inline_data <= QpLimits::kMaxInline);
+    const bool recv_ok =
+        !receives || binding.srq ||
+        (asked.max_recv_wr <= QpLimits::kMaxQpWr && asked.max_recv_sge <= QpLimits::kMaxSge);
     if (!send_ok || !recv_ok)
         return EINVAL;
     if (keys_.qps >= QpLimits::kMaxQp)
         return ENOMEM;
     di::QpCaps caps{};
     if (sends) {
-        caps.max_send_wr = std::bit_ceil(asked.max_send_wr);
+        caps.max_send_wr = std::bit_ceil(std::max<uint32_t>(asked.max_send_wr, 1));
         caps.max_send_sge = std::max<uint32_t>(asked.max_send_sge, 1);
         // Inline data shares the slot with the SGEs: report all the room there is.
         caps.max_inline_data =
@@ -378,7 +379,7 @@ int ContextResources::create_qp(const di::CreateQpRequest& request, const PortIn
                                std::min<uint32_t>(QpLimits::kMaxInline, caps.max_send_sge * 16));
     }
     if (receives && !binding.srq) {
-        caps.max_recv_wr = std::bit_ceil(asked.max_recv_wr);
+        caps.max_recv_wr = std::bit_ceil(std::max<uint32_t>(asked.max_recv_wr, 1));
         caps.max_recv_sge = std::max<uint32_t>(asked.max_recv_sge, 1);
     }
     const uint32_t handle = next_handle_++;

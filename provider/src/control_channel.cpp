@@ -35,12 +35,21 @@ int ControlChannel::connect(const std::string& socket_path) {
     return 0;
 }
 
+namespace {
+// A verb that fails leaves its errno in errno too, as a failed write() to the kernel's
+// uverbs does for kernel drivers: callers (qperf, libibverbs' own helpers) print it.
+int failed(int err) {
+    errno = err;
+    return err;
+}
+} // namespace
+
 int ControlChannel::call(di::Opcode opcode, void* request, size_t size, void* reply,
                          size_t reply_capacity, int fd_to_pass, int* received_fd) {
     if (received_fd)
         *received_fd = -1;
     if (dead() || fd_ < 0)
-        return EIO;
+        return failed(EIO);
     std::lock_guard<std::mutex> lock(mutex_);
     auto* header = static_cast<di::MessageHeader*>(request);
     header->magic = di::kControlMagic;
@@ -51,7 +60,7 @@ int ControlChannel::call(di::Opcode opcode, void* request, size_t size, void* re
     header->sequence = ++sequence_;
     if (di::send_message(fd_, request, size, fd_to_pass) != static_cast<ssize_t>(size)) {
         mark_dead();
-        return EIO;
+        return failed(EIO);
     }
     di::ReceivedMessage m = di::receive_message(fd_, reply, reply_capacity);
     if (m.size < static_cast<ssize_t>(sizeof(di::ReplyHeader))) {
@@ -59,19 +68,19 @@ int ControlChannel::call(di::Opcode opcode, void* request, size_t size, void* re
             ::close(m.fd);
         if (m.size <= 0)
             mark_dead(); // the engine is gone
-        return EIO;
+        return failed(EIO);
     }
     const auto* r = static_cast<const di::ReplyHeader*>(reply);
     if (r->header.sequence != header->sequence) {
         if (m.fd >= 0)
             ::close(m.fd);
-        return EIO;
+        return failed(EIO);
     }
     if (received_fd)
         *received_fd = m.fd;
     else if (m.fd >= 0)
         ::close(m.fd);
-    return r->status;
+    return r->status ? failed(r->status) : 0;
 }
 
 int ControlChannel::destroy(di::Opcode opcode, uint32_t handle) {

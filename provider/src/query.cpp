@@ -57,6 +57,7 @@ int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input
     d.local_ca_ack_delay = static_cast<uint8_t>(a.local_ca_ack_delay);
     d.phys_port_cnt = static_cast<uint8_t>(a.phys_port_cnt);
     ex.device_cap_flags_ex = a.device_cap_flags;
+    ex.phys_port_cnt_ex = a.phys_port_cnt;
 
     // Callers built against an older verbs.h pass a shorter structure: fill only that.
     std::memcpy(attr, &ex, std::min(attr_size, sizeof(ex)));

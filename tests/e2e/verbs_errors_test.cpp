@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
+#include <utility>
 #include <vector>
 
 namespace di = softhca::device_interface;
@@ -104,6 +105,7 @@ TEST_CASE("the device describes itself honestly") {
     REQUIRE(ibv_query_device_ex(context(), nullptr, &ex) == 0);
     CHECK(ex.orig_attr.vendor_id == attr.vendor_id);
     CHECK(ex.orig_attr.node_guid != 0);
+    CHECK(ex.phys_port_cnt_ex == attr.phys_port_cnt); // not 0 beside phys_port_cnt 1
 
     ibv_port_attr port{};
     REQUIRE(ibv_query_port(context(), 1, &port) == 0);
@@ -599,4 +601,68 @@ TEST_CASE("a process that scribbles over its shared rings cannot crash the engin
     close(pipe_fds[0]);
     close(pipe_fds[1]);
     require_engine_serving();
+}
+
+TEST_CASE("QPs with no send or no receive work requests are created, as kernel drivers "
+          "create them (qperf's rc_bw and rc_rdma_read_bw ask for max_recv_wr 0)") {
+    Pd pd;
+    REQUIRE(pd.pd);
+    ibv_cq* cq = ibv_create_cq(context(), 16, nullptr, nullptr, 0);
+    REQUIRE(cq);
+    for (ibv_qp_type type : {IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD}) {
+        for (auto [send_wr, recv_wr] :
+             {std::pair{0u, 16u}, std::pair{16u, 0u}, std::pair{0u, 0u}}) {
+            ibv_qp_init_attr init{};
+            init.send_cq = cq;
+            init.recv_cq = cq;
+            init.qp_type = type;
+            init.cap = {send_wr, recv_wr, 1, 1, 0};
+            errno = 0;
+            ibv_qp* qp = ibv_create_qp(pd.pd, &init);
+            INFO("type " << type << " max_send_wr " << send_wr << " max_recv_wr " << recv_wr
+                         << " errno " << errno);
+            REQUIRE(qp != nullptr);
+            // What the QP has: at least what was asked (0 rounds up to the least queue).
+            CHECK(init.cap.max_send_wr >= send_wr);
+            CHECK(init.cap.max_recv_wr >= recv_wr);
+            ibv_qp_attr attr{};
+            attr.qp_state = IBV_QPS_INIT;
+            attr.port_num = 1;
+            int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+            if (type == IBV_QPT_UD) {
+                attr.qkey = 0x11111111;
+                mask |= IBV_QP_QKEY;
+            } else {
+                attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+                mask |= IBV_QP_ACCESS_FLAGS;
+            }
+            CHECK(ibv_modify_qp(qp, &attr, mask) == 0);
+            CHECK(ibv_destroy_qp(qp) == 0);
+        }
+    }
+    CHECK(ibv_destroy_cq(cq) == 0);
+}
+
+TEST_CASE("a verb that fails leaves its errno in errno as well (qperf prints strerror(errno))") {
+    Pd pd;
+    REQUIRE(pd.pd);
+    ibv_cq* cq = ibv_create_cq(context(), 16, nullptr, nullptr, 0);
+    REQUIRE(cq);
+    ibv_qp_init_attr init{};
+    init.send_cq = cq;
+    init.recv_cq = cq;
+    init.qp_type = IBV_QPT_RC;
+    init.cap = {4, 4, 1, 1, 0};
+    ibv_qp* qp = ibv_create_qp(pd.pd, &init);
+    REQUIRE(qp);
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_RTS; // RESET to RTS: not a transition (IBTA 10.3.1)
+    errno = 0;
+    CHECK(ibv_modify_qp(qp, &attr, IBV_QP_STATE) == EINVAL);
+    CHECK(errno == EINVAL);
+    errno = 0;
+    CHECK(ibv_destroy_cq(cq) == EBUSY); // the QP still uses it
+    CHECK(errno == EBUSY);
+    CHECK(ibv_destroy_qp(qp) == 0);
+    CHECK(ibv_destroy_cq(cq) == 0);
 }
