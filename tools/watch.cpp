@@ -3,7 +3,6 @@
 #include "watch.hpp"
 
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -74,8 +73,7 @@ void print_rates(const Sample& before, const Sample& after) {
             if (now == then && !always)
                 continue;
             const double delta = now >= then ? static_cast<double>(now - then) : 0.0;
-            line += " " + name + " " +
-                    rate(delta / seconds, name.size() > 6 && name.ends_with("_bytes"));
+            line += " " + name + " " + rate(delta / seconds, name.ends_with("_bytes"));
         }
         if (!line.empty() || key.rfind("device", 0) == 0)
             std::cout << key << ":" << line << "\n";

@@ -178,8 +178,8 @@ void ControlServer::dispatch(Connection& c, const void* message, size_t size, in
     const auto opcode = static_cast<di::Opcode>(header.opcode);
 
     if (opcode == di::Opcode::EngineStatus || opcode == di::Opcode::EngineStatusJson) {
-        const std::string json = status_json();
-        const std::string text = opcode == di::Opcode::EngineStatus ? status_text(json) : json;
+        const StatusDocument doc = status_document();
+        const std::string text = opcode == di::Opcode::EngineStatus ? status_text(doc) : doc.dump();
         std::vector<char> out(sizeof(di::ReplyHeader) + text.size());
         if (out.size() > di::kMaxControlMessage * 64)
             out.resize(di::kMaxControlMessage * 64);

@@ -11,11 +11,15 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <sys/types.h>
 #include <vector>
 
 namespace softhca::engine {
+
+// `softhca status` as one JSON document (docs/status-schema.md), members in order.
+using StatusDocument = nlohmann::ordered_json;
 
 class ControlServer {
   public:
@@ -37,12 +41,12 @@ class ControlServer {
     void raise_device_event(size_t device_index, uint64_t element, uint32_t event_type);
 
     KeySpace& tables() { return keys_; }
-    // The rdma_cm's part of `softhca status`: a JSON object, as text.
-    void set_rdma_cm_status(std::function<std::string()> report) {
+    // The rdma_cm's part of the status document (its "rdma_cm" member).
+    void set_rdma_cm_status(std::function<StatusDocument()> report) {
         rdma_cm_status_ = std::move(report);
     }
-    // status_document.cpp: the whole status as JSON (docs/status-schema.md).
-    std::string status_json() const;
+    // status_document.cpp: the whole status.
+    StatusDocument status_document() const;
 
   private:
     struct Connection {
@@ -79,10 +83,10 @@ class ControlServer {
     int spare_fd_ = -1; // reserve descriptor, see accept_pending()
     int doorbell_fd_;   // eventfd every context rings when the engine sleeps
     std::map<int, Connection> connections_;
-    std::function<std::string()> rdma_cm_status_;
+    std::function<StatusDocument()> rdma_cm_status_;
 };
 
-// The text report of `softhca status`, rendered from status_json()'s document.
-std::string status_text(const std::string& json);
+// The text report of `softhca status`, rendered from the status document.
+std::string status_text(const StatusDocument& doc);
 
 } // namespace softhca::engine

@@ -122,7 +122,7 @@ int run(const EngineConfig& config) {
     Datapath datapath(ports, devices, server.tables());
     RdmaCmServer rdma_cm(config.rdma_cm_socket_path(), devices, ports, datapath);
     datapath.set_mad_receiver(&rdma_cm);
-    server.set_rdma_cm_status([&rdma_cm] { return rdma_cm.status_json(); });
+    server.set_rdma_cm_status([&rdma_cm] { return rdma_cm.status_document(); });
 
     kernel_shim::Manifest manifest(config.manifest_path());
     manifest.remove_all(); // leftovers of an engine that died without cleaning up

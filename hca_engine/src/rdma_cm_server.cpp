@@ -16,7 +16,6 @@
 #include <cstring>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <nlohmann/json.hpp>
 #include <rdma/ib_user_verbs.h>
 #include <sstream>
 #include <stdexcept>
@@ -365,26 +364,25 @@ uint64_t RdmaCmServer::next_deadline() const {
     return wake_at_;
 }
 
-std::string RdmaCmServer::status_json() const {
+nlohmann::ordered_json RdmaCmServer::status_document() const {
     size_t established = 0, listening = 0;
     for (const auto& [handle, id] : ids_) {
         established += id->state == CmState::Established;
         listening += id->state == CmState::Listen && id->file;
     }
-    const nlohmann::ordered_json status = {{"files", files_.size()},
-                                           {"ids", ids_.size()},
-                                           {"listening", listening},
-                                           {"established", established},
-                                           {"counters",
-                                            {{"commands", counters_.commands},
-                                             {"refused", counters_.bad_commands},
-                                             {"backlog_full", counters_.backlog_full},
-                                             {"mads_in", counters_.mads_in},
-                                             {"mads_out", counters_.mads_out},
-                                             {"mads_dropped", counters_.mads_dropped},
-                                             {"retransmissions", counters_.retransmissions},
-                                             {"duplicates", counters_.duplicates}}}};
-    return status.dump();
+    return {{"files", files_.size()},
+            {"ids", ids_.size()},
+            {"listening", listening},
+            {"established", established},
+            {"counters",
+             {{"commands", counters_.commands},
+              {"refused", counters_.bad_commands},
+              {"backlog_full", counters_.backlog_full},
+              {"mads_in", counters_.mads_in},
+              {"mads_out", counters_.mads_out},
+              {"mads_dropped", counters_.mads_dropped},
+              {"retransmissions", counters_.retransmissions},
+              {"duplicates", counters_.duplicates}}}};
 }
 
 } // namespace softhca::engine

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
@@ -45,7 +46,7 @@ class RdmaCmServer final : public MadReceiver {
     void receive_mad(size_t port, const MadPeer& from, const uint8_t* mad, size_t length,
                      uint64_t now) override;
 
-    std::string status_json() const; // the rdma_cm part of `softhca status`
+    nlohmann::ordered_json status_document() const; // its part of `softhca status`
 
     // Counters (status and tests).
     struct Counters {

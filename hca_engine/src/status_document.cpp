@@ -9,13 +9,12 @@
 
 #include <arpa/inet.h>
 #include <cstdio>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <unistd.h>
 
 namespace softhca::engine {
 
-using Json = nlohmann::ordered_json;
+using Json = StatusDocument;
 
 namespace {
 
@@ -93,7 +92,7 @@ void put_pairs(std::ostream& out, const Json& object) {
 
 } // namespace
 
-std::string ControlServer::status_json() const {
+StatusDocument ControlServer::status_document() const {
     Json doc;
     doc["schema"] = "softhca-status";
     doc["version"] = 1;
@@ -160,12 +159,11 @@ std::string ControlServer::status_json() const {
     doc["objects"] = {{"pd", pds}, {"mr", mrs}, {"cq", cqs}, {"qp", qps}};
     // MRs on shared memory the engine has mapped (shared_mapping.hpp).
     doc["memory"] = {{"mapped_mr", SharedMapping::live()}};
-    doc["rdma_cm"] = rdma_cm_status_ ? Json::parse(rdma_cm_status_()) : Json(nullptr);
-    return doc.dump();
+    doc["rdma_cm"] = rdma_cm_status_ ? rdma_cm_status_() : Json(nullptr);
+    return doc;
 }
 
-std::string status_text(const std::string& json) {
-    const Json doc = Json::parse(json);
+std::string status_text(const Json& doc) {
     std::ostringstream out;
     out << "engine pid " << doc["engine"]["pid"] << " prefix "
         << doc["engine"]["prefix"].get<std::string>() << "\n";

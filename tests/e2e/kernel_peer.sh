@@ -181,12 +181,7 @@ kp_on_softhca() {
 # A run that failed only because perftest could not calibrate its clock (lib.sh) is run
 # again. The client's output is left in KP_OUT, the server's in KP_SERVER_OUT.
 kp_exchange() {
-    local attempt
-    for attempt in $(seq "$PERFTEST_ATTEMPTS"); do
-        kp_exchange_once "$@" && return 0
-        perftest_clock_failed "$KP_OUT" "$KP_SERVER_OUT" || break
-        echo "perftest could not calibrate its clock (attempt $attempt): running again" >&2
-    done
+    perftest_attempts kp_exchange_once "$@" && return 0
     [ -n "${KP_MAY_FAIL:-}" ] || fail "$KP_WHAT"
     echo "$KP_WHAT" >&2
     return 1
@@ -238,6 +233,7 @@ kp_exchange_once() {
         rm -f "$server_file"
     fi
     KP_SERVER_OUT=$server_out
+    PERFTEST_OUTPUT="$KP_OUT $server_out"
     [ "$rc" -eq 0 ] && [ "$server_rc" -eq 0 ] && return 0
     KP_WHAT="$side as server: $server_cmd / $client_cmd"$'\n'"client ($rc): $KP_OUT"$'\n'"server ($server_rc): $server_out"
     return 1

@@ -47,25 +47,25 @@ echo "ucmatose: 16 connections"
 
 # Server and client of one tool: "server args" and "client args" (the port is added).
 # udaddy and mckey take -p as the port space: they get no port (PAIR_PORT=no).
+# One server and one client of a tool pair on a new port; 0 when both exited 0.
+pair_once() {
+    local server_args=$1 client_args=$2 port_args=() rc=0
+    port=$((port + 1))
+    [ "${PAIR_PORT:-yes}" = no ] || port_args=(-p "$port")
+    # shellcheck disable=SC2086
+    run $server_args "${port_args[@]}" >"$out" 2>&1 &
+    servers+=($!)
+    wait_until listening 20 || fail "server did not listen: $server_args: $(cat "$out")"
+    # shellcheck disable=SC2086
+    result=$(run $client_args "${port_args[@]}" 2>&1) || rc=$?
+    wait "${servers[-1]}" || rc=$((rc ? rc : 100))
+    PERFTEST_OUTPUT="$result $(cat "$out")"
+    return "$rc"
+}
 pair() {
-    local name=$1 server_args=$2 client_args=$3 port_args=() attempt rc
-    for attempt in $(seq "$PERFTEST_ATTEMPTS"); do
-        port=$((port + 1))
-        [ "${PAIR_PORT:-yes}" = no ] || port_args=(-p "$port")
-        # shellcheck disable=SC2086
-        run $server_args "${port_args[@]}" >"$out" 2>&1 &
-        servers+=($!)
-        wait_until listening 20 || fail "$name server did not listen: $(cat "$out")"
-        rc=0
-        # shellcheck disable=SC2086
-        result=$(run $client_args "${port_args[@]}" 2>&1) || rc=$?
-        wait "${servers[-1]}" || rc=$((rc ? rc : 100))
-        [ "$rc" -eq 0 ] && break
-        if ! perftest_clock_failed "$result" "$(cat "$out")" || [ "$attempt" -eq "$PERFTEST_ATTEMPTS" ]; then
-            fail "$name failed ($rc): client: $result"$'\n'"server: $(cat "$out")"
-        fi
-        echo "perftest could not calibrate its clock (attempt $attempt): running again" >&2
-    done
+    local name=$1
+    perftest_attempts pair_once "$2" "$3" ||
+        fail "$name failed: client: $result"$'\n'"server: $(cat "$out")"
     echo "$name: done"
 }
 PAIR_PORT=no pair udaddy "udaddy -b $server_ip" "udaddy -s $server_ip -b $client_ip"
