@@ -22,18 +22,9 @@ for side in linux softhca; do
     kp_exchange "$side" cm "rdma_server -s @ADDR@" "rdma_client -s @ADDR@"
     echo "rdma_server/rdma_client ($side server)"
     for run in "ib_send_bw -s 65536" "ib_write_bw -s 65536" "ib_read_lat -s 4096" "ib_send_bw -c UD -s 1024"; do
-        # perftest 4.5's server opens the data QP's listener only after the connection
-        # for its own exchange, and its client does not wait for it (later perftest retries,
-        # retry_rdma_connect): a client faster than the server (softhca's, against a guest
-        # without KVM) meets no listener (REJECTED 8, or SIDR status 1 for UD). That race
-        # is the tool's; the run is tried again, up to three times, and said so.
-        for attempt in 1 2 3; do
-            KP_MAY_FAIL=1 KP_SERVER_TIMEOUT=30 kp_exchange "$side" cm "$run -d @DEV@ -R -n 100" \
-                "$run -d @DEV@ -R -n 100 @ADDR@" 2>/dev/null && break
-            grep -qE "REJECTED; error: 8|UNREACHABLE; error: 1" <<<"$KP_OUT" && [ "$attempt" -lt 3 ] ||
-                fail "$run -R ($side server):"$'\n'"client: $KP_OUT"$'\n'"server: $KP_SERVER_OUT"
-            echo "$run -R ($side server): perftest's listener race (no listener yet), again"
-        done
+        # perftest -R's listener race (lib.sh) is run again by kp_exchange.
+        KP_SERVER_TIMEOUT=30 kp_exchange "$side" cm "$run -d @DEV@ -R -n 100" \
+            "$run -d @DEV@ -R -n 100 @ADDR@"
         row=$(grep -E "^ +[0-9]+ +[0-9]+ +[0-9.]+" <<<"$KP_OUT" | tail -1) ||
             fail "$run -R ($side server): no result row: $KP_OUT"
         echo "$run -R ($side server):$row"
