@@ -58,7 +58,10 @@ pair_once() {
     wait_until listening 20 || fail "server did not listen: $server_args: $(cat "$out")"
     # shellcheck disable=SC2086
     result=$(run $client_args "${port_args[@]}" 2>&1) || rc=$?
+    # A server whose client failed would wait for it: stopped, its listener gone.
+    [ "$rc" -eq 0 ] || { kill "${servers[-1]}" 2>/dev/null || true; }
     wait "${servers[-1]}" || rc=$((rc ? rc : 100))
+    [ "$rc" -eq 0 ] || wait_until "! listening" 10 || true
     PERFTEST_OUTPUT="$result $(cat "$out")"
     return "$rc"
 }
