@@ -674,6 +674,12 @@ void RdmaCmServer::on_dreq(size_t port, const MadPeer& from, const tp::CmMad& ma
         answer(port, from, drep_mad, now);
         return;
     }
+    // 12.6.11: the DREQ names the QP it ends (its Remote QPN is ours); one for another QP
+    // is dropped, as the kernel's cm_dreq_handler drops it.
+    if (dreq.remote_qpn() != id->local_qpn) {
+        ++counters_.mads_dropped;
+        return;
+    }
     id->tid = mad.header.transaction_id();
     switch (id->state) {
     case CmState::Established:

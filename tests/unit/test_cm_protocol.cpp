@@ -578,3 +578,146 @@ TEST_CASE("rdma_cm: an id resolved toward loopback without a source gets the loo
         CHECK(std::memcmp(&in6.sin6_addr, &in6addr_loopback, 16) == 0);
     }
 }
+
+TEST_CASE("rdma_cm: malformed and replayed CM MADs from the wire are dropped and counted, and "
+          "the connection is unchanged") {
+    CmBench bench({});
+    // Every MAD the two ports send (RoCEv2 over IPv4 to QP1), kept to be sent again.
+    constexpr size_t kMad = 14 + 20 + 8 + 12 + 8; // Ethernet, IPv4, UDP, BTH, DETH
+    struct Sent {
+        size_t from;
+        uint16_t attribute;
+        std::vector<uint8_t> frame;
+    };
+    std::vector<Sent> sent;
+    bench.ports.tap = [&](size_t from, const uint8_t* f, uint32_t length) {
+        if (length < kMad + 24 || f[14 + 20 + 8 + 7] != 1)
+            return;
+        const uint16_t attribute = static_cast<uint16_t>(f[kMad + 16] << 8 | f[kMad + 17]);
+        sent.push_back({from, attribute, std::vector<uint8_t>(f, f + length)});
+    };
+    auto frame_of = [&](uint16_t attribute) {
+        for (const Sent& s : sent)
+            if (s.attribute == attribute)
+                return s;
+        FAIL("no MAD with attribute " << attribute << " was sent");
+        return Sent{};
+    };
+    CmFileClient server(bench), client(bench);
+    constexpr uint32_t kServerIp = 0xc6120002, kClientIp = 0xc6120001;
+    const uint32_t listener = server.create_id(0x1000);
+    rdma_ucm_bind_ip b{};
+    b.id = listener;
+    b.addr = ipv4_in6(kServerIp, 5200);
+    REQUIRE(server.command(RDMA_USER_CM_CMD_BIND_IP, b) == 0);
+    rdma_ucm_listen l{};
+    l.id = listener;
+    l.backlog = 4;
+    REQUIRE(server.command(RDMA_USER_CM_CMD_LISTEN, l) == 0);
+    const uint32_t active = client.create_id(0x2000);
+    rdma_ucm_resolve_ip r{};
+    r.id = active;
+    r.src_addr = ipv4_in6(kClientIp, 0);
+    r.dst_addr = ipv4_in6(kServerIp, 5200);
+    r.timeout_ms = 5000;
+    REQUIRE(client.command(RDMA_USER_CM_CMD_RESOLVE_IP, r) == 0);
+    REQUIRE(client.next_event().event == kEventAddrResolved);
+    rdma_ucm_resolve_route rr{};
+    rr.id = active;
+    REQUIRE(client.command(RDMA_USER_CM_CMD_RESOLVE_ROUTE, rr) == 0);
+    REQUIRE(client.next_event().event == kEventRouteResolved);
+    rdma_ucm_connect c{};
+    c.id = active;
+    c.conn_param.qp_num = 0x111;
+    c.conn_param.retry_count = 7;
+    c.conn_param.valid = 1;
+    REQUIRE(client.command(RDMA_USER_CM_CMD_CONNECT, c) == 0);
+    auto e = server.next_event();
+    REQUIRE(e.event == kEventConnectRequest);
+    const uint32_t passive = e.id;
+    rdma_ucm_accept a{};
+    a.uid = 0x3000;
+    a.id = passive;
+    a.conn_param.qp_num = 0x222;
+    a.conn_param.valid = 1;
+    REQUIRE(server.command(RDMA_USER_CM_CMD_ACCEPT, a) == 0);
+    REQUIRE(client.next_event().event == kEventConnectResponse);
+    rdma_ucm_accept rtu{};
+    rtu.id = active;
+    REQUIRE(client.command(RDMA_USER_CM_CMD_ACCEPT, rtu) == 0);
+    REQUIRE(server.next_event().event == kEventEstablished);
+    for (int k = 0; k < 50; ++k)
+        bench.round();
+    REQUIRE(client.no_event_queued());
+    REQUIRE(server.no_event_queued());
+
+    const Sent req = frame_of(0x10), rep = frame_of(0x13), rtu_mad = frame_of(0x14);
+    // Delivers a frame to the other end of the wire from its sender, its ICRC made valid
+    // again after any change (so the CM, not the ICRC check, is what meets it).
+    auto replay = [&](const Sent& s, const std::function<void(std::vector<uint8_t>&)>& change) {
+        std::vector<uint8_t> f = s.frame;
+        if (change) {
+            change(f);
+            const size_t ip_length = f.size() - 14;
+            const uint32_t icrc = softhca::transport::compute_icrc(f.data() + 14, ip_length - 4);
+            for (int i = 0; i < 4; ++i)
+                f[f.size() - 4 + static_cast<size_t>(i)] = static_cast<uint8_t>(icrc >> (8 * i));
+        }
+        bench.ports.deliver(1 - s.from, f.data(), static_cast<uint32_t>(f.size()));
+        for (int k = 0; k < 20; ++k)
+            bench.round();
+    };
+    const auto before = bench.cm.counters();
+    SECTION("replayed: the REQ, the REP and the RTU of the connection again") {
+        replay(req, nullptr);
+        replay(rep, nullptr);
+        replay(rtu_mad, nullptr);
+        // Each one is a duplicate; the REP is answered with the RTU again (the first one
+        // may have been lost, 12.9.8.3), which the passive side meets as a fourth.
+        CHECK(bench.cm.counters().duplicates == before.duplicates + 4);
+        CHECK(bench.cm.counters().mads_dropped == before.mads_dropped);
+    }
+    SECTION("malformed: another class version, an unknown attribute, a REP and an RTU for no "
+            "connection, a DREQ for another QP") {
+        replay(rep, [&](std::vector<uint8_t>& f) { f[kMad + 3] = 1; }); // class version 1
+        replay(rep, [&](std::vector<uint8_t>& f) { f[kMad + 17] = 0x99; });
+        replay(rep, [&](std::vector<uint8_t>& f) { f[kMad + 24 + 4] ^= 0xff; }); // remote id
+        replay(rtu_mad, [&](std::vector<uint8_t>& f) { f[kMad + 24] ^= 0xff; }); // local id
+        // A DREQ made from the RTU: the comm ids are right, the remote QPN (offset 8) not.
+        replay(rtu_mad, [&](std::vector<uint8_t>& f) {
+            f[kMad + 17] = 0x15;
+            f[kMad + 24 + 10] ^= 0x7f;
+        });
+        CHECK(bench.cm.counters().mads_dropped == before.mads_dropped + 5);
+        CHECK(bench.cm.counters().duplicates == before.duplicates);
+    }
+    SECTION("truncated: a MAD cut short") {
+        Sent cut = rep;
+        // 64 bytes of MAD, lengths in the IPv4 and UDP headers made to match.
+        cut.frame.resize(kMad + 64 + 4);
+        replay(cut, [&](std::vector<uint8_t>& f) {
+            const size_t ip_length = f.size() - 14;
+            f[14 + 2] = static_cast<uint8_t>(ip_length >> 8);
+            f[14 + 3] = static_cast<uint8_t>(ip_length);
+            f[14 + 10] = f[14 + 11] = 0;
+            const uint16_t sum = softhca::transport::ipv4_header_checksum(f.data() + 14, 20);
+            f[14 + 10] = static_cast<uint8_t>(sum >> 8);
+            f[14 + 11] = static_cast<uint8_t>(sum);
+            const size_t udp_length = ip_length - 20;
+            f[14 + 20 + 4] = static_cast<uint8_t>(udp_length >> 8);
+            f[14 + 20 + 5] = static_cast<uint8_t>(udp_length);
+        });
+        CHECK(bench.cm.counters().mads_dropped == before.mads_dropped + 1);
+    }
+    // Nothing was reported, and the connection is what it was: a disconnect still
+    // reaches both sides.
+    CHECK(client.no_event_queued());
+    CHECK(server.no_event_queued());
+    rdma_ucm_disconnect d{};
+    d.id = active;
+    REQUIRE(client.command(RDMA_USER_CM_CMD_DISCONNECT, d) == 0);
+    REQUIRE(server.next_event().event == kEventDisconnected);
+    d.id = passive;
+    REQUIRE(server.command(RDMA_USER_CM_CMD_DISCONNECT, d) == 0);
+    REQUIRE(client.next_event().event == kEventDisconnected);
+}
