@@ -27,6 +27,13 @@ constexpr size_t kRxBurstsPerRound = 16;
 constexpr size_t kTxPacketsPerRound = 64;
 constexpr size_t kTxMostPerQp = 32;
 constexpr size_t kTxLeastPerQp = 4;
+
+// How the ICRC of a frame received on `port` is checked.
+tp::Icrc received_icrc(const PortInfo& port) {
+    return port.icrc_offload ? tp::Icrc::Offloaded
+           : port.kernel_udp ? tp::Icrc::Ipv4IdUnknown
+                             : tp::Icrc::Computed;
+}
 } // namespace
 
 Datapath::Datapath(PortSet& ports, const std::vector<Device>& devices, KeySpace& tables)
@@ -94,7 +101,8 @@ bool Datapath::poll(uint64_t now) {
         std::vector<LocalMad> mads;
         mads.swap(local_mads_);
         for (const LocalMad& m : mads)
-            handle_frame(m.port, m.frame.data(), static_cast<uint32_t>(m.frame.size()), now);
+            handle_frame(m.port, m.frame.data(), static_cast<uint32_t>(m.frame.size()), now,
+                         tp::Icrc::Computed);
     }
     for (auto& device : tables_.srqs_by_device)
         for (auto& [srqn, srq] : device)
@@ -163,8 +171,9 @@ void Datapath::arm_doorbells() {
 size_t Datapath::receive(size_t port, uint64_t now) {
     RxFrame frames[kRxBurst];
     const size_t n = ports_.receive(port, frames, kRxBurst);
+    const tp::Icrc icrc = received_icrc(ports_.info(port));
     for (size_t i = 0; i < n; ++i)
-        handle_frame(port, frames[i].data, frames[i].length, now);
+        handle_frame(port, frames[i].data, frames[i].length, now, icrc);
     // Writes into applications' memory were queued from the frames: do them (one call
     // per process memory) before the frames go back and before any ACK leaves.
     ProcessMemory::flush_all_writes();
@@ -173,7 +182,8 @@ size_t Datapath::receive(size_t port, uint64_t now) {
     return n;
 }
 
-void Datapath::handle_frame(size_t port, const uint8_t* data, uint32_t length, uint64_t now) {
+void Datapath::handle_frame(size_t port, const uint8_t* data, uint32_t length, uint64_t now,
+                            tp::Icrc icrc) {
     PortCounters& counters = ports_.counters(port);
     ArpMessage arp;
     if (parse_arp(data, length, arp)) {
@@ -193,7 +203,7 @@ void Datapath::handle_frame(size_t port, const uint8_t* data, uint32_t length, u
     }
     const bool kernel_udp = ports_.info(port).kernel_udp;
     tp::ParsedFrame frame;
-    switch (tp::parse_roce_frame(data, length, frame, kernel_udp)) {
+    switch (tp::parse_roce_frame(data, length, frame, icrc)) {
     case tp::FrameError::None:
         break;
     case tp::FrameError::BadIcrc:
@@ -382,8 +392,12 @@ bool Datapath::transmit(EngineQp& qp, uint64_t now, size_t budget) {
                                             loopback_.size() - front - tp::kIcrcBytes, now);
             if (!n)
                 break;
+            // A frame only for this port never leaves the engine: its ICRC is offloaded
+            // unless a copy goes on the wire too.
+            const tp::Icrc icrc =
+                multicast && !info.icrc_offload ? tp::Icrc::Computed : tp::Icrc::Offloaded;
             const size_t length =
-                tp::finish_roce_frame(loopback_.data(), addressing, n, next_ipv4_id(info));
+                tp::finish_roce_frame(loopback_.data(), addressing, n, next_ipv4_id(info), icrc);
             if (multicast) {
                 TxFrame frame;
                 if (ports_.tx_alloc(port, frame)) {
@@ -391,7 +405,7 @@ bool Datapath::transmit(EngineQp& qp, uint64_t now, size_t budget) {
                     ports_.tx_queue(port, frame, static_cast<uint32_t>(length));
                 }
             }
-            handle_frame(port, loopback_.data(), static_cast<uint32_t>(length), now);
+            handle_frame(port, loopback_.data(), static_cast<uint32_t>(length), now, icrc);
             ProcessMemory::flush_all_writes(); // the next packet reuses loopback_
             sent = true;
             continue;
@@ -405,7 +419,9 @@ bool Datapath::transmit(EngineQp& qp, uint64_t now, size_t budget) {
             ports_.tx_abort(frame);
             break;
         }
-        const size_t length = tp::finish_roce_frame(frame.data, addressing, n, next_ipv4_id(info));
+        const size_t length =
+            tp::finish_roce_frame(frame.data, addressing, n, next_ipv4_id(info),
+                                  info.icrc_offload ? tp::Icrc::Offloaded : tp::Icrc::Computed);
         ports_.tx_queue(port, frame, static_cast<uint32_t>(length));
         sent = true;
     }

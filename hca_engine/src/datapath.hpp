@@ -61,7 +61,11 @@ class Datapath final : public QpSchedule, public MadSender {
 
   private:
     size_t receive(size_t port, uint64_t now); // frames taken
-    void handle_frame(size_t port, const uint8_t* data, uint32_t length, uint64_t now);
+    // `icrc`: how the frame's ICRC is checked (offloaded for frames this engine built and
+    // handed to itself, PortInfo::icrc_offload).
+    void handle_frame(size_t port, const uint8_t* data, uint32_t length, uint64_t now,
+                      transport::Icrc icrc);
+
     // Neighbour resolution (neighbor_resolution.cpp): ARP and ND in, answers out.
     void handle_arp(size_t port, const ArpMessage& arp, uint64_t now);
     void handle_neighbor_discovery(size_t port, const NdMessage& nd, uint64_t now);

@@ -9,6 +9,7 @@
 #include <rte_ring.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <memory>
@@ -182,6 +183,11 @@ DpdkPortSet::DpdkPortSet(const EngineConfig& config) : dpdk_(std::make_unique<Dp
             if (!info.capture->open(path))
                 throw std::runtime_error("cannot write the capture " + path);
         }
+        // The built-in wire's rings are this engine's own: ICRC offload unless a capture
+        // or the fault injector sees the frames, or SOFTHCA_WIRE_ICRC=1 asks for it.
+        const char* wire_icrc = std::getenv("SOFTHCA_WIRE_ICRC");
+        info.icrc_offload = info.devargs.empty() && !info.capture && !info.faults.enabled() &&
+                            !(wire_icrc && std::string(wire_icrc) == "1");
         ports_.push_back(info);
     }
     dpdk_->tx.resize(ports_.size());

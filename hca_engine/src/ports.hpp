@@ -67,6 +67,11 @@ struct PortInfo {
     // A kernel UDP socket port (udp_ports.hpp): the kernel resolves neighbours, and sends
     // with UDP source port 4791, IPv4 identification 0 and DF, so frames are built so.
     bool kernel_udp = false;
+    // Frames on this port go from this engine to itself and nothing in between can see or
+    // change them (the built-in wire, without a capture or injected faults): their ICRC
+    // is neither computed nor checked, as a NIC's loopback with ICRC offload
+    // (transport::Icrc::Offloaded). Every other port computes and checks every ICRC.
+    bool icrc_offload = false;
     bool link_up = false; // the link as DPDK reports it, and the port administratively up
     bool admin_up = true;
     PortCounters counters;

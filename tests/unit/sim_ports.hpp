@@ -160,6 +160,12 @@ class SimulatedPortSet final : public softhca::engine::PortSet {
         rx_[index].push_back(f);
     }
 
+    // Both ports as the built-in wire without captures or faults: ICRCs offloaded.
+    void offload_icrc() {
+        for (auto& info : ports_)
+            info.icrc_offload = true;
+    }
+
     const softhca::engine::FaultInjector& faults(size_t index) const {
         return ports_[index].faults;
     }

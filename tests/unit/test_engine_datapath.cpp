@@ -249,3 +249,42 @@ TEST_CASE("engine data path: a deregistered MR's rkey is refused at once, though
     CHECK(b.buffer.data()[0] == 0);
     CHECK(b.buffer.data()[8191] == 0);
 }
+
+TEST_CASE("engine data path: on a port with ICRC offload (the built-in wire) frames carry no "
+          "ICRC and every byte still arrives; on any other port every frame has its ICRC") {
+    const bool offload = GENERATE(false, true);
+    INFO((offload ? "offloaded" : "computed"));
+    Bench bench({}, false);
+    if (offload)
+        bench.ports.offload_icrc();
+    uint64_t frames = 0, valid_icrc = 0;
+    bench.ports.tap = [&](size_t, const uint8_t* f, uint32_t length) {
+        if (f[12] != 0x08 || f[13] != 0x00)
+            return; // ARP
+        ++frames;
+        tp::ParsedFrame parsed;
+        valid_icrc += tp::parse_roce_frame(f, length, parsed) == tp::FrameError::None;
+    };
+    Host& a = *bench.a;
+    Host& b = *bench.b;
+    constexpr uint32_t kLength = 65536;
+    fill(a.buffer.data(), 1, kLength);
+    a.post_send(1, 0, 0, kLength, b.buffer.addr(), b.mr.rkey); // RDMA WRITE, 16 packets
+    fill(b.buffer.data() + kLength, 2, kLength);
+    a.post_send(2, 4, kLength, kLength, b.buffer.addr() + kLength, b.mr.rkey); // READ
+    di::CompletionEntry e;
+    int completed = 0;
+    for (int round = 0; round < 10000 && completed < 2; ++round) {
+        bench.round();
+        while (a.poll(e)) {
+            REQUIRE(e.status == 0);
+            ++completed;
+        }
+    }
+    REQUIRE(completed == 2);
+    CHECK(first_mismatch(b.buffer.data(), 1, kLength) == -1);
+    CHECK(first_mismatch(a.buffer.data() + kLength, 2, kLength) == -1);
+    CHECK(frames > 0);
+    CHECK(valid_icrc == (offload ? 0 : frames));
+    CHECK(bench.ports.counters(0).rx_bad_icrc + bench.ports.counters(1).rx_bad_icrc == 0);
+}

@@ -67,12 +67,13 @@ TEST_CASE("an IPv4 header rebuilt without its identification still checks the IC
             INFO(file << " frame of " << bytes.size() << " bytes");
             if (load_be16(captured.bytes.data() + 14 + 4) != 0)
                 CHECK(parse_roce_frame(bytes.data(), bytes.size(), frame) == FrameError::BadIcrc);
-            REQUIRE(parse_roce_frame(bytes.data(), bytes.size(), frame, true) == FrameError::None);
+            REQUIRE(parse_roce_frame(bytes.data(), bytes.size(), frame, Icrc::Ipv4IdUnknown) ==
+                    FrameError::None);
             // Damage elsewhere is still found.
             auto corrupted = bytes;
             corrupted[corrupted.size() - 8] ^= 0x21; // in the IB packet, before the ICRC
-            CHECK(parse_roce_frame(corrupted.data(), corrupted.size(), frame, true) ==
-                  FrameError::BadIcrc);
+            CHECK(parse_roce_frame(corrupted.data(), corrupted.size(), frame,
+                                   Icrc::Ipv4IdUnknown) == FrameError::BadIcrc);
             ++frames_checked;
         }
     }
@@ -98,6 +99,36 @@ TEST_CASE("a corrupted byte anywhere in the IB packet fails the ICRC") {
     store_be16(hop.data() + 14 + 10, 0);
     store_be16(hop.data() + 14 + 10, ipv4_header_checksum(hop.data() + 14, 20));
     CHECK(parse_roce_frame(hop.data(), hop.size(), frame) == FrameError::None);
+}
+
+TEST_CASE("an offloaded ICRC is sent as zero and passes only where it is offloaded") {
+    FrameAddressing a;
+    a.src_mac = {2, 0, 0, 0, 0, 1};
+    a.dst_mac = {2, 0, 0, 0, 0, 2};
+    a.src_gid = gid_from_ipv4(0xc6120001);
+    a.dst_gid = gid_from_ipv4(0xc6120002);
+    a.udp_src_port = 0xc000;
+    a.hop_limit = 64;
+    std::vector<uint8_t> frame(256, 0);
+    auto* bth = reinterpret_cast<Bth*>(frame.data() + roce_header_bytes(a));
+    bth->set(op::rc(op::kSendOnly), false, 0, 0xffff, 0x11, true, 7);
+    const size_t ib_length = sizeof(Bth) + 64;
+    const size_t length = finish_roce_frame(frame.data(), a, ib_length, 9, Icrc::Offloaded);
+    ParsedFrame parsed;
+    CHECK(load_be32(frame.data() + length - 4) == 0);
+    CHECK(parse_roce_frame(frame.data(), length, parsed, Icrc::Offloaded) == FrameError::None);
+    CHECK(parsed.ib_length == ib_length);
+    CHECK(parse_roce_frame(frame.data(), length, parsed) == FrameError::BadIcrc);
+    // The IPv4 header checksum is still there and still checked.
+    frame[14 + 8] ^= 1;
+    CHECK(parse_roce_frame(frame.data(), length, parsed, Icrc::Offloaded) ==
+          FrameError::BadChecksum);
+    frame[14 + 8] ^= 1;
+    // Built with its ICRC, the same frame passes everywhere.
+    CHECK(finish_roce_frame(frame.data(), a, ib_length, 9) == length);
+    CHECK(load_be32(frame.data() + length - 4) != 0);
+    CHECK(parse_roce_frame(frame.data(), length, parsed) == FrameError::None);
+    CHECK(parse_roce_frame(frame.data(), length, parsed, Icrc::Offloaded) == FrameError::None);
 }
 
 TEST_CASE("malformed frames are rejected, not read past their end") {

@@ -9,12 +9,26 @@
 namespace softhca::transport {
 
 uint16_t ipv4_header_checksum(const uint8_t* header, size_t length) {
-    uint32_t sum = 0;
-    for (size_t i = 0; i + 1 < length; i += 2)
-        sum += load_be16(header + i);
+    // RFC 1071 2(B): the one's complement sum does not depend on byte order, so 32-bit
+    // words are added in the machine's order, folded, and the result put in network order.
+    uint64_t sum = 0;
+    size_t i = 0;
+    for (; i + 4 <= length; i += 4) {
+        uint32_t word;
+        std::memcpy(&word, header + i, 4);
+        sum += word;
+    }
+    if (i + 2 <= length) {
+        uint16_t half;
+        std::memcpy(&half, header + i, 2);
+        sum += half;
+    }
     while (sum >> 16)
         sum = (sum & 0xffff) + (sum >> 16);
-    return static_cast<uint16_t>(~sum);
+    const uint16_t folded = static_cast<uint16_t>(~sum);
+    uint8_t bytes[2];
+    std::memcpy(bytes, &folded, 2);
+    return load_be16(bytes);
 }
 
 uint32_t compute_icrc(const uint8_t* ip, size_t ip_length) {
@@ -52,7 +66,7 @@ size_t roce_header_bytes(const FrameAddressing& a) {
 }
 
 size_t finish_roce_frame(uint8_t* frame, const FrameAddressing& a, size_t ib_length,
-                         uint16_t ipv4_id) {
+                         uint16_t ipv4_id, Icrc icrc_mode) {
     const bool v4 = gid_is_ipv4_mapped(a.dst_gid);
     uint8_t* eth = frame;
     std::memcpy(eth, a.dst_mac.data(), 6);
@@ -88,7 +102,7 @@ size_t finish_roce_frame(uint8_t* frame, const FrameAddressing& a, size_t ib_len
     store_be16(udp + 4, static_cast<uint16_t>(udp_length));
     store_be16(udp + 6, 0); // RoCEv2 sends a zero UDP checksum (A17.4.3)
     const size_t ip_length = ip_header + kUdpHeaderBytes + ib_length;
-    const uint32_t icrc = compute_icrc(ip, ip_length);
+    const uint32_t icrc = icrc_mode == Icrc::Offloaded ? 0 : compute_icrc(ip, ip_length);
     uint8_t* tail = ip + ip_length;
     tail[0] = static_cast<uint8_t>(icrc);
     tail[1] = static_cast<uint8_t>(icrc >> 8);
@@ -97,8 +111,7 @@ size_t finish_roce_frame(uint8_t* frame, const FrameAddressing& a, size_t ib_len
     return kEthernetHeaderBytes + ip_length + kIcrcBytes;
 }
 
-FrameError parse_roce_frame(const uint8_t* frame, size_t length, ParsedFrame& out,
-                            bool ipv4_id_unknown) {
+FrameError parse_roce_frame(const uint8_t* frame, size_t length, ParsedFrame& out, Icrc icrc) {
     if (length < kEthernetHeaderBytes)
         return FrameError::Malformed;
     out = ParsedFrame{};
@@ -159,10 +172,12 @@ FrameError parse_roce_frame(const uint8_t* frame, size_t length, ParsedFrame& ou
     const uint32_t carried = static_cast<uint32_t>(tail[0]) | static_cast<uint32_t>(tail[1]) << 8 |
                              static_cast<uint32_t>(tail[2]) << 16 |
                              static_cast<uint32_t>(tail[3]) << 24;
-    if (const uint32_t computed = compute_icrc(ip, ip_length); computed != carried) {
+    if (icrc == Icrc::Offloaded) {
+        // Built by this engine and never out of it: nothing to check.
+    } else if (const uint32_t computed = compute_icrc(ip, ip_length); computed != carried) {
         uint16_t id = 0;
         bool df = true;
-        if (!ipv4_id_unknown || ethertype != kEtherTypeIpv4 ||
+        if (icrc != Icrc::Ipv4IdUnknown || ethertype != kEtherTypeIpv4 ||
             !icrc_explained_by_ipv4_id(computed, carried, ip_length, id, df))
             return FrameError::BadIcrc;
     }

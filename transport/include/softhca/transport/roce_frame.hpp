@@ -42,11 +42,24 @@ struct FrameAddressing {
 // Bytes in front of the IB packet for this addressing (Ethernet + IP + UDP).
 size_t roce_header_bytes(const FrameAddressing& addressing);
 
+// Whether a frame's ICRC (A17.4.2) is computed when it is built and checked when it
+// arrives. Offloaded is for frames that this engine builds and receives itself without
+// anything in between that could see or change them (as a NIC's own loopback with ICRC
+// offload): the ICRC field is then zero on sending and not checked on arrival.
+enum class Icrc : uint8_t {
+    Computed,      // sent with its ICRC; checked on arrival
+    Ipv4IdUnknown, // checked on arrival, the IPv4 header rebuilt by a receiver that could
+                   // not see the identification and DF bit (a kernel UDP socket, which
+                   // gives 0 and DF): it passes when some value of them explains the
+                   // difference (icrc_ipv4_id.hpp)
+    Offloaded,     // neither computed nor checked
+};
+
 // Writes Ethernet, IP and UDP headers in front of an IB packet of ib_length bytes that
-// already sits at frame + roce_header_bytes(), then appends the ICRC after it. Returns
-// the whole frame length.
+// already sits at frame + roce_header_bytes(), then appends the ICRC after it (zero when
+// `icrc` is Offloaded). Returns the whole frame length.
 size_t finish_roce_frame(uint8_t* frame, const FrameAddressing& addressing, size_t ib_length,
-                         uint16_t ipv4_id = 0);
+                         uint16_t ipv4_id = 0, Icrc icrc = Icrc::Computed);
 
 struct ParsedFrame {
     FrameAddressing addressing; // as found (src/dst swapped as seen by the receiver)
@@ -64,11 +77,9 @@ enum class FrameError : uint8_t {
     BadIcrc,
 };
 
-// ipv4_id_unknown: the frame's IPv4 header was rebuilt by a receiver that could not see
-// the identification and DF bit (a kernel UDP socket), with 0 and DF set; the ICRC then
-// passes when some value of them explains the difference (icrc_ipv4_id.hpp).
+// Parses and validates a RoCEv2 frame; `icrc` says how its ICRC is checked.
 FrameError parse_roce_frame(const uint8_t* frame, size_t length, ParsedFrame& out,
-                            bool ipv4_id_unknown = false);
+                            Icrc icrc = Icrc::Computed);
 
 // The 40 bytes a UD receive finds in front of its data (ibv_post_recv(3)): for RoCEv2 over
 // IPv6 the IPv6 header; over IPv4, 20 zero bytes and then the IPv4 header, as
