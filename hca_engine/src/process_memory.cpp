@@ -285,9 +285,7 @@ bool ProcessMemory::flush_writes() {
     const ssize_t moved =
         ::process_vm_writev(pid_, queued_local_, queued_, queued_far_, queued_, 0);
     const bool ok = moved == queued_bytes_;
-    queued_ = 0;
-    queued_bytes_ = 0;
-    small_used_ = 0;
+    clear_queue();
     if (!ok && failure() == MemoryStatus::Fault) {
         write_fault_ = true;
         fault_to_report_ = true;
@@ -295,11 +293,53 @@ bool ProcessMemory::flush_writes() {
     return ok;
 }
 
+void ProcessMemory::clear_queue() {
+    queued_ = 0;
+    queued_bytes_ = 0;
+    small_used_ = 0;
+}
+
+void ProcessMemory::flush_dirty() {
+    // One process_vm_writev per process, not per QP: a burst that lands in 16 QPs of one
+    // program is one system call. If the joint call falls short (some QP's memory is
+    // gone), each member flushes alone, so that the fault is its own; writing again what
+    // the joint call already wrote puts the same bytes in the same place.
+    static iovec local[kJointWrites];
+    static iovec far[kJointWrites];
+    static ProcessMemory* members[kJointWrites];
+    for (ProcessMemory* lead = dirty_head_; lead; lead = lead->next_dirty_) {
+        if (!lead->queued_)
+            continue;
+        size_t count = 0, joined = 0;
+        ssize_t bytes = 0;
+        for (ProcessMemory* m = lead; m; m = m->next_dirty_) {
+            if (!m->queued_ || m->pid_ != lead->pid_ || count + m->queued_ > kJointWrites)
+                continue;
+            std::copy_n(m->queued_local_, m->queued_, local + count);
+            std::copy_n(m->queued_far_, m->queued_, far + count);
+            count += m->queued_;
+            bytes += m->queued_bytes_;
+            members[joined++] = m;
+        }
+        if (joined == 1) {
+            lead->flush_writes();
+            continue;
+        }
+        const bool ok = ::process_vm_writev(lead->pid_, local, count, far, count, 0) == bytes;
+        for (size_t i = 0; i < joined; ++i) {
+            if (ok)
+                members[i]->clear_queue();
+            else
+                members[i]->flush_writes();
+        }
+    }
+}
+
 void ProcessMemory::flush_all_writes() {
+    flush_dirty();
     while (ProcessMemory* m = dirty_head_) {
         dirty_head_ = m->next_dirty_;
         m->dirty_ = false;
-        m->flush_writes();
         if (m->fault_to_report_) {
             m->fault_to_report_ = false;
             if (m->listener_)
@@ -309,8 +349,7 @@ void ProcessMemory::flush_all_writes() {
 }
 
 void ProcessMemory::flush_writes_now() {
-    for (ProcessMemory* m = dirty_head_; m; m = m->next_dirty_)
-        m->flush_writes();
+    flush_dirty();
 }
 
 bool ProcessMemory::take_write_fault() {

@@ -129,6 +129,10 @@ class ProcessMemory : public transport::MemoryAccess {
     // Write-behind (see the top of this file).
     void queue_write(void* far, const void* local, size_t length);
     bool flush_writes(); // false on a fault
+    void clear_queue();
+    // Moves the queued writes of every dirty ProcessMemory, one call per process.
+    static void flush_dirty();
+    static constexpr size_t kJointWrites = 1024; // IOV_MAX
     iovec queued_local_[kMaxQueuedWrites];
     iovec queued_far_[kMaxQueuedWrites];
     static constexpr uint32_t kSmallWrite = 256;

@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <poll.h>
 #include <sys/mman.h>
@@ -362,6 +363,59 @@ TEST_CASE("a SEND into registered private memory the application made inaccessib
     CHECK(wc.wr_id == 5);
     CHECK(fatal_nak_status(wc.status, IBV_WC_REM_OP_ERR));
     expect_async_event(dev(1), IBV_EVENT_QP_FATAL, pair.b);
+    ibv_dereg_mr(mr);
+    munmap(memory, size);
+}
+
+TEST_CASE("a write that faults in one QP's private memory leaves the other QPs of the process "
+          "whole") {
+    // The engine moves the writes of one receive burst into one process in one call; when
+    // one QP's memory is gone that call falls short, and each QP's writes are moved on
+    // their own: the healthy QP's receive completes with every byte, the other fails.
+    Pair bad_pair, good_pair;
+    const size_t size = 65536;
+    void* memory = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(memory != MAP_FAILED);
+    ibv_mr* mr = ibv_reg_mr(dev(1).pd, memory, size, IBV_ACCESS_LOCAL_WRITE);
+    REQUIRE(mr);
+    Buffer good(dev(1), size, kAllAccess, /*shared=*/false);
+    ibv_recv_wr* bad_recv = nullptr;
+    ibv_sge bad_sge{reinterpret_cast<uintptr_t>(memory), 16384, mr->lkey};
+    ibv_recv_wr bad_wr{};
+    bad_wr.wr_id = 77;
+    bad_wr.sg_list = &bad_sge;
+    bad_wr.num_sge = 1;
+    REQUIRE(ibv_post_recv(bad_pair.b, &bad_wr, &bad_recv) == 0);
+    ibv_sge good_sge{good.addr(), 16384, good.mr->lkey};
+    ibv_recv_wr good_wr{};
+    good_wr.wr_id = 78;
+    good_wr.sg_list = &good_sge;
+    good_wr.num_sge = 1;
+    REQUIRE(ibv_post_recv(good_pair.b, &good_wr, &bad_recv) == 0);
+    REQUIRE(mprotect(memory, size, PROT_NONE) == 0);
+    Buffer src(dev(0), 2 * 16384, kAllAccess, /*shared=*/false);
+    fill(src, 3, 0, 16384);
+    fill(src, 4, 16384, 16384);
+    ibv_sge sge_bad{src.addr(), 16384, src.mr->lkey};
+    ibv_sge sge_good{src.addr(16384), 16384, src.mr->lkey};
+    ibv_send_wr send_good = signaled_wr(IBV_WR_SEND, &sge_good, 1, 6);
+    ibv_send_wr send_bad = signaled_wr(IBV_WR_SEND, &sge_bad, 1, 5);
+    post(good_pair.a, send_good);
+    post(bad_pair.a, send_bad);
+    std::map<uint64_t, ibv_wc> received, sent;
+    for (const ibv_wc& wc : wait_completions(dev(1), 2))
+        received[wc.wr_id] = wc;
+    for (const ibv_wc& wc : wait_completions(dev(0), 2))
+        sent[wc.wr_id] = wc;
+    REQUIRE(received.count(77));
+    REQUIRE(received.count(78));
+    CHECK(received[77].status == IBV_WC_LOC_PROT_ERR);
+    CHECK(received[78].status == IBV_WC_SUCCESS);
+    CHECK(received[78].byte_len == 16384);
+    CHECK(matches(good, 4, 0, 16384));
+    CHECK(sent[6].status == IBV_WC_SUCCESS);
+    CHECK(fatal_nak_status(sent[5].status, IBV_WC_REM_OP_ERR));
+    expect_async_event(dev(1), IBV_EVENT_QP_FATAL, bad_pair.b);
     ibv_dereg_mr(mr);
     munmap(memory, size);
 }
