@@ -264,9 +264,24 @@ void ProcessMemory::queue_write(void* far, const void* local, size_t length) {
     if (small) {
         // Small sources (an atomic's result, a GRH) may live on the caller's stack:
         // copy them. Larger ones are received frames, valid until the flush.
-        std::memcpy(small_ + small_used_, local, length);
-        local = small_ + small_used_;
+        uint8_t* copy = small_ + small_used_;
+        std::memcpy(copy, local, length);
         small_used_ += static_cast<uint32_t>(length);
+        // A small write right behind the previous one, in the process and in the arena
+        // (a stream of small RDMA WRITEs to consecutive addresses), extends it: the kernel
+        // pins a page per element, so one element instead of many is most of the cost.
+        if (queued_) {
+            iovec& last_local = queued_local_[queued_ - 1];
+            iovec& last_far = queued_far_[queued_ - 1];
+            if (static_cast<uint8_t*>(last_local.iov_base) + last_local.iov_len == copy &&
+                static_cast<uint8_t*>(last_far.iov_base) + last_far.iov_len == far) {
+                last_local.iov_len += length;
+                last_far.iov_len += length;
+                queued_bytes_ += static_cast<ssize_t>(length);
+                return; // already on the dirty list
+            }
+        }
+        local = copy;
     }
     queued_far_[queued_] = {far, length};
     queued_local_[queued_] = {const_cast<void*>(local), length};
