@@ -145,7 +145,15 @@ bool Datapath::poll(uint64_t now) {
         schedule_timer(qp);
     }
     round_.clear();
-    busy |= ports_.flush() > 0;
+    if (ports_.flush() > 0) {
+        busy = true;
+        // What went out on the built-in wire is already in the other port's queue: take it
+        // in now, a round earlier (a message's responder and completion, half a round
+        // trip's latency).
+        for (size_t port = 0; port < ports_.size(); ++port)
+            if (ports_.info(port).in_engine_wire)
+                receive(port, now);
+    }
     for (auto& device : tables_.srqs_by_device)
         for (auto& [srqn, srq] : device)
             srq->sync();

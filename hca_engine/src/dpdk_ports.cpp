@@ -186,7 +186,8 @@ DpdkPortSet::DpdkPortSet(const EngineConfig& config) : dpdk_(std::make_unique<Dp
         // The built-in wire's rings are this engine's own: ICRC offload unless a capture
         // or the fault injector sees the frames, or SOFTHCA_WIRE_ICRC=1 asks for it.
         const char* wire_icrc = std::getenv("SOFTHCA_WIRE_ICRC");
-        info.icrc_offload = info.devargs.empty() && !info.capture && !info.faults.enabled() &&
+        info.in_engine_wire = info.devargs.empty();
+        info.icrc_offload = info.in_engine_wire && !info.capture && !info.faults.enabled() &&
                             !(wire_icrc && std::string(wire_icrc) == "1");
         ports_.push_back(info);
     }

@@ -72,6 +72,9 @@ struct PortInfo {
     // is neither computed nor checked, as a NIC's loopback with ICRC offload
     // (transport::Icrc::Offloaded). Every other port computes and checks every ICRC.
     bool icrc_offload = false;
+    // The port's peer is another port of this engine (the built-in wire): what it sends
+    // is in the peer's receive queue as soon as it is flushed.
+    bool in_engine_wire = false;
     bool link_up = false; // the link as DPDK reports it, and the port administratively up
     bool admin_up = true;
     PortCounters counters;
