@@ -35,14 +35,21 @@ class NeighborTable {
 
     // Records address → mac; false when the table is full and the address new.
     bool learn(const transport::Gid& address, const transport::MacAddress& mac) {
+        // Every RoCE packet teaches its source: the same peer as the last one (a stream)
+        // needs no lookup. Entries are never removed, so the memo stays true.
+        if (has_last_ && address == last_address_ && mac == last_mac_)
+            return true;
         auto it = entries_.find(address);
         if (it != entries_.end()) {
             it->second = mac;
-            return true;
+        } else {
+            if (entries_.size() >= kMaxEntries)
+                return false;
+            entries_.emplace(address, mac);
         }
-        if (entries_.size() >= kMaxEntries)
-            return false;
-        entries_.emplace(address, mac);
+        has_last_ = true;
+        last_address_ = address;
+        last_mac_ = mac;
         return true;
     }
 
@@ -96,6 +103,9 @@ class NeighborTable {
         }
     };
     std::unordered_map<transport::Gid, transport::MacAddress, GidHash> entries_;
+    bool has_last_ = false; // the entry learn() made or confirmed last
+    transport::Gid last_address_{};
+    transport::MacAddress last_mac_{};
     std::unordered_map<transport::Gid, uint64_t, GidHash> last_request_;
 };
 

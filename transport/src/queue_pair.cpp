@@ -71,6 +71,7 @@ void QueuePair::set_state(QpState state, Nanoseconds now) {
             // recent reads and atomics can still be replayed (9.7.5.1.5).
             resp_.resources.assign(std::max<size_t>(16, attr_.max_dest_rd_atomic), {});
             resp_.resource_next = 0;
+            resp_.active_responses = 0;
         }
         break;
     case QpState::Sqd:
@@ -164,9 +165,8 @@ bool QueuePair::wants_transmit(Nanoseconds now) const {
         return false;
     if (resp_.ack_pending)
         return true;
-    for (const auto& r : resp_.resources)
-        if (r.active)
-            return true;
+    if (resp_.active_responses)
+        return true;
     if (state_ == QpState::Rtr || now < req_.rnr_wait_until)
         return false;
     return req_.sq_send != sq_tail_;

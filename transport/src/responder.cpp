@@ -56,9 +56,29 @@ void QueuePair::forget_srq(ReceiveQueue& srq) {
     // memory, and replays of reads from it are not served.
     rq_ = &own_rq_;
     resp_.in_progress = OpKind::Invalid;
-    for (auto& r : resp_.resources)
-        if (r.memory == &srq.memory())
+    for (auto& r : resp_.resources) {
+        if (r.memory == &srq.memory()) {
+            set_response_active(r, false);
             r = ResponderResource{};
+        }
+    }
+}
+
+void QueuePair::set_response_active(ResponderResource& r, bool active) {
+    if (r.active != active) {
+        if (active)
+            ++resp_.active_responses;
+        else
+            --resp_.active_responses;
+    }
+    r.active = active;
+}
+
+QueuePair::ResponderResource& QueuePair::next_resource() {
+    ResponderResource& r = resp_.resources[resp_.resource_next++ % resp_.resources.size()];
+    set_response_active(r, false);
+    r = ResponderResource{};
+    return r;
 }
 
 bool QueuePair::payload_length_valid(const IbPacket& packet) const {
@@ -414,8 +434,7 @@ bool QueuePair::accept_read(const IbPacket& packet, uint32_t psn) {
         return false;
     }
     const uint32_t mtu = path_mtu_bytes(attr_.mtu);
-    ResponderResource& r = resp_.resources[resp_.resource_next++ % resp_.resources.size()];
-    r = ResponderResource{};
+    ResponderResource& r = next_resource();
     r.read = true;
     r.memory = &responder_memory();
     r.first_psn = psn;
@@ -423,7 +442,7 @@ bool QueuePair::accept_read(const IbPacket& packet, uint32_t psn) {
     r.va = packet.reth->va();
     r.rkey = packet.reth->rkey();
     r.length = length;
-    r.active = true;
+    set_response_active(r, true);
     resp_.epsn = psn_add(resp_.epsn, r.packets);
     resp_.msn = (resp_.msn + 1) & kPsnMask;
     return true;
@@ -452,13 +471,12 @@ bool QueuePair::accept_atomic(const IbPacket& packet, uint32_t psn) {
         responder_nak(aeth::kNak | aeth::kNakRemoteAccessError, psn, true);
         return false;
     }
-    ResponderResource& r = resp_.resources[resp_.resource_next++ % resp_.resources.size()];
-    r = ResponderResource{};
+    ResponderResource& r = next_resource();
     r.read = false;
     r.first_psn = psn;
     r.packets = 1;
     r.atomic_original = original;
-    r.active = true;
+    set_response_active(r, true);
     resp_.epsn = psn_add(resp_.epsn, 1);
     resp_.msn = (resp_.msn + 1) & kPsnMask;
     return true;
@@ -478,7 +496,7 @@ void QueuePair::on_duplicate_request(const IbPacket& packet) {
                 r.read == (packet.info->kind == OpKind::ReadRequest)) {
                 r.next_packet = static_cast<uint32_t>(into);
                 r.replay = r.replay || !r.active;
-                r.active = true;
+                set_response_active(r, true);
                 return;
             }
         }
@@ -496,9 +514,10 @@ void QueuePair::on_duplicate_request(const IbPacket& packet) {
 size_t QueuePair::build_response(uint8_t* buffer, size_t capacity) {
     // Responses go out in PSN order: read responses and atomic ACKs of accepted
     // requests first, then the ACK/NAK, which covers later PSNs.
-    const size_t count = resp_.resources.size();
-    for (size_t n = 0; n < count; ++n) {
-        ResponderResource& r = resp_.resources[(resp_.resource_next + n) % count];
+    const size_t count = resp_.active_responses ? resp_.resources.size() : 0;
+    for (size_t n = 0, at = count ? resp_.resource_next % count : 0; n < count;
+         ++n, at = at + 1 == count ? 0 : at + 1) {
+        ResponderResource& r = resp_.resources[at];
         if (!r.active)
             continue;
         const uint32_t psn = psn_add(r.first_psn, r.next_packet);
@@ -511,7 +530,7 @@ size_t QueuePair::build_response(uint8_t* buffer, size_t capacity) {
                                                 attr_.dest_qp, false, psn);
             reinterpret_cast<Aeth*>(buffer + o.aeth)->set(ack_syndrome(), resp_.msn);
             reinterpret_cast<AtomicAckEth*>(buffer + o.atomic_ack)->set(r.atomic_original);
-            r.active = false;
+            set_response_active(r, false);
             return o.payload;
         }
         const uint32_t mtu = path_mtu_bytes(attr_.mtu);
@@ -539,19 +558,19 @@ size_t QueuePair::build_response(uint8_t* buffer, size_t capacity) {
                                              offset, buffer + o.payload, payload)
                     : MemoryStatus::Ok;
         if (read == MemoryStatus::Gone) {
-            r.active = false;
+            set_response_active(r, false);
             return 0;
         }
         if (read != MemoryStatus::Ok) {
             // The memory went away under an accepted read.
-            r.active = false;
+            set_response_active(r, false);
             responder_nak(aeth::kNak | aeth::kNakRemoteAccessError, psn, true);
             return 0;
         }
         if (pad)
             std::memset(buffer + o.payload + payload, 0, pad);
         if (++r.next_packet == r.packets) {
-            r.active = false;
+            set_response_active(r, false);
             r.memory->forget_message(r.tag);
         }
         return o.payload + payload + pad;

@@ -251,6 +251,10 @@ class QueuePair {
         bool active = false;            // responses still to send
         bool replay = false;            // answering a duplicate request again
     };
+    // A resource starts or stops having responses to send (active_responses follows).
+    void set_response_active(ResponderResource& r, bool active);
+    // The ring slot for a newly accepted read or atomic, emptied.
+    ResponderResource& next_resource();
     void on_request(const IbPacket& packet, Nanoseconds now);
     // UC: in-sequence packets continue a message, a gap drops it.
     void on_unacknowledged_request(const IbPacket& packet);
@@ -343,6 +347,9 @@ class QueuePair {
         uint32_t write_length = 0;
         std::vector<ResponderResource> resources;
         uint32_t resource_next = 0; // ring position for the next accepted read/atomic
+        // Resources with responses still to send: the per-packet paths (build_response,
+        // wants_transmit) look at the ring only when there are any.
+        uint32_t active_responses = 0;
         uint32_t response_tags = 0; // read responses named to read_message so far
         // ACK/NAK waiting to be sent (one at a time: a newer ACK replaces an older one)
         bool ack_pending = false;
