@@ -6,6 +6,8 @@ set -euo pipefail
 packages=(
     # Build
     cmake g++ make pkg-config clang-format
+    # The fuzz targets (fuzz/, tools/fuzz.sh): clang with libFuzzer and the sanitizers
+    clang libclang-rt-14-dev
     # The Debian package (tools/build-deb.sh: CPack runs dpkg-shlibdeps and dpkg-deb)
     dpkg-dev
     # The verbs ABI we implement and the system libibverbs that loads our provider
