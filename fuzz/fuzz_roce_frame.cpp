@@ -5,8 +5,8 @@
 #include "arp.hpp"
 #include "neighbor_discovery.hpp"
 #include "softhca/transport/ib_packet.hpp"
-#include "softhca/transport/work_requests.hpp"
 #include "softhca/transport/roce_frame.hpp"
+#include "softhca/transport/work_requests.hpp"
 
 #include <cstdlib>
 #include <vector>

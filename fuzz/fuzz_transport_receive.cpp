@@ -31,8 +31,7 @@ void check_output(tp::QueuePair& qp, tp::Nanoseconds now) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (size < 2)
         return 0;
-    static constexpr tp::Service kServices[] = {tp::Service::RC, tp::Service::UC,
-                                                tp::Service::UD};
+    static constexpr tp::Service kServices[] = {tp::Service::RC, tp::Service::UC, tp::Service::UD};
     const tp::Service service = kServices[data[0] % 3];
     const unsigned target_state = data[1] % 5; // RTR, RTS, SQD, SQE (UD/UC), ERR
     data += 2;
@@ -81,9 +80,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                       tp::WrOpcode::RdmaRead, tp::WrOpcode::AtomicFetchAdd,
                                       tp::WrOpcode::SendWithImm};
         for (uint64_t i = 0; i < 5; ++i) {
-            tp::SendWqe w = sim::one_sge_request(200 + i, kinds[i], memory, key,
-                                                 kinds[i] == tp::WrOpcode::AtomicFetchAdd ? 8
-                                                                                          : 2048);
+            tp::SendWqe w =
+                sim::one_sge_request(200 + i, kinds[i], memory, key,
+                                     kinds[i] == tp::WrOpcode::AtomicFetchAdd ? 8 : 2048);
             w.signaled = true;
             w.remote_addr = memory.region(key).addr + 32768;
             w.rkey = key;

@@ -59,10 +59,13 @@ int ContextResources::bind_mw(const transport::WindowBind& bind, uint32_t pd_han
     // (10.6.7.2.2); a type 1 window may be rebound at any time.
     if (mw.type == 2 && mw.bound)
         return EINVAL;
+    // A window grants remote rights only; local write among its flags (rdma-core's tests
+    // pass it) means nothing and is ignored, as rxe and mlx5 ignore it. Zero-based
+    // windows are not supported.
     constexpr uint32_t kWindowAccess =
         di::kAccessRemoteWrite | di::kAccessRemoteRead | di::kAccessRemoteAtomic;
-    if (bind.access & ~kWindowAccess)
-        return EINVAL; // zero-based windows are not supported
+    if (bind.access & ~(kWindowAccess | di::kAccessLocalWrite))
+        return EINVAL;
     MemoryRegion* mr = nullptr;
     if (bind.length || mw.type == 2) {
         auto found = mrs_by_key_.find(bind.mr_lkey);
@@ -88,7 +91,7 @@ int ContextResources::bind_mw(const transport::WindowBind& bind, uint32_t pd_han
     mw.mr_lkey = mr ? mr->lkey : 0;
     mw.addr = bind.addr;
     mw.length = bind.length;
-    mw.access = bind.access;
+    mw.access = bind.access & kWindowAccess;
     mw.qp_num = mw.type == 2 ? qp_num : 0;
     if (mr)
         ++mr->bound_windows;

@@ -132,13 +132,28 @@ int poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
     const di::CompletionEntry* entries = di::cq_ring_entries(ring);
     int polled = 0;
     while (polled < num_entries && consumer != producer) {
-        to_wc(entries[consumer & (ring->slots - 1)], wc[polled]);
+        const di::CompletionEntry& entry = entries[consumer & (ring->slots - 1)];
         ++consumer;
+        if (entry.discarded)
+            continue;
+        to_wc(entry, wc[polled]);
         ++polled;
     }
     ring->consumer.store(consumer, std::memory_order_release);
     note_empty_poll(*cq, polled == 0);
     return polled;
+}
+
+void discard_completions(Cq& cq, uint32_t qp_num) {
+    std::lock_guard<std::mutex> lock(cq.lock);
+    di::CqRingHeader* ring = cq.ring;
+    const uint64_t producer = ring->producer.load(std::memory_order_acquire);
+    di::CompletionEntry* entries = di::cq_ring_entries(ring);
+    for (uint64_t i = ring->consumer.load(std::memory_order_relaxed); i != producer; ++i) {
+        di::CompletionEntry& entry = entries[i & (ring->slots - 1)];
+        if (entry.qp_num == qp_num)
+            entry.discarded = 1;
+    }
 }
 
 void note_empty_poll(Cq& cq, bool empty) {

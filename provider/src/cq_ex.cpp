@@ -23,7 +23,14 @@ const di::CompletionEntry& current(ibv_cq_ex* ibcq) {
 // Makes the entry at the batch position current, if the engine has produced it.
 bool load_current(Cq& cq) {
     di::CqRingHeader* ring = cq.ring;
-    if (cq.batch_consumer == ring->producer.load(std::memory_order_acquire)) {
+    const uint64_t producer = ring->producer.load(std::memory_order_acquire);
+    // Entries of a QP reset or destroyed since they were made are skipped.
+    while (cq.batch_consumer != producer &&
+           di::cq_ring_entries(ring)[cq.batch_consumer & (ring->slots - 1)].discarded) {
+        ++cq.batch_consumer;
+        ring->consumer.store(cq.batch_consumer, std::memory_order_release);
+    }
+    if (cq.batch_consumer == producer) {
         cq.current = nullptr;
         return false;
     }

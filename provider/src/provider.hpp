@@ -165,6 +165,8 @@ void to_wc(const device_interface::CompletionEntry& e, ibv_wc& wc);
 uint8_t wc_sl(const device_interface::CompletionEntry& e);
 // An application that polls an empty CQ gives the engine a turn now and then (cq.cpp).
 void note_empty_poll(Cq& cq, bool empty);
+// Marks the unpolled completions of QP `qp_num` discarded (the QP was reset or destroyed).
+void discard_completions(Cq& cq, uint32_t qp_num);
 // Completion channels (comp_channel.cpp): the engine's write end of `channel` (-1 with
 // errno EINVAL when it is not one of ours), and, once the engine has destroyed `cq`,
 // its unread events taken out and the delivered ones waited for.

@@ -290,6 +290,21 @@ ibv_qp* open_qp(ibv_context* context, ibv_qp_open_attr* attr) {
     return &q;
 }
 
+namespace {
+
+void forget_completions(ibv_qp& qp) {
+    // A QP reset or destroyed leaves nothing of its own in its CQs: its completions not
+    // yet polled (the flush errors of its error state, say) are not reported after it
+    // starts again, as HCA drivers clean the CQs (libmlx5's __mlx5_cq_clean). The engine
+    // makes none for it once the modify or destroy has returned.
+    if (qp.send_cq)
+        discard_completions(*to_cq(qp.send_cq), qp.qp_num);
+    if (qp.recv_cq && qp.recv_cq != qp.send_cq)
+        discard_completions(*to_cq(qp.recv_cq), qp.qp_num);
+}
+
+} // namespace
+
 int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int attr_mask) {
     Qp* qp = to_qp(ibqp);
     di::ModifyQpRequest request{};
@@ -297,8 +312,12 @@ int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int attr_mask) {
     request.attr_mask = static_cast<uint32_t>(attr_mask);
     fill_attributes(*attr, attr_mask, request.attr);
     di::ReplyHeader reply{};
-    return state_of(ibqp->context)
-        .control.call(di::Opcode::ModifyQp, &request, sizeof(request), &reply, sizeof(reply));
+    const int err =
+        state_of(ibqp->context)
+            .control.call(di::Opcode::ModifyQp, &request, sizeof(request), &reply, sizeof(reply));
+    if (!err && (attr_mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RESET)
+        forget_completions(*ibqp);
+    return err;
 }
 
 int query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int /*attr_mask*/, ibv_qp_init_attr* init_attr) {
@@ -361,6 +380,7 @@ int destroy_qp(ibv_qp* ibqp) {
     Qp* qp = to_qp(ibqp);
     if (int err = state_of(ibqp->context).control.destroy(di::Opcode::DestroyQp, qp->handle))
         return err;
+    forget_completions(*ibqp);
     ::munmap(qp->ring, qp->ring_bytes);
     delete qp;
     return 0;

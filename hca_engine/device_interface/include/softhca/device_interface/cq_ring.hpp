@@ -55,7 +55,10 @@ struct CompletionEntry {
     uint8_t sl;
     uint8_t dlid_path_bits;
     uint8_t network_header; // kNetworkHeader*: what a UD receive came over
-    uint8_t reserved0;
+    // Written by the provider only (the engine writes 0): the entry's QP was reset or
+    // destroyed before the entry was polled, and polling skips it, as an HCA driver
+    // cleans a CQ of such a QP's completions (libmlx5's __mlx5_cq_clean).
+    uint8_t discarded;
     // A small received message staged in the entry (DESIGN.md: the provider copies it
     // into the receive buffer inside poll_cq, before it returns the completion):
     // staged_length bytes of `staged` go to staged_addr. 0: the engine wrote the buffer.
