@@ -200,6 +200,81 @@ ib_uverbs_qp_attr qp_attr(CmFileClient& f, uint32_t id, uint32_t state) {
     return a;
 }
 
+// A listening id bound to `address`; returns it.
+uint32_t listen_at(CmFileClient& server, uint64_t uid, const sockaddr_in6& address,
+                   uint32_t backlog) {
+    const uint32_t listener = server.create_id(uid);
+    rdma_ucm_bind_ip b{};
+    b.id = listener;
+    b.addr = address;
+    REQUIRE(server.command(RDMA_USER_CM_CMD_BIND_IP, b) == 0);
+    rdma_ucm_listen l{};
+    l.id = listener;
+    l.backlog = backlog;
+    REQUIRE(server.command(RDMA_USER_CM_CMD_LISTEN, l) == 0);
+    return listener;
+}
+
+// A new id with its address and route resolved from `source` to `destination`.
+uint32_t resolve_to(CmFileClient& client, uint64_t uid, const sockaddr_in6& source,
+                    const sockaddr_in6& destination) {
+    const uint32_t id = client.create_id(uid);
+    rdma_ucm_resolve_ip r{};
+    r.id = id;
+    r.src_addr = source;
+    r.dst_addr = destination;
+    r.timeout_ms = 5000;
+    REQUIRE(client.command(RDMA_USER_CM_CMD_RESOLVE_IP, r) == 0);
+    REQUIRE(client.next_event().event == kEventAddrResolved);
+    rdma_ucm_resolve_route rr{};
+    rr.id = id;
+    REQUIRE(client.command(RDMA_USER_CM_CMD_RESOLVE_ROUTE, rr) == 0);
+    REQUIRE(client.next_event().event == kEventRouteResolved);
+    return id;
+}
+
+// The same, then connected with QP `qp_num`, as rdma_connect does it; returns the id (the
+// REQ is on its way).
+uint32_t connect_to(CmFileClient& client, uint64_t uid, const sockaddr_in6& source,
+                    const sockaddr_in6& destination, uint32_t qp_num) {
+    const uint32_t active = resolve_to(client, uid, source, destination);
+    rdma_ucm_connect c{};
+    c.id = active;
+    c.conn_param.qp_num = qp_num;
+    c.conn_param.retry_count = 7;
+    c.conn_param.rnr_retry_count = 7;
+    c.conn_param.valid = 1;
+    REQUIRE(client.command(RDMA_USER_CM_CMD_CONNECT, c) == 0);
+    return active;
+}
+
+// The active side disconnects, the passive side sees it and disconnects too, and the
+// active side sees that.
+void disconnect_both(CmFileClient& client, uint32_t active, CmFileClient& server,
+                     uint32_t passive) {
+    rdma_ucm_disconnect d{};
+    d.id = active;
+    REQUIRE(client.command(RDMA_USER_CM_CMD_DISCONNECT, d) == 0);
+    REQUIRE(server.next_event().event == kEventDisconnected);
+    d.id = passive;
+    REQUIRE(server.command(RDMA_USER_CM_CMD_DISCONNECT, d) == 0);
+    REQUIRE(client.next_event().event == kEventDisconnected);
+}
+
+// Takes the next connection request and accepts it with QP `qp_num`; returns the new id.
+uint32_t accept_next(CmFileClient& server, uint64_t uid, uint32_t qp_num) {
+    const auto e = server.next_event();
+    REQUIRE(e.event == kEventConnectRequest);
+    rdma_ucm_accept a{};
+    a.uid = uid;
+    a.id = e.id;
+    a.conn_param.qp_num = qp_num;
+    a.conn_param.rnr_retry_count = 7;
+    a.conn_param.valid = 1;
+    REQUIRE(server.command(RDMA_USER_CM_CMD_ACCEPT, a) == 0);
+    return e.id;
+}
+
 } // namespace
 
 TEST_CASE("rdma_cm over a lossy wire: each connection's events exactly once, QPNs and PSNs "
@@ -316,13 +391,7 @@ TEST_CASE("rdma_cm over a lossy wire: each connection's events exactly once, QPN
         REQUIRE(e.event == kEventEstablished);
         CHECK(e.uid == a.uid);
 
-        rdma_ucm_disconnect d{};
-        d.id = active;
-        REQUIRE(client.command(RDMA_USER_CM_CMD_DISCONNECT, d) == 0);
-        REQUIRE(server.next_event().event == kEventDisconnected);
-        d.id = passive;
-        REQUIRE(server.command(RDMA_USER_CM_CMD_DISCONNECT, d) == 0);
-        REQUIRE(client.next_event().event == kEventDisconnected);
+        disconnect_both(client, active, server, passive);
 
         // Duplicated and repeated MADs were answered, not reported again: all that may
         // follow is the end of the time wait, once per side.
@@ -356,17 +425,7 @@ TEST_CASE("rdma_cm: a peer that never answers is UNREACHABLE after the retries")
     FaultConfig none;
     CmBench bench(none);
     CmFileClient client(bench);
-    const uint32_t id = client.create_id(7);
-    rdma_ucm_resolve_ip r{};
-    r.id = id;
-    r.src_addr = ipv4_in6(0xc6120001, 0);
-    r.dst_addr = ipv4_in6(0xc6120002, 6000);
-    REQUIRE(client.command(RDMA_USER_CM_CMD_RESOLVE_IP, r) == 0);
-    REQUIRE(client.next_event().event == kEventAddrResolved);
-    rdma_ucm_resolve_route rr{};
-    rr.id = id;
-    REQUIRE(client.command(RDMA_USER_CM_CMD_RESOLVE_ROUTE, rr) == 0);
-    REQUIRE(client.next_event().event == kEventRouteResolved);
+    const uint32_t id = resolve_to(client, 7, ipv4_in6(0xc6120001, 0), ipv4_in6(0xc6120002, 6000));
     // The wire goes dead after the route is known: nothing reaches the peer any more.
     bench.ports.set_admin_state(1, false);
     rdma_ucm_connect c{};
@@ -410,45 +469,10 @@ TEST_CASE("rdma_cm over IPv6 addresses: IP version 6 in the REQ, QPs on the IPv6
         }
     };
     CmFileClient server(bench), client(bench);
-    const uint32_t listener = server.create_id(0x1000);
-    rdma_ucm_bind_ip b{};
-    b.id = listener;
-    b.addr = ipv6(2, 5000);
-    REQUIRE(server.command(RDMA_USER_CM_CMD_BIND_IP, b) == 0);
-    rdma_ucm_listen l{};
-    l.id = listener;
-    l.backlog = 4;
-    REQUIRE(server.command(RDMA_USER_CM_CMD_LISTEN, l) == 0);
-
-    const uint32_t active = client.create_id(0x2000);
-    rdma_ucm_resolve_ip r{};
-    r.id = active;
-    r.src_addr = ipv6(1, 0); // from device 0 (a local destination would route to itself)
-    r.dst_addr = ipv6(2, 5000);
-    r.timeout_ms = 5000;
-    REQUIRE(client.command(RDMA_USER_CM_CMD_RESOLVE_IP, r) == 0);
-    REQUIRE(client.next_event().event == kEventAddrResolved);
-    rdma_ucm_resolve_route rr{};
-    rr.id = active;
-    REQUIRE(client.command(RDMA_USER_CM_CMD_RESOLVE_ROUTE, rr) == 0);
-    REQUIRE(client.next_event().event == kEventRouteResolved);
-    rdma_ucm_connect c{};
-    c.id = active;
-    c.conn_param.qp_num = 0x101;
-    c.conn_param.retry_count = 7;
-    c.conn_param.rnr_retry_count = 7;
-    c.conn_param.valid = 1;
-    REQUIRE(client.command(RDMA_USER_CM_CMD_CONNECT, c) == 0);
-    auto e = server.next_event();
-    REQUIRE(e.event == kEventConnectRequest);
-    const uint32_t passive = e.id;
-    rdma_ucm_accept a{};
-    a.uid = 0x3000;
-    a.id = passive;
-    a.conn_param.qp_num = 0x202;
-    a.conn_param.rnr_retry_count = 7;
-    a.conn_param.valid = 1;
-    REQUIRE(server.command(RDMA_USER_CM_CMD_ACCEPT, a) == 0);
+    listen_at(server, 0x1000, ipv6(2, 5000), 4);
+    // From device 0 (a local destination would route to itself).
+    const uint32_t active = connect_to(client, 0x2000, ipv6(1, 0), ipv6(2, 5000), 0x101);
+    const uint32_t passive = accept_next(server, 0x3000, 0x202);
     REQUIRE(client.next_event().event == kEventConnectResponse);
     CHECK(ip_version_6 == 1);
     CHECK(ipv6_mads >= 2);
@@ -481,36 +505,10 @@ TEST_CASE("rdma_cm: a connection request past the listener's backlog is rejected
     CmBench bench({});
     CmFileClient server(bench), client(bench);
     constexpr uint32_t kServerIp = 0xc6120002, kClientIp = 0xc6120001;
-    const uint32_t listener = server.create_id(0x1000);
-    rdma_ucm_bind_ip b{};
-    b.id = listener;
-    b.addr = ipv4_in6(kServerIp, 5100);
-    REQUIRE(server.command(RDMA_USER_CM_CMD_BIND_IP, b) == 0);
-    rdma_ucm_listen l{};
-    l.id = listener;
-    l.backlog = 1;
-    REQUIRE(server.command(RDMA_USER_CM_CMD_LISTEN, l) == 0);
-    // Resolves and connects a new id; returns it.
+    listen_at(server, 0x1000, ipv4_in6(kServerIp, 5100), 1);
     auto connect = [&](uint64_t uid) {
-        const uint32_t active = client.create_id(uid);
-        rdma_ucm_resolve_ip r{};
-        r.id = active;
-        r.src_addr = ipv4_in6(kClientIp, 0);
-        r.dst_addr = ipv4_in6(kServerIp, 5100);
-        r.timeout_ms = 5000;
-        REQUIRE(client.command(RDMA_USER_CM_CMD_RESOLVE_IP, r) == 0);
-        REQUIRE(client.next_event().event == kEventAddrResolved);
-        rdma_ucm_resolve_route rr{};
-        rr.id = active;
-        REQUIRE(client.command(RDMA_USER_CM_CMD_RESOLVE_ROUTE, rr) == 0);
-        REQUIRE(client.next_event().event == kEventRouteResolved);
-        rdma_ucm_connect c{};
-        c.id = active;
-        c.conn_param.qp_num = 0x100 + static_cast<uint32_t>(uid & 0xff);
-        c.conn_param.retry_count = 7;
-        c.conn_param.valid = 1;
-        REQUIRE(client.command(RDMA_USER_CM_CMD_CONNECT, c) == 0);
-        return active;
+        return connect_to(client, uid, ipv4_in6(kClientIp, 0), ipv4_in6(kServerIp, 5100),
+                          0x100 + static_cast<uint32_t>(uid & 0xff));
     };
     connect(0x2001);
     for (int i = 0; i < 1000 && server.no_event_queued(); ++i)
@@ -605,42 +603,10 @@ TEST_CASE("rdma_cm: malformed and replayed CM MADs from the wire are dropped and
     };
     CmFileClient server(bench), client(bench);
     constexpr uint32_t kServerIp = 0xc6120002, kClientIp = 0xc6120001;
-    const uint32_t listener = server.create_id(0x1000);
-    rdma_ucm_bind_ip b{};
-    b.id = listener;
-    b.addr = ipv4_in6(kServerIp, 5200);
-    REQUIRE(server.command(RDMA_USER_CM_CMD_BIND_IP, b) == 0);
-    rdma_ucm_listen l{};
-    l.id = listener;
-    l.backlog = 4;
-    REQUIRE(server.command(RDMA_USER_CM_CMD_LISTEN, l) == 0);
-    const uint32_t active = client.create_id(0x2000);
-    rdma_ucm_resolve_ip r{};
-    r.id = active;
-    r.src_addr = ipv4_in6(kClientIp, 0);
-    r.dst_addr = ipv4_in6(kServerIp, 5200);
-    r.timeout_ms = 5000;
-    REQUIRE(client.command(RDMA_USER_CM_CMD_RESOLVE_IP, r) == 0);
-    REQUIRE(client.next_event().event == kEventAddrResolved);
-    rdma_ucm_resolve_route rr{};
-    rr.id = active;
-    REQUIRE(client.command(RDMA_USER_CM_CMD_RESOLVE_ROUTE, rr) == 0);
-    REQUIRE(client.next_event().event == kEventRouteResolved);
-    rdma_ucm_connect c{};
-    c.id = active;
-    c.conn_param.qp_num = 0x111;
-    c.conn_param.retry_count = 7;
-    c.conn_param.valid = 1;
-    REQUIRE(client.command(RDMA_USER_CM_CMD_CONNECT, c) == 0);
-    auto e = server.next_event();
-    REQUIRE(e.event == kEventConnectRequest);
-    const uint32_t passive = e.id;
-    rdma_ucm_accept a{};
-    a.uid = 0x3000;
-    a.id = passive;
-    a.conn_param.qp_num = 0x222;
-    a.conn_param.valid = 1;
-    REQUIRE(server.command(RDMA_USER_CM_CMD_ACCEPT, a) == 0);
+    listen_at(server, 0x1000, ipv4_in6(kServerIp, 5200), 4);
+    const uint32_t active =
+        connect_to(client, 0x2000, ipv4_in6(kClientIp, 0), ipv4_in6(kServerIp, 5200), 0x111);
+    const uint32_t passive = accept_next(server, 0x3000, 0x222);
     REQUIRE(client.next_event().event == kEventConnectResponse);
     rdma_ucm_accept rtu{};
     rtu.id = active;
@@ -713,11 +679,5 @@ TEST_CASE("rdma_cm: malformed and replayed CM MADs from the wire are dropped and
     // reaches both sides.
     CHECK(client.no_event_queued());
     CHECK(server.no_event_queued());
-    rdma_ucm_disconnect d{};
-    d.id = active;
-    REQUIRE(client.command(RDMA_USER_CM_CMD_DISCONNECT, d) == 0);
-    REQUIRE(server.next_event().event == kEventDisconnected);
-    d.id = passive;
-    REQUIRE(server.command(RDMA_USER_CM_CMD_DISCONNECT, d) == 0);
-    REQUIRE(client.next_event().event == kEventDisconnected);
+    disconnect_both(client, active, server, passive);
 }
