@@ -199,10 +199,10 @@ int RdmaCmServer::bind(CmId& id, const sockaddr* addr, size_t length) {
     return 0;
 }
 
-int RdmaCmServer::resolve_address(CmId& id, const sockaddr* src, const sockaddr* dst,
+int RdmaCmServer::resolve_address(CmId& id, const sockaddr* src, const sockaddr* dst, size_t room,
                                   uint32_t timeout_ms, uint64_t now) {
     sockaddr_storage d{};
-    if (!copy_address(dst, sizeof(sockaddr_storage), d))
+    if (!copy_address(dst, room, d))
         return -EAFNOSUPPORT;
     if (id.state != CmState::Idle && id.state != CmState::AddrResolved)
         return -EINVAL;
@@ -215,7 +215,7 @@ int RdmaCmServer::resolve_address(CmId& id, const sockaddr* src, const sockaddr*
     if (!id.bound) {
         sockaddr_storage any{};
         if (src && src->sa_family != AF_UNSPEC) {
-            if (!copy_address(src, sizeof(sockaddr_storage), any))
+            if (!copy_address(src, room, any))
                 return -EAFNOSUPPORT;
         } else {
             any.ss_family = d.ss_family;

@@ -80,7 +80,8 @@ int RdmaCmServer::command(CmFile& file, uint32_t cmd, const uint8_t* in, size_t 
         if (!id)
             return -ENOENT;
         return resolve_address(*id, reinterpret_cast<const sockaddr*>(&c.src_addr),
-                               reinterpret_cast<const sockaddr*>(&c.dst_addr), c.timeout_ms, now);
+                               reinterpret_cast<const sockaddr*>(&c.dst_addr), sizeof(c.dst_addr),
+                               c.timeout_ms, now);
     }
     case RDMA_USER_CM_CMD_RESOLVE_ADDR: {
         rdma_ucm_resolve_addr c;
@@ -92,7 +93,7 @@ int RdmaCmServer::command(CmFile& file, uint32_t cmd, const uint8_t* in, size_t 
             return -EINVAL;
         return resolve_address(
             *id, c.src_size ? reinterpret_cast<const sockaddr*>(&c.src_addr) : nullptr,
-            reinterpret_cast<const sockaddr*>(&c.dst_addr), c.timeout_ms, now);
+            reinterpret_cast<const sockaddr*>(&c.dst_addr), sizeof(c.dst_addr), c.timeout_ms, now);
     }
     case RDMA_USER_CM_CMD_RESOLVE_ROUTE: {
         rdma_ucm_resolve_route c;

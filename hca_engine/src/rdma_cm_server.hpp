@@ -86,8 +86,10 @@ class RdmaCmServer final : public MadReceiver {
     void release_id(CmId& id); // forgets it entirely
     // rdma_cm_addresses.cpp
     int bind(CmId& id, const sockaddr* addr, size_t length);
-    int resolve_address(CmId& id, const sockaddr* src, const sockaddr* dst, uint32_t timeout_ms,
-                        uint64_t now);
+    // `room`: the bytes each address has in its command (sockaddr_in6 for RESOLVE_IP,
+    // sockaddr_storage for RESOLVE_ADDR); no more is read.
+    int resolve_address(CmId& id, const sockaddr* src, const sockaddr* dst, size_t room,
+                        uint32_t timeout_ms, uint64_t now);
     int device_for_address(const sockaddr* addr) const;
     int device_toward(const transport::Gid& destination) const;
     // The port's own address of the destination's family (zeros when it has none).
