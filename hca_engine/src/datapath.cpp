@@ -28,7 +28,10 @@ constexpr size_t kTxPacketsPerRound = 64;
 constexpr size_t kTxMostPerQp = 32;
 constexpr size_t kTxLeastPerQp = 4;
 
-// How the ICRC of a frame received on `port` is checked.
+// How the ICRC of a frame sent on `port` is made, and of one received there checked.
+tp::Icrc sent_icrc(const PortInfo& port) {
+    return port.icrc_offload ? tp::Icrc::Offloaded : tp::Icrc::Computed;
+}
 tp::Icrc received_icrc(const PortInfo& port) {
     return port.icrc_offload ? tp::Icrc::Offloaded
            : port.kernel_udp ? tp::Icrc::Ipv4IdUnknown
@@ -402,8 +405,7 @@ bool Datapath::transmit(EngineQp& qp, uint64_t now, size_t budget) {
                 break;
             // A frame only for this port never leaves the engine: its ICRC is offloaded
             // unless a copy goes on the wire too.
-            const tp::Icrc icrc =
-                multicast && !info.icrc_offload ? tp::Icrc::Computed : tp::Icrc::Offloaded;
+            const tp::Icrc icrc = multicast ? sent_icrc(info) : tp::Icrc::Offloaded;
             const size_t length =
                 tp::finish_roce_frame(loopback_.data(), addressing, n, next_ipv4_id(info), icrc);
             if (multicast) {
@@ -428,8 +430,7 @@ bool Datapath::transmit(EngineQp& qp, uint64_t now, size_t budget) {
             break;
         }
         const size_t length =
-            tp::finish_roce_frame(frame.data, addressing, n, next_ipv4_id(info),
-                                  info.icrc_offload ? tp::Icrc::Offloaded : tp::Icrc::Computed);
+            tp::finish_roce_frame(frame.data, addressing, n, next_ipv4_id(info), sent_icrc(info));
         ports_.tx_queue(port, frame, static_cast<uint32_t>(length));
         sent = true;
     }

@@ -24,12 +24,14 @@ const di::CompletionEntry& current(ibv_cq_ex* ibcq) {
 bool load_current(Cq& cq) {
     di::CqRingHeader* ring = cq.ring;
     const uint64_t producer = ring->producer.load(std::memory_order_acquire);
-    // Entries of a QP reset or destroyed since they were made are skipped.
+    // Entries of a QP reset or destroyed since they were made are skipped (and their
+    // slots given back).
+    const uint64_t first = cq.batch_consumer;
     while (cq.batch_consumer != producer &&
-           di::cq_ring_entries(ring)[cq.batch_consumer & (ring->slots - 1)].discarded) {
+           di::cq_ring_entries(ring)[cq.batch_consumer & (ring->slots - 1)].discarded)
         ++cq.batch_consumer;
+    if (cq.batch_consumer != first)
         ring->consumer.store(cq.batch_consumer, std::memory_order_release);
-    }
     if (cq.batch_consumer == producer) {
         cq.current = nullptr;
         return false;

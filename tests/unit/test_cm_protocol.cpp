@@ -215,6 +215,14 @@ uint32_t listen_at(CmFileClient& server, uint64_t uid, const sockaddr_in6& addre
     return listener;
 }
 
+// rdma_connect on a resolved id with these connection parameters.
+void connect_id(CmFileClient& client, uint32_t id, const rdma_ucm_conn_param& param) {
+    rdma_ucm_connect c{};
+    c.id = id;
+    c.conn_param = param;
+    REQUIRE(client.command(RDMA_USER_CM_CMD_CONNECT, c) == 0);
+}
+
 // A new id with its address and route resolved from `source` to `destination`.
 uint32_t resolve_to(CmFileClient& client, uint64_t uid, const sockaddr_in6& source,
                     const sockaddr_in6& destination) {
@@ -238,13 +246,12 @@ uint32_t resolve_to(CmFileClient& client, uint64_t uid, const sockaddr_in6& sour
 uint32_t connect_to(CmFileClient& client, uint64_t uid, const sockaddr_in6& source,
                     const sockaddr_in6& destination, uint32_t qp_num) {
     const uint32_t active = resolve_to(client, uid, source, destination);
-    rdma_ucm_connect c{};
-    c.id = active;
-    c.conn_param.qp_num = qp_num;
-    c.conn_param.retry_count = 7;
-    c.conn_param.rnr_retry_count = 7;
-    c.conn_param.valid = 1;
-    REQUIRE(client.command(RDMA_USER_CM_CMD_CONNECT, c) == 0);
+    rdma_ucm_conn_param param{};
+    param.qp_num = qp_num;
+    param.retry_count = 7;
+    param.rnr_retry_count = 7;
+    param.valid = 1;
+    connect_id(client, active, param);
     return active;
 }
 
@@ -337,17 +344,16 @@ TEST_CASE("rdma_cm over a lossy wire: each connection's events exactly once, QPN
 
         const uint32_t client_qpn = 0x100 + static_cast<uint32_t>(i);
         const uint32_t server_qpn = 0x200 + static_cast<uint32_t>(i);
-        rdma_ucm_connect c{};
-        c.id = active;
-        c.conn_param.qp_num = client_qpn;
-        c.conn_param.responder_resources = 4;
-        c.conn_param.initiator_depth = 4;
-        c.conn_param.retry_count = 7;
-        c.conn_param.rnr_retry_count = 7;
-        c.conn_param.private_data_len = 4;
-        std::memcpy(c.conn_param.private_data, "ping", 4);
-        c.conn_param.valid = 1;
-        REQUIRE(client.command(RDMA_USER_CM_CMD_CONNECT, c) == 0);
+        rdma_ucm_conn_param param{};
+        param.qp_num = client_qpn;
+        param.responder_resources = 4;
+        param.initiator_depth = 4;
+        param.retry_count = 7;
+        param.rnr_retry_count = 7;
+        param.private_data_len = 4;
+        std::memcpy(param.private_data, "ping", 4);
+        param.valid = 1;
+        connect_id(client, active, param);
 
         e = server.next_event();
         REQUIRE(e.event == kEventConnectRequest);
@@ -428,11 +434,10 @@ TEST_CASE("rdma_cm: a peer that never answers is UNREACHABLE after the retries")
     const uint32_t id = resolve_to(client, 7, ipv4_in6(0xc6120001, 0), ipv4_in6(0xc6120002, 6000));
     // The wire goes dead after the route is known: nothing reaches the peer any more.
     bench.ports.set_admin_state(1, false);
-    rdma_ucm_connect c{};
-    c.id = id;
-    c.conn_param.qp_num = 0x42;
-    c.conn_param.valid = 1;
-    REQUIRE(client.command(RDMA_USER_CM_CMD_CONNECT, c) == 0);
+    rdma_ucm_conn_param param{};
+    param.qp_num = 0x42;
+    param.valid = 1;
+    connect_id(client, id, param);
     const auto e = client.next_event();
     CHECK(e.event == kEventUnreachable);
     CHECK(static_cast<int32_t>(e.status) == -ETIMEDOUT);
