@@ -20,6 +20,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <system_error>
 #include <unistd.h>
 #include <utility>
 
@@ -224,10 +225,16 @@ void ControlServer::dispatch(Connection& c, const void* message, size_t size, in
             reply_status(c, header, EBADF); // the async event pipe must come along
             return;
         }
+        try {
+            c.resources =
+                std::make_unique<ContextResources>(c.pid, keys_, static_cast<size_t>(index));
+        } catch (const std::system_error& e) {
+            reply_status(c, header, e.code().value()); // no memory for its doorbell page
+            return;
+        }
         c.device = index;
         c.async_fd = std::exchange(guard.fd, -1);
         c.context_id = next_context_id_++;
-        c.resources = std::make_unique<ContextResources>(c.pid, keys_, static_cast<size_t>(index));
         c.resources->set_async_fd(c.async_fd);
         di::OpenDeviceReply r{};
         r.reply.header = reply_header(header, sizeof(r));
@@ -270,6 +277,16 @@ void ControlServer::dispatch(Connection& c, const void* message, size_t size, in
         r.reply.header = reply_header(header, sizeof(r));
         r.attr = device_attributes(device);
         reply(c, &r, sizeof(r));
+        return;
+    }
+    case di::Opcode::MapDoorbells: {
+        if (size != sizeof(di::MessageHeader))
+            break;
+        di::MapDoorbellsReply r{};
+        r.reply.header = reply_header(header, sizeof(r));
+        r.bytes = static_cast<uint32_t>(res.doorbells().bytes());
+        r.slots = di::kDoorbellSlots;
+        reply(c, &r, sizeof(r), res.doorbells().fd());
         return;
     }
     case di::Opcode::QueryPort: {

@@ -1,5 +1,6 @@
 #include "datapath.hpp"
 
+#include "doorbells.hpp"
 #include "engine_qp.hpp"
 #include "engine_srq.hpp"
 #include "gid_table.hpp"
@@ -107,15 +108,27 @@ bool Datapath::poll(uint64_t now) {
             handle_frame(m.port, m.frame.data(), static_cast<uint32_t>(m.frame.size()), now,
                          tp::Icrc::Computed);
     }
-    for (auto& device : tables_.srqs_by_device)
-        for (auto& [srqn, srq] : device)
-            busy |= srq->pull_work();
-    for (auto& device : tables_.qps_by_device)
-        for (auto& [qpn, qp] : device)
-            if (qp->pull_work(now)) {
-                busy = true;
-                activate(*qp);
-            }
+    // New work requests: only the queues whose doorbells were rung. A queue whose ring
+    // still holds requests its transport queue had no room for rings itself again.
+    for (Doorbells* doorbells : tables_.doorbell_pages)
+        doorbells->take(
+            [&](EngineQp& qp, uint32_t slot) {
+                ++queue_pulls_;
+                bool left_in_ring = false;
+                if (qp.pull_work(now, left_in_ring)) {
+                    busy = true;
+                    activate(qp);
+                }
+                if (left_in_ring)
+                    doorbells->ring(slot);
+            },
+            [&](EngineSrq& srq, uint32_t slot) {
+                ++queue_pulls_;
+                bool left_in_ring = false;
+                busy |= srq.pull_work(left_in_ring);
+                if (left_in_ring)
+                    doorbells->ring(slot);
+            });
     for (size_t port = 0; port < ports_.size(); ++port) {
         const uint64_t before = ports_.info(port).counters.rx_packets;
         // Take in what waits, up to about what a round may send: frames left in a ring
@@ -171,12 +184,8 @@ uint64_t Datapath::next_deadline() const {
 }
 
 void Datapath::arm_doorbells() {
-    for (auto& device : tables_.qps_by_device)
-        for (auto& [qpn, qp] : device)
-            qp->arm_doorbell();
-    for (auto& device : tables_.srqs_by_device)
-        for (auto& [srqn, srq] : device)
-            srq->arm_doorbell();
+    for (Doorbells* doorbells : tables_.doorbell_pages)
+        doorbells->arm();
 }
 
 size_t Datapath::receive(size_t port, uint64_t now) {

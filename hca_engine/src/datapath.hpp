@@ -1,7 +1,8 @@
 // The engine's data path, one polling round at a time: take new work requests off the
-// shared rings, receive a burst from every port (ARP, RoCEv2 frames to their QPs),
-// fire the transport timers that are due, and transmit what the active QPs have to
-// send. No allocation and no system call per packet (cross-memory-attach copies aside).
+// shared rings of the queues whose doorbells were rung (doorbells.hpp), receive a burst from every
+// port (ARP, RoCEv2 frames to their QPs), fire the transport timers that are due, and transmit what
+// the active QPs have to send. No allocation and no system call per packet (cross-memory-attach
+// copies aside).
 //
 // Only active QPs are visited to transmit: a QP joins the active list when work is
 // posted to it, when a packet arrives for it, when its timer fires and when the
@@ -54,8 +55,10 @@ class Datapath final : public QpSchedule, public MadSender {
                   uint64_t now) override;
     bool neighbor_resolved(size_t port, const transport::Gid& peer, uint64_t now) override;
 
-    // QPs visited to transmit, and timer heap entries, since the start (tests).
+    // QPs visited to transmit, work queues looked at for new requests (their doorbells
+    // rung), and timer heap entries, since the start (tests).
     uint64_t qp_visits() const { return qp_visits_; }
+    uint64_t queue_pulls() const { return queue_pulls_; }
     size_t timer_entries() const { return timers_.size(); }
     size_t active_qps() const { return active_.size(); }
 
@@ -106,6 +109,7 @@ class Datapath final : public QpSchedule, public MadSender {
     std::vector<EngineQp*> round_;  // being visited
     std::vector<TimerEntry> timers_;
     uint64_t qp_visits_ = 0;
+    uint64_t queue_pulls_ = 0;
     MadReceiver* mad_receiver_ = nullptr;
     std::vector<uint32_t> gsi_psn_; // per port: the PSN of QP1's next packet
     struct LocalMad {

@@ -89,7 +89,7 @@ void EngineQp::activate() {
         schedule->activate(*this);
 }
 
-int EngineQp::create_ring() {
+int EngineQp::create_ring(uint32_t doorbell_slot) {
     const uint32_t sq_slot =
         (sizeof(di::SendWqeHeader) +
          std::max(caps_.max_send_sge * sizeof(di::WireSge) + di::kSendGatherRoom,
@@ -113,6 +113,8 @@ int EngineQp::create_ring() {
     ring_->rq_slot_size = rq_slot;
     ring_->sq_offset = sq_offset;
     ring_->rq_offset = rq_offset;
+    ring_->doorbell_slot = doorbell_slot;
+    doorbell_slot_ = doorbell_slot;
     sq_slot_size_ = sq_slot;
     rq_slot_size_ = rq_slot;
     sq_offset_ = sq_offset;
@@ -252,17 +254,20 @@ void EngineQp::query(di::QueryQpReply& reply) const {
     reply.sq_sig_all = sq_sig_all_;
 }
 
-bool EngineQp::pull_work(tp::Nanoseconds now) {
+bool EngineQp::pull_work(tp::Nanoseconds now, bool& left_in_ring) {
     (void)now;
     bool any = false;
+    left_in_ring = false;
     const uint64_t sq_producer = ring_->sq_producer.load(std::memory_order_acquire);
     while (sq_pulled_ != sq_producer && sq_producer - sq_pulled_ <= caps_.max_send_wr) {
         const uint8_t* slot = ring_slot(true, sq_pulled_);
         di::SendWqeHeader h;
         std::memcpy(&h, slot, sizeof(h));
         tp::SendWqe* slot_wqe = transport_.prepare_send();
-        if (!slot_wqe)
-            break; // the transport's queue is full: the rest waits in the ring
+        if (!slot_wqe) {
+            left_in_ring = true; // the transport's queue is full: the rest waits there
+            break;
+        }
         // Filled in place: only the fields, SGEs and bytes the request has.
         tp::SendWqe& w = *slot_wqe;
         w.wr_id = h.wr_id;
@@ -317,8 +322,10 @@ bool EngineQp::pull_work(tp::Nanoseconds now) {
         di::RecvWqeHeader h;
         std::memcpy(&h, slot, sizeof(h));
         tp::RecvWqe* r = transport_.prepare_recv();
-        if (!r)
+        if (!r) {
+            left_in_ring = true;
             break;
+        }
         r->wr_id = h.wr_id;
         r->num_sge = std::min<uint32_t>(h.num_sge, caps_.max_recv_sge);
         r->length = read_sges(slot + sizeof(h), r->num_sge, r->sge);
@@ -347,10 +354,6 @@ const uint8_t* EngineQp::ring_slot(bool send, uint64_t index) const {
     const auto* base = static_cast<const uint8_t*>(ring_memory_.data());
     return send ? base + sq_offset_ + (index & (caps_.max_send_wr - 1)) * sq_slot_size_
                 : base + rq_offset_ + (index & (caps_.max_recv_wr - 1)) * rq_slot_size_;
-}
-
-void EngineQp::arm_doorbell() {
-    ring_->doorbell_armed.store(1, std::memory_order_seq_cst);
 }
 
 void EngineQp::deferred_memory_fault() {

@@ -8,6 +8,7 @@
 #include "process_memory.hpp"
 #include "shared_memory.hpp"
 #include "softhca/device_interface/control.hpp"
+#include "softhca/device_interface/doorbell_page.hpp"
 #include "softhca/device_interface/qp_ring.hpp"
 #include "softhca/transport/psn.hpp"
 #include "softhca/transport/qp_state.hpp"
@@ -63,8 +64,10 @@ class EngineQp : public transport::CompletionSink,
     EngineQp(const EngineQp&) = delete;
     EngineQp& operator=(const EngineQp&) = delete;
 
-    // Creates the shared work queues; returns 0 or an errno.
-    int create_ring();
+    // Creates the shared work queues, whose bit in the context's doorbell page is
+    // `doorbell_slot`; returns 0 or an errno.
+    int create_ring(uint32_t doorbell_slot);
+    uint32_t doorbell_slot() const { return doorbell_slot_; }
     int ring_fd() const { return ring_memory_.fd(); }
     size_t ring_bytes() const { return ring_memory_.bytes(); }
     const device_interface::QpCaps& caps() const { return caps_; }
@@ -75,9 +78,9 @@ class EngineQp : public transport::CompletionSink,
     void query(device_interface::QueryQpReply& reply) const;
 
     // Data path: takes newly posted work requests off the shared rings. Returns true
-    // when there were any.
-    bool pull_work(transport::Nanoseconds now);
-    void arm_doorbell();
+    // when there were any. `left_in_ring` tells whether some were left there because
+    // the transport's queue was full (the QP is looked at again next round).
+    bool pull_work(transport::Nanoseconds now, bool& left_in_ring);
 
     transport::QueuePair& transport() { return transport_; }
     const transport::QueuePair& transport() const { return transport_; }
@@ -135,6 +138,7 @@ class EngineQp : public transport::CompletionSink,
     device_interface::QpRingHeader* ring_ = nullptr;
     uint32_t sq_slot_size_ = 0, rq_slot_size_ = 0;
     uint64_t sq_offset_ = 0, rq_offset_ = 0;
+    uint32_t doorbell_slot_ = device_interface::kNoDoorbellSlot;
     uint64_t sq_pulled_ = 0;
     uint64_t rq_pulled_ = 0;
     uint64_t cq_overruns_ = 0;

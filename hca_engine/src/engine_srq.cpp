@@ -21,7 +21,7 @@ EngineSrq::EngineSrq(uint32_t handle, uint32_t srq_num, pid_t owner, ContextReso
       user_handle_(user_handle), xrc_(xrc), context_(context), memory_(owner, context, pd_handle),
       queue_(max_wr, memory_) {}
 
-int EngineSrq::create_ring() {
+int EngineSrq::create_ring(uint32_t doorbell_slot) {
     SharedMemory memory;
     const uint32_t slot =
         (sizeof(di::RecvWqeHeader) + max_sge_ * sizeof(di::WireSge) + 63) / 64 * 64;
@@ -36,6 +36,8 @@ int EngineSrq::create_ring() {
     ring->rq_slot_size = slot;
     ring->sq_offset = offset;
     ring->rq_offset = offset;
+    ring->doorbell_slot = doorbell_slot;
+    doorbell_slot_ = doorbell_slot;
     ring_memory_ = std::move(memory);
     ring_ = ring;
     slot_size_ = slot;
@@ -55,7 +57,8 @@ int EngineSrq::modify(uint32_t attr_mask, uint32_t max_wr, uint32_t limit, bool&
         if (max_wr < 1 || max_wr > SrqLimits::kMaxSrqWr)
             return EINVAL;
         granted = std::bit_ceil(max_wr);
-        pull_work(); // everything posted so far counts
+        bool left_in_ring = false;
+        pull_work(left_in_ring); // everything posted so far counts
         // ibv_modify_srq(3): never below what is outstanding, and an invalid attribute
         // changes nothing.
         if (granted < queue_.size())
@@ -67,7 +70,7 @@ int EngineSrq::modify(uint32_t attr_mask, uint32_t max_wr, uint32_t limit, bool&
         queue_.resize(granted);
         const uint32_t old = max_wr_;
         max_wr_ = granted;
-        if (int err = create_ring()) {
+        if (int err = create_ring(doorbell_slot_)) {
             max_wr_ = old;
             queue_.resize(old);
             return err;
@@ -79,8 +82,9 @@ int EngineSrq::modify(uint32_t attr_mask, uint32_t max_wr, uint32_t limit, bool&
     return 0;
 }
 
-bool EngineSrq::pull_work() {
+bool EngineSrq::pull_work(bool& left_in_ring) {
     bool any = false;
+    left_in_ring = false;
     const uint64_t producer = ring_->rq_producer.load(std::memory_order_acquire);
     const auto* base = static_cast<const uint8_t*>(ring_memory_.data()) + sizeof(di::QpRingHeader);
     while (pulled_ != producer && producer - pulled_ <= max_wr_) {
@@ -88,8 +92,10 @@ bool EngineSrq::pull_work() {
         di::RecvWqeHeader h;
         std::memcpy(&h, slot, sizeof(h));
         tp::RecvWqe* r = queue_.prepare_post(); // filled in place
-        if (!r)
+        if (!r) {
+            left_in_ring = true;
             break;
+        }
         r->wr_id = h.wr_id;
         r->num_sge = std::min<uint32_t>(h.num_sge, max_sge_);
         uint64_t total = 0;
@@ -118,10 +124,6 @@ void EngineSrq::sync() {
     }
     if (queue_.take_limit_event())
         context_.raise_event(user_handle_, di::kEventSrqLimitReached);
-}
-
-void EngineSrq::arm_doorbell() {
-    ring_->doorbell_armed.store(1, std::memory_order_seq_cst);
 }
 
 } // namespace softhca::engine

@@ -5,6 +5,7 @@
 
 #include "process_memory.hpp"
 #include "shared_memory.hpp"
+#include "softhca/device_interface/doorbell_page.hpp"
 #include "softhca/device_interface/qp_ring.hpp"
 #include "softhca/transport/receive_queue.hpp"
 
@@ -32,8 +33,10 @@ class EngineSrq {
               uint32_t pd_handle, uint32_t max_wr, uint32_t max_sge, uint64_t user_handle,
               const Xrc& xrc);
 
-    // Creates the shared ring; returns 0 or an errno.
-    int create_ring();
+    // Creates the shared ring, whose bit in the context's doorbell page is
+    // `doorbell_slot`; returns 0 or an errno.
+    int create_ring(uint32_t doorbell_slot);
+    uint32_t doorbell_slot() const { return doorbell_slot_; }
     int ring_fd() const { return ring_memory_.fd(); }
     size_t ring_bytes() const { return ring_memory_.bytes(); }
 
@@ -41,12 +44,12 @@ class EngineSrq {
     // engine first) and IBV_SRQ_LIMIT. Returns 0 or an errno.
     int modify(uint32_t attr_mask, uint32_t max_wr, uint32_t limit, bool& new_ring);
 
-    // Data path: takes posted requests off the ring.
-    bool pull_work();
+    // Data path: takes posted requests off the ring. `left_in_ring`: some stay there
+    // because the queue is full.
+    bool pull_work(bool& left_in_ring);
     // After a round: frees the ring slots of taken requests and raises
     // IBV_EVENT_SRQ_LIMIT_REACHED when the limit fired.
     void sync();
-    void arm_doorbell();
 
     transport::ReceiveQueue& queue() { return queue_; }
     ProcessMemory& memory() { return memory_; }
@@ -73,6 +76,7 @@ class EngineSrq {
     SharedMemory ring_memory_;
     device_interface::QpRingHeader* ring_ = nullptr;
     uint32_t slot_size_ = 0;
+    uint32_t doorbell_slot_ = device_interface::kNoDoorbellSlot;
     uint64_t pulled_ = 0;    // from the current ring
     uint64_t published_ = 0; // rq_completed as last written
 };

@@ -70,6 +70,7 @@ ContextResources::ContextResources(pid_t owner, KeySpace& keys, size_t device)
     : owner_(owner), keys_(keys), device_(device) {
     if (keys_.qps_by_device.size() <= device)
         keys_.set_device_count(device + 1);
+    keys_.doorbell_pages.push_back(&doorbells_);
 }
 
 ContextResources::~ContextResources() {
@@ -86,6 +87,7 @@ ContextResources::~ContextResources() {
     keys_.pds -= static_cast<uint32_t>(pds_.size());
     keys_.mrs -= static_cast<uint32_t>(mrs_.size());
     keys_.cqs -= static_cast<uint32_t>(cqs_.size());
+    std::erase(keys_.doorbell_pages, &doorbells_);
 }
 
 int ContextResources::alloc_pd(uint32_t& handle) {
@@ -387,8 +389,11 @@ int ContextResources::create_qp(const di::CreateQpRequest& request, const PortIn
     auto created =
         std::make_unique<EngineQp>(handle, qpn, type, device_, owner_, *this, binding, caps,
                                    request.sq_sig_all != 0, request.user_handle, port);
-    if (int err = created->create_ring())
+    const uint32_t slot = doorbells_.assign(created.get());
+    if (int err = created->create_ring(slot)) {
+        doorbells_.release(slot);
         return err;
+    }
     qp = created.get();
     qps_.emplace(handle, std::move(created));
     keys_.qps_by_device[device_][qpn] = qp;
@@ -445,6 +450,7 @@ void ContextResources::destroy_owned_qp(
     if (b.xrcd_handle)
         --xrcds_.at(b.xrcd_handle).users;
     keys_.mcast_by_device[device_].detach_all(&qp);
+    doorbells_.release(qp.doorbell_slot());
     qps_.erase(it);
     --keys_.qps;
 }

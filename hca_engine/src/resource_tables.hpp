@@ -8,6 +8,7 @@
 
 #include "completion_channel.hpp"
 #include "cq_ring_owner.hpp"
+#include "doorbells.hpp"
 #include "multicast_groups.hpp"
 #include "qp_number_table.hpp"
 #include "softhca/device_interface/control.hpp"
@@ -53,6 +54,9 @@ class KeySpace {
     // them by number)
     std::vector<std::unordered_map<uint32_t, EngineSrq*>> srqs_by_device;
     std::vector<MulticastGroups> mcast_by_device;
+    // Every open context's doorbell page: where the data path learns which work queues
+    // have new requests.
+    std::vector<Doorbells*> doorbell_pages;
     QpSchedule* schedule = nullptr; // the data path, while there is one
     // Sizes the per-device tables.
     void set_device_count(size_t count);
@@ -137,6 +141,7 @@ struct RegisteredMr {
 
 class ContextResources {
   public:
+    // Throws std::system_error when the context's doorbell page cannot be made.
     ContextResources(pid_t owner, KeySpace& keys, size_t device = 0);
     ~ContextResources();
     ContextResources(const ContextResources&) = delete;
@@ -202,6 +207,7 @@ class ContextResources {
     size_t qp_count() const { return qps_.size(); }
     pid_t owner() const { return owner_; }
     KeySpace& keys() { return keys_; }
+    Doorbells& doorbells() { return doorbells_; }
 
     // Where this context's async events go: the write end of its async event pipe.
     void set_async_fd(int fd) { async_fd_ = fd; }
@@ -215,6 +221,7 @@ class ContextResources {
     pid_t owner_;
     KeySpace& keys_;
     size_t device_;
+    Doorbells doorbells_; // before the queues that ring it: it goes after them
     int async_fd_ = -1;
     uint32_t next_handle_ = 1;
     std::map<uint32_t, ProtectionDomain> pds_;

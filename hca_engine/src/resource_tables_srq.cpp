@@ -44,8 +44,11 @@ int ContextResources::create_srq(const di::CreateSrqRequest& request, EngineSrq*
     auto created = std::make_unique<EngineSrq>(
         handle, keys_.next_srq_num(), owner_, *this, request.pd_handle, max_wr,
         std::max<uint32_t>(request.max_sge, 1), request.user_handle, xrc);
-    if (int err = created->create_ring())
+    const uint32_t slot = doorbells_.assign(created.get());
+    if (int err = created->create_ring(slot)) {
+        doorbells_.release(slot);
         return err;
+    }
     created->queue().arm_limit(request.srq_limit);
     srq = created.get();
     srqs_.emplace(handle, std::move(created));
@@ -84,6 +87,7 @@ int ContextResources::destroy_srq(uint32_t handle) {
             if (qp->type() == transport::QpType::XrcRecv)
                 qp->transport().forget_srq(srq.queue());
     }
+    doorbells_.release(srq.doorbell_slot());
     srqs_.erase(it);
     --keys_.srqs;
     return 0;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <new>
+#include <sys/mman.h>
 #include <unistd.h>
 
 namespace softhca::provider {
@@ -100,6 +101,33 @@ const verbs_context_ops kContextOps = [] {
     return ops;
 }();
 
+// Maps the context's doorbell page (doorbell_page.hpp). Returns 0 or an errno.
+int map_doorbell_page(ContextState& state) {
+    di::MessageHeader request{};
+    di::MapDoorbellsReply reply{};
+    int fd = -1;
+    if (int err = state.control.call(di::Opcode::MapDoorbells, &request, sizeof(request), &reply,
+                                     sizeof(reply), -1, &fd))
+        return err;
+    if (fd < 0 || reply.bytes < sizeof(di::DoorbellPage)) {
+        if (fd >= 0)
+            ::close(fd);
+        return EPROTO;
+    }
+    void* map = ::mmap(nullptr, reply.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (map == MAP_FAILED)
+        return errno;
+    auto* page = static_cast<di::DoorbellPage*>(map);
+    if (page->magic != di::kDoorbellPageMagic || page->version != di::kDoorbellPageVersion) {
+        ::munmap(map, reply.bytes);
+        return EPROTO;
+    }
+    state.doorbell.page = page;
+    state.doorbell_page_bytes = reply.bytes;
+    return 0;
+}
+
 // Opens the engine connection for one context. Returns 0 or an errno.
 int open_engine_context(Device& device, Context& context, ContextState& state) {
     if (int err = state.control.connect(device.engine_socket))
@@ -115,9 +143,11 @@ int open_engine_context(Device& device, Context& context, ContextState& state) {
     open.provider_abi = di::kControlVersion;
     di::OpenDeviceReply opened{};
     if (int err = state.control.call(di::Opcode::OpenDevice, &open, sizeof(open), &opened,
-                                     sizeof(opened), state.async_write_fd, &state.doorbell_fd))
+                                     sizeof(opened), state.async_write_fd, &state.doorbell.fd))
         return err;
     state.context_id = opened.context_id;
+    if (int err = map_doorbell_page(state))
+        return err;
 
     di::MessageHeader query{};
     di::QueryDeviceReply attrs{};
@@ -159,8 +189,10 @@ void free_context(ibv_context* ibctx) {
     stop_async_events(*state);
     if (state->async_write_fd >= 0)
         ::close(state->async_write_fd);
-    if (state->doorbell_fd >= 0)
-        ::close(state->doorbell_fd);
+    if (state->doorbell.fd >= 0)
+        ::close(state->doorbell.fd);
+    if (state->doorbell.page)
+        ::munmap(state->doorbell.page, state->doorbell_page_bytes);
     delete state; // closes the control socket: the engine frees what is left
     verbs_uninit_context(&context->vctx);
     std::free(context);

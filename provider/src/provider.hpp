@@ -7,6 +7,7 @@
 #include "mr_directory.hpp"
 #include "softhca/device_interface/control.hpp"
 #include "softhca/device_interface/cq_ring.hpp"
+#include "softhca/device_interface/doorbell_page.hpp"
 #include "softhca/device_interface/qp_ring.hpp"
 
 #include <cerrno>
@@ -22,13 +23,21 @@ struct Device {
     char engine_socket[108];
 };
 
+// How a work queue wakes the engine: its context's doorbell page (the queue's bit says
+// it has new requests) and the engine's eventfd (written when the engine sleeps).
+struct Doorbell {
+    device_interface::DoorbellPage* page = nullptr;
+    int fd = -1;
+};
+
 struct ContextState {
     ControlChannel control;
     device_interface::DeviceAttributes attributes{};
     uint32_t context_id = 0;
     int async_write_fd = -1; // our copy, for DEVICE_FATAL when the engine dies
-    int doorbell_fd = -1;    // the engine's eventfd, written when it sleeps
-    int wake_fd = -1;        // eventfd that stops the watchdog thread
+    Doorbell doorbell;       // the context's doorbell page and the engine's eventfd
+    size_t doorbell_page_bytes = 0;
+    int wake_fd = -1; // eventfd that stops the watchdog thread
     pthread_t watchdog{};
     bool watchdog_running = false;
     MrDirectory mrs; // what small sends may be gathered from at post time
@@ -72,7 +81,7 @@ struct Qp {
     device_interface::QpRingHeader* ring = nullptr;
     size_t ring_bytes = 0;
     device_interface::QpCaps caps{};
-    int doorbell_fd = -1;
+    Doorbell doorbell;
     std::mutex sq_lock;
     std::mutex rq_lock;
     uint64_t sq_next = 0; // producer indices, published to the ring after each post
@@ -87,7 +96,7 @@ struct Srq {
     uint32_t max_sge = 0;
     device_interface::QpRingHeader* ring = nullptr;
     size_t ring_bytes = 0;
-    int doorbell_fd = -1;
+    Doorbell doorbell;
     std::mutex lock; // posting and resizing exclude each other
     uint64_t next = 0;
 };

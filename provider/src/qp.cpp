@@ -150,7 +150,7 @@ Qp* engine_qp(ibv_context* context, di::Opcode opcode, Request& request, ibv_qp_
     qp->handle = reply.qp_handle;
     qp->ring_bytes = reply.ring_bytes;
     qp->caps = reply.caps;
-    qp->doorbell_fd = state.doorbell_fd;
+    qp->doorbell = state.doorbell;
     ibv_qp& q = qp->vqp.qp;
     q.context = context;
     q.handle = reply.qp_handle;
@@ -529,7 +529,7 @@ int post_send_requests(Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr, unsigned m
     if (err && all_or_nothing)
         qp->sq_next = first; // the slots written stay unpublished
     ring->sq_producer.store(qp->sq_next, std::memory_order_release);
-    ring_doorbell(ring, qp->doorbell_fd);
+    ring_doorbell(ring, qp->doorbell);
     if (err)
         *bad_wr = wr;
     return err;
@@ -542,7 +542,7 @@ int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
         return EINVAL; // from INIT on, to a QP's own queue (not an SRQ's, not XRC)
     }
     std::lock_guard<std::mutex> lock(qp->rq_lock);
-    return post_receive_requests(qp->ring, qp->rq_next, qp->caps.max_recv_sge, qp->doorbell_fd, wr,
+    return post_receive_requests(qp->ring, qp->rq_next, qp->caps.max_recv_sge, qp->doorbell, wr,
                                  bad_wr);
 }
 

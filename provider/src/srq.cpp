@@ -44,7 +44,7 @@ ibv_srq* create_shared_queue(ibv_pd* pd, ibv_xrcd* xrcd, ibv_cq* cq, void* srq_c
     srq->srq_num = reply.srq_num;
     srq->max_sge = reply.max_sge;
     srq->ring_bytes = reply.ring_bytes;
-    srq->doorbell_fd = state.doorbell_fd;
+    srq->doorbell = state.doorbell;
     attr.max_wr = reply.max_wr; // what was granted
     attr.max_sge = reply.max_sge;
     // ibv_create_srq fills these itself; ibv_create_srq_ex leaves them to us.
@@ -148,7 +148,7 @@ int destroy_srq(ibv_srq* ibsrq) {
 int post_srq_recv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     Srq* srq = to_srq(ibsrq);
     std::lock_guard<std::mutex> lock(srq->lock);
-    return post_receive_requests(srq->ring, srq->next, srq->max_sge, srq->doorbell_fd, wr, bad_wr);
+    return post_receive_requests(srq->ring, srq->next, srq->max_sge, srq->doorbell, wr, bad_wr);
 }
 
 } // namespace softhca::provider

@@ -25,18 +25,21 @@ di::QpRingHeader* map_work_ring(int fd, size_t bytes) {
     return ring;
 }
 
-void ring_doorbell(di::QpRingHeader* ring, int doorbell_fd) {
-    // Publish, then look whether the engine sleeps: the fence pairs with the engine's
-    // arm-then-recheck so a post is never left unseen.
+void ring_doorbell(di::QpRingHeader* ring, const Doorbell& doorbell) {
+    // Publish, ring the queue's bit, then look whether the engine sleeps: the fence and
+    // the page's sequentially consistent accesses pair with the engine's take-then-read
+    // and arm-then-look-again (doorbell_page.hpp), so a post is never left unseen.
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (ring->doorbell_armed.load(std::memory_order_relaxed) && ring->doorbell_armed.exchange(0)) {
+    di::DoorbellPage& page = *doorbell.page;
+    di::ring_doorbell_slot(page, ring->doorbell_slot);
+    if (page.armed.load() && page.armed.exchange(0)) {
         const uint64_t one = 1;
-        [[maybe_unused]] ssize_t n = ::write(doorbell_fd, &one, sizeof(one));
+        [[maybe_unused]] ssize_t n = ::write(doorbell.fd, &one, sizeof(one));
     }
 }
 
-int post_receive_requests(di::QpRingHeader* ring, uint64_t& next, uint32_t max_sge, int doorbell_fd,
-                          ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+int post_receive_requests(di::QpRingHeader* ring, uint64_t& next, uint32_t max_sge,
+                          const Doorbell& doorbell, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     const uint64_t completed = ring->rq_completed.load(std::memory_order_acquire);
     int err = 0;
     for (; wr; wr = wr->next) {
@@ -58,7 +61,7 @@ int post_receive_requests(di::QpRingHeader* ring, uint64_t& next, uint32_t max_s
         ++next;
     }
     ring->rq_producer.store(next, std::memory_order_release);
-    ring_doorbell(ring, doorbell_fd);
+    ring_doorbell(ring, doorbell);
     if (err)
         *bad_wr = wr;
     return err;

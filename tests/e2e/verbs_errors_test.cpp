@@ -4,6 +4,7 @@
 #define CATCH_CONFIG_MAIN
 #include "softhca/device_interface/control.hpp"
 #include "softhca/device_interface/cq_ring.hpp"
+#include "softhca/device_interface/doorbell_page.hpp"
 #include "softhca/device_interface/qp_ring.hpp"
 #include "softhca/device_interface/socket_io.hpp"
 #include "test_device.hpp"
@@ -533,6 +534,11 @@ TEST_CASE("a process that scribbles over its shared rings cannot crash the engin
     struct {
         di::MessageHeader header;
     } alloc{};
+    int doorbells_fd = -1;
+    REQUIRE(call(alloc, di::Opcode::MapDoorbells, -1, &doorbells_fd) == 0);
+    di::MapDoorbellsReply doorbells_reply;
+    std::memcpy(&doorbells_reply, reply.data(), sizeof(doorbells_reply));
+    REQUIRE(doorbells_reply.bytes >= sizeof(di::DoorbellPage));
     REQUIRE(call(alloc, di::Opcode::AllocPd, -1, nullptr) == 0);
     di::HandleReply pd;
     std::memcpy(&pd, reply.data(), sizeof(pd));
@@ -583,7 +589,15 @@ TEST_CASE("a process that scribbles over its shared rings cannot crash the engin
     auto* cq_ring = static_cast<di::CqRingHeader*>(cq_map);
     cq_ring->slots = 0;
     cq_ring->consumer.store(~0ull);
+    // Every doorbell rung, the summary's unused bits too, the header garbage: the
+    // engine looks at the scribbled QP's rings, and at no queue that is not there.
+    void* doorbells_map =
+        mmap(nullptr, doorbells_reply.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, doorbells_fd, 0);
+    REQUIRE(doorbells_map != MAP_FAILED);
+    std::memset(doorbells_map, 0xff, doorbells_reply.bytes);
     usleep(100000); // let the engine look at the rings
+    std::memset(doorbells_map, 0xff, doorbells_reply.bytes);
+    usleep(100000);
 
     // Resizing the scribbled CQ and destroying everything still works.
     di::ResizeCqRequest resize{};
@@ -595,6 +609,8 @@ TEST_CASE("a process that scribbles over its shared rings cannot crash the engin
     CHECK(call(destroy, di::Opcode::DestroyQp, -1, nullptr) == 0);
     munmap(qp_map, qp.ring_bytes);
     munmap(cq_map, cq.ring_bytes);
+    munmap(doorbells_map, doorbells_reply.bytes);
+    close(doorbells_fd);
     close(qp_fd);
     close(cq_fd);
     close(fd);

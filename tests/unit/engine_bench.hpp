@@ -11,6 +11,7 @@
 #include "resource_tables.hpp"
 #include "sim_ports.hpp"
 #include "softhca/device_interface/cq_ring.hpp"
+#include "softhca/device_interface/doorbell_page.hpp"
 #include "softhca/device_interface/qp_ring.hpp"
 
 #include <catch2/catch.hpp>
@@ -78,12 +79,15 @@ struct Host {
     EngineQp* qp = nullptr;
     di::QpRingHeader* ring = nullptr;
     di::CqRingHeader* cq_ring = nullptr;
+    di::DoorbellPage* doorbells = nullptr;
     uint64_t sq_next = 0, rq_next = 0;
     uint32_t cq_handle = 0;
     size_t ring_bytes = 0;
 
     Host(KeySpace& keys, size_t device, const PortInfo& port, bool shared)
         : ctx(getpid(), keys, device), buffer(kBufferBytes, shared) {
+        doorbells =
+            static_cast<di::DoorbellPage*>(map_fd(ctx.doorbells().fd(), ctx.doorbells().bytes()));
         REQUIRE(ctx.alloc_pd(pd) == 0);
         di::RegMrRequest reg{};
         reg.addr = reg.iova = buffer.addr();
@@ -105,6 +109,7 @@ struct Host {
     ~Host() {
         munmap(ring, ring_bytes);
         munmap(cq_ring, cq->ring.bytes());
+        munmap(doorbells, ctx.doorbells().bytes());
     }
 
     bool shared_mapped() const { return ctx.find_mr_by_key(mr.lkey)->mapping != nullptr; }
@@ -150,7 +155,8 @@ struct Host {
         modify(3, kSqPsn | kTimeout | kRetryCnt | kRnrRetry | kMaxQpRdAtomic, a, port); // RTS
     }
 
-    // As the provider's post_send: header and SGE into the next slot, then the producer.
+    // As the provider's post_send: header and SGE into the next slot, then the producer,
+    // then the QP's doorbell.
     void post_send(uint64_t wr_id, uint8_t opcode, uint64_t offset, uint32_t length,
                    uint64_t remote_addr, uint32_t rkey) {
         uint8_t* slot = di::qp_ring_slot(ring, true, sq_next);
@@ -166,6 +172,7 @@ struct Host {
         std::memcpy(slot, &h, sizeof(h));
         std::memcpy(slot + sizeof(h), &sge, sizeof(sge));
         ring->sq_producer.store(++sq_next, std::memory_order_release);
+        di::ring_doorbell_slot(*doorbells, ring->doorbell_slot);
     }
 
     void post_recv(uint64_t wr_id, uint64_t offset, uint32_t length) {
@@ -175,6 +182,7 @@ struct Host {
         std::memcpy(slot, &h, sizeof(h));
         std::memcpy(slot + sizeof(h), &sge, sizeof(sge));
         ring->rq_producer.store(++rq_next, std::memory_order_release);
+        di::ring_doorbell_slot(*doorbells, ring->doorbell_slot);
     }
 
     // As poll_cq: staged bytes land before the completion is returned.

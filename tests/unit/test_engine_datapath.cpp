@@ -178,6 +178,31 @@ TEST_CASE("engine data path: only active QPs are visited, and timers fire from t
         CHECK(bench.datapath.next_deadline() == UINT64_MAX);
     }
 
+    SECTION("only queues whose doorbells rang are looked at for new work requests") {
+        for (int i = 0; i < 10; ++i)
+            bench.round();
+        const uint64_t pulls = bench.datapath.queue_pulls();
+        for (int i = 0; i < 1000; ++i)
+            bench.round();
+        CHECK(bench.datapath.queue_pulls() == pulls); // 102 QPs, none rung: none read
+        // A request published without ringing its doorbell is not seen...
+        fill(a.buffer.data(), 11, 512);
+        a.post_send(11, 0, 0, 512, b.buffer.addr(), b.mr.rkey);
+        const uint32_t slot = a.ring->doorbell_slot;
+        CHECK(a.doorbells->words[slot / 64].exchange(0) != 0); // as if the post never rang
+        a.doorbells->summary[slot / 64 / 64].store(0);
+        di::CompletionEntry e{};
+        CHECK_FALSE(run_until_completion(e, 1000));
+        CHECK(bench.datapath.queue_pulls() == pulls);
+        // ... until it rings: then that one queue is read, once.
+        di::ring_doorbell_slot(*a.doorbells, slot);
+        REQUIRE(run_until_completion(e, 10000));
+        CHECK(e.wr_id == 11);
+        CHECK(e.status == 0);
+        CHECK(first_mismatch(b.buffer.data(), 11, 512) == -1);
+        CHECK(bench.datapath.queue_pulls() == pulls + 1);
+    }
+
     SECTION("a cut wire: the local ACK timer fires from the heap until the retries run out") {
         bench.ports.cut = true;
         fill(a.buffer.data(), 7, 1024);

@@ -13,7 +13,7 @@
 namespace softhca::device_interface {
 
 constexpr uint16_t kControlMagic = 0x5348; // "SH"
-constexpr uint16_t kControlVersion = 3;
+constexpr uint16_t kControlVersion = 4;
 constexpr size_t kMaxControlMessage = 4096;
 
 enum class Opcode : uint16_t {
@@ -46,6 +46,7 @@ enum class Opcode : uint16_t {
     DeallocMw = 27,        // HandleRequest
     ReregMr = 28,          // ReregMrRequest, reply RegMrReply (the keys stay)
     EngineStatusJson = 29, // the status as JSON (docs/status-schema.md); without OpenDevice
+    MapDoorbells = 30,     // MessageHeader, reply MapDoorbellsReply with the page's memfd
 };
 
 struct MessageHeader {
@@ -99,6 +100,14 @@ struct OpenDeviceReply {
     uint32_t phys_port_cnt;
 };
 static_assert(sizeof(OpenDeviceReply) == 32);
+
+// The context's doorbell page (doorbell_page.hpp), sent with its memfd.
+struct MapDoorbellsReply {
+    ReplyHeader reply;
+    uint32_t bytes; // to map
+    uint32_t slots;
+};
+static_assert(sizeof(MapDoorbellsReply) == 32);
 
 struct DeviceAttributes {
     char fw_ver[64];

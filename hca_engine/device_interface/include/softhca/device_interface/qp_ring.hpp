@@ -1,7 +1,8 @@
 // A queue pair's work queues as the card and the driver share them: one memfd the
 // engine creates and both map. Layout: QpRingHeader, the send queue slots, then the
 // receive queue slots (offsets in the header). The provider produces work requests and
-// rings the doorbell by advancing a producer index; the engine consumes them and
+// advances a producer index, then rings the queue's bit in the context's doorbell page
+// (doorbell_page.hpp, slot `doorbell_slot`); the engine consumes the requests and
 // advances `completed` as work requests retire, which frees their slots.
 // A shared receive queue uses the same layout with no send queue (sq_slots = 0); its
 // `rq_completed` counts requests taken by QPs.
@@ -14,7 +15,7 @@
 namespace softhca::device_interface {
 
 constexpr uint32_t kQpRingMagic = 0x53485150; // "SHQP"
-constexpr uint32_t kQpRingVersion = 4;
+constexpr uint32_t kQpRingVersion = 5;
 
 struct alignas(64) QpRingHeader {
     uint32_t magic;
@@ -25,15 +26,14 @@ struct alignas(64) QpRingHeader {
     uint32_t rq_slot_size;
     uint64_t sq_offset; // from the start of the mapping
     uint64_t rq_offset;
+    uint32_t doorbell_slot; // this queue's bit in the context's doorbell page
+    uint32_t reserved;
     alignas(64) std::atomic<uint64_t> sq_producer;  // provider
     alignas(64) std::atomic<uint64_t> sq_completed; // engine: retired, slot reusable
     alignas(64) std::atomic<uint64_t> rq_producer;  // provider
     alignas(64) std::atomic<uint64_t> rq_completed; // engine
-    // Set by the engine before it sleeps; a provider that finds it set after posting
-    // clears it and writes the context's doorbell eventfd.
-    alignas(64) std::atomic<uint32_t> doorbell_armed;
 };
-static_assert(sizeof(QpRingHeader) == 384);
+static_assert(sizeof(QpRingHeader) == 320);
 
 enum SendFlags : uint8_t {
     kSendSignaled = 1 << 0,

@@ -1,0 +1,146 @@
+// Engine: a context's doorbell page (doorbells.hpp, device_interface/doorbell_page.hpp).
+// Every work queue gets its own slot, written into its ring header; a slot rung as the
+// provider rings it is taken once and names its queue; a freed slot rings nothing.
+#include "engine_qp.hpp"
+#include "engine_srq.hpp"
+#include "ports.hpp"
+#include "resource_tables.hpp"
+#include "softhca/device_interface/doorbell_page.hpp"
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <set>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <vector>
+
+namespace di = softhca::device_interface;
+using namespace softhca::engine;
+
+namespace {
+
+struct Rung {
+    std::vector<EngineQp*> qps;
+    std::vector<EngineSrq*> srqs;
+};
+
+Rung take(Doorbells& doorbells) {
+    Rung rung;
+    doorbells.take([&](EngineQp& qp, uint32_t) { rung.qps.push_back(&qp); },
+                   [&](EngineSrq& srq, uint32_t) { rung.srqs.push_back(&srq); });
+    return rung;
+}
+
+di::QpRingHeader* map_ring(int fd, size_t bytes) {
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    REQUIRE(p != MAP_FAILED);
+    return static_cast<di::QpRingHeader*>(p);
+}
+
+} // namespace
+
+TEST_CASE("doorbells: each queue rings its own slot, taken once; a freed slot rings nothing") {
+    KeySpace keys;
+    ContextResources ctx(getpid(), keys);
+    Doorbells& doorbells = ctx.doorbells();
+    auto* page = static_cast<di::DoorbellPage*>(
+        mmap(nullptr, doorbells.bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, doorbells.fd(), 0));
+    REQUIRE(page != MAP_FAILED);
+    CHECK(page->magic == di::kDoorbellPageMagic);
+    CHECK(page->slots == di::kDoorbellSlots);
+    CHECK(std::find(keys.doorbell_pages.begin(), keys.doorbell_pages.end(), &doorbells) !=
+          keys.doorbell_pages.end());
+
+    uint32_t pd = 0, cq_handle = 0;
+    REQUIRE(ctx.alloc_pd(pd) == 0);
+    const CompletionQueue* cq = nullptr;
+    REQUIRE(ctx.create_cq(63, 0, 0, {}, cq_handle, cq) == 0);
+    PortInfo port;
+    std::vector<EngineQp*> qps;
+    std::set<uint32_t> slots;
+    for (int i = 0; i < 70; ++i) { // more than one word of the page
+        di::CreateQpRequest create{};
+        create.pd_handle = pd;
+        create.send_cq_handle = create.recv_cq_handle = cq_handle;
+        create.qp_type = 2; // RC
+        create.caps = {4, 4, 1, 1, 0, 0};
+        EngineQp* qp = nullptr;
+        REQUIRE(ctx.create_qp(create, port, qp) == 0);
+        qps.push_back(qp);
+        slots.insert(qp->doorbell_slot());
+        // The provider learns the slot from the ring header.
+        di::QpRingHeader* ring = map_ring(qp->ring_fd(), qp->ring_bytes());
+        CHECK(ring->doorbell_slot == qp->doorbell_slot());
+        munmap(ring, qp->ring_bytes());
+    }
+    di::CreateSrqRequest srq_request{};
+    srq_request.pd_handle = pd;
+    srq_request.max_wr = 8;
+    srq_request.max_sge = 1;
+    EngineSrq* srq = nullptr;
+    REQUIRE(ctx.create_srq(srq_request, srq) == 0);
+    slots.insert(srq->doorbell_slot());
+    CHECK(slots.size() == 71); // every queue its own slot
+    CHECK(*slots.rbegin() < di::kDoorbellSlots);
+
+    // Nothing rung: nothing taken.
+    CHECK(take(doorbells).qps.empty());
+
+    // Three QPs in two words and the SRQ rung, one of them twice: each is taken once.
+    di::ring_doorbell_slot(*page, qps[3]->doorbell_slot());
+    di::ring_doorbell_slot(*page, qps[68]->doorbell_slot());
+    di::ring_doorbell_slot(*page, qps[3]->doorbell_slot());
+    di::ring_doorbell_slot(*page, qps[40]->doorbell_slot());
+    di::ring_doorbell_slot(*page, srq->doorbell_slot());
+    Rung rung = take(doorbells);
+    CHECK(std::set<EngineQp*>(rung.qps.begin(), rung.qps.end()) ==
+          std::set<EngineQp*>{qps[3], qps[68], qps[40]});
+    CHECK(rung.qps.size() == 3);
+    CHECK(rung.srqs == std::vector<EngineSrq*>{srq});
+    rung = take(doorbells);
+    CHECK((rung.qps.empty() && rung.srqs.empty()));
+    CHECK_FALSE(doorbells.any_rung());
+
+    // The engine rings a queue itself (requests left in its ring); arming is seen by
+    // the provider's side.
+    doorbells.ring(qps[5]->doorbell_slot());
+    CHECK(doorbells.any_rung());
+    CHECK(take(doorbells).qps == std::vector<EngineQp*>{qps[5]});
+    doorbells.arm();
+    CHECK(page->armed.load() == 1);
+
+    // A destroyed QP's slot rings nothing; a new QP gets a free slot and rings.
+    const uint32_t freed = qps[7]->doorbell_slot();
+    REQUIRE(ctx.destroy_qp(qps[7]->handle()) == 0);
+    di::ring_doorbell_slot(*page, freed);
+    rung = take(doorbells);
+    CHECK((rung.qps.empty() && rung.srqs.empty()));
+    di::CreateQpRequest create{};
+    create.pd_handle = pd;
+    create.send_cq_handle = create.recv_cq_handle = cq_handle;
+    create.qp_type = 2;
+    create.caps = {4, 4, 1, 1, 0, 0};
+    EngineQp* fresh = nullptr;
+    REQUIRE(ctx.create_qp(create, port, fresh) == 0);
+    CHECK(fresh->doorbell_slot() == freed);
+    di::ring_doorbell_slot(*page, fresh->doorbell_slot());
+    CHECK(take(doorbells).qps == std::vector<EngineQp*>{fresh});
+
+    // Scribbled: every bit of the page set. Only the live queues are named.
+    std::memset(static_cast<void*>(&page->summary[0]), 0xff,
+                sizeof(page->summary) + sizeof(page->words));
+    rung = take(doorbells);
+    CHECK(rung.qps.size() == 70);
+    CHECK(rung.srqs.size() == 1);
+    munmap(page, doorbells.bytes());
+}
+
+TEST_CASE("doorbells: a context's page leaves the data path's list with the context") {
+    KeySpace keys;
+    {
+        ContextResources a(getpid(), keys), b(getpid(), keys);
+        CHECK(keys.doorbell_pages.size() == 2);
+    }
+    CHECK(keys.doorbell_pages.empty());
+}
