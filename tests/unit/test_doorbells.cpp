@@ -40,7 +40,7 @@ di::QpRingHeader* map_ring(int fd, size_t bytes) {
 
 } // namespace
 
-TEST_CASE("doorbells: each queue rings its own slot, taken once; a freed slot rings nothing") {
+TEST_CASE("doorbells: each queue rings its own slot, taken once, a freed slot rings nothing") {
     KeySpace keys;
     ContextResources ctx(getpid(), keys);
     Doorbells& doorbells = ctx.doorbells();

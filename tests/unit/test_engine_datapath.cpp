@@ -276,7 +276,7 @@ TEST_CASE("engine data path: a deregistered MR's rkey is refused at once, though
 }
 
 TEST_CASE("engine data path: on a port with ICRC offload (the built-in wire) frames carry no "
-          "ICRC and every byte still arrives; on any other port every frame has its ICRC") {
+          "ICRC and every byte still arrives, on any other port every frame has its ICRC") {
     const bool offload = GENERATE(false, true);
     INFO((offload ? "offloaded" : "computed"));
     Bench bench({}, false);

@@ -63,7 +63,7 @@ TEST_CASE("a Neighbor Advertisement carries our MAC and the Solicited and Overri
     CHECK(icmpv6_checksum(kOurs, kPeer, frame + 54, 32) == 0);
 }
 
-TEST_CASE("ND messages failing RFC 4861's validation are malformed; other ICMPv6 is not ND") {
+TEST_CASE("ND messages failing RFC 4861's validation are malformed, other ICMPv6 is not ND") {
     uint8_t good[kNdFrameBytes];
     build_neighbor_solicitation(good, kOurMac, kOurs, kPeer);
     NdMessage nd;

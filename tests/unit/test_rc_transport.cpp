@@ -315,7 +315,7 @@ TEST_CASE("RC: a bad lkey is a local protection error") {
     CHECK(link.a().sink.sends[0].status == WcStatus::LocalProtectionError);
 }
 
-TEST_CASE("RC: bytes gathered at post time are sent as posted; their SGEs are still checked") {
+TEST_CASE("RC: bytes gathered at post time are sent as posted, their SGEs are still checked") {
     // A request whose payload came with it (inline_bytes) but which keeps its SGEs: what
     // the provider sends when it gathered a small send at post time.
     Link link(5, {});
@@ -355,7 +355,7 @@ TEST_CASE("RC: bytes gathered at post time are sent as posted; their SGEs are st
     }
 }
 
-TEST_CASE("RC: RNR with rnr_retry 0 fails with RNR_RETRY_EXC_ERR; with 7 it waits") {
+TEST_CASE("RC: RNR with rnr_retry 0 fails with RNR_RETRY_EXC_ERR, with 7 it waits") {
     Link link(6, {});
     link.connect(PathMtu::Mtu1024, kAllRemote);
     HostMemory& am = link.a().memory;

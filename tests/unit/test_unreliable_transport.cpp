@@ -132,7 +132,7 @@ TEST_CASE("UC: with loss and duplication only whole messages are delivered") {
     }
 }
 
-TEST_CASE("UC: RDMA WRITE with immediate lands and completes; no ACK is ever sent") {
+TEST_CASE("UC: RDMA WRITE with immediate lands and completes, no ACK is ever sent") {
     Link link(3, in_order(), 64, Service::UC);
     link.connect(PathMtu::Mtu1024, kRights);
     auto& a = link.a();
@@ -246,7 +246,7 @@ TEST_CASE("UD: with loss only whole datagrams arrive") {
     CHECK(arrived > 900);
 }
 
-TEST_CASE("UD: a wrong Q_Key is dropped and counted; a high-bit Q_Key uses the QP's own") {
+TEST_CASE("UD: a wrong Q_Key is dropped and counted, a high-bit Q_Key uses the QP's own") {
     Link link(7, {}, 64, Service::UD);
     link.connect(PathMtu::Mtu1024, kRights);
     REQUIRE(send_and_check(link, 10, 512, kGrhBytes, 0x2222) == 0);
@@ -257,7 +257,7 @@ TEST_CASE("UD: a wrong Q_Key is dropped and counted; a high-bit Q_Key uses the Q
     REQUIRE(send_and_check(link2, 10, 512, kGrhBytes, 0x80000000u) == 10);
 }
 
-TEST_CASE("UD: a send larger than the path MTU fails with LOC_LEN_ERR and SQE; RTS resumes") {
+TEST_CASE("UD: a send larger than the path MTU fails with LOC_LEN_ERR and SQE, RTS resumes") {
     Link link(9, {}, 64, Service::UD);
     link.connect(PathMtu::Mtu1024, kRights);
     auto& a = link.a();
@@ -346,7 +346,7 @@ TEST_CASE("SRQ: RC over a shared receive queue delivers everything despite loss"
     }
 }
 
-TEST_CASE("SRQ: the limit fires once when fewer remain; LAST_WQE_REACHED on error") {
+TEST_CASE("SRQ: the limit fires once when fewer remain, LAST_WQE_REACHED on error") {
     HostMemory memory;
     ReceiveQueue srq(8, memory);
     for (int i = 0; i < 4; ++i)

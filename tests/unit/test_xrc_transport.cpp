@@ -62,7 +62,7 @@ TEST_CASE("XRC: each message lands in the SRQ it names, in order, despite loss")
         CHECK(c.status == WcStatus::Success);
 }
 
-TEST_CASE("XRC: remote access is checked in the named SRQ's domain; an unknown SRQN fails") {
+TEST_CASE("XRC: remote access is checked in the named SRQ's domain, an unknown SRQN fails") {
     Link link(22, {}, 64, Service::XRC);
     HostMemory srq_memory;
     ReceiveQueue srq(8, srq_memory);
