@@ -40,7 +40,8 @@ std::string read_command_name(pid_t pid) {
 // CreateCq's channel: the flag and the descriptor come together, and the descriptor is
 // a pipe (a write to anything else could block the card).
 bool valid_channel_request(uint32_t flags, int fd) {
-    if ((flags & ~di::kCreateCqChannel) || ((flags & di::kCreateCqChannel) != 0) != (fd >= 0))
+    if ((flags & ~(di::kCreateCqChannel | di::kCreateCqTimestamps)) ||
+        ((flags & di::kCreateCqChannel) != 0) != (fd >= 0))
         return false;
     struct stat st {};
     return fd < 0 || (::fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode));
@@ -373,7 +374,8 @@ void ControlServer::dispatch(Connection& c, const void* message, size_t size, in
             }
             r.reply.status =
                 res.create_cq(request->cqe, request->comp_vector, request->user_handle,
-                              CompletionChannel(std::exchange(guard.fd, -1)), r.cq_handle, cq);
+                              CompletionChannel(std::exchange(guard.fd, -1)), r.cq_handle, cq,
+                              (request->flags & di::kCreateCqTimestamps) != 0);
         } else {
             const auto* request = as<di::ResizeCqRequest>(message, size);
             if (!request)

@@ -1,5 +1,6 @@
 #include "engine_qp.hpp"
 
+#include "clock.hpp"
 #include "gid_table.hpp"
 #include "ports.hpp"
 #include "resource_tables.hpp"
@@ -395,6 +396,8 @@ void EngineQp::push_completion(CompletionQueue* cq, const tp::Completion& c) {
         e.staged_addr = c.staged_addr;
         std::memcpy(e.staged, c.staged.data(), e.staged_length);
     }
+    if (cq->timestamps)
+        e.completion_ns = monotonic_ns(); // the card's free-running clock
     if (cq->ring.push(e)) {
         // Completion events (11.4.2.2): written by the card, whether or not the
         // application is polling. A receive completion is solicited when the message's

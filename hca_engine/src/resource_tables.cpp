@@ -235,7 +235,7 @@ int ContextResources::dereg_mr(uint32_t handle) {
 
 int ContextResources::create_cq(uint32_t cqe, uint32_t comp_vector, uint64_t user_handle,
                                 CompletionChannel channel, uint32_t& handle,
-                                const CompletionQueue*& cq) {
+                                const CompletionQueue*& cq, bool timestamps) {
     const uint32_t slots = cq_slots_for(cqe);
     if (!slots || comp_vector >= DeviceLimits::kNumCompVectors)
         return EINVAL;
@@ -248,6 +248,7 @@ int ContextResources::create_cq(uint32_t cqe, uint32_t comp_vector, uint64_t use
     queue.cqe = slots - 1;
     queue.comp_vector = comp_vector;
     queue.channel = std::move(channel);
+    queue.timestamps = timestamps;
     handle = next_handle_++;
     cq = &cqs_.emplace(handle, std::move(queue)).first->second;
     ++keys_.cqs;

@@ -131,6 +131,7 @@ struct CompletionQueue {
     uint32_t comp_vector = 0;
     uint32_t qp_count = 0; // QPs (and XRC SRQs) that complete into it
     bool overrun_reported = false;
+    bool timestamps = false; // completions carry their time (kCreateCqTimestamps)
     CqRingOwner ring;
     CompletionChannel channel; // not attached when created without one
 };
@@ -162,9 +163,11 @@ class ContextResources {
     // The bound window whose current rkey is `rkey`; nullptr if none.
     const MemoryWindow* find_window(uint32_t rkey) const;
     // On success `cq` points at the new CQ (its ring fd is sent to the provider).
-    // `channel` is the completion channel's write end, or a detached one.
+    // `channel` is the completion channel's write end, or a detached one; with
+    // `timestamps` every completion carries its time.
     int create_cq(uint32_t cqe, uint32_t comp_vector, uint64_t user_handle,
-                  CompletionChannel channel, uint32_t& handle, const CompletionQueue*& cq);
+                  CompletionChannel channel, uint32_t& handle, const CompletionQueue*& cq,
+                  bool timestamps = false);
     int resize_cq(uint32_t handle, uint32_t cqe, const CompletionQueue*& cq);
     int destroy_cq(uint32_t handle);
     // On success `qp` points at the new QP (its ring fd is sent to the provider).

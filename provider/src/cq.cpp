@@ -84,7 +84,7 @@ uint8_t wc_sl(const di::CompletionEntry& e) {
 }
 
 Cq* create_completion_queue(ibv_context* context, int cqe, ibv_comp_channel* channel,
-                            int comp_vector) {
+                            int comp_vector, bool timestamps) {
     if (cqe < 1 || comp_vector < 0)
         return fail_with<Cq>(EINVAL);
     int channel_writer = -1;
@@ -100,7 +100,8 @@ Cq* create_completion_queue(ibv_context* context, int cqe, ibv_comp_channel* cha
     request.user_handle = reinterpret_cast<uintptr_t>(&cq->vcq.cq);
     request.cqe = static_cast<uint32_t>(cqe);
     request.comp_vector = static_cast<uint32_t>(comp_vector);
-    request.flags = channel ? di::kCreateCqChannel : 0;
+    request.flags =
+        (channel ? di::kCreateCqChannel : 0) | (timestamps ? di::kCreateCqTimestamps : 0);
     di::CreateCqReply reply{};
     ControlChannel& control = state_of(context).control;
     const int err = call_for_ring(

@@ -10,11 +10,13 @@ namespace di = device_interface;
 
 namespace {
 
-// What we can report (ibv_create_cq_ex(3) wc_flags). Time stamps, VLANs, flow tags and
-// tag matching are not: asking for them is EOPNOTSUPP.
+// What we can report (ibv_create_cq_ex(3) wc_flags). VLANs, flow tags and tag matching
+// are not: asking for them is EOPNOTSUPP.
+constexpr uint64_t kTimestampWcFlags =
+    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
 constexpr uint64_t kSupportedWcFlags =
     IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM | IBV_WC_EX_WITH_SRC_QP |
-    IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL | IBV_WC_EX_WITH_DLID_PATH_BITS;
+    IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL | IBV_WC_EX_WITH_DLID_PATH_BITS | kTimestampWcFlags;
 
 const di::CompletionEntry& current(ibv_cq_ex* ibcq) {
     return *to_cq(ibv_cq_ex_to_cq(ibcq))->current;
@@ -109,23 +111,38 @@ uint8_t read_sl(ibv_cq_ex* cq) {
 uint8_t read_dlid_path_bits(ibv_cq_ex* cq) {
     return current(cq).dlid_path_bits;
 }
+// The engine stamps completions with the card's free-running clock, CLOCK_MONOTONIC in
+// nanoseconds (hca_core_clock 1 GHz); wall-clock time is that plus how far
+// CLOCK_REALTIME is ahead of it now.
+uint64_t read_completion_ts(ibv_cq_ex* cq) {
+    return current(cq).completion_ns;
+}
+uint64_t read_completion_wallclock_ns(ibv_cq_ex* cq) {
+    return current(cq).completion_ns + realtime_offset_ns();
+}
 
 } // namespace
 
 ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
     if (attr->wc_flags & ~kSupportedWcFlags)
         return fail_with<ibv_cq_ex>(EOPNOTSUPP);
-    // Parent domains are not supported; of the flags only the single-threaded hint is
-    // known (and changes nothing: the lock is uncontended then).
-    if (attr->comp_mask & ~static_cast<uint32_t>(IBV_CQ_INIT_ATTR_MASK_FLAGS))
+    // Of the flags only the single-threaded hint is known (and changes nothing: the lock
+    // is uncontended then). A parent domain given must be one of this context.
+    if (attr->comp_mask &
+        ~static_cast<uint32_t>(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD))
         return fail_with<ibv_cq_ex>(EOPNOTSUPP);
+    if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) &&
+        (!attr->parent_domain || attr->parent_domain->context != context ||
+         !to_pd(attr->parent_domain)->protection_domain))
+        return fail_with<ibv_cq_ex>(EINVAL);
     if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
         (attr->flags & ~static_cast<uint32_t>(IBV_CREATE_CQ_ATTR_SINGLE_THREADED)))
         return fail_with<ibv_cq_ex>(EOPNOTSUPP);
     if (attr->cqe > static_cast<uint32_t>(INT32_MAX))
         return fail_with<ibv_cq_ex>(EINVAL);
     Cq* cq = create_completion_queue(context, static_cast<int>(attr->cqe), attr->channel,
-                                     static_cast<int>(attr->comp_vector));
+                                     static_cast<int>(attr->comp_vector),
+                                     (attr->wc_flags & kTimestampWcFlags) != 0);
     if (!cq)
         return nullptr;
     ibv_cq_ex& ex = cq->vcq.cq_ex;
@@ -142,6 +159,8 @@ ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
     ex.read_slid = read_slid;
     ex.read_sl = read_sl;
     ex.read_dlid_path_bits = read_dlid_path_bits;
+    ex.read_completion_ts = read_completion_ts;
+    ex.read_completion_wallclock_ns = read_completion_wallclock_ns;
     return &ex;
 }
 

@@ -10,14 +10,14 @@ namespace softhca::provider {
 namespace di = device_interface;
 
 ibv_pd* alloc_pd(ibv_context* context) {
-    auto* pd = static_cast<Pd*>(std::calloc(1, sizeof(Pd)));
+    auto* pd = new (std::nothrow) Pd{};
     if (!pd)
         return fail_with<ibv_pd>(ENOMEM);
     di::MessageHeader request{};
     di::HandleReply reply{};
     if (int err = state_of(context).control.call(di::Opcode::AllocPd, &request, sizeof(request),
                                                  &reply, sizeof(reply))) {
-        std::free(pd);
+        delete pd;
         return fail_with<ibv_pd>(err);
     }
     pd->handle = reply.handle;
@@ -26,9 +26,63 @@ ibv_pd* alloc_pd(ibv_context* context) {
 
 int dealloc_pd(ibv_pd* ibpd) {
     Pd* pd = to_pd(ibpd);
+    if (Pd* parent_of = pd->protection_domain) {
+        // A parent domain: its PD and thread domain stay (ibv_alloc_parent_domain(3)).
+        --parent_of->parent_domains;
+        if (pd->td)
+            --reinterpret_cast<Td*>(pd->td)->parent_domains;
+        delete pd;
+        return 0;
+    }
+    if (pd->parent_domains.load() != 0)
+        return EBUSY; // parent domains still stand on it, as MRs and QPs would
     if (int err = state_of(ibpd->context).control.destroy(di::Opcode::DeallocPd, pd->handle))
         return err; // EBUSY while MRs or QPs still use it: the PD stays valid
-    std::free(pd);
+    delete pd;
+    return 0;
+}
+
+ibv_pd* alloc_parent_domain(ibv_context* context, ibv_parent_domain_init_attr* attr) {
+    constexpr uint32_t kKnown =
+        IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
+    // Over a plain PD of this context only, with a thread domain of this context.
+    if (!attr || (attr->comp_mask & ~kKnown) || !attr->pd || attr->pd->context != context ||
+        to_pd(attr->pd)->protection_domain || (attr->td && attr->td->context != context))
+        return fail_with<ibv_pd>(EINVAL);
+    if ((attr->comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS) && (!attr->alloc || !attr->free))
+        return fail_with<ibv_pd>(EINVAL);
+    auto* pd = new (std::nothrow) Pd{};
+    if (!pd)
+        return fail_with<ibv_pd>(ENOMEM);
+    Pd* parent_of = to_pd(attr->pd);
+    pd->ibv.context = context;
+    pd->ibv.handle = parent_of->ibv.handle;
+    pd->handle = parent_of->handle;
+    pd->protection_domain = parent_of;
+    pd->td = attr->td;
+    if (attr->comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT)
+        pd->pd_context = attr->pd_context;
+    ++parent_of->parent_domains;
+    if (attr->td)
+        ++reinterpret_cast<Td*>(attr->td)->parent_domains;
+    return &pd->ibv;
+}
+
+ibv_td* alloc_td(ibv_context* context, ibv_td_init_attr* attr) {
+    if (!attr || attr->comp_mask)
+        return fail_with<ibv_td>(EINVAL);
+    auto* td = new (std::nothrow) Td{};
+    if (!td)
+        return fail_with<ibv_td>(ENOMEM);
+    td->ibv.context = context;
+    return &td->ibv;
+}
+
+int dealloc_td(ibv_td* ibtd) {
+    auto* td = reinterpret_cast<Td*>(ibtd);
+    if (td->parent_domains.load() != 0)
+        return EBUSY; // a parent domain still names it
+    delete td;
     return 0;
 }
 

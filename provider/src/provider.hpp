@@ -10,6 +10,7 @@
 #include "softhca/device_interface/doorbell_page.hpp"
 #include "softhca/device_interface/qp_ring.hpp"
 
+#include <atomic>
 #include <cerrno>
 #include <cstddef>
 #include <memory>
@@ -51,7 +52,21 @@ static_assert(offsetof(Context, vctx) == 0);
 
 struct Pd {
     ibv_pd ibv;
-    uint32_t handle;
+    uint32_t handle = 0; // the engine's PD
+    // A parent domain (ibv_alloc_parent_domain(3)) is a PD of its own over a plain one:
+    // it names the same engine PD, so every verb given it acts on that PD. Its queues
+    // live in engine memory (memfds), so the allocators are kept and never called.
+    Pd* protection_domain = nullptr; // a parent domain's PD; null for a plain PD
+    ibv_td* td = nullptr;
+    void* pd_context = nullptr;
+    std::atomic<uint32_t> parent_domains{0}; // over this PD: it cannot go first
+};
+
+// A thread domain (ibv_alloc_td(3)): a promise that one thread uses what it is given
+// to. softhca's locks are uncontended then and stay.
+struct Td {
+    ibv_td ibv;
+    std::atomic<uint32_t> parent_domains{0};
 };
 
 struct Mr {
@@ -158,15 +173,25 @@ template <typename T> T* fail_with(int err) {
 int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input,
                     ibv_device_attr_ex* attr, size_t attr_size);
 int query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* port_attr);
+// ibv_query_rt_values_ex: the card's free-running clock now (clock.cpp).
+int query_rt_values(ibv_context* context, ibv_values_ex* values);
+// The card's clock (CLOCK_MONOTONIC, ns) at 1 GHz, and how far CLOCK_REALTIME is
+// ahead of it now (clock.cpp).
+constexpr uint64_t kHcaCoreClockKhz = 1'000'000;
+uint64_t realtime_offset_ns();
 ibv_pd* alloc_pd(ibv_context* context);
 int dealloc_pd(ibv_pd* pd);
+ibv_pd* alloc_parent_domain(ibv_context* context, ibv_parent_domain_init_attr* attr);
+ibv_td* alloc_td(ibv_context* context, ibv_td_init_attr* attr);
+int dealloc_td(ibv_td* td);
 ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t hca_va, int access);
 int dereg_mr(verbs_mr* vmr);
 ibv_cq* create_cq(ibv_context* context, int cqe, ibv_comp_channel* channel, int comp_vector);
 ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr);
 // What both creates share (cq.cpp): nullptr with errno on failure.
+// With `timestamps` every completion carries the time it was made.
 Cq* create_completion_queue(ibv_context* context, int cqe, ibv_comp_channel* channel,
-                            int comp_vector);
+                            int comp_vector, bool timestamps = false);
 // A completion as ibv_poll_cq returns it (cq.cpp).
 // Copies a receive's staged bytes into place (CompletionEntry::staged); to_wc does.
 void land_staged(const device_interface::CompletionEntry& e);

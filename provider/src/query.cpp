@@ -58,6 +58,10 @@ int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input
     d.phys_port_cnt = static_cast<uint8_t>(a.phys_port_cnt);
     ex.device_cap_flags_ex = a.device_cap_flags;
     ex.phys_port_cnt_ex = a.phys_port_cnt;
+    // Completion timestamps: the card's clock is CLOCK_MONOTONIC in nanoseconds (1 GHz,
+    // all 64 bits valid), as ibv_query_rt_values_ex reads it.
+    ex.completion_timestamp_mask = UINT64_MAX;
+    ex.hca_core_clock = kHcaCoreClockKhz;
 
     // Callers built against an older verbs.h pass a shorter structure: fill only that.
     std::memcpy(attr, &ex, std::min(attr_size, sizeof(ex)));

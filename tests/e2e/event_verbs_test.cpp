@@ -6,6 +6,8 @@
 
 #include <arpa/inet.h>
 #include <atomic>
+#include <chrono>
+#include <ctime>
 #include <fcntl.h>
 #include <sys/epoll.h>
 #include <thread>
@@ -310,8 +312,8 @@ TEST_CASE("a CQ polled with both ibv_poll_cq and the ibv_start_poll family gives
 }
 
 TEST_CASE("extended CQ fields we cannot report are EOPNOTSUPP") {
-    for (uint64_t flag : {uint64_t{IBV_WC_EX_WITH_COMPLETION_TIMESTAMP},
-                          uint64_t{IBV_WC_EX_WITH_CVLAN}, uint64_t{IBV_WC_EX_WITH_FLOW_TAG}}) {
+    for (uint64_t flag : {uint64_t{IBV_WC_EX_WITH_CVLAN}, uint64_t{IBV_WC_EX_WITH_FLOW_TAG},
+                          uint64_t{IBV_WC_EX_WITH_TM_INFO}}) {
         ibv_cq_init_attr_ex attr{};
         attr.cqe = 8;
         attr.wc_flags = IBV_WC_EX_WITH_BYTE_LEN | flag;
@@ -319,6 +321,77 @@ TEST_CASE("extended CQ fields we cannot report are EOPNOTSUPP") {
         CHECK(ibv_create_cq_ex(dev(0).context, &attr) == nullptr);
         CHECK(errno == EOPNOTSUPP);
     }
+}
+
+namespace {
+uint64_t clock_ns(clockid_t clock) {
+    timespec ts{};
+    clock_gettime(clock, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+} // namespace
+
+TEST_CASE("completions carry their time on the card's clock, which hca_core_clock and "
+          "ibv_query_rt_values_ex describe; the wall-clock form is real time") {
+    Device& d = dev(0);
+    ibv_device_attr_ex attr{};
+    REQUIRE(ibv_query_device_ex(d.context, nullptr, &attr) == 0);
+    CHECK(attr.hca_core_clock == 1'000'000); // kHz: one tick per nanosecond
+    CHECK(attr.completion_timestamp_mask == UINT64_MAX);
+
+    // The raw clock is CLOCK_MONOTONIC: read between two reads of it.
+    ibv_values_ex values{};
+    values.comp_mask = IBV_VALUES_MASK_RAW_CLOCK;
+    const uint64_t clock_before = clock_ns(CLOCK_MONOTONIC);
+    REQUIRE(ibv_query_rt_values_ex(d.context, &values) == 0);
+    const uint64_t clock_after = clock_ns(CLOCK_MONOTONIC);
+    CHECK(values.comp_mask == IBV_VALUES_MASK_RAW_CLOCK);
+    const uint64_t raw = static_cast<uint64_t>(values.raw_clock.tv_sec) * 1'000'000'000ull +
+                         static_cast<uint64_t>(values.raw_clock.tv_nsec);
+    CHECK(raw >= clock_before);
+    CHECK(raw <= clock_after);
+
+    ibv_cq_init_attr_ex cq_attr{};
+    cq_attr.cqe = 16;
+    cq_attr.wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
+                       IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+    ibv_cq_ex* cq_ex = ibv_create_cq_ex(d.context, &cq_attr);
+    REQUIRE(cq_ex);
+    {
+        ibv_qp* qp = self_connected(d, ibv_cq_ex_to_cq(cq_ex));
+        Buffer buf(d, 4096, kAllAccess);
+        std::vector<uint64_t> stamps;
+        for (uint64_t id = 1; id <= 3; ++id) {
+            const uint64_t mono_before = clock_ns(CLOCK_MONOTONIC);
+            const uint64_t real_before = clock_ns(CLOCK_REALTIME);
+            write_within(qp, buf, id);
+            ibv_poll_cq_attr poll_attr{};
+            const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+            int rc = ENOENT;
+            while ((rc = ibv_start_poll(cq_ex, &poll_attr)) == ENOENT &&
+                   std::chrono::steady_clock::now() < deadline) {
+            }
+            REQUIRE(rc == 0);
+            CHECK(cq_ex->wr_id == id);
+            CHECK(cq_ex->status == IBV_WC_SUCCESS);
+            const uint64_t stamp = ibv_wc_read_completion_ts(cq_ex);
+            const uint64_t wall = ibv_wc_read_completion_wallclock_ns(cq_ex);
+            ibv_end_poll(cq_ex);
+            const uint64_t mono_after = clock_ns(CLOCK_MONOTONIC);
+            const uint64_t real_after = clock_ns(CLOCK_REALTIME);
+            // Made after the post and before the poll returned it.
+            CHECK(stamp >= mono_before);
+            CHECK(stamp <= mono_after);
+            // The same instant in real time (the two clocks are read apart: 1 ms slack).
+            CHECK(wall + 1'000'000 >= real_before);
+            CHECK(wall <= real_after + 1'000'000);
+            stamps.push_back(stamp);
+        }
+        CHECK(stamps[0] < stamps[1]);
+        CHECK(stamps[1] < stamps[2]);
+        ibv_destroy_qp(qp);
+    }
+    CHECK(ibv_destroy_cq(ibv_cq_ex_to_cq(cq_ex)) == 0);
 }
 
 TEST_CASE("destroying a CQ takes its unread events out of a shared channel") {

@@ -592,3 +592,106 @@ TEST_CASE("windows and rereg keep PDs and QP types honest") {
     ibv_destroy_qp(uc);
     ibv_destroy_qp(ud);
 }
+
+TEST_CASE("a parent domain over a PD with a thread domain carries MRs, QPs, SRQs and extended "
+          "CQs of that PD, and each goes in order") {
+    Device& d = dev(0);
+    ibv_td_init_attr td_attr{};
+    td_attr.comp_mask = 1; // no such field
+    errno = 0;
+    CHECK(ibv_alloc_td(d.context, &td_attr) == nullptr);
+    CHECK(errno == EINVAL);
+    td_attr.comp_mask = 0;
+    ibv_td* td = ibv_alloc_td(d.context, &td_attr);
+    REQUIRE(td);
+    ibv_pd* pd = ibv_alloc_pd(d.context);
+    REQUIRE(pd);
+    int pd_context = 7;
+    ibv_parent_domain_init_attr attr{};
+    attr.pd = pd;
+    attr.td = td;
+    attr.comp_mask =
+        IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
+    attr.alloc = [](ibv_pd*, void*, size_t, size_t, uint64_t) -> void* {
+        return IBV_ALLOCATOR_USE_DEFAULT;
+    };
+    attr.free = [](ibv_pd*, void*, void*, uint64_t) {};
+    attr.pd_context = &pd_context;
+    ibv_pd* parent = ibv_alloc_parent_domain(d.context, &attr);
+    REQUIRE(parent);
+    // Not over another parent domain; not with allocators missing.
+    ibv_parent_domain_init_attr nested = attr;
+    nested.pd = parent;
+    errno = 0;
+    CHECK(ibv_alloc_parent_domain(d.context, &nested) == nullptr);
+    CHECK(errno == EINVAL);
+    ibv_parent_domain_init_attr no_free = attr;
+    no_free.free = nullptr;
+    CHECK(ibv_alloc_parent_domain(d.context, &no_free) == nullptr);
+
+    {
+        // An MR of the parent domain serves a QP of the plain PD and the other way round:
+        // both are the one PD.
+        TestMemory src_bytes(4096, false), dst_bytes(4096, false);
+        ibv_mr* src = ibv_reg_mr(parent, src_bytes.data(), 4096, kAllAccess);
+        ibv_mr* dst = ibv_reg_mr(pd, dst_bytes.data(), 4096, kAllAccess);
+        REQUIRE((src && dst));
+        ibv_cq_init_attr_ex cq_attr{};
+        cq_attr.cqe = 16;
+        cq_attr.wc_flags = IBV_WC_EX_WITH_BYTE_LEN;
+        cq_attr.comp_mask = IBV_CQ_INIT_ATTR_MASK_PD;
+        cq_attr.parent_domain = pd; // a plain PD is not a parent domain
+        errno = 0;
+        CHECK(ibv_create_cq_ex(d.context, &cq_attr) == nullptr);
+        CHECK(errno == EINVAL);
+        cq_attr.parent_domain = parent;
+        ibv_cq_ex* cq_ex = ibv_create_cq_ex(d.context, &cq_attr);
+        REQUIRE(cq_ex);
+        ibv_cq* cq = ibv_cq_ex_to_cq(cq_ex);
+        ibv_srq_init_attr srq_attr{};
+        srq_attr.attr = {16, 1, 0};
+        ibv_srq* srq = ibv_create_srq(parent, &srq_attr);
+        REQUIRE(srq);
+        ibv_qp_init_attr init{};
+        init.send_cq = init.recv_cq = cq;
+        init.srq = srq;
+        init.qp_type = IBV_QPT_RC;
+        init.cap = {16, 0, 1, 0, 0};
+        ibv_qp* qp = ibv_create_qp(parent, &init);
+        REQUIRE(qp);
+        CHECK(qp->pd == parent);
+        connect(qp, qp->qp_num, d.gid);
+        // The PD is busy under its parent domain (and under its objects).
+        CHECK(ibv_dealloc_pd(pd) == EBUSY);
+        CHECK(ibv_dealloc_td(td) == EBUSY);
+
+        for (uint32_t i = 0; i < 64; ++i)
+            src_bytes.data()[i] = static_cast<uint8_t>(i * 3 + 1);
+        ibv_sge rsge{reinterpret_cast<uintptr_t>(dst_bytes.data()), 64, dst->lkey};
+        ibv_recv_wr rwr{};
+        rwr.wr_id = 9;
+        rwr.sg_list = &rsge;
+        rwr.num_sge = 1;
+        ibv_recv_wr* bad_rwr = nullptr;
+        REQUIRE(ibv_post_srq_recv(srq, &rwr, &bad_rwr) == 0);
+        ibv_sge sge{reinterpret_cast<uintptr_t>(src_bytes.data()), 64, src->lkey};
+        ibv_send_wr wr = signaled_wr(IBV_WR_SEND, &sge, 1, 8);
+        post(qp, wr);
+        const auto wcs = wait_completions(cq, 2);
+        for (const ibv_wc& wc : wcs) {
+            CHECK(wc.status == IBV_WC_SUCCESS);
+            CHECK((wc.wr_id == 8 || wc.wr_id == 9));
+        }
+        CHECK(std::memcmp(src_bytes.data(), dst_bytes.data(), 64) == 0);
+
+        CHECK(ibv_destroy_qp(qp) == 0);
+        CHECK(ibv_destroy_srq(srq) == 0);
+        CHECK(ibv_destroy_cq(cq) == 0);
+        CHECK(ibv_dereg_mr(src) == 0);
+        CHECK(ibv_dereg_mr(dst) == 0);
+    }
+    // The parent domain goes first; then its thread domain and its PD.
+    CHECK(ibv_dealloc_pd(parent) == 0);
+    CHECK(ibv_dealloc_td(td) == 0);
+    CHECK(ibv_dealloc_pd(pd) == 0);
+}

@@ -264,15 +264,6 @@ TEST_CASE("what softhca does not implement fails with EOPNOTSUPP") {
     errno = 0;
     CHECK(ibv_alloc_dm(context(), &dm) == nullptr);
     CHECK(errno == EOPNOTSUPP);
-    ibv_td_init_attr td{};
-    errno = 0;
-    CHECK(ibv_alloc_td(context(), &td) == nullptr);
-    CHECK(errno == EOPNOTSUPP);
-    ibv_parent_domain_init_attr parent{};
-    parent.pd = pd.pd;
-    errno = 0;
-    CHECK(ibv_alloc_parent_domain(context(), &parent) == nullptr);
-    CHECK(errno == EOPNOTSUPP);
     init.qp_type = IBV_QPT_RC;
     ibv_qp* qp = ibv_create_qp(pd.pd, &init);
     REQUIRE(qp);

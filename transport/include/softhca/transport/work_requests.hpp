@@ -11,7 +11,7 @@ namespace softhca::transport {
 constexpr uint32_t kMaxSge = 16;
 constexpr uint32_t kMaxInlineData = 256;
 // The most bytes a receive completion can carry to the consumer (Completion::staged).
-constexpr uint32_t kStagedReceiveBytes = 64;
+constexpr uint32_t kStagedReceiveBytes = 56;
 
 enum class WrOpcode : uint8_t {
     RdmaWrite = 0,

@@ -255,6 +255,8 @@ static_assert(sizeof(AllocMwReply) == 32);
 // With kCreateCqChannel, an SCM_RIGHTS fd rides along: the write end of the completion
 // channel (a pipe) that receives one ib_uverbs_comp_event_desc {user_handle} per event.
 constexpr uint32_t kCreateCqChannel = 1u << 0;
+// Every completion carries its time (CompletionEntry::completion_ns).
+constexpr uint32_t kCreateCqTimestamps = 1u << 1;
 
 struct CreateCqRequest {
     MessageHeader header;

@@ -12,7 +12,7 @@
 namespace softhca::device_interface {
 
 constexpr uint32_t kCqRingMagic = 0x53484351; // "SHCQ"
-constexpr uint32_t kCqRingVersion = 3;
+constexpr uint32_t kCqRingVersion = 4;
 
 // Values of CqRingHeader::notify: what ibv_req_notify_cq asked for. The provider sets
 // it; the engine takes it back (exchange to kNotifyNone) when it adds a completion that
@@ -65,7 +65,11 @@ struct CompletionEntry {
     uint64_t staged_addr;
     uint32_t staged_length;
     uint32_t reserved1;
-    uint8_t staged[64];
+    uint8_t staged[56];
+    // On a CQ created with kCreateCqTimestamps (0 otherwise): when the engine made the
+    // completion, on the card's free-running clock — CLOCK_MONOTONIC in nanoseconds, so
+    // hca_core_clock is 1 GHz and the provider converts to wall-clock time itself.
+    uint64_t completion_ns;
 };
 static_assert(sizeof(CompletionEntry) == 128);
 
