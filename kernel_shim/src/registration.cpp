@@ -63,6 +63,28 @@ void write_port(const fs::path& port_dir, const PortRegistration& port) {
     write_file(port_dir / "rate", "10 Gb/sec (1X QDR)\n");
 }
 
+// The `device` link of a device whose port has a kernel netdev: the netdev's own device
+// (a NIC's PCI function, whose net/ names the interface) as a real HCA's links to its
+// PCI function; for a netdev with no device (veth, bridge, tap), a directory of the
+// tree that holds net/<netdev>. Programs find a device's interface through it
+// (rdma-core's tests list /sys/class/infiniband/DEV/device/net/). None on the built-in
+// wire, which has no netdev.
+void write_device_link(const fs::path& root, const DeviceRegistration& device,
+                       const fs::path& ib_dir) {
+    if (device.ports.empty() || device.ports[0].netdev.empty())
+        return;
+    const std::string& netdev = device.ports[0].netdev;
+    std::error_code ec;
+    fs::path target = fs::canonical(fs::path("/sys/class/net") / netdev / "device", ec);
+    if (ec || !fs::is_directory(target / "net" / netdev)) {
+        target = root / "devices" / device.ibdev_name;
+        fs::create_directories(target / "net" / netdev);
+    }
+    fs::create_directory_symlink(target, ib_dir / "device", ec);
+    if (ec)
+        fail("symlink " + (ib_dir / "device").string());
+}
+
 void write_device(const InstanceRegistration& instance, const DeviceRegistration& device,
                   Manifest& manifest) {
     const fs::path root(instance.sysfs_root);
@@ -88,6 +110,7 @@ void write_device(const InstanceRegistration& instance, const DeviceRegistration
     write_file(ib_dir / kEngineSocketFile, device.engine_socket + "\n");
     for (size_t i = 0; i < device.ports.size(); ++i)
         write_port(ib_dir / "ports" / std::to_string(i + 1), device.ports[i]);
+    write_device_link(root, device, ib_dir);
 
     // The character node libibverbs opens as cmd_fd; its number must match `dev`.
     const fs::path node = fs::path(instance.cdev_dir) / device.uverbs_name;

@@ -187,7 +187,8 @@ class Link {
     uint64_t rejected_frames = 0; // failed the ICRC or framing checks
 
     // Brings both QPs to RTS, connected to each other.
-    void connect(PathMtu mtu, uint32_t access_flags, uint8_t max_rd_atomic = 4) {
+    void connect(PathMtu mtu, uint32_t access_flags, uint8_t max_rd_atomic = 4,
+                 uint8_t rnr_retry = 7) {
         auto setup = [&](Side& s, Side& peer, uint32_t sq_psn, uint32_t rq_psn) {
             QpConfig& at = s.qp.attributes();
             at.dest_qp = peer.qp.qp_num();
@@ -196,7 +197,7 @@ class Link {
             at.rq_psn = rq_psn;
             at.timeout = 4; // ~65 us: fast simulated retries
             at.retry_cnt = 7;
-            at.rnr_retry = 7;
+            at.rnr_retry = rnr_retry;
             at.min_rnr_timer = 1;
             at.max_rd_atomic = max_rd_atomic;
             at.max_dest_rd_atomic = max_rd_atomic;

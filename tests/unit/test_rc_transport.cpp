@@ -384,6 +384,30 @@ TEST_CASE("RC: RNR with rnr_retry 0 fails with RNR_RETRY_EXC_ERR, with 7 it wait
     }
 }
 
+TEST_CASE("RC: the RNR retry budget counts consecutive RNR NAKs: an accepted message gives it "
+          "back (9.7.5.2.8)") {
+    Link link(17, {});
+    link.connect(PathMtu::Mtu1024, kAllRemote, 4, 1); // rnr_retry 1: one retry per RNR NAK
+    HostMemory& am = link.a().memory;
+    HostMemory& bm = link.b().memory;
+    const uint32_t src = am.add_region(4096, kRegionRights);
+    const uint32_t dst = bm.add_region(4096, kRegionRights);
+    // Five messages, each sent before its receive is posted: each meets one RNR NAK,
+    // then its retry finds the receive. Every one succeeds.
+    for (uint64_t id = 1; id <= 5; ++id) {
+        SendWqe w = one_sge_request(id, WrOpcode::Send, am, src, 64);
+        w.signaled = true;
+        REQUIRE(link.a().qp.post_send(w));
+        REQUIRE(
+            link.run_until([&] { return link.a().qp.counters().rnr_naks_received == id; }, 1000));
+        REQUIRE(link.b().qp.post_recv(one_sge_receive(100 + id, bm, dst, 64)));
+        REQUIRE(link.run_until([&] { return link.a().sink.sends.size() == id; }));
+        CHECK(link.a().sink.sends.back().wr_id == id);
+        CHECK(link.a().sink.sends.back().status == WcStatus::Success);
+    }
+    CHECK(link.b().sink.recvs.size() == 5);
+}
+
 TEST_CASE("RC: RESET forgets every role's state: an RNR wait does not outlive it") {
     Link link(16, {});
     link.connect(PathMtu::Mtu1024, kAllRemote);

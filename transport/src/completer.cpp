@@ -91,13 +91,21 @@ void QueuePair::complete_send_error(SendEntry& entry, WcStatus status) {
         enter_send_queue_error(); // UC/UD: SQE, receives continue (10.3.1)
 }
 
+void QueuePair::reset_retry_counts() {
+    // Progress (an ACK or response that acknowledges something new) gives both retry
+    // budgets back: they count consecutive failures, not failures over the QP's life
+    // (9.7.5.2.8 for RNR NAKs, 9.7.6.1.3 for timeouts).
+    comp_.retry_left = attr_.retry_cnt;
+    comp_.rnr_left = attr_.rnr_retry;
+}
+
 void QueuePair::handle_ack_psn(uint32_t psn, Nanoseconds now) {
     // Any newly acknowledged PSN is forward progress, even inside a long message: the
     // retry budget is for a silent peer, not a slow one (9.7.6.1.3).
     bool progress = false;
     if (psn_diff(psn, comp_.acked_psn) > 0 && psn_diff(psn, req_.next_psn) < 0) {
         comp_.acked_psn = psn;
-        comp_.retry_left = attr_.retry_cnt;
+        reset_retry_counts();
         arm_retry_timer(now);
     }
     for (uint32_t i = sq_head_; i != sq_tail_; ++i) {
@@ -127,7 +135,7 @@ void QueuePair::handle_ack_psn(uint32_t psn, Nanoseconds now) {
         progress = true;
     }
     if (progress) {
-        comp_.retry_left = attr_.retry_cnt;
+        reset_retry_counts();
         retire_completed();
         restart_retry_timer(now);
     }
@@ -271,7 +279,7 @@ void QueuePair::on_read_response(const IbPacket& packet, Nanoseconds now) {
         return;
     }
     ++read->received_packets;
-    comp_.retry_left = attr_.retry_cnt;
+    reset_retry_counts();
     arm_retry_timer(now);
     if (last)
         finish_read_or_atomic(*read, now);
@@ -280,7 +288,7 @@ void QueuePair::on_read_response(const IbPacket& packet, Nanoseconds now) {
 void QueuePair::finish_read_or_atomic(SendEntry& entry, Nanoseconds now) {
     entry.acked = true;
     --req_.outstanding_rd_atomic;
-    comp_.retry_left = attr_.retry_cnt;
+    reset_retry_counts();
     handle_ack_psn(comp_.acked_psn, now); // later requests an earlier ACK already covered
     retire_completed();
     restart_retry_timer(now);

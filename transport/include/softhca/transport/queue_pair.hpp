@@ -221,6 +221,7 @@ class QueuePair {
     bool gathered_sges_valid(const SendWqe& wqe);
     bool within_window(const SendEntry& entry) const;
     void handle_ack_psn(uint32_t psn, Nanoseconds now); // everything up to psn is acked
+    void reset_retry_counts(); // progress: both retry budgets are whole again
     void retire_completed();
     void complete_send_error(SendEntry& entry, WcStatus status);
     void on_response(const IbPacket& packet, Nanoseconds now);
