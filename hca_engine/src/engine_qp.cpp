@@ -142,8 +142,11 @@ int EngineQp::modify(const di::ModifyQpRequest& request, const PortInfo& port,
         return EOPNOTSUPP; // alternate paths, rate limits, ...
 
     // Values (IBTA 11.2.5.2): each must be one the device supports.
+    // IBV_ACCESS_ON_DEMAND is taken too and means nothing for a QP (programs pass their
+    // MRs' flags; the kernel drivers take it as well).
     const uint32_t remote_rights = tp::access::kLocalWrite | tp::access::kRemoteWrite |
-                                   tp::access::kRemoteRead | tp::access::kRemoteAtomic;
+                                   tp::access::kRemoteRead | tp::access::kRemoteAtomic |
+                                   di::kAccessOnDemand;
     if (((mask & kPort) && a.port_num != 1) || ((mask & kPkeyIndex) && a.pkey_index != 0) ||
         ((mask & kAccessFlags) && (a.qp_access_flags & ~remote_rights)) ||
         ((mask & kPathMtu) && (a.path_mtu < 1 || a.path_mtu > 5)) ||

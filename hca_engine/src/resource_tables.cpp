@@ -125,9 +125,20 @@ int check_mr_access(uint32_t access) {
     if ((access & (di::kAccessRemoteWrite | di::kAccessRemoteAtomic)) &&
         !(access & di::kAccessLocalWrite))
         return EINVAL;
-    if (access & (di::kAccessOnDemand | di::kAccessZeroBased))
+    if (access & di::kAccessZeroBased)
         return EOPNOTSUPP;
     return 0;
+}
+
+// An on-demand-paging MR (IBV_ACCESS_ON_DEMAND): its pages need not be mapped until an
+// access touches them, and it is reached with cross-memory attach every time (never
+// mapped by the engine: the application may map and unmap under it). The implicit
+// one (addr 0, length SIZE_MAX) covers the whole address space.
+bool on_demand(uint32_t access) {
+    return access & di::kAccessOnDemand;
+}
+bool implicit_on_demand(uint64_t addr, uint64_t length, uint32_t access) {
+    return on_demand(access) && addr == 0 && length == UINT64_MAX;
 }
 
 bool mr_writable(uint32_t access) {
@@ -137,10 +148,14 @@ bool mr_writable(uint32_t access) {
 // The memory behind a registration: a sane range, mapped in the owner with the rights
 // the access needs (as the kernel pins user pages). 0 or an errno.
 int check_mr_memory(pid_t owner, uint64_t addr, uint64_t length, uint64_t iova, uint32_t access) {
+    if (implicit_on_demand(addr, length, access))
+        return iova == 0 ? 0 : EINVAL;
     if (length == 0 || length > DeviceLimits::kMaxMrSize)
         return EINVAL;
     if (addr + length < addr || iova + length < iova)
         return EINVAL; // wraps around the address space
+    if (on_demand(access))
+        return 0; // faulted in when touched; an access to what is never mapped fails then
     if (int err = check_user_range(owner, addr, length, mr_writable(access)))
         return err == ESRCH ? EFAULT : err;
     return 0;
@@ -166,7 +181,8 @@ int ContextResources::reg_mr(const di::RegMrRequest& request, RegisteredMr& out)
     mr.length = request.length;
     mr.iova = request.iova;
     mr.access = request.access;
-    mr.mapping = SharedMapping::map(owner_, mr.addr, mr.length, mr_writable(mr.access));
+    if (!on_demand(mr.access))
+        mr.mapping = SharedMapping::map(owner_, mr.addr, mr.length, mr_writable(mr.access));
     mr.lkey = keys_.next_key();
     mr.rkey = mr.lkey;
     const uint32_t handle = next_handle_++;
@@ -208,7 +224,9 @@ int ContextResources::rereg_mr(const di::ReregMrRequest& request, RegisteredMr& 
         if (int err = check_mr_memory(owner_, next.addr, next.length, next.iova, next.access))
             return err;
     if (request.flags & (di::kReregTranslation | di::kReregAccess))
-        next.mapping = SharedMapping::map(owner_, next.addr, next.length, mr_writable(next.access));
+        next.mapping = on_demand(next.access) ? nullptr
+                                              : SharedMapping::map(owner_, next.addr, next.length,
+                                                                   mr_writable(next.access));
     if (next.pd_handle != mr.pd_handle) {
         --pds_.at(mr.pd_handle).mr_count;
         ++pds_.at(next.pd_handle).mr_count;

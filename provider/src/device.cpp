@@ -77,6 +77,7 @@ const verbs_context_ops kContextOps = [] {
     ops.query_rt_values = query_rt_values;
     ops.alloc_parent_domain = alloc_parent_domain;
     ops.alloc_td = alloc_td;
+    ops.advise_mr = advise_mr;
     ops.dealloc_td = dealloc_td;
     ops.query_port = query_port;
     ops.reg_mr = reg_mr;

@@ -4,6 +4,8 @@
 
 #include <cstdlib>
 #include <new>
+#include <sys/mman.h>
+#include <unistd.h>
 
 namespace softhca::provider {
 
@@ -109,11 +111,14 @@ ibv_mr* reg_mr(ibv_pd* ibpd, void* addr, size_t length, uint64_t hca_va, int acc
     mr->vmr.ibv_mr.lkey = reply.lkey;
     mr->vmr.ibv_mr.rkey = reply.rkey;
     mr->vmr.ibv_mr.handle = reply.mr_handle;
+    mr->iova = hca_va;
+    mr->addr = reinterpret_cast<uintptr_t>(addr);
+    mr->length = length;
     // An on-demand-paging region may cover memory that is not mapped (implicit ODP:
-    // all of it): nothing is gathered from it at post time.
-    if (!(access & IBV_ACCESS_ON_DEMAND))
-        state_of(ibpd->context)
-            .mrs.add(reply.lkey, hca_va, reinterpret_cast<uintptr_t>(addr), length);
+    // all of it): nothing is gathered from it at post time (MrDirectory).
+    state_of(ibpd->context)
+        .mrs.add(reply.lkey, hca_va, reinterpret_cast<uintptr_t>(addr), length,
+                 (access & IBV_ACCESS_ON_DEMAND) != 0);
     return &mr->vmr.ibv_mr;
 }
 
@@ -144,12 +149,44 @@ int rereg_mr(verbs_mr* vmr, int flags, ibv_pd* pd, void* addr, size_t length, in
     if (flags & IBV_REREG_MR_CHANGE_ACCESS)
         vmr->access = access;
     MrDirectory& mrs = state_of(vmr->ibv_mr.context).mrs;
-    if (vmr->access & IBV_ACCESS_ON_DEMAND) {
-        mrs.remove(vmr->ibv_mr.lkey);
-    } else if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+    if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
         // The region now lies at `addr`, which is also its new address (iova).
-        mrs.add(vmr->ibv_mr.lkey, reinterpret_cast<uintptr_t>(addr),
-                reinterpret_cast<uintptr_t>(addr), length);
+        mr->addr = mr->iova = reinterpret_cast<uintptr_t>(addr);
+        mr->length = length;
+    }
+    mrs.add(vmr->ibv_mr.lkey, mr->iova, mr->addr, mr->length,
+            (vmr->access & IBV_ACCESS_ON_DEMAND) != 0);
+    return 0;
+}
+
+int advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list,
+              uint32_t num_sge) {
+    // Prefetch for on-demand-paging regions (ibv_advise_mr(3)). The card reaches their
+    // pages through the application's page tables, so a prefetch is what it would
+    // make the kernel do: populate them (MADV_POPULATE_READ / _WRITE), never faulting
+    // the process for what is not mapped. PREFETCH_NO_FAULT takes only pages already
+    // present, which is nothing to do. Without IBV_ADVISE_MR_FLAG_FLUSH the advice is a
+    // hint and its failures are not reported.
+    if (advice != IBV_ADVISE_MR_ADVICE_PREFETCH && advice != IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE &&
+        advice != IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT)
+        return EOPNOTSUPP;
+    if ((flags & ~static_cast<uint32_t>(IBV_ADVISE_MR_FLAG_FLUSH)) || !sg_list || num_sge == 0)
+        return EINVAL;
+    const MrDirectory& mrs = state_of(pd->context).mrs;
+    const long page = ::sysconf(_SC_PAGESIZE);
+    for (uint32_t i = 0; i < num_sge; ++i) {
+        uint64_t at = 0;
+        if (int err = mrs.locate_on_demand(sg_list[i].lkey, sg_list[i].addr, sg_list[i].length, at))
+            return err;
+        if (advice == IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT || sg_list[i].length == 0)
+            continue;
+        const uint64_t first = at & ~static_cast<uint64_t>(page - 1);
+        const uint64_t end = at + sg_list[i].length;
+        const int how = advice == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE ? MADV_POPULATE_WRITE
+                                                                      : MADV_POPULATE_READ;
+        if (::madvise(reinterpret_cast<void*>(first), end - first, how) != 0 &&
+            (flags & IBV_ADVISE_MR_FLAG_FLUSH))
+            return errno == ENOMEM ? EFAULT : errno;
     }
     return 0;
 }

@@ -72,6 +72,7 @@ struct Td {
 struct Mr {
     verbs_mr vmr;
     uint32_t handle;
+    uint64_t iova, addr, length; // where it lies, for the directory (MrDirectory)
 };
 
 // Requests of the ibv_wr_* API between ibv_wr_start and ibv_wr_complete (qp_ex.cpp),
@@ -186,6 +187,8 @@ ibv_td* alloc_td(ibv_context* context, ibv_td_init_attr* attr);
 int dealloc_td(ibv_td* td);
 ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t hca_va, int access);
 int dereg_mr(verbs_mr* vmr);
+int advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list,
+              uint32_t num_sge);
 ibv_cq* create_cq(ibv_context* context, int cqe, ibv_comp_channel* channel, int comp_vector);
 ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr);
 // What both creates share (cq.cpp): nullptr with errno on failure.

@@ -61,6 +61,19 @@ int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input
     // Completion timestamps: the card's clock is CLOCK_MONOTONIC in nanoseconds (1 GHz,
     // all 64 bits valid), as ibv_query_rt_values_ex reads it.
     ex.completion_timestamp_mask = UINT64_MAX;
+    // On-demand paging, explicit and implicit, for every operation of every transport:
+    // the engine reaches an ODP region through the process's page tables each time
+    // (cross-memory attach), so a page need only be mapped when it is touched.
+    constexpr uint32_t kOdpOperations = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV |
+                                        IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
+                                        IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
+    ex.odp_caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
+    ex.odp_caps.per_transport_caps.rc_odp_caps = kOdpOperations;
+    ex.odp_caps.per_transport_caps.uc_odp_caps =
+        kOdpOperations & ~(IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC);
+    ex.odp_caps.per_transport_caps.ud_odp_caps =
+        IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
+    ex.xrc_odp_caps = kOdpOperations;
     ex.hca_core_clock = kHcaCoreClockKhz;
 
     // Callers built against an older verbs.h pass a shorter structure: fill only that.

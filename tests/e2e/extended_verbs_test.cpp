@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <arpa/inet.h>
+#include <cstring>
+#include <sys/mman.h>
 #include <thread>
 
 namespace {
@@ -694,4 +696,118 @@ TEST_CASE("a parent domain over a PD with a thread domain carries MRs, QPs, SRQs
     CHECK(ibv_dealloc_pd(parent) == 0);
     CHECK(ibv_dealloc_td(td) == 0);
     CHECK(ibv_dealloc_pd(pd) == 0);
+}
+
+namespace {
+// An address range with nothing mapped at it (reserved, then given back).
+uint8_t* unmapped_range(size_t bytes) {
+    void* p = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(p != MAP_FAILED);
+    REQUIRE(munmap(p, bytes) == 0);
+    return static_cast<uint8_t*>(p);
+}
+
+ibv_send_wr rdma_wr(ibv_wr_opcode opcode, ibv_sge* sge, uint64_t id, uint64_t remote,
+                    uint32_t rkey) {
+    ibv_send_wr wr = signaled_wr(opcode, sge, 1, id);
+    wr.wr.rdma.remote_addr = remote;
+    wr.wr.rdma.rkey = rkey;
+    return wr;
+}
+} // namespace
+
+TEST_CASE("on-demand paging: an MR over pages mapped only later, the implicit MR of the whole "
+          "address space, prefetch, and what an access to never-mapped memory gives") {
+    Device& d = dev(0);
+    ibv_device_attr_ex attr{};
+    REQUIRE(ibv_query_device_ex(d.context, nullptr, &attr) == 0);
+    CHECK((attr.odp_caps.general_caps & IBV_ODP_SUPPORT));
+    CHECK((attr.odp_caps.general_caps & IBV_ODP_SUPPORT_IMPLICIT));
+    const uint32_t rc_ops = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+                            IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC |
+                            IBV_ODP_SUPPORT_SRQ_RECV;
+    CHECK(attr.odp_caps.per_transport_caps.rc_odp_caps == rc_ops);
+
+    constexpr size_t kBytes = 1 << 20;
+    constexpr int kOdp = kAllAccess | IBV_ACCESS_ON_DEMAND;
+    uint8_t* later = unmapped_range(kBytes);
+    // Without ODP the hole cannot be registered; with it, it can.
+    errno = 0;
+    CHECK(ibv_reg_mr(d.pd, later, kBytes, kAllAccess) == nullptr);
+    CHECK(errno == EFAULT);
+    ibv_mr* odp = ibv_reg_mr(d.pd, later, kBytes, kOdp);
+    REQUIRE(odp);
+    ibv_mr* implicit = ibv_reg_mr(d.pd, nullptr, SIZE_MAX, kOdp);
+    REQUIRE(implicit);
+    Buffer plain(d, 4096, kAllAccess, false);
+
+    // Prefetch: only for ODP regions, inside them; with FLUSH a range not mapped fails.
+    ibv_sge advise{reinterpret_cast<uintptr_t>(later), 4096, odp->lkey};
+    CHECK(ibv_advise_mr(d.pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH,
+                        &advise, 1) == EFAULT);
+    CHECK(ibv_advise_mr(d.pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &advise, 1) == 0); // a hint
+    ibv_sge not_odp{plain.addr(), 64, plain.mr->lkey};
+    CHECK(ibv_advise_mr(d.pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &not_odp, 1) == EINVAL);
+    ibv_sge outside{reinterpret_cast<uintptr_t>(later) + kBytes - 8, 64, odp->lkey};
+    CHECK(ibv_advise_mr(d.pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &outside, 1) == EFAULT);
+
+    // Map the pages now, after registration: the MR reaches them.
+    REQUIRE(mmap(later, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
+                 0) == later);
+    CHECK(ibv_advise_mr(d.pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH,
+                        &advise, 1) == 0);
+    std::vector<uint8_t> heap(8192);
+    for (size_t i = 0; i < 4096; ++i)
+        heap[i] = static_cast<uint8_t>(i * 7 + 3);
+    ibv_qp* qp = create_qp_on(d, IBV_QPT_RC, {16, 16, 1, 1, 0});
+    connect(qp, qp->qp_num, d.gid);
+    // WRITE from the heap through the implicit lkey into the late-mapped pages...
+    ibv_sge from_heap{reinterpret_cast<uintptr_t>(heap.data()), 4096, implicit->lkey};
+    ibv_send_wr wr = rdma_wr(IBV_WR_RDMA_WRITE, &from_heap, 1,
+                             reinterpret_cast<uintptr_t>(later) + 65536, odp->rkey);
+    post(qp, wr);
+    // ... and READ them back into the heap through the implicit rkey's memory.
+    ibv_sge into_heap{reinterpret_cast<uintptr_t>(heap.data()) + 4096, 4096, implicit->lkey};
+    wr = rdma_wr(IBV_WR_RDMA_READ, &into_heap, 2, reinterpret_cast<uintptr_t>(later) + 65536,
+                 odp->rkey);
+    post(qp, wr);
+    for (const ibv_wc& wc : wait_completions(d, 2))
+        CHECK(wc.status == IBV_WC_SUCCESS);
+    CHECK(std::memcmp(later + 65536, heap.data(), 4096) == 0);
+    CHECK(std::memcmp(heap.data() + 4096, heap.data(), 4096) == 0);
+
+    // Memory that is never mapped, under the implicit MR: the local read fails the
+    // request; a remote write into it is refused by the responder.
+    uint8_t* never = unmapped_range(65536);
+    ibv_sge from_nothing{reinterpret_cast<uintptr_t>(never), 64, implicit->lkey};
+    wr =
+        rdma_wr(IBV_WR_RDMA_WRITE, &from_nothing, 3, reinterpret_cast<uintptr_t>(later), odp->rkey);
+    post(qp, wr);
+    auto wcs = wait_completions(d, 1);
+    CHECK(wcs[0].wr_id == 3);
+    CHECK(wcs[0].status == IBV_WC_LOC_PROT_ERR);
+    ibv_destroy_qp(qp);
+
+    // (Two QPs: a QP connected to itself would flush its own request when its
+    // responder fails.)
+    qp = create_qp_on(d, IBV_QPT_RC, {16, 16, 1, 1, 0});
+    ibv_qp* responder = create_qp_on(d, IBV_QPT_RC, {16, 16, 1, 1, 0});
+    connect(qp, responder->qp_num, d.gid);
+    connect(responder, qp->qp_num, d.gid);
+    wr = rdma_wr(IBV_WR_RDMA_WRITE, &from_heap, 4, reinterpret_cast<uintptr_t>(never),
+                 implicit->rkey);
+    post(qp, wr);
+    wcs = wait_completions(d, 1);
+    CHECK(wcs[0].wr_id == 4);
+    CHECK(fatal_nak_status(wcs[0].status, IBV_WC_REM_OP_ERR));
+    ibv_destroy_qp(qp);
+    ibv_destroy_qp(responder);
+    // Drain what the QPs' errors flushed (nothing else was posted).
+    ibv_wc wc;
+    while (ibv_poll_cq(d.cq, 1, &wc) > 0) {
+    }
+
+    CHECK(ibv_dereg_mr(odp) == 0);
+    CHECK(ibv_dereg_mr(implicit) == 0);
+    munmap(later, kBytes);
 }

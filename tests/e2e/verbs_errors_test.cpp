@@ -255,7 +255,7 @@ TEST_CASE("what softhca does not implement fails with EOPNOTSUPP") {
     std::vector<uint8_t> bytes(4096);
     errno = 0;
     CHECK(ibv_reg_mr(pd.pd, bytes.data(), bytes.size(),
-                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND) == nullptr);
+                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ZERO_BASED) == nullptr);
     CHECK(errno == EOPNOTSUPP);
     errno = 0;
     CHECK(ibv_reg_dmabuf_mr(pd.pd, 0, 4096, 0, -1, IBV_ACCESS_LOCAL_WRITE) == nullptr);

@@ -57,7 +57,7 @@ TEST_CASE("reg_mr validates the PD, the access flags and the range") {
     CHECK(ctx.reg_mr(mr_request(pd, buf.addr(), 64, di::kAccessRemoteWrite), mr) == EINVAL);
     CHECK(ctx.reg_mr(mr_request(pd, buf.addr(), 64, di::kAccessRemoteAtomic), mr) == EINVAL);
     CHECK(ctx.reg_mr(mr_request(pd, buf.addr(), 64, 1u << 15), mr) == EINVAL);
-    CHECK(ctx.reg_mr(mr_request(pd, buf.addr(), 64, di::kAccessOnDemand), mr) == EOPNOTSUPP);
+    CHECK(ctx.reg_mr(mr_request(pd, buf.addr(), 64, di::kAccessZeroBased), mr) == EOPNOTSUPP);
     CHECK(ctx.reg_mr(mr_request(pd, buf.addr(), 0, 0), mr) == EINVAL);
     CHECK(ctx.reg_mr(mr_request(pd, ~0ull - 10, 64, 0), mr) == EINVAL);
     CHECK(ctx.reg_mr(mr_request(pd, 0, 4096, 0), mr) == EFAULT);
@@ -67,6 +67,41 @@ TEST_CASE("reg_mr validates the PD, the access flags and the range") {
                                     di::kAccessRemoteRead | di::kAccessRelaxedOrdering),
                      mr) == 0);
     CHECK(mr.lkey == mr.rkey);
+}
+
+TEST_CASE("on-demand paging: pages need not be mapped at registration, the implicit MR covers "
+          "everything, and neither is mapped by the engine") {
+    KeySpace keys;
+    ContextResources ctx(getpid(), keys);
+    uint32_t pd = 0;
+    REQUIRE(ctx.alloc_pd(pd) == 0);
+    // An address range nothing is mapped at: EFAULT without ODP, accepted with it.
+    void* hole = mmap(nullptr, 1 << 20, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(hole != MAP_FAILED);
+    REQUIRE(munmap(hole, 1 << 20) == 0);
+    const uint64_t at = reinterpret_cast<uintptr_t>(hole);
+    constexpr uint32_t kOdp = di::kAccessLocalWrite | di::kAccessOnDemand;
+    RegisteredMr mr{};
+    CHECK(ctx.reg_mr(mr_request(pd, at, 1 << 20, di::kAccessLocalWrite), mr) == EFAULT);
+    REQUIRE(ctx.reg_mr(mr_request(pd, at, 1 << 20, kOdp), mr) == 0);
+    const MemoryRegion* explicit_mr = ctx.find_mr_by_key(mr.lkey);
+    REQUIRE(explicit_mr);
+    CHECK(explicit_mr->mapping == nullptr); // reached with cross-memory attach
+    // Still a sane range: no wrap, not empty.
+    CHECK(ctx.reg_mr(mr_request(pd, ~0ull - 10, 64, kOdp), mr) == EINVAL);
+    CHECK(ctx.reg_mr(mr_request(pd, at, 0, kOdp), mr) == EINVAL);
+    // Implicit: address 0, length SIZE_MAX, iova 0.
+    di::RegMrRequest implicit = mr_request(pd, 0, UINT64_MAX, kOdp);
+    REQUIRE(ctx.reg_mr(implicit, mr) == 0);
+    const MemoryRegion* whole = ctx.find_mr_by_key(mr.lkey);
+    REQUIRE(whole);
+    CHECK(whole->length == UINT64_MAX);
+    CHECK(whole->mapping == nullptr);
+    implicit.iova = 4096;
+    CHECK(ctx.reg_mr(implicit, mr) == EINVAL);
+    // Without ODP the whole address space is not a region.
+    CHECK(ctx.reg_mr(mr_request(pd, 0, UINT64_MAX, di::kAccessLocalWrite), mr) == EINVAL);
+    CHECK(ctx.mr_count() == 2);
 }
 
 TEST_CASE("MR keys are unique across contexts") {
