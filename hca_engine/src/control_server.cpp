@@ -349,6 +349,40 @@ void ControlServer::dispatch(Connection& c, const void* message, size_t size, in
         reply(c, &r, sizeof(r));
         return;
     }
+    case di::Opcode::AllocDm: {
+        const auto* request = as<di::AllocDmRequest>(message, size);
+        if (!request)
+            break;
+        const DeviceMemory* dm = nullptr;
+        di::AllocDmReply r{};
+        r.reply.header = reply_header(header, sizeof(r));
+        r.reply.status = res.alloc_dm(request->length, request->log_align_req, r.dm_handle, dm);
+        if (dm)
+            r.bytes = dm->memory.bytes();
+        reply(c, &r, sizeof(r), dm ? dm->memory.fd() : -1);
+        return;
+    }
+    case di::Opcode::FreeDm: {
+        const auto* request = as<di::HandleRequest>(message, size);
+        if (!request)
+            break;
+        reply_status(c, header, res.free_dm(request->handle));
+        return;
+    }
+    case di::Opcode::RegDmMr: {
+        const auto* request = as<di::RegDmMrRequest>(message, size);
+        if (!request)
+            break;
+        RegisteredMr mr{};
+        di::RegMrReply r{};
+        r.reply.header = reply_header(header, sizeof(r));
+        r.reply.status = res.reg_dm_mr(*request, mr);
+        r.mr_handle = mr.handle;
+        r.lkey = mr.lkey;
+        r.rkey = mr.rkey;
+        reply(c, &r, sizeof(r));
+        return;
+    }
     case di::Opcode::AllocMw: {
         const auto* request = as<di::AllocMwRequest>(message, size);
         if (!request)

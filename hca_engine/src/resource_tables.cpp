@@ -58,6 +58,7 @@ void KeySpace::set_device_count(size_t count) {
     qp_numbers_by_device.resize(count);
     srqs_by_device.resize(count);
     mcast_by_device.resize(count);
+    dm_bytes_by_device.resize(count);
 }
 
 uint32_t cq_slots_for(uint32_t cqe) {
@@ -87,6 +88,8 @@ ContextResources::~ContextResources() {
     keys_.pds -= static_cast<uint32_t>(pds_.size());
     keys_.mrs -= static_cast<uint32_t>(mrs_.size());
     keys_.cqs -= static_cast<uint32_t>(cqs_.size());
+    for (const auto& [handle, dm] : dms_)
+        keys_.dm_bytes_by_device[device_] -= dm.length;
     std::erase(keys_.doorbell_pages, &doorbells_);
 }
 
@@ -202,6 +205,8 @@ int ContextResources::rereg_mr(const di::ReregMrRequest& request, RegisteredMr& 
     MemoryRegion& mr = it->second;
     if (mr.bound_windows)
         return EBUSY; // windows are bound to it
+    if (mr.dm_handle)
+        return EINVAL; // an MR on device memory is not re-registered (as the kernel's)
     // Everything is checked before anything changes: a failed rereg leaves the MR as
     // it was (ibv_rereg_mr(3) allows either, this is the kinder).
     MemoryRegion next = mr;
@@ -244,10 +249,82 @@ int ContextResources::dereg_mr(uint32_t handle) {
     if (it->second.bound_windows)
         return EBUSY; // memory windows are bound to it (ibv_dereg_mr(3))
     --pds_.at(it->second.pd_handle).mr_count;
+    if (it->second.dm_handle)
+        --dms_.at(it->second.dm_handle).mr_count;
     mrs_by_key_.erase(it->second.lkey);
     mrs_.erase(it);
     ++mr_generation_;
     --keys_.mrs;
+    return 0;
+}
+
+int ContextResources::alloc_dm(uint64_t length, uint32_t log_align_req, uint32_t& handle,
+                               const DeviceMemory*& dm) {
+    if (length == 0 || length > di::kDeviceMemoryBytes || log_align_req > di::kMaxDmLogAlign)
+        return EINVAL; // the memfd is page-aligned: any alignment up to a page holds
+    uint64_t& used = keys_.dm_bytes_by_device[device_];
+    if (used + length > di::kDeviceMemoryBytes)
+        return ENOMEM;
+    const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    DeviceMemory memory;
+    if (int err = memory.memory.create("softhca-dm", (length + page - 1) / page * page))
+        return err;
+    memory.length = length;
+    used += length;
+    handle = next_handle_++;
+    dm = &dms_.emplace(handle, std::move(memory)).first->second;
+    return 0;
+}
+
+int ContextResources::free_dm(uint32_t handle) {
+    auto it = dms_.find(handle);
+    if (it == dms_.end())
+        return EINVAL;
+    if (it->second.mr_count)
+        return EBUSY; // MRs are registered on it (ibv_free_dm(3))
+    keys_.dm_bytes_by_device[device_] -= it->second.length;
+    dms_.erase(it);
+    return 0;
+}
+
+int ContextResources::reg_dm_mr(const di::RegDmMrRequest& request, RegisteredMr& out) {
+    auto pd = pds_.find(request.pd_handle);
+    auto dm = dms_.find(request.dm_handle);
+    if (pd == pds_.end() || dm == dms_.end())
+        return EINVAL;
+    // Zero-based always (the kernel's ib_uverbs_reg_dm_mr requires it); the rights of
+    // any MR, and nothing else.
+    constexpr uint32_t kAllowed = di::kAccessLocalWrite | di::kAccessRemoteWrite |
+                                  di::kAccessRemoteRead | di::kAccessRemoteAtomic |
+                                  di::kAccessZeroBased;
+    if (!(request.access & di::kAccessZeroBased) || (request.access & ~kAllowed))
+        return EINVAL;
+    if (int err = check_mr_access(request.access & ~di::kAccessZeroBased))
+        return err;
+    if (request.offset > dm->second.length || request.length > dm->second.length - request.offset)
+        return EINVAL;
+    if (keys_.mrs >= DeviceLimits::kMaxMr)
+        return ENOMEM;
+    MemoryRegion mr;
+    mr.pd_handle = request.pd_handle;
+    mr.dm_handle = request.dm_handle;
+    mr.addr = 0; // the process's address does not matter: the engine reaches it itself
+    mr.length = request.length;
+    mr.iova = 0;
+    mr.access = request.access;
+    mr.mapping =
+        SharedMapping::map_file(dm->second.memory.fd(), request.offset, request.length, true);
+    if (!mr.mapping)
+        return ENOMEM;
+    const uint32_t key = keys_.next_key();
+    mr.lkey = mr.rkey = key;
+    const uint32_t handle = next_handle_++;
+    mrs_by_key_[key] = &mrs_.emplace(handle, std::move(mr)).first->second;
+    ++mr_generation_;
+    ++pd->second.mr_count;
+    ++dm->second.mr_count;
+    ++keys_.mrs;
+    out = {handle, key, key};
     return 0;
 }
 

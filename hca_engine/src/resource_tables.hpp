@@ -54,6 +54,8 @@ class KeySpace {
     // them by number)
     std::vector<std::unordered_map<uint32_t, EngineSrq*>> srqs_by_device;
     std::vector<MulticastGroups> mcast_by_device;
+    // Device memory in use on each device (kDeviceMemoryBytes each).
+    std::vector<uint64_t> dm_bytes_by_device;
     // Every open context's doorbell page: where the data path learns which work queues
     // have new requests.
     std::vector<Doorbells*> doorbell_pages;
@@ -102,6 +104,7 @@ struct MemoryRegion {
     uint32_t lkey = 0;
     uint32_t rkey = 0;
     uint32_t bound_windows = 0; // deregistering is EBUSY while windows are bound to it
+    uint32_t dm_handle = 0;     // on device memory (ibv_reg_dm_mr), or 0
     // Shared memory mapped into the engine (shared_mapping.hpp), or none: reached with
     // cross-memory attach.
     std::shared_ptr<SharedMapping> mapping;
@@ -136,6 +139,14 @@ struct CompletionQueue {
     CompletionChannel channel; // not attached when created without one
 };
 
+// Device memory (ibv_alloc_dm(3)): a memfd of the engine's that the process maps and
+// copies to and from itself; MRs on it reach it through the engine's own mapping.
+struct DeviceMemory {
+    SharedMemory memory;
+    uint64_t length = 0;   // as allocated (the memfd is rounded up to pages)
+    uint32_t mr_count = 0; // freeing is EBUSY while MRs are registered on it
+};
+
 struct RegisteredMr {
     uint32_t handle, lkey, rkey;
 };
@@ -153,6 +164,13 @@ class ContextResources {
     int reg_mr(const device_interface::RegMrRequest& request, RegisteredMr& out);
     int dereg_mr(uint32_t handle);
     int rereg_mr(const device_interface::ReregMrRequest& request, RegisteredMr& out);
+    // Device memory: on success `dm` points at the memory whose memfd goes to the
+    // provider. 0 or an errno (EINVAL: a bad length or alignment; ENOMEM: the device's
+    // memory is used up).
+    int alloc_dm(uint64_t length, uint32_t log_align_req, uint32_t& handle,
+                 const DeviceMemory*& dm);
+    int free_dm(uint32_t handle);
+    int reg_dm_mr(const device_interface::RegDmMrRequest& request, RegisteredMr& out);
     // Memory windows (resource_tables_mw.cpp).
     int alloc_mw(uint32_t pd_handle, uint32_t type, uint32_t& handle, uint32_t& rkey);
     int dealloc_mw(uint32_t handle);
@@ -232,6 +250,7 @@ class ContextResources {
     std::unordered_map<uint32_t, MemoryRegion*> mrs_by_key_;
     uint64_t mr_generation_ = 0;
     std::map<uint32_t, MemoryWindow> mws_;
+    std::map<uint32_t, DeviceMemory> dms_;
     std::unordered_map<uint32_t, MemoryWindow*> mws_by_index_; // rkey >> 8
     std::map<uint32_t, CompletionQueue> cqs_;
     std::map<uint32_t, std::unique_ptr<EngineQp>> qps_;

@@ -1,5 +1,7 @@
 #include "shared_mapping.hpp"
 
+#include <algorithm>
+
 #include "engine_config.hpp"
 #include "memory_map.hpp"
 
@@ -72,6 +74,20 @@ std::unique_ptr<SharedMapping> SharedMapping::map(pid_t pid, uint64_t addr, uint
     ++live_;
     return std::unique_ptr<SharedMapping>(
         new SharedMapping(base, bytes, static_cast<uint8_t*>(base) + (addr - low)));
+}
+
+std::unique_ptr<SharedMapping> SharedMapping::map_file(int fd, uint64_t offset, uint64_t length,
+                                                       bool writable) {
+    const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    const uint64_t first = offset & ~(page - 1);
+    const size_t bytes = std::max<uint64_t>(offset + length - first, 1);
+    void* base = ::mmap(nullptr, bytes, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd,
+                        static_cast<off_t>(first));
+    if (base == MAP_FAILED)
+        return nullptr;
+    ++live_;
+    return std::unique_ptr<SharedMapping>(
+        new SharedMapping(base, bytes, static_cast<uint8_t*>(base) + (offset - first)));
 }
 
 SharedMapping::~SharedMapping() {

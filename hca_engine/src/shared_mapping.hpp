@@ -26,6 +26,10 @@ class SharedMapping {
     // not a shared file mapping there (or the path is off, or mapping fails).
     static std::unique_ptr<SharedMapping> map(pid_t pid, uint64_t addr, uint64_t length,
                                               bool writable);
+    // Maps [offset, offset + length) of the engine's own file `fd` (device memory an
+    // MR is registered on); nullptr when mapping fails.
+    static std::unique_ptr<SharedMapping> map_file(int fd, uint64_t offset, uint64_t length,
+                                                   bool writable);
     ~SharedMapping();
     SharedMapping(const SharedMapping&) = delete;
     SharedMapping& operator=(const SharedMapping&) = delete;

@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -15,6 +16,8 @@ namespace di = device_interface;
 ControlChannel::~ControlChannel() {
     if (fd_ >= 0)
         ::close(fd_);
+    if (shared_)
+        ::munmap(shared_, sizeof(Shared));
 }
 
 int ControlChannel::connect(const std::string& socket_path) {
@@ -23,6 +26,17 @@ int ControlChannel::connect(const std::string& socket_path) {
     if (socket_path.size() >= sizeof(addr.sun_path))
         return ENAMETOOLONG;
     std::strcpy(addr.sun_path, socket_path.c_str());
+    void* map =
+        ::mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED)
+        return errno;
+    shared_ = static_cast<Shared*>(map);
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+    pthread_mutex_init(&shared_->lock, &attr);
+    pthread_mutexattr_destroy(&attr);
     fd_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     if (fd_ < 0)
         return errno;
@@ -44,37 +58,58 @@ int failed(int err) {
 }
 } // namespace
 
+int ControlChannel::lock() {
+    const int rc = pthread_mutex_lock(&shared_->lock);
+    if (rc == EOWNERDEAD) {
+        // A process died inside a call: its reply, if one came, is read and dropped by
+        // the next call (a sequence that is not its own).
+        pthread_mutex_consistent(&shared_->lock);
+        return 0;
+    }
+    return rc;
+}
+
+void ControlChannel::unlock() {
+    pthread_mutex_unlock(&shared_->lock);
+}
+
 int ControlChannel::call(di::Opcode opcode, void* request, size_t size, void* reply,
                          size_t reply_capacity, int fd_to_pass, int* received_fd) {
     if (received_fd)
         *received_fd = -1;
-    if (dead() || fd_ < 0)
+    if (dead() || fd_ < 0 || !shared_ || lock() != 0)
         return failed(EIO);
-    std::lock_guard<std::mutex> lock(mutex_);
+    struct Unlock {
+        ControlChannel* channel;
+        ~Unlock() { channel->unlock(); }
+    } unlock_at_return{this};
     auto* header = static_cast<di::MessageHeader*>(request);
     header->magic = di::kControlMagic;
     header->version = di::kControlVersion;
     header->opcode = static_cast<uint16_t>(opcode);
     header->reserved = 0;
     header->length = static_cast<uint32_t>(size);
-    header->sequence = ++sequence_;
+    header->sequence = ++shared_->sequence;
     if (di::send_message(fd_, request, size, fd_to_pass) != static_cast<ssize_t>(size)) {
         mark_dead();
         return failed(EIO);
     }
-    di::ReceivedMessage m = di::receive_message(fd_, reply, reply_capacity);
-    if (m.size < static_cast<ssize_t>(sizeof(di::ReplyHeader))) {
-        if (m.fd >= 0)
-            ::close(m.fd);
-        if (m.size <= 0)
-            mark_dead(); // the engine is gone
-        return failed(EIO);
-    }
     const auto* r = static_cast<const di::ReplyHeader*>(reply);
-    if (r->header.sequence != header->sequence) {
+    di::ReceivedMessage m;
+    for (;;) {
+        m = di::receive_message(fd_, reply, reply_capacity);
+        if (m.size < static_cast<ssize_t>(sizeof(di::ReplyHeader))) {
+            if (m.fd >= 0)
+                ::close(m.fd);
+            if (m.size <= 0)
+                mark_dead(); // the engine is gone
+            return failed(EIO);
+        }
+        if (r->header.sequence == header->sequence)
+            break;
+        // An older reply (to a call whose process died waiting): not ours.
         if (m.fd >= 0)
             ::close(m.fd);
-        return failed(EIO);
     }
     if (received_fd)
         *received_fd = m.fd;

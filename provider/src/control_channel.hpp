@@ -1,6 +1,9 @@
-// The provider's end of the control socket: one request, one reply, serialized by a
-// mutex (verbs may be called from many threads). After the engine is gone every call
-// fails with EIO and never blocks.
+// The provider's end of the control socket: one request, one reply, as one ioctl on a
+// uverbs file is. Calls are serialized by a robust process-shared mutex in memory the
+// context shares with the processes it is forked into: verbs may be called from many
+// threads, and a child forked after ibv_open_device shares the socket as it would share
+// the uverbs file, so its calls must not take the parent's replies. After the engine is
+// gone every call fails with EIO and never blocks.
 #pragma once
 
 #include "softhca/device_interface/control.hpp"
@@ -8,7 +11,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
+#include <pthread.h>
 #include <string>
 #include <unistd.h>
 
@@ -42,10 +45,16 @@ class ControlChannel {
     void mark_dead() { dead_.store(true, std::memory_order_release); }
 
   private:
+    // MAP_SHARED: one lock and one sequence for this process and the ones forked from it.
+    struct Shared {
+        pthread_mutex_t lock;
+        uint32_t sequence;
+    };
+    int lock();
+    void unlock();
     int fd_ = -1;
-    uint32_t sequence_ = 0;
+    Shared* shared_ = nullptr;
     std::atomic<bool> dead_{false};
-    std::mutex mutex_;
 };
 
 // A call whose reply passes the memfd of a new ring (CreateCq, ResizeCq, CreateQp,

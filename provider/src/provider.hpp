@@ -187,6 +187,10 @@ ibv_td* alloc_td(ibv_context* context, ibv_td_init_attr* attr);
 int dealloc_td(ibv_td* td);
 ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t hca_va, int access);
 int dereg_mr(verbs_mr* vmr);
+// Device memory (dm.cpp).
+ibv_dm* alloc_dm(ibv_context* context, ibv_alloc_dm_attr* attr);
+int free_dm(ibv_dm* dm);
+ibv_mr* reg_dm_mr(ibv_pd* pd, ibv_dm* dm, uint64_t offset, size_t length, unsigned int access);
 int advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list,
               uint32_t num_sge);
 ibv_cq* create_cq(ibv_context* context, int cqe, ibv_comp_channel* channel, int comp_vector);

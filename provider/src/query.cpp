@@ -74,6 +74,7 @@ int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input
     ex.odp_caps.per_transport_caps.ud_odp_caps =
         IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
     ex.xrc_odp_caps = kOdpOperations;
+    ex.max_dm_size = di::kDeviceMemoryBytes; // dm.cpp
     ex.hca_core_clock = kHcaCoreClockKhz;
 
     // Callers built against an older verbs.h pass a shorter structure: fill only that.

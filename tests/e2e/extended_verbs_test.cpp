@@ -811,3 +811,82 @@ TEST_CASE("on-demand paging: an MR over pages mapped only later, the implicit MR
     CHECK(ibv_dereg_mr(implicit) == 0);
     munmap(later, kBytes);
 }
+
+TEST_CASE("device memory: allocated from the device's pool, copied to and from 4-byte aligned, "
+          "registered zero-based and reached by RDMA like any MR") {
+    Device& d = dev(0);
+    ibv_device_attr_ex attr{};
+    REQUIRE(ibv_query_device_ex(d.context, nullptr, &attr) == 0);
+    REQUIRE(attr.max_dm_size >= 65536);
+    ibv_alloc_dm_attr dm_attr{};
+    dm_attr.length = attr.max_dm_size + 1;
+    errno = 0;
+    CHECK(ibv_alloc_dm(d.context, &dm_attr) == nullptr);
+    CHECK(errno == EINVAL);
+    dm_attr.length = 4096;
+    dm_attr.comp_mask = 1;
+    CHECK(ibv_alloc_dm(d.context, &dm_attr) == nullptr);
+    dm_attr.comp_mask = 0;
+    // The pool: all of it once, then nothing more until it is freed.
+    dm_attr.length = attr.max_dm_size;
+    ibv_dm* all = ibv_alloc_dm(d.context, &dm_attr);
+    REQUIRE(all);
+    dm_attr.length = 64;
+    errno = 0;
+    CHECK(ibv_alloc_dm(d.context, &dm_attr) == nullptr);
+    CHECK(errno == ENOMEM);
+    CHECK(ibv_free_dm(all) == 0);
+
+    dm_attr.length = 8192;
+    dm_attr.log_align_req = 6;
+    ibv_dm* dm = ibv_alloc_dm(d.context, &dm_attr);
+    REQUIRE(dm);
+    std::vector<uint8_t> bytes(8192), back(8192);
+    for (size_t i = 0; i < bytes.size(); ++i)
+        bytes[i] = static_cast<uint8_t>(i * 13 + 5);
+    CHECK(ibv_memcpy_to_dm(dm, 0, bytes.data(), 8192) == 0);
+    CHECK(ibv_memcpy_from_dm(back.data(), dm, 4096, 4096) == 0);
+    CHECK(std::memcmp(back.data(), bytes.data() + 4096, 4096) == 0);
+    CHECK(ibv_memcpy_to_dm(dm, 2, bytes.data(), 8) != 0);     // unaligned offset
+    CHECK(ibv_memcpy_to_dm(dm, 0, bytes.data(), 6) != 0);     // unaligned length
+    CHECK(ibv_memcpy_from_dm(back.data(), dm, 8188, 8) != 0); // past the end
+
+    // Zero-based only, inside the memory.
+    errno = 0;
+    CHECK(ibv_reg_dm_mr(d.pd, dm, 0, 4096, IBV_ACCESS_LOCAL_WRITE) == nullptr);
+    CHECK(errno == EINVAL);
+    constexpr unsigned kDmAccess = IBV_ACCESS_ZERO_BASED | IBV_ACCESS_LOCAL_WRITE |
+                                   IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    CHECK(ibv_reg_dm_mr(d.pd, dm, 4096, 8192, kDmAccess) == nullptr);
+    ibv_mr* dm_mr = ibv_reg_dm_mr(d.pd, dm, 4096, 4096, kDmAccess); // the second half
+    REQUIRE(dm_mr);
+    CHECK(ibv_free_dm(dm) == EBUSY);
+
+    // RDMA WRITE from the heap into the DM MR at zero-based offset 256, READ it back.
+    Buffer heap(d, 8192, kAllAccess, false);
+    fill(heap, 41, 0, 1024);
+    ibv_qp* qp = create_qp_on(d, IBV_QPT_RC, {16, 16, 1, 1, 0});
+    connect(qp, qp->qp_num, d.gid);
+    ibv_sge from{heap.addr(), 1024, heap.mr->lkey};
+    ibv_send_wr wr = rdma_wr(IBV_WR_RDMA_WRITE, &from, 1, 256, dm_mr->rkey);
+    post(qp, wr);
+    ibv_sge into{heap.addr(4096), 1024, heap.mr->lkey};
+    wr = rdma_wr(IBV_WR_RDMA_READ, &into, 2, 256, dm_mr->rkey);
+    post(qp, wr);
+    // And a SEND out of the DM MR's own bytes (its lkey, zero-based) into the heap.
+    ibv_sge recv_sge{heap.addr(6144), 512, heap.mr->lkey};
+    post_recv(qp, 3, &recv_sge, 1);
+    ibv_sge dm_sge{0, 512, dm_mr->lkey};
+    wr = signaled_wr(IBV_WR_SEND, &dm_sge, 1, 4);
+    post(qp, wr);
+    for (const ibv_wc& wc : wait_completions(d, 4))
+        CHECK(wc.status == IBV_WC_SUCCESS);
+    CHECK(matches(heap, 41, 4096, 1024)); // read back what was written
+    CHECK(ibv_memcpy_from_dm(back.data(), dm, 4096 + 256, 1024) == 0);
+    CHECK(std::memcmp(back.data(), heap.bytes.data(), 1024) == 0);
+    CHECK(std::memcmp(heap.bytes.data() + 6144, bytes.data() + 4096, 256) == 0);
+    ibv_destroy_qp(qp);
+
+    CHECK(ibv_dereg_mr(dm_mr) == 0);
+    CHECK(ibv_free_dm(dm) == 0);
+}

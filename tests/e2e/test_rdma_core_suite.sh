@@ -37,8 +37,18 @@ rc=0
 (cd "$work/tests" && "${run[@]}" timeout 600 /usr/bin/python3 run_tests.py \
     --dev "${prefix}0" -v) >"$log" 2>&1 || rc=$?
 summary=$(grep -E '^(Ran [0-9]+ tests|OK|FAILED)' "$log" | tr '\n' ' ')
-passed=$(grep -cE '\.\.\. ok$' "$log" || true)
-skipped=$(grep -cE '\.\.\. skipped' "$log" || true)
+# From unittest's own summary (a test's "ok" may follow its docstring on another line).
+read -r ran skipped unsuccessful < <(awk '
+    /^Ran [0-9]+ test/ { ran = $2 }
+    /^(OK|FAILED) \(/ {
+        while (match($0, /(skipped|failures|errors)=[0-9]+/)) {
+            split(substr($0, RSTART, RLENGTH), kv, "=")
+            if (kv[1] == "skipped") skipped = kv[2]; else bad += kv[2]
+            $0 = substr($0, RSTART + RLENGTH)
+        }
+    }
+    END { print ran + 0, skipped + 0, bad + 0 }' "$log")
+passed=$((ran - skipped - unsuccessful))
 echo "rdma-core tests ($mode): $summary($passed passed, $skipped skipped)"
 if [ "$rc" -ne 0 ]; then
     grep -E '\.\.\. (FAIL|ERROR)$' "$log" >&2 || true

@@ -260,10 +260,6 @@ TEST_CASE("what softhca does not implement fails with EOPNOTSUPP") {
     errno = 0;
     CHECK(ibv_reg_dmabuf_mr(pd.pd, 0, 4096, 0, -1, IBV_ACCESS_LOCAL_WRITE) == nullptr);
     CHECK(errno == EOPNOTSUPP);
-    ibv_alloc_dm_attr dm{4096, 0, 0};
-    errno = 0;
-    CHECK(ibv_alloc_dm(context(), &dm) == nullptr);
-    CHECK(errno == EOPNOTSUPP);
     init.qp_type = IBV_QPT_RC;
     ibv_qp* qp = ibv_create_qp(pd.pd, &init);
     REQUIRE(qp);

@@ -47,6 +47,9 @@ enum class Opcode : uint16_t {
     ReregMr = 28,          // ReregMrRequest, reply RegMrReply (the keys stay)
     EngineStatusJson = 29, // the status as JSON (docs/status-schema.md); without OpenDevice
     MapDoorbells = 30,     // MessageHeader, reply MapDoorbellsReply with the page's memfd
+    AllocDm = 31,          // AllocDmRequest, reply AllocDmReply with the memory's memfd
+    FreeDm = 32,           // HandleRequest
+    RegDmMr = 33,          // RegDmMrRequest, reply RegMrReply
 };
 
 struct MessageHeader {
@@ -108,6 +111,40 @@ struct MapDoorbellsReply {
     uint32_t slots;
 };
 static_assert(sizeof(MapDoorbellsReply) == 32);
+
+// Device memory (ibv_alloc_dm(3)): engine memory the process maps. Each device has
+// kDeviceMemoryBytes of it (max_dm_size); one allocation may take all of it.
+constexpr uint64_t kDeviceMemoryBytes = 256 * 1024;
+constexpr uint32_t kMaxDmLogAlign = 12; // a page
+
+struct AllocDmRequest {
+    MessageHeader header;
+    uint64_t length;
+    uint32_t log_align_req;
+    uint32_t reserved;
+};
+static_assert(sizeof(AllocDmRequest) == 32);
+
+// Sent with the memfd of the memory, `bytes` long (the length rounded up to pages).
+struct AllocDmReply {
+    ReplyHeader reply;
+    uint32_t dm_handle;
+    uint32_t reserved;
+    uint64_t bytes;
+};
+static_assert(sizeof(AllocDmReply) == 40);
+
+// ibv_reg_dm_mr: a zero-based MR over [offset, offset + length) of the memory.
+struct RegDmMrRequest {
+    MessageHeader header;
+    uint64_t offset;
+    uint64_t length;
+    uint32_t pd_handle;
+    uint32_t dm_handle;
+    uint32_t access;
+    uint32_t reserved;
+};
+static_assert(sizeof(RegDmMrRequest) == 48);
 
 struct DeviceAttributes {
     char fw_ver[64];
