@@ -1,5 +1,6 @@
-// The control server's queue requests: QPs, shared receive queues and multicast
-// attachment. Each is validated by the resource tables; replies carry errno values.
+// The control server's queue requests: completion queues, QPs, shared receive queues
+// and multicast attachment. Each is validated by the resource tables; replies carry
+// errno values.
 #include "clock.hpp"
 #include "control_messages.hpp"
 #include "control_server.hpp"
@@ -8,170 +9,188 @@
 #include "ports.hpp"
 
 #include <cerrno>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <utility>
 
 namespace softhca::engine {
 
 namespace di = device_interface;
 
-const PortInfo& ControlServer::port_of(const Connection& c) const {
-    return ports_.info(devices_[static_cast<size_t>(c.device)].port_index);
-}
+namespace {
 
-bool ControlServer::dispatch_qp(Connection& c, const di::MessageHeader& header, const void* message,
-                                size_t size) {
-    ContextResources& res = *c.resources;
-    switch (static_cast<di::Opcode>(header.opcode)) {
-    case di::Opcode::CreateQp:
-    case di::Opcode::OpenQp: {
-        // Both answer with the QP's handle here, its number, caps and ring.
-        EngineQp* qp = nullptr;
-        di::CreateQpReply r{};
-        r.reply.header = reply_header(header, sizeof(r));
-        if (static_cast<di::Opcode>(header.opcode) == di::Opcode::CreateQp) {
-            const auto* request = as<di::CreateQpRequest>(message, size);
-            if (!request)
-                break;
-            r.reply.status = res.create_qp(*request, port_of(c), qp);
-            if (qp)
-                r.qp_handle = qp->handle();
-        } else {
-            const auto* request = as<di::OpenQpRequest>(message, size);
-            if (!request)
-                break;
-            r.reply.status = res.open_qp(request->qp_num, request->xrcd_handle,
-                                         request->user_handle, r.qp_handle, qp);
-        }
-        if (qp) {
-            r.qp_num = qp->qp_num();
-            r.caps = qp->caps();
-            r.ring_bytes = qp->ring_bytes();
-        }
-        reply(c, &r, sizeof(r), qp ? qp->ring_fd() : -1);
-        return true;
-    }
-    case di::Opcode::ModifyQp: {
-        const auto* request = as<di::ModifyQpRequest>(message, size);
-        if (!request)
-            break;
-        EngineQp* qp = res.find_qp(request->qp_handle);
-        // A Q_Key with the high bit set is privileged (its high bit); like uverbs we
-        // let only root (or the engine's own user) give one to a QP.
-        if (qp && (request->attr_mask & transport::qp_attr::kQkey) &&
-            (request->attr.qkey & 0x80000000u) && c.uid != 0 && c.uid != ::geteuid()) {
-            reply_status(c, header, EPERM);
-            return true;
-        }
-        reply_status(c, header, qp ? qp->modify(*request, port_of(c), monotonic_ns()) : EINVAL);
-        return true;
-    }
-    case di::Opcode::QueryQp: {
-        const auto* request = as<di::QueryQpRequest>(message, size);
-        if (!request)
-            break;
-        di::QueryQpReply r{};
-        r.reply.header = reply_header(header, sizeof(r));
-        if (EngineQp* qp = res.find_qp(request->qp_handle))
-            qp->query(r);
-        else
-            r.reply.status = EINVAL;
-        reply(c, &r, sizeof(r));
-        return true;
-    }
-    case di::Opcode::DestroyQp: {
-        const auto* request = as<di::HandleRequest>(message, size);
-        if (!request)
-            break;
-        reply_status(c, header, res.destroy_qp(request->handle));
-        return true;
-    }
-    case di::Opcode::AttachMcast:
-    case di::Opcode::DetachMcast: {
-        const auto* request = as<di::McastRequest>(message, size);
-        if (!request)
-            break;
-        reply_status(c, header,
-                     static_cast<di::Opcode>(header.opcode) == di::Opcode::AttachMcast
-                         ? res.attach_mcast(request->qp_handle, request->gid)
-                         : res.detach_mcast(request->qp_handle, request->gid));
-        return true;
-    }
-    default:
-        return dispatch_srq(c, header, message, size);
-    }
-    reply_status(c, header, EBADMSG);
-    return true;
-}
-
-bool ControlServer::dispatch_srq(Connection& c, const di::MessageHeader& header,
-                                 const void* message, size_t size) {
-    ContextResources& res = *c.resources;
-    // CreateSrq and ModifySrq answer alike: what the SRQ is now, and its ring's fd when
-    // the SRQ got a new ring (created, or resized).
-    auto reply_srq = [&](int status, const EngineSrq* srq, bool new_ring) {
-        di::CreateSrqReply r{};
-        r.reply.header = reply_header(header, sizeof(r));
-        r.reply.status = status;
-        if (status == 0) {
-            r.srq_handle = srq->handle();
-            r.srq_num = srq->srq_num();
-            r.max_wr = srq->max_wr();
-            r.max_sge = srq->max_sge();
-            r.ring_bytes = srq->ring_bytes();
-        }
-        reply(c, &r, sizeof(r), status == 0 && new_ring ? srq->ring_fd() : -1);
-    };
-    switch (static_cast<di::Opcode>(header.opcode)) {
-    case di::Opcode::CreateSrq: {
-        const auto* request = as<di::CreateSrqRequest>(message, size);
-        if (!request)
-            break;
-        EngineSrq* srq = nullptr;
-        const int status = res.create_srq(*request, srq);
-        reply_srq(status, srq, true);
-        return true;
-    }
-    case di::Opcode::ModifySrq: {
-        const auto* request = as<di::ModifySrqRequest>(message, size);
-        if (!request)
-            break;
-        EngineSrq* srq = nullptr;
-        bool new_ring = false;
-        const int status = res.modify_srq(*request, srq, new_ring);
-        reply_srq(status, srq, new_ring);
-        return true;
-    }
-    case di::Opcode::QuerySrq: {
-        const auto* request = as<di::HandleRequest>(message, size);
-        if (!request)
-            break;
-        di::QuerySrqReply q{};
-        q.reply.header = reply_header(header, sizeof(q));
-        if (EngineSrq* found = res.find_srq(request->handle)) {
-            q.max_wr = found->max_wr();
-            q.max_sge = found->max_sge();
-            q.srq_limit = found->queue().limit();
-        } else {
-            q.reply.status = EINVAL;
-        }
-        reply(c, &q, sizeof(q));
-        return true;
-    }
-    case di::Opcode::DestroySrq:
-    case di::Opcode::CloseXrcd: {
-        const auto* request = as<di::HandleRequest>(message, size);
-        if (!request)
-            break;
-        const bool srq = static_cast<di::Opcode>(header.opcode) == di::Opcode::DestroySrq;
-        reply_status(c, header,
-                     srq ? res.destroy_srq(request->handle) : res.close_xrcd(request->handle));
-        return true;
-    }
-    default:
+// CreateCq's channel: the flag and the descriptor come together, and the descriptor is
+// a pipe (a write to anything else could block the card).
+bool valid_channel_request(uint32_t flags, int fd) {
+    if ((flags & ~(di::kCreateCqChannel | di::kCreateCqTimestamps)) ||
+        ((flags & di::kCreateCqChannel) != 0) != (fd >= 0))
         return false;
+    struct stat st {};
+    return fd < 0 || (::fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode));
+}
+
+} // namespace
+
+void ControlServer::create_cq(Call& call) {
+    const auto& request = call.request<di::CreateCqRequest>();
+    if (!valid_channel_request(request.flags, call.fd)) {
+        reply_status(call, EINVAL);
+        return;
     }
-    reply_status(c, header, EBADMSG); // right opcode, wrong size
-    return true;
+    const CompletionQueue* cq = nullptr;
+    di::CreateCqReply r{};
+    r.reply.header = reply_header(call.header, sizeof(r));
+    r.reply.status =
+        call.resources().create_cq(request.cqe, request.comp_vector, request.user_handle,
+                                   CompletionChannel(std::exchange(call.fd, -1)), r.cq_handle, cq,
+                                   (request.flags & di::kCreateCqTimestamps) != 0);
+    if (cq) {
+        r.cqe = cq->cqe;
+        r.ring_bytes = cq->ring.bytes();
+    }
+    reply(call, &r, sizeof(r), cq ? cq->ring.fd() : -1);
+}
+
+void ControlServer::resize_cq(Call& call) {
+    const auto& request = call.request<di::ResizeCqRequest>();
+    const CompletionQueue* cq = nullptr;
+    di::CreateCqReply r{};
+    r.reply.header = reply_header(call.header, sizeof(r));
+    r.cq_handle = request.cq_handle;
+    r.reply.status = call.resources().resize_cq(request.cq_handle, request.cqe, cq);
+    if (cq) {
+        r.cqe = cq->cqe;
+        r.ring_bytes = cq->ring.bytes();
+    }
+    reply(call, &r, sizeof(r), cq ? cq->ring.fd() : -1);
+}
+
+void ControlServer::destroy_cq(Call& call) {
+    reply_status(call, call.resources().destroy_cq(call.request<di::HandleRequest>().handle));
+}
+
+namespace {
+// CreateQp and OpenQp both answer with the QP's handle here, its number, caps and ring.
+di::CreateQpReply qp_reply(const di::MessageHeader& header, int status, const EngineQp* qp) {
+    di::CreateQpReply r{};
+    r.reply.header = reply_header(header, sizeof(r));
+    r.reply.status = status;
+    if (qp) {
+        r.qp_num = qp->qp_num();
+        r.caps = qp->caps();
+        r.ring_bytes = qp->ring_bytes();
+    }
+    return r;
+}
+} // namespace
+
+void ControlServer::create_qp(Call& call) {
+    EngineQp* qp = nullptr;
+    const int status =
+        call.resources().create_qp(call.request<di::CreateQpRequest>(), port_of(call.c), qp);
+    di::CreateQpReply r = qp_reply(call.header, status, qp);
+    if (qp)
+        r.qp_handle = qp->handle();
+    reply(call, &r, sizeof(r), qp ? qp->ring_fd() : -1);
+}
+
+void ControlServer::open_qp(Call& call) {
+    const auto& request = call.request<di::OpenQpRequest>();
+    EngineQp* qp = nullptr;
+    uint32_t handle = 0;
+    const int status = call.resources().open_qp(request.qp_num, request.xrcd_handle,
+                                                request.user_handle, handle, qp);
+    di::CreateQpReply r = qp_reply(call.header, status, qp);
+    r.qp_handle = handle;
+    reply(call, &r, sizeof(r), qp ? qp->ring_fd() : -1);
+}
+
+void ControlServer::modify_qp(Call& call) {
+    const auto& request = call.request<di::ModifyQpRequest>();
+    EngineQp* qp = call.resources().find_qp(request.qp_handle);
+    // A Q_Key with the high bit set is privileged (its high bit); like uverbs we let
+    // only root (or the engine's own user) give one to a QP.
+    if (qp && (request.attr_mask & transport::qp_attr::kQkey) &&
+        (request.attr.qkey & 0x80000000u) && call.c.uid != 0 && call.c.uid != ::geteuid()) {
+        reply_status(call, EPERM);
+        return;
+    }
+    reply_status(call, qp ? qp->modify(request, port_of(call.c), monotonic_ns()) : EINVAL);
+}
+
+void ControlServer::query_qp(Call& call) {
+    di::QueryQpReply r{};
+    r.reply.header = reply_header(call.header, sizeof(r));
+    if (EngineQp* qp = call.resources().find_qp(call.request<di::QueryQpRequest>().qp_handle))
+        qp->query(r);
+    else
+        r.reply.status = EINVAL;
+    reply(call, &r, sizeof(r));
+}
+
+void ControlServer::destroy_qp(Call& call) {
+    reply_status(call, call.resources().destroy_qp(call.request<di::HandleRequest>().handle));
+}
+
+void ControlServer::attach_mcast(Call& call) {
+    const auto& request = call.request<di::McastRequest>();
+    reply_status(call, call.resources().attach_mcast(request.qp_handle, request.gid));
+}
+
+void ControlServer::detach_mcast(Call& call) {
+    const auto& request = call.request<di::McastRequest>();
+    reply_status(call, call.resources().detach_mcast(request.qp_handle, request.gid));
+}
+
+namespace {
+// CreateSrq and ModifySrq answer alike: what the SRQ is now (and, from the caller, its
+// ring's fd when the SRQ got a new ring: created, or resized).
+di::CreateSrqReply srq_reply(const di::MessageHeader& header, int status, const EngineSrq* srq) {
+    di::CreateSrqReply r{};
+    r.reply.header = reply_header(header, sizeof(r));
+    r.reply.status = status;
+    if (status == 0) {
+        r.srq_handle = srq->handle();
+        r.srq_num = srq->srq_num();
+        r.max_wr = srq->max_wr();
+        r.max_sge = srq->max_sge();
+        r.ring_bytes = srq->ring_bytes();
+    }
+    return r;
+}
+} // namespace
+
+void ControlServer::create_srq(Call& call) {
+    EngineSrq* srq = nullptr;
+    const int status = call.resources().create_srq(call.request<di::CreateSrqRequest>(), srq);
+    const di::CreateSrqReply r = srq_reply(call.header, status, srq);
+    reply(call, &r, sizeof(r), status == 0 ? srq->ring_fd() : -1);
+}
+
+void ControlServer::modify_srq(Call& call) {
+    EngineSrq* srq = nullptr;
+    bool new_ring = false;
+    const int status =
+        call.resources().modify_srq(call.request<di::ModifySrqRequest>(), srq, new_ring);
+    const di::CreateSrqReply r = srq_reply(call.header, status, srq);
+    reply(call, &r, sizeof(r), status == 0 && new_ring ? srq->ring_fd() : -1);
+}
+
+void ControlServer::query_srq(Call& call) {
+    di::QuerySrqReply q{};
+    q.reply.header = reply_header(call.header, sizeof(q));
+    if (EngineSrq* found = call.resources().find_srq(call.request<di::HandleRequest>().handle)) {
+        q.max_wr = found->max_wr();
+        q.max_sge = found->max_sge();
+        q.srq_limit = found->queue().limit();
+    } else {
+        q.reply.status = EINVAL;
+    }
+    reply(call, &q, sizeof(q));
+}
+
+void ControlServer::destroy_srq(Call& call) {
+    reply_status(call, call.resources().destroy_srq(call.request<di::HandleRequest>().handle));
 }
 
 } // namespace softhca::engine

@@ -37,16 +37,6 @@ std::string read_command_name(pid_t pid) {
     return name.empty() ? "?" : name;
 }
 
-// CreateCq's channel: the flag and the descriptor come together, and the descriptor is
-// a pipe (a write to anything else could block the card).
-bool valid_channel_request(uint32_t flags, int fd) {
-    if ((flags & ~(di::kCreateCqChannel | di::kCreateCqTimestamps)) ||
-        ((flags & di::kCreateCqChannel) != 0) != (fd >= 0))
-        return false;
-    struct stat st {};
-    return fd < 0 || (::fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode));
-}
-
 } // namespace
 
 ControlServer::ControlServer(const std::string& socket_path, const std::vector<Device>& devices,
@@ -154,7 +144,7 @@ void ControlServer::reply_status(Connection& c, const di::MessageHeader& request
 }
 
 void ControlServer::dispatch(Connection& c, const void* message, size_t size, int received_fd) {
-    // Any descriptor not consumed below is closed on the way out.
+    // Any descriptor not consumed by the handler is closed on the way out.
     struct FdGuard {
         int fd;
         ~FdGuard() {
@@ -177,287 +167,26 @@ void ControlServer::dispatch(Connection& c, const void* message, size_t size, in
         reply_status(c, header, EPROTO);
         return;
     }
-    const auto opcode = static_cast<di::Opcode>(header.opcode);
-
-    if (opcode == di::Opcode::EngineStatus || opcode == di::Opcode::EngineStatusJson) {
-        const StatusDocument doc = status_document();
-        const std::string text = opcode == di::Opcode::EngineStatus ? status_text(doc) : doc.dump();
-        std::vector<char> out(sizeof(di::ReplyHeader) + text.size());
-        if (out.size() > di::kMaxControlMessage * 64)
-            out.resize(di::kMaxControlMessage * 64);
-        di::ReplyHeader r{};
-        r.header = reply_header(header, static_cast<uint32_t>(out.size()));
-        std::memcpy(out.data(), &r, sizeof(r));
-        std::memcpy(out.data() + sizeof(r), text.data(), out.size() - sizeof(r));
-        reply(c, out.data(), out.size());
+    const Method* method = method_for(header.opcode);
+    if (!method) {
+        // Nothing else before the device is open; after, an operation we do not have.
+        reply_status(c, header, c.device < 0 ? ENODEV : EOPNOTSUPP);
         return;
     }
-
-    if (opcode == di::Opcode::SetPortState) {
-        set_port_state(c, message, size);
+    if (method->needs_device && c.device < 0) {
+        reply_status(c, header, ENODEV);
         return;
     }
-
-    if (opcode == di::Opcode::OpenDevice) {
-        const auto* request = as<di::OpenDeviceRequest>(message, size);
-        if (!request) {
-            reply_status(c, header, EBADMSG);
-            return;
-        }
-        if (c.device >= 0) {
-            reply_status(c, header, EEXIST);
-            return;
-        }
-        if (request->provider_abi != di::kControlVersion) {
-            reply_status(c, header, EPROTO);
-            return;
-        }
-        const std::string name(request->device_name,
-                               strnlen(request->device_name, sizeof(request->device_name)));
-        int index = -1;
-        for (size_t i = 0; i < devices_.size(); ++i)
-            if (devices_[i].name == name)
-                index = static_cast<int>(i);
-        if (index < 0) {
-            reply_status(c, header, ENODEV);
-            return;
-        }
-        if (guard.fd < 0 || ::fcntl(guard.fd, F_SETFL, O_NONBLOCK) != 0) {
-            reply_status(c, header, EBADF); // the async event pipe must come along
-            return;
-        }
-        try {
-            c.resources =
-                std::make_unique<ContextResources>(c.pid, keys_, static_cast<size_t>(index));
-        } catch (const std::system_error& e) {
-            reply_status(c, header, e.code().value()); // no memory for its doorbell page
-            return;
-        }
-        c.device = index;
-        c.async_fd = std::exchange(guard.fd, -1);
-        c.context_id = next_context_id_++;
-        c.resources->set_async_fd(c.async_fd);
-        di::OpenDeviceReply r{};
-        r.reply.header = reply_header(header, sizeof(r));
-        r.context_id = c.context_id;
-        r.phys_port_cnt = 1;
-        reply(c, &r, sizeof(r), doorbell_fd_);
+    if (size != method->request_size) {
+        reply_status(c, header, EBADMSG); // right opcode, wrong size
         return;
     }
-
-    if (c.device < 0) {
-        reply_status(c, header, ENODEV); // nothing else before the device is open
-        return;
-    }
-    const Device& device = devices_[static_cast<size_t>(c.device)];
-    ContextResources& res = *c.resources;
-
-    if (opcode == di::Opcode::OpenXrcd) {
-        const auto* request = as<di::OpenXrcdRequest>(message, size);
-        if (!request) {
-            reply_status(c, header, EBADMSG);
-            return;
-        }
-        di::HandleReply r{};
-        r.reply.header = reply_header(header, sizeof(r));
-        r.reply.status =
-            request->with_fd && guard.fd < 0
-                ? EBADF
-                : res.open_xrcd(request->with_fd ? guard.fd : -1, request->oflags, r.handle);
-        reply(c, &r, sizeof(r));
-        return;
-    }
-    if (dispatch_qp(c, header, message, size))
-        return;
-
-    switch (opcode) {
-    case di::Opcode::QueryDevice: {
-        if (size != sizeof(di::MessageHeader))
-            break;
-        di::QueryDeviceReply r{};
-        r.reply.header = reply_header(header, sizeof(r));
-        r.attr = device_attributes(device);
-        reply(c, &r, sizeof(r));
-        return;
-    }
-    case di::Opcode::MapDoorbells: {
-        if (size != sizeof(di::MessageHeader))
-            break;
-        di::MapDoorbellsReply r{};
-        r.reply.header = reply_header(header, sizeof(r));
-        r.bytes = static_cast<uint32_t>(res.doorbells().bytes());
-        r.slots = di::kDoorbellSlots;
-        reply(c, &r, sizeof(r), res.doorbells().fd());
-        return;
-    }
-    case di::Opcode::QueryPort: {
-        const auto* request = as<di::QueryPortRequest>(message, size);
-        if (!request)
-            break;
-        if (request->port_num != 1) {
-            reply_status(c, header, EINVAL);
-            return;
-        }
-        di::QueryPortReply r{};
-        r.reply.header = reply_header(header, sizeof(r));
-        r.attr = port_attributes(ports_.info(device.port_index));
-        reply(c, &r, sizeof(r));
-        return;
-    }
-    case di::Opcode::AllocPd: {
-        if (size != sizeof(di::MessageHeader))
-            break;
-        di::HandleReply r{};
-        r.reply.header = reply_header(header, sizeof(r));
-        r.reply.status = res.alloc_pd(r.handle);
-        reply(c, &r, sizeof(r));
-        return;
-    }
-    case di::Opcode::DeallocPd:
-    case di::Opcode::DeregMr:
-    case di::Opcode::DeallocMw:
-    case di::Opcode::DestroyCq: {
-        const auto* request = as<di::HandleRequest>(message, size);
-        if (!request)
-            break;
-        int status = opcode == di::Opcode::DeallocPd   ? res.dealloc_pd(request->handle)
-                     : opcode == di::Opcode::DeregMr   ? res.dereg_mr(request->handle)
-                     : opcode == di::Opcode::DeallocMw ? res.dealloc_mw(request->handle)
-                                                       : res.destroy_cq(request->handle);
-        reply_status(c, header, status);
-        return;
-    }
-    case di::Opcode::RegMr:
-    case di::Opcode::ReregMr: {
-        RegisteredMr mr{};
-        di::RegMrReply r{};
-        r.reply.header = reply_header(header, sizeof(r));
-        if (opcode == di::Opcode::RegMr) {
-            const auto* request = as<di::RegMrRequest>(message, size);
-            if (!request)
-                break;
-            r.reply.status = res.reg_mr(*request, mr);
-        } else {
-            const auto* request = as<di::ReregMrRequest>(message, size);
-            if (!request)
-                break;
-            r.reply.status = res.rereg_mr(*request, mr);
-        }
-        r.mr_handle = mr.handle;
-        r.lkey = mr.lkey;
-        r.rkey = mr.rkey;
-        reply(c, &r, sizeof(r));
-        return;
-    }
-    case di::Opcode::AllocDm: {
-        const auto* request = as<di::AllocDmRequest>(message, size);
-        if (!request)
-            break;
-        const DeviceMemory* dm = nullptr;
-        di::AllocDmReply r{};
-        r.reply.header = reply_header(header, sizeof(r));
-        r.reply.status = res.alloc_dm(request->length, request->log_align_req, r.dm_handle, dm);
-        if (dm)
-            r.bytes = dm->memory.bytes();
-        reply(c, &r, sizeof(r), dm ? dm->memory.fd() : -1);
-        return;
-    }
-    case di::Opcode::FreeDm: {
-        const auto* request = as<di::HandleRequest>(message, size);
-        if (!request)
-            break;
-        reply_status(c, header, res.free_dm(request->handle));
-        return;
-    }
-    case di::Opcode::RegDmMr: {
-        const auto* request = as<di::RegDmMrRequest>(message, size);
-        if (!request)
-            break;
-        RegisteredMr mr{};
-        di::RegMrReply r{};
-        r.reply.header = reply_header(header, sizeof(r));
-        r.reply.status = res.reg_dm_mr(*request, mr);
-        r.mr_handle = mr.handle;
-        r.lkey = mr.lkey;
-        r.rkey = mr.rkey;
-        reply(c, &r, sizeof(r));
-        return;
-    }
-    case di::Opcode::AllocMw: {
-        const auto* request = as<di::AllocMwRequest>(message, size);
-        if (!request)
-            break;
-        di::AllocMwReply r{};
-        r.reply.header = reply_header(header, sizeof(r));
-        r.reply.status = res.alloc_mw(request->pd_handle, request->type, r.mw_handle, r.rkey);
-        reply(c, &r, sizeof(r));
-        return;
-    }
-    case di::Opcode::CreateCq:
-    case di::Opcode::ResizeCq: {
-        const CompletionQueue* cq = nullptr;
-        di::CreateCqReply r{};
-        r.reply.header = reply_header(header, sizeof(r));
-        if (opcode == di::Opcode::CreateCq) {
-            const auto* request = as<di::CreateCqRequest>(message, size);
-            if (!request)
-                break;
-            if (!valid_channel_request(request->flags, guard.fd)) {
-                reply_status(c, header, EINVAL);
-                return;
-            }
-            r.reply.status =
-                res.create_cq(request->cqe, request->comp_vector, request->user_handle,
-                              CompletionChannel(std::exchange(guard.fd, -1)), r.cq_handle, cq,
-                              (request->flags & di::kCreateCqTimestamps) != 0);
-        } else {
-            const auto* request = as<di::ResizeCqRequest>(message, size);
-            if (!request)
-                break;
-            r.cq_handle = request->cq_handle;
-            r.reply.status = res.resize_cq(request->cq_handle, request->cqe, cq);
-        }
-        if (cq) {
-            r.cqe = cq->cqe;
-            r.ring_bytes = cq->ring.bytes();
-        }
-        reply(c, &r, sizeof(r), cq ? cq->ring.fd() : -1);
-        return;
-    }
-    default:
-        reply_status(c, header, EOPNOTSUPP);
-        return;
-    }
-    reply_status(c, header, EBADMSG); // right opcode, wrong size
+    Call call{c, header, message, guard.fd};
+    (this->*method->handler)(call);
 }
 
-void ControlServer::set_port_state(Connection& c, const void* message, size_t size) {
-    const auto* request = as<di::SetPortStateRequest>(message, size);
-    if (!request) {
-        reply_status(c, *static_cast<const di::MessageHeader*>(message), EBADMSG);
-        return;
-    }
-    if (c.uid != 0 && c.uid != ::geteuid()) {
-        reply_status(c, request->header, EPERM);
-        return;
-    }
-    const std::string name(request->device_name,
-                           strnlen(request->device_name, sizeof(request->device_name)));
-    for (size_t i = 0; i < devices_.size(); ++i) {
-        if (devices_[i].name != name)
-            continue;
-        if (request->port_num != 1 || request->up > 1) {
-            reply_status(c, request->header, EINVAL);
-            return;
-        }
-        const size_t port = devices_[i].port_index;
-        if (ports_.set_admin_state(port, request->up != 0))
-            raise_device_event(
-                i, 1, ports_.info(port).link_up ? di::kEventPortActive : di::kEventPortErr);
-        reply_status(c, request->header, 0);
-        return;
-    }
-    reply_status(c, request->header, ENODEV);
+const PortInfo& ControlServer::port_of(const Connection& c) const {
+    return ports_.info(devices_[static_cast<size_t>(c.device)].port_index);
 }
 
 void ControlServer::raise_device_event(size_t device_index, uint64_t element, uint32_t event_type) {

@@ -49,6 +49,32 @@ class ControlServer {
     StatusDocument status_document() const;
 
   private:
+    struct Connection;
+
+  public:
+    // One request being served: its connection, its header, its body (exactly the
+    // size its method names) and a descriptor that came with it (-1 if none; a handler
+    // that keeps it sets it to -1, else it is closed).
+    struct Call {
+        Connection& c;
+        const device_interface::MessageHeader& header;
+        const void* message;
+        int& fd;
+        template <typename T> const T& request() const { return *static_cast<const T*>(message); }
+        ContextResources& resources() const; // the connection's context (device open)
+    };
+
+    // control_methods.cpp: every request as one table of {opcode, request size, whether
+    // the device must be open, handler}, where dispatch finds it.
+    struct Method {
+        device_interface::Opcode opcode;
+        size_t request_size;
+        bool needs_device;
+        void (ControlServer::*handler)(Call&);
+    };
+    static const Method* method_for(uint16_t opcode);
+
+  private:
     struct Connection {
         int fd = -1;
         pid_t pid = 0;
@@ -61,16 +87,51 @@ class ControlServer {
     };
 
     void close_connection(Connection& connection);
+    // Checks the header, finds the method, checks the device and the size, calls it.
     void dispatch(Connection& c, const void* message, size_t size, int received_fd);
     void reply(Connection& c, const void* message, size_t size, int fd_to_pass = -1);
+    void reply(Call& call, const void* message, size_t size, int fd_to_pass = -1) {
+        reply(call.c, message, size, fd_to_pass);
+    }
     void reply_status(Connection& c, const device_interface::MessageHeader& request, int status);
-    void set_port_state(Connection& c, const void* message, size_t size);
-    // control_queues.cpp: QPs, SRQs and multicast; false when the opcode is not theirs.
-    bool dispatch_qp(Connection& c, const device_interface::MessageHeader& header,
-                     const void* message, size_t size);
-    bool dispatch_srq(Connection& c, const device_interface::MessageHeader& header,
-                      const void* message, size_t size);
+    void reply_status(Call& call, int status) { reply_status(call.c, call.header, status); }
     const PortInfo& port_of(const Connection& c) const;
+
+    // control_device.cpp: the device, its ports and the engine.
+    void open_device(Call& call);
+    void query_device(Call& call);
+    void query_port(Call& call);
+    void map_doorbells(Call& call);
+    void engine_status(Call& call);
+    void set_port_state(Call& call);
+    // control_memory.cpp: protection and XRC domains, MRs, windows, device memory.
+    void alloc_pd(Call& call);
+    void dealloc_pd(Call& call);
+    void reg_mr(Call& call);
+    void rereg_mr(Call& call);
+    void dereg_mr(Call& call);
+    void alloc_mw(Call& call);
+    void dealloc_mw(Call& call);
+    void alloc_dm(Call& call);
+    void free_dm(Call& call);
+    void reg_dm_mr(Call& call);
+    void open_xrcd(Call& call);
+    void close_xrcd(Call& call);
+    // control_queues.cpp: CQs, QPs, SRQs and multicast.
+    void create_cq(Call& call);
+    void resize_cq(Call& call);
+    void destroy_cq(Call& call);
+    void create_qp(Call& call);
+    void open_qp(Call& call);
+    void modify_qp(Call& call);
+    void query_qp(Call& call);
+    void destroy_qp(Call& call);
+    void attach_mcast(Call& call);
+    void detach_mcast(Call& call);
+    void create_srq(Call& call);
+    void modify_srq(Call& call);
+    void query_srq(Call& call);
+    void destroy_srq(Call& call);
 
     int listen_fd_ = -1;
     std::string socket_path_;
@@ -85,6 +146,10 @@ class ControlServer {
     std::map<int, Connection> connections_;
     std::function<StatusDocument()> rdma_cm_status_;
 };
+
+inline ContextResources& ControlServer::Call::resources() const {
+    return *c.resources;
+}
 
 // The text report of `softhca status`, rendered from the status document.
 std::string status_text(const StatusDocument& doc);

@@ -1,0 +1,128 @@
+// The control server's device requests: opening a device (a context), querying it and
+// its port, the context's doorbell page, the engine's status and an administrator's
+// port state. Handlers get requests of their exact size (control_methods.cpp).
+#include "control_messages.hpp"
+#include "control_server.hpp"
+#include "softhca/device_interface/async_event.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <string>
+#include <system_error>
+#include <unistd.h>
+#include <utility>
+
+namespace softhca::engine {
+
+namespace di = device_interface;
+
+void ControlServer::open_device(Call& call) {
+    const auto& request = call.request<di::OpenDeviceRequest>();
+    Connection& c = call.c;
+    if (c.device >= 0) {
+        reply_status(call, EEXIST);
+        return;
+    }
+    if (request.provider_abi != di::kControlVersion) {
+        reply_status(call, EPROTO);
+        return;
+    }
+    const std::string name(request.device_name,
+                           strnlen(request.device_name, sizeof(request.device_name)));
+    int index = -1;
+    for (size_t i = 0; i < devices_.size(); ++i)
+        if (devices_[i].name == name)
+            index = static_cast<int>(i);
+    if (index < 0) {
+        reply_status(call, ENODEV);
+        return;
+    }
+    if (call.fd < 0 || ::fcntl(call.fd, F_SETFL, O_NONBLOCK) != 0) {
+        reply_status(call, EBADF); // the async event pipe must come along
+        return;
+    }
+    try {
+        c.resources = std::make_unique<ContextResources>(c.pid, keys_, static_cast<size_t>(index));
+    } catch (const std::system_error& e) {
+        reply_status(call, e.code().value()); // no memory for its doorbell page
+        return;
+    }
+    c.device = index;
+    c.async_fd = std::exchange(call.fd, -1);
+    c.context_id = next_context_id_++;
+    c.resources->set_async_fd(c.async_fd);
+    di::OpenDeviceReply r{};
+    r.reply.header = reply_header(call.header, sizeof(r));
+    r.context_id = c.context_id;
+    r.phys_port_cnt = 1;
+    reply(call, &r, sizeof(r), doorbell_fd_);
+}
+
+void ControlServer::query_device(Call& call) {
+    di::QueryDeviceReply r{};
+    r.reply.header = reply_header(call.header, sizeof(r));
+    r.attr = device_attributes(devices_[static_cast<size_t>(call.c.device)]);
+    reply(call, &r, sizeof(r));
+}
+
+void ControlServer::query_port(Call& call) {
+    if (call.request<di::QueryPortRequest>().port_num != 1) {
+        reply_status(call, EINVAL);
+        return;
+    }
+    di::QueryPortReply r{};
+    r.reply.header = reply_header(call.header, sizeof(r));
+    r.attr = port_attributes(port_of(call.c));
+    reply(call, &r, sizeof(r));
+}
+
+void ControlServer::map_doorbells(Call& call) {
+    Doorbells& doorbells = call.resources().doorbells();
+    di::MapDoorbellsReply r{};
+    r.reply.header = reply_header(call.header, sizeof(r));
+    r.bytes = static_cast<uint32_t>(doorbells.bytes());
+    r.slots = di::kDoorbellSlots;
+    reply(call, &r, sizeof(r), doorbells.fd());
+}
+
+void ControlServer::engine_status(Call& call) {
+    const StatusDocument doc = status_document();
+    const bool text = static_cast<di::Opcode>(call.header.opcode) == di::Opcode::EngineStatus;
+    const std::string body = text ? status_text(doc) : doc.dump();
+    std::vector<char> out(sizeof(di::ReplyHeader) + body.size());
+    if (out.size() > di::kMaxControlMessage * 64)
+        out.resize(di::kMaxControlMessage * 64);
+    di::ReplyHeader r{};
+    r.header = reply_header(call.header, static_cast<uint32_t>(out.size()));
+    std::memcpy(out.data(), &r, sizeof(r));
+    std::memcpy(out.data() + sizeof(r), body.data(), out.size() - sizeof(r));
+    reply(call, out.data(), out.size());
+}
+
+void ControlServer::set_port_state(Call& call) {
+    const auto& request = call.request<di::SetPortStateRequest>();
+    if (call.c.uid != 0 && call.c.uid != ::geteuid()) {
+        reply_status(call, EPERM);
+        return;
+    }
+    const std::string name(request.device_name,
+                           strnlen(request.device_name, sizeof(request.device_name)));
+    for (size_t i = 0; i < devices_.size(); ++i) {
+        if (devices_[i].name != name)
+            continue;
+        if (request.port_num != 1 || request.up > 1) {
+            reply_status(call, EINVAL);
+            return;
+        }
+        const size_t port = devices_[i].port_index;
+        if (ports_.set_admin_state(port, request.up != 0))
+            raise_device_event(
+                i, 1, ports_.info(port).link_up ? di::kEventPortActive : di::kEventPortErr);
+        reply_status(call, 0);
+        return;
+    }
+    reply_status(call, ENODEV);
+}
+
+} // namespace softhca::engine
