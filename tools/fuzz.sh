@@ -4,13 +4,14 @@
 # target for RUNS inputs (default 100000). Prints one line per target with the inputs
 # run; exits non-zero on the first crash or sanitizer report (the reproducer is left in
 # build/fuzz/crashes/).
-#   tools/fuzz.sh [RUNS] [TARGET...]     # TARGET: roce_frame cm_mad transport_receive
+#   tools/fuzz.sh [RUNS] [TARGET...]
+#   TARGET: roce_frame cm_mad transport_receive control_messages
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-100000}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(roce_frame cm_mad transport_receive)
+[ ${#targets[@]} -gt 0 ] || targets=(roce_frame cm_mad transport_receive control_messages)
 out=build/fuzz
 vectors=$(cd .. && pwd)/shared/vectors
 command -v clang++ >/dev/null || { echo "fuzz: clang++ is missing (tools/install-deps.sh)" >&2; exit 1; }
@@ -22,7 +23,7 @@ cmake --build "$out" -j"$(nproc)" >/dev/null
 python3 - "$vectors" "$out/seeds" <<'PY'
 import os, struct, sys
 vectors, seeds = sys.argv[1], sys.argv[2]
-for d in ("roce_frame", "cm_mad", "transport_receive"):
+for d in ("roce_frame", "cm_mad", "transport_receive", "control_messages"):
     os.makedirs(os.path.join(seeds, d), exist_ok=True)
 def frames(path):
     data = open(path, "rb").read()
