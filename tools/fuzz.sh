@@ -65,6 +65,12 @@ for target in "${targets[@]}"; do
         echo "fuzz: $target FAILED (reproducer in $out/crashes)" >&2
         exit 1
     fi
+    # fuzz_control_messages' engine socket (libFuzzer leaves without running atexit).
+    for sock in /tmp/softhca-fuzz-*.sock; do
+        pid=${sock##*-}
+        pid=${pid%.sock}
+        [ -e "$sock" ] && ! kill -0 "$pid" 2>/dev/null && rm -f "$sock"
+    done
     done_runs=$(awk '/stat::number_of_executed_units/ {print $2}' "$log")
     cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1)
     echo "fuzz: $target: $done_runs inputs, $cov, corpus $(ls "$corpus" | wc -l) files, no crash"
