@@ -31,6 +31,23 @@ bool valid_channel_request(uint32_t flags, int fd) {
 
 } // namespace
 
+namespace {
+// CreateCq and ResizeCq answer alike: the CQ's handle, its size and its ring (whose fd
+// the caller passes along).
+di::CreateCqReply cq_reply(const di::MessageHeader& header, int status, uint32_t handle,
+                           const CompletionQueue* cq) {
+    di::CreateCqReply r{};
+    r.reply.header = reply_header(header, sizeof(r));
+    r.reply.status = status;
+    r.cq_handle = handle;
+    if (cq) {
+        r.cqe = cq->cqe;
+        r.ring_bytes = cq->ring.bytes();
+    }
+    return r;
+}
+} // namespace
+
 void ControlServer::create_cq(Call& call) {
     const auto& request = call.request<di::CreateCqRequest>();
     if (!valid_channel_request(request.flags, call.fd)) {
@@ -38,30 +55,20 @@ void ControlServer::create_cq(Call& call) {
         return;
     }
     const CompletionQueue* cq = nullptr;
-    di::CreateCqReply r{};
-    r.reply.header = reply_header(call.header, sizeof(r));
-    r.reply.status =
+    uint32_t handle = 0;
+    const int status =
         call.resources().create_cq(request.cqe, request.comp_vector, request.user_handle,
-                                   CompletionChannel(std::exchange(call.fd, -1)), r.cq_handle, cq,
+                                   CompletionChannel(std::exchange(call.fd, -1)), handle, cq,
                                    (request.flags & di::kCreateCqTimestamps) != 0);
-    if (cq) {
-        r.cqe = cq->cqe;
-        r.ring_bytes = cq->ring.bytes();
-    }
+    const di::CreateCqReply r = cq_reply(call.header, status, handle, cq);
     reply(call, &r, sizeof(r), cq ? cq->ring.fd() : -1);
 }
 
 void ControlServer::resize_cq(Call& call) {
     const auto& request = call.request<di::ResizeCqRequest>();
     const CompletionQueue* cq = nullptr;
-    di::CreateCqReply r{};
-    r.reply.header = reply_header(call.header, sizeof(r));
-    r.cq_handle = request.cq_handle;
-    r.reply.status = call.resources().resize_cq(request.cq_handle, request.cqe, cq);
-    if (cq) {
-        r.cqe = cq->cqe;
-        r.ring_bytes = cq->ring.bytes();
-    }
+    const int status = call.resources().resize_cq(request.cq_handle, request.cqe, cq);
+    const di::CreateCqReply r = cq_reply(call.header, status, request.cq_handle, cq);
     reply(call, &r, sizeof(r), cq ? cq->ring.fd() : -1);
 }
 

@@ -186,15 +186,22 @@ int ContextResources::reg_mr(const di::RegMrRequest& request, RegisteredMr& out)
     mr.access = request.access;
     if (!on_demand(mr.access))
         mr.mapping = SharedMapping::map(owner_, mr.addr, mr.length, mr_writable(mr.access));
-    mr.lkey = keys_.next_key();
-    mr.rkey = mr.lkey;
-    const uint32_t handle = next_handle_++;
-    mrs_by_key_[mr.lkey] = &mrs_.emplace(handle, mr).first->second;
-    ++mr_generation_;
-    ++pd->second.mr_count;
-    ++keys_.mrs;
-    out = {handle, mr.lkey, mr.rkey};
+    out = add_mr(std::move(mr));
     return 0;
+}
+
+RegisteredMr ContextResources::add_mr(MemoryRegion mr) {
+    // Its keys (lkey and rkey equal), a handle, and the counts of what it stands on.
+    const uint32_t key = keys_.next_key();
+    mr.lkey = mr.rkey = key;
+    const uint32_t handle = next_handle_++;
+    ++pds_.at(mr.pd_handle).mr_count;
+    if (mr.dm_handle)
+        ++dms_.at(mr.dm_handle).mr_count;
+    mrs_by_key_[key] = &mrs_.emplace(handle, std::move(mr)).first->second;
+    ++mr_generation_;
+    ++keys_.mrs;
+    return {handle, key, key};
 }
 
 int ContextResources::rereg_mr(const di::ReregMrRequest& request, RegisteredMr& out) {
@@ -316,15 +323,7 @@ int ContextResources::reg_dm_mr(const di::RegDmMrRequest& request, RegisteredMr&
         SharedMapping::map_file(dm->second.memory.fd(), request.offset, request.length, true);
     if (!mr.mapping)
         return ENOMEM;
-    const uint32_t key = keys_.next_key();
-    mr.lkey = mr.rkey = key;
-    const uint32_t handle = next_handle_++;
-    mrs_by_key_[key] = &mrs_.emplace(handle, std::move(mr)).first->second;
-    ++mr_generation_;
-    ++pd->second.mr_count;
-    ++dm->second.mr_count;
-    ++keys_.mrs;
-    out = {handle, key, key};
+    out = add_mr(std::move(mr));
     return 0;
 }
 

@@ -266,6 +266,8 @@ class ContextResources {
         uint64_t user_handle = 0; // the opener's ibv_qp, the element of its events
     };
     std::map<uint32_t, OpenedQp> opened_; // handles from ibv_open_qp
+    // Registers a validated MR (reg_mr, reg_dm_mr): keys, handle, counts.
+    RegisteredMr add_mr(MemoryRegion mr);
     void close_opened(uint32_t handle);
     void destroy_owned_qp(std::map<uint32_t, std::unique_ptr<EngineQp>>::iterator it);
 };
