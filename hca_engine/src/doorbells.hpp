@@ -54,6 +54,8 @@ class Doorbells {
                     break;
                 for (uint64_t bits = page_->words[w].exchange(0); bits; bits &= bits - 1) {
                     const uint32_t slot = w * 64 + static_cast<uint32_t>(std::countr_zero(bits));
+                    if (slot >= targets_.size())
+                        continue; // never given to a queue
                     const Target& t = targets_[slot];
                     if (t.qp)
                         qp_rung(*t.qp, slot);
@@ -73,8 +75,10 @@ class Doorbells {
 
     SharedMemory memory_;
     device_interface::DoorbellPage* page_ = nullptr;
-    std::vector<Target> targets_; // by slot
-    std::vector<uint32_t> free_;  // free slots, the next to give last
+    // By slot, as far as the highest slot ever given: it grows with the context's queues
+    // (a context that makes few costs a few bytes, not the page's every slot).
+    std::vector<Target> targets_;
+    std::vector<uint32_t> free_; // slots given before and released, the next to give last
 };
 
 } // namespace softhca::engine

@@ -144,3 +144,21 @@ TEST_CASE("doorbells: a context's page leaves the data path's list with the cont
     }
     CHECK(keys.doorbell_pages.empty());
 }
+
+TEST_CASE("doorbells: every slot of the page can be given, then none; a released one again") {
+    Doorbells doorbells;
+    // Queues are only named by take() for rung slots; none is rung here.
+    auto* queue = reinterpret_cast<EngineQp*>(alignof(EngineQp));
+    std::set<uint32_t> given;
+    for (uint32_t i = 0; i < di::kDoorbellSlots; ++i)
+        given.insert(doorbells.assign(queue));
+    CHECK(given.size() == di::kDoorbellSlots);
+    CHECK(*given.rbegin() == di::kDoorbellSlots - 1);
+    CHECK(doorbells.assign(queue) == di::kNoDoorbellSlot);
+    doorbells.release(1234);
+    doorbells.release(di::kDoorbellSlots + 7); // not a slot: ignored
+    CHECK(doorbells.assign(queue) == 1234u);
+    CHECK(doorbells.assign(queue) == di::kNoDoorbellSlot);
+    Rung rung = take(doorbells);
+    CHECK(rung.qps.empty());
+}
