@@ -37,7 +37,10 @@ pid_t Instance::running_engine() const {
     return static_cast<pid_t>(pid);
 }
 
-int engine_request(const Instance& instance, const void* request, size_t size, std::string& body) {
+int engine_request(const Instance& instance, const void* request, size_t size, std::string& body,
+                   int* passed_fd) {
+    if (passed_fd)
+        *passed_fd = -1;
     int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return errno;
@@ -57,7 +60,9 @@ int engine_request(const Instance& instance, const void* request, size_t size, s
         err = errno;
     } else {
         di::ReceivedMessage m = di::receive_message(fd, buffer.data(), buffer.size());
-        if (m.fd >= 0)
+        if (m.fd >= 0 && passed_fd)
+            *passed_fd = m.fd;
+        else if (m.fd >= 0)
             ::close(m.fd);
         if (m.size < static_cast<ssize_t>(sizeof(di::ReplyHeader))) {
             err = m.size < 0 ? errno : EIO;
@@ -81,7 +86,29 @@ di::MessageHeader admin_header(di::Opcode opcode, uint32_t length) {
 int query_engine_status(const Instance& instance, std::string& text, bool json) {
     di::MessageHeader request = admin_header(
         json ? di::Opcode::EngineStatusJson : di::Opcode::EngineStatus, sizeof(di::MessageHeader));
-    return engine_request(instance, &request, sizeof(request), text);
+    std::string reply;
+    int file = -1;
+    int err = engine_request(instance, &request, sizeof(request), reply, &file);
+    // The text is in the file passed with the reply (control.hpp, StatusReply).
+    di::StatusReply r{};
+    if (err == 0 && (file < 0 || reply.size() + sizeof(di::ReplyHeader) != sizeof(r)))
+        err = EPROTO;
+    if (err == 0) {
+        std::memcpy(reinterpret_cast<char*>(&r) + sizeof(di::ReplyHeader), reply.data(),
+                    reply.size());
+        text.resize(r.bytes);
+        for (size_t at = 0; at < text.size() && err == 0;) {
+            const ssize_t n =
+                ::pread(file, text.data() + at, text.size() - at, static_cast<off_t>(at));
+            if (n > 0)
+                at += static_cast<size_t>(n);
+            else
+                err = n < 0 ? errno : EPROTO;
+        }
+    }
+    if (file >= 0)
+        ::close(file);
+    return err;
 }
 
 int set_port_state(const Instance& instance, const std::string& device, bool up) {

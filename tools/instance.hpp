@@ -29,8 +29,9 @@ struct Instance {
 
 // Sends one administrative request (a complete control message) to the engine and
 // waits for the reply. Returns the reply's status or an errno; the reply's body, if
-// any, goes to `body`.
-int engine_request(const Instance& instance, const void* request, size_t size, std::string& body);
+// any, goes to `body`, and a descriptor passed with it to `passed_fd` (closed if null).
+int engine_request(const Instance& instance, const void* request, size_t size, std::string& body,
+                   int* passed_fd = nullptr);
 
 // The engine's status: the text report, or with json the JSON document
 // (docs/status-schema.md). 0 or an errno value.

@@ -3,8 +3,10 @@
 // port state. Handlers get requests of their exact size (control_methods.cpp).
 #include "control_messages.hpp"
 #include "control_server.hpp"
+#include "shared_memory.hpp"
 #include "softhca/device_interface/async_event.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
@@ -90,14 +92,16 @@ void ControlServer::engine_status(Call& call) {
     const StatusDocument doc = status_document();
     const bool text = static_cast<di::Opcode>(call.header.opcode) == di::Opcode::EngineStatus;
     const std::string body = text ? status_text(doc) : doc.dump();
-    std::vector<char> out(sizeof(di::ReplyHeader) + body.size());
-    if (out.size() > di::kMaxControlMessage * 64)
-        out.resize(di::kMaxControlMessage * 64);
-    di::ReplyHeader r{};
-    r.header = reply_header(call.header, static_cast<uint32_t>(out.size()));
-    std::memcpy(out.data(), &r, sizeof(r));
-    std::memcpy(out.data() + sizeof(r), body.data(), out.size() - sizeof(r));
-    reply(call, out.data(), out.size());
+    SharedMemory file;
+    if (int err = file.create("softhca-status", std::max<size_t>(body.size(), 1))) {
+        reply_status(call, err);
+        return;
+    }
+    std::memcpy(file.data(), body.data(), body.size());
+    di::StatusReply r{};
+    r.reply.header = reply_header(call.header, sizeof(r));
+    r.bytes = body.size();
+    reply(call, &r, sizeof(r), file.fd());
 }
 
 void ControlServer::set_port_state(Call& call) {

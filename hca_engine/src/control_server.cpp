@@ -9,12 +9,14 @@
 #include "softhca/transport/roce_address.hpp"
 #include "unix_listener.hpp"
 
+#include <algorithm>
 #include <arpa/inet.h>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <fstream>
+#include <malloc.h>
 #include <sstream>
 #include <stdexcept>
 #include <sys/socket.h>
@@ -114,8 +116,13 @@ bool ControlServer::handle_input(int fd) {
         if (m.size < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return true;
         if (m.size <= 0) {
+            const bool had_context = c.resources != nullptr;
             close_connection(c);
             connections_.erase(it);
+            if (had_context &&
+                std::none_of(connections_.begin(), connections_.end(),
+                             [](const auto& e) { return e.second.resources != nullptr; }))
+                ::malloc_trim(0); // the last context is gone: give its heap back
             return false;
         }
         if (m.truncated) {

@@ -55,8 +55,12 @@ constexpr uint64_t kLinkCheckMs = 1000;
 // the two perftest processes needs. A longer spin buys nothing and takes the cores
 // from the applications between messages.
 constexpr uint64_t kSpinNs = 200'000;
-// While spinning, the control sockets are looked at every this many rounds.
+// While spinning, the control sockets are looked at every this many rounds, and at
+// least this often: under load a round (with the yield to the applications) can take
+// milliseconds, and 256 of them kept control requests (creating QPs, `softhca status`)
+// waiting for seconds while 8 processes ran traffic (tools/soak.sh saw it).
 constexpr unsigned kControlCheckEvery = 256;
+constexpr uint64_t kControlCheckNs = 1'000'000;
 
 kernel_shim::InstanceRegistration make_registration(const EngineConfig& config,
                                                     const std::vector<Device>& devices,
@@ -164,6 +168,7 @@ int run(const EngineConfig& config) {
     const bool idle_yield = environment_switch_on("SOFTHCA_ENGINE_YIELD");
     uint64_t next_link_check = monotonic_ns() + kLinkCheckMs * 1'000'000ull;
     uint64_t last_busy = 0;
+    uint64_t last_control_check = 0;
     unsigned spins = 0;
     bool stop = false;
     while (!stop) {
@@ -187,7 +192,7 @@ int run(const EngineConfig& config) {
             // cores) run; they are who will give us work.
             if (last_busy != now && idle_yield)
                 sched_yield();
-            if (++spins % kControlCheckEvery != 0)
+            if (++spins % kControlCheckEvery != 0 && now - last_control_check < kControlCheckNs)
                 continue;
         } else {
             datapath.arm_doorbells();
@@ -204,6 +209,7 @@ int run(const EngineConfig& config) {
             }
         }
         epoll_event events[32];
+        last_control_check = now;
         int n = epoll_wait(epfd, events, 32, timeout_ms);
         for (int i = 0; i < n; ++i) {
             const int fd = events[i].data.fd;

@@ -145,7 +145,7 @@ TEST_CASE("doorbells: a context's page leaves the data path's list with the cont
     CHECK(keys.doorbell_pages.empty());
 }
 
-TEST_CASE("doorbells: every slot of the page can be given, then none; a released one again") {
+TEST_CASE("doorbells: every slot of the page can be given, then none, then a released one") {
     Doorbells doorbells;
     // Queues are only named by take() for rung slots; none is rung here.
     auto* queue = reinterpret_cast<EngineQp*>(alignof(EngineQp));

@@ -13,7 +13,7 @@
 namespace softhca::device_interface {
 
 constexpr uint16_t kControlMagic = 0x5348; // "SH"
-constexpr uint16_t kControlVersion = 4;
+constexpr uint16_t kControlVersion = 5;
 constexpr size_t kMaxControlMessage = 4096;
 
 enum class Opcode : uint16_t {
@@ -508,7 +508,15 @@ struct SetPortStateRequest {
 };
 static_assert(sizeof(SetPortStateRequest) == 88);
 
-// EngineStatus and EngineStatusJson replies: ReplyHeader followed by UTF-8 text (not NUL
-// terminated) up to the end of the message: the text report, or one JSON document.
+// EngineStatus and EngineStatusJson replies: StatusReply, and a memfd passed with it
+// whose first `bytes` bytes are the UTF-8 text (not NUL terminated): the text report, or
+// one JSON document. A file, not the message itself: with thousands of QPs the document
+// is megabytes, more than a socket takes in one message (version 5; before, the text
+// followed the header and a large one was cut or never arrived).
+struct StatusReply {
+    ReplyHeader reply;
+    uint64_t bytes;
+};
+static_assert(sizeof(StatusReply) == 32);
 
 } // namespace softhca::device_interface
