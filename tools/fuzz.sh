@@ -5,13 +5,13 @@
 # run; exits non-zero on the first crash or sanitizer report (the reproducer is left in
 # build/fuzz/crashes/).
 #   tools/fuzz.sh [RUNS] [TARGET...]
-#   TARGET: roce_frame cm_mad transport_receive control_messages
+#   TARGET: roce_frame cm_mad transport_receive control_messages rdma_cm
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-100000}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(roce_frame cm_mad transport_receive control_messages)
+[ ${#targets[@]} -gt 0 ] || targets=(roce_frame cm_mad transport_receive control_messages rdma_cm)
 out=build/fuzz
 vectors=$(cd .. && pwd)/shared/vectors
 command -v clang++ >/dev/null || { echo "fuzz: clang++ is missing (tools/install-deps.sh)" >&2; exit 1; }
@@ -23,7 +23,7 @@ cmake --build "$out" -j"$(nproc)" >/dev/null
 python3 - "$vectors" "$out/seeds" <<'PY'
 import os, struct, sys
 vectors, seeds = sys.argv[1], sys.argv[2]
-for d in ("roce_frame", "cm_mad", "transport_receive", "control_messages"):
+for d in ("roce_frame", "cm_mad", "transport_receive", "control_messages", "rdma_cm"):
     os.makedirs(os.path.join(seeds, d), exist_ok=True)
 def frames(path):
     data = open(path, "rb").read()
@@ -58,7 +58,9 @@ for target in "${targets[@]}"; do
     corpus="$out/corpus/$target"
     mkdir -p "$corpus"
     log="$out/$target.log"
-    if ! "$out/fuzz_$target" -runs="$runs" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+    # SOFTHCA_FUZZ_SEEDS: where a target writes seeds of its own (rdma_cm: a whole
+    # connection in its step encoding) before the corpora are read.
+    if ! SOFTHCA_FUZZ_SEEDS="$out/seeds/$target" "$out/fuzz_$target" -runs="$runs" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
         -artifact_prefix="$out/crashes/$target-" -print_final_stats=1 \
         "$corpus" "$out/seeds/$target" >"$log" 2>&1; then
         tail -40 "$log" >&2

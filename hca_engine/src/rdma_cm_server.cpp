@@ -75,12 +75,16 @@ std::vector<int> RdmaCmServer::accept_pending() {
 
 void RdmaCmServer::close_file(CmFile& file) {
     // As closing the kernel's file: every id of it is destroyed, connections torn down.
-    std::vector<CmId*> owned;
+    // By handle, looked up again before each: destroying a listener destroys the requests
+    // it had not reported yet, which are this file's too (a pointer kept to one of them
+    // was used after it was freed; fuzz_rdma_cm found it).
+    std::vector<uint32_t> owned;
     for (auto& [handle, id] : ids_)
         if (id->file == &file)
-            owned.push_back(id.get());
-    for (CmId* id : owned)
-        destroy_id(*id);
+            owned.push_back(handle);
+    for (uint32_t handle : owned)
+        if (auto it = ids_.find(handle); it != ids_.end() && it->second->file == &file)
+            destroy_id(*it->second);
     ::close(file.fd);
     if (file.pipe >= 0)
         ::close(file.pipe);

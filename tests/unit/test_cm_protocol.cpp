@@ -686,3 +686,32 @@ TEST_CASE("rdma_cm: malformed and replayed CM MADs from the wire are dropped and
     CHECK(server.no_event_queued());
     disconnect_both(client, active, server, passive);
 }
+
+TEST_CASE("rdma_cm: closing a file whose listener holds requests not yet reported rejects "
+          "them and frees every id once") {
+    CmBench bench({});
+    auto server = std::make_unique<CmFileClient>(bench);
+    CmFileClient client(bench);
+    constexpr uint32_t kServerIp = 0xc6120002, kClientIp = 0xc6120001;
+    listen_at(*server, 0x1000, ipv4_in6(kServerIp, 5200), 8);
+    for (uint64_t uid : {0x3001, 0x3002})
+        connect_to(client, uid, ipv4_in6(kClientIp, 0), ipv4_in6(kServerIp, 5200),
+                   0x200 + static_cast<uint32_t>(uid & 0xff));
+    // Both requests reach the listener and wait there, unreported.
+    for (int i = 0; i < 2000 && bench.cm.status_document()["ids"] != 5; ++i)
+        bench.round();
+    REQUIRE(bench.cm.status_document()["ids"] == 5); // listener, 2 active, 2 requests
+    server.reset();                                  // the server's file closes (process exit)
+    bench.round();
+    // The listener and its two requests are gone (each destroyed once: under ASan a
+    // second destruction of a freed request is a report); the client hears REJECTED.
+    std::set<uint64_t> rejected;
+    for (int i = 0; i < 2; ++i) {
+        const auto e = client.next_event();
+        CHECK(e.event == kEventRejected);
+        rejected.insert(e.uid);
+    }
+    CHECK(rejected == std::set<uint64_t>{0x3001, 0x3002});
+    CHECK(bench.cm.status_document()["files"] == 1);
+    CHECK(bench.cm.status_document()["ids"] == 2); // the client's own two
+}
