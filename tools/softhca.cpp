@@ -85,6 +85,9 @@ std::string part(const char* build, const std::string& relative, const char* ins
 }
 
 std::string engine_binary() {
+    // SOFTHCA_ENGINE: another engine binary for `up` (a sanitizer build, tools/sanitize.sh).
+    if (const char* chosen = std::getenv("SOFTHCA_ENGINE"); chosen && *chosen)
+        return fs::exists(chosen) ? fs::weakly_canonical(chosen).string() : std::string();
     return part(SOFTHCA_BUILD_ENGINE, SOFTHCA_REL_LIBEXEC_DIR "/softhca-engine",
                 SOFTHCA_INSTALL_ENGINE);
 }

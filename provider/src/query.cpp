@@ -23,7 +23,9 @@ int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input
 
     ibv_device_attr_ex ex{};
     ibv_device_attr& d = ex.orig_attr;
-    std::snprintf(d.fw_ver, sizeof(d.fw_ver), "%.*s", static_cast<int>(sizeof(a.fw_ver)), a.fw_ver);
+    // Zeroed above: at most all but the last byte, so the string ends.
+    std::memcpy(d.fw_ver, a.fw_ver,
+                std::min(strnlen(a.fw_ver, sizeof(a.fw_ver)), sizeof(d.fw_ver) - 1));
     d.node_guid = htobe64(a.node_guid);
     d.sys_image_guid = htobe64(a.sys_image_guid);
     d.max_mr_size = a.max_mr_size;
