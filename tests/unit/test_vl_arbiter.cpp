@@ -67,7 +67,7 @@ TEST_CASE("VL arbitration: a VL with nothing to send holds up no other (no head-
     CHECK(arbiter.pick(none) == VlArbiter::kNone);
 }
 
-TEST_CASE("VL arbitration: VL15 goes first; weight-0 entries and VL15 entries are skipped") {
+TEST_CASE("VL arbitration: VL15 goes first, and weight-0 entries and VL15 entries are skipped") {
     VlArbitrationTables t;
     t.high = {{4, 0}, {15, 100}};
     t.low = {{0, 1}};
