@@ -18,6 +18,7 @@
 // on far enough, the engine holds no id (nothing of a closed file outlives the CM's
 // timers).
 #include "clock.hpp"
+#include "rdma_cm_file.hpp"
 #include "rdma_cm_server.hpp"
 #include "sim_ports.hpp"
 #include "softhca/device_interface/rdma_cm.hpp"
@@ -35,7 +36,6 @@
 #include <rdma/rdma_user_cm.h>
 #include <string>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 #include <vector>
 
@@ -163,35 +163,17 @@ struct File {
     uint32_t sequence = 0;
 
     explicit File(Engine& e) {
-        int fds[2];
-        if (::pipe2(fds, O_CLOEXEC) != 0)
+        RdmaCmFileEnds ends;
+        if (!open_rdma_cm_file(e.path, ++sequence, ends))
             std::abort();
-        const std::string proc = "/proc/self/fd/" + std::to_string(fds[0]);
-        app = ::open(proc.c_str(), O_RDWR | O_CLOEXEC);
-        const int engine_end = ::open(proc.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC);
-        ::close(fds[0]);
-        ::close(fds[1]);
-        sock = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-        sockaddr_un addr{};
-        addr.sun_family = AF_UNIX;
-        std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", e.path.c_str());
-        if (app < 0 || engine_end < 0 || sock < 0 ||
-            ::connect(sock, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
-            std::abort();
+        sock = ends.sock;
+        app = ends.app;
         const std::vector<int> accepted = e.cm.accept_pending();
         if (accepted.size() != 1)
             std::abort();
         served = accepted[0];
-        di::RdmaCmOpen open{};
-        open.header = {
-            di::kRdmaCmMagic, di::kRdmaCmVersion, static_cast<uint16_t>(di::RdmaCmOp::Open), 0,
-            sizeof(open),     ++sequence};
-        open.app_fd = app;
-        if (di::send_message(sock, &open, sizeof(open), engine_end) != sizeof(open))
-            std::abort();
-        ::close(engine_end);
         std::vector<uint8_t> response;
-        if (exchange(e, open.header.sequence, 0, response) != 0)
+        if (exchange(e, sequence, 0, response) != 0)
             std::abort();
     }
 

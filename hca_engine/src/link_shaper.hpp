@@ -60,9 +60,7 @@ template <typename Frame> class LinkShaper {
         size_t n = 0;
         while (!frames_.empty() && frames_.front().arrives <= now) {
             deliver(frames_.front().frame);
-            frames_.pop_front();
-            if (serializing_ > frames_.size())
-                serializing_ = frames_.size();
+            frames_.pop_front(); // arrived, so serialized: settle() counted it out
             ++n;
         }
         return n;

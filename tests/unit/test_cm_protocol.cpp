@@ -6,6 +6,7 @@
 // DISCONNECTED on both sides exactly once, with the QP numbers and PSNs each side gave.
 #include "clock.hpp"
 #include "datapath.hpp"
+#include "rdma_cm_file.hpp"
 #include "rdma_cm_server.hpp"
 #include "sim_ports.hpp"
 #include "softhca/device_interface/rdma_cm.hpp"
@@ -23,7 +24,6 @@
 #include <rdma/rdma_user_cm.h>
 #include <set>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 using namespace softhca::engine;
@@ -73,28 +73,10 @@ struct CmFileClient {
     uint32_t sequence = 0;
 
     explicit CmFileClient(CmBench& b) : bench(b) {
-        int fds[2];
-        REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
-        const std::string proc = "/proc/self/fd/" + std::to_string(fds[0]);
-        pipe_app = ::open(proc.c_str(), O_RDWR | O_CLOEXEC);
-        const int engine_end = ::open(proc.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC);
-        ::close(fds[0]);
-        ::close(fds[1]);
-        sock = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-        sockaddr_un addr{};
-        addr.sun_family = AF_UNIX;
-        std::strcpy(addr.sun_path, bench.socket_path.c_str());
-        REQUIRE(::connect(sock, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-        di::RdmaCmOpen open{};
-        open.header = {di::kRdmaCmMagic,
-                       di::kRdmaCmVersion,
-                       static_cast<uint16_t>(di::RdmaCmOp::Open),
-                       0,
-                       sizeof(open),
-                       0};
-        open.app_fd = pipe_app;
-        REQUIRE(di::send_message(sock, &open, sizeof(open), engine_end) == sizeof(open));
-        ::close(engine_end);
+        RdmaCmFileEnds ends;
+        REQUIRE(open_rdma_cm_file(bench.socket_path, 0, ends));
+        sock = ends.sock;
+        pipe_app = ends.app;
         std::vector<uint8_t> response;
         REQUIRE(exchange_reply(response) == 0);
     }
