@@ -9,6 +9,7 @@
 #include "softhca/transport/ib_packet.hpp"
 #include "softhca/transport/roce_frame.hpp"
 #include "softhca/transport/roce_path.hpp"
+#include "softhca/transport/service_levels.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -76,7 +77,9 @@ void Datapath::forget(EngineQp& qp) {
 }
 
 void Datapath::schedule_timer(EngineQp& qp) {
-    const uint64_t deadline = qp.transport().next_deadline();
+    uint64_t deadline = qp.transport().next_deadline();
+    if (const auto& cc = qp.congestion())
+        deadline = std::min(deadline, cc->wake_at); // held by its pace
     QpScheduling& s = qp.scheduling();
     if (deadline == tp::kNoDeadline || deadline >= s.timer_at)
         return;
@@ -180,7 +183,9 @@ uint64_t Datapath::next_deadline() const {
     // The heap's top (rarely an entry already superseded: then the engine wakes early).
     // QPs left active are waiting for something that wakes the engine itself: an ACK
     // to open their window, a link, an ARP reply.
-    return timers_.empty() ? UINT64_MAX : timers_.front().deadline;
+    // A shaped link's held frames go out when they have crossed it.
+    return std::min(timers_.empty() ? UINT64_MAX : timers_.front().deadline,
+                    ports_.next_tx_release());
 }
 
 void Datapath::arm_doorbells() {
@@ -285,6 +290,13 @@ void Datapath::handle_frame(size_t port, const uint8_t* data, uint32_t length, u
         ++counters.rx_wrong_source;
         return;
     }
+    if (packet.info->kind == tp::OpKind::CongestionNotification) {
+        react_to_cnp(port, *qp, now);
+        return;
+    }
+    if (congestion_.enabled && packet.info->request &&
+        tp::ecn_of(frame.addressing.traffic_class) == tp::Ecn::Ce)
+        notify_congestion(port, *qp, now);
     qp->transport().receive(packet, now, packet.deth ? grh : nullptr);
     activate(*qp);
 }
@@ -397,11 +409,24 @@ bool Datapath::transmit(EngineQp& qp, uint64_t now, size_t budget) {
     bool local = false;
     if (!per_packet && !resolve_destination(qp, port, now, local))
         return false;
+    // DCQCN's reaction point: requests leave ECN-capable, at the QP's rate.
+    QpCongestion* cc = per_packet ? nullptr : congestion_of(qp);
+    if (cc) {
+        cc->wake_at = UINT64_MAX;
+        cc->rate.advance(now);
+        if (!tp::ecn_capable(addressing.traffic_class))
+            qp.addressing().traffic_class = tp::with_ecn(addressing.traffic_class, tp::Ecn::Ect0);
+    }
     bool sent = false;
     for (size_t i = 0; i < budget; ++i) {
         if (per_packet &&
             (!queue.wants_transmit(now) || !resolve_destination(qp, port, now, local)))
             break;
+        if (cc && !local && !cc->may_send(now)) {
+            ++cc->paced;
+            cc->wake_at = cc->paced_until();
+            break;
+        }
         const size_t front = tp::roce_header_bytes(addressing);
         // Multicast leaves on the wire and reaches this device's own members too.
         const bool multicast = gid_is_ipv4_multicast(addressing.dst_gid);
@@ -441,6 +466,8 @@ bool Datapath::transmit(EngineQp& qp, uint64_t now, size_t budget) {
         const size_t length =
             tp::finish_roce_frame(frame.data, addressing, n, next_ipv4_id(info), sent_icrc(info));
         ports_.tx_queue(port, frame, static_cast<uint32_t>(length));
+        if (cc)
+            cc->sent(static_cast<uint32_t>(length), now);
         sent = true;
     }
     return sent;

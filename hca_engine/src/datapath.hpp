@@ -20,7 +20,9 @@
 #include "neighbor_discovery.hpp"
 #include "neighbor_table.hpp"
 #include "ports.hpp"
+#include "qp_congestion.hpp"
 #include "resource_tables.hpp"
+#include "softhca/transport/congestion_control.hpp"
 #include "softhca/transport/ib_packet.hpp"
 #include "softhca/transport/roce_frame.hpp"
 
@@ -47,6 +49,16 @@ class Datapath final : public QpSchedule, public MadSender {
     // QpSchedule
     void activate(EngineQp& qp) override;
     void forget(EngineQp& qp) override;
+
+    // DCQCN (issue 14; datapath_congestion.cpp): off unless the engine runs it. On, the
+    // requests of connected QPs leave ECN-capable, a request that arrives marked makes
+    // its QP send a CNP to its peer, and a CNP cuts and paces the rate of the QP it names.
+    struct CongestionControl {
+        bool enabled = false;
+        transport::DcqcnParameters dcqcn;
+        uint64_t cnp_interval_ns = 50'000;
+    };
+    void set_congestion_control(const CongestionControl& control) { congestion_ = control; }
 
     // QP1: MADs that arrive go to `receiver` (none: dropped and counted as no QP).
     void set_mad_receiver(MadReceiver* receiver) { mad_receiver_ = receiver; }
@@ -87,6 +99,13 @@ class Datapath final : public QpSchedule, public MadSender {
     // The IPv4 identification of the next frame: a counter, or 0 on a kernel UDP port
     // (the kernel sends 0 with DF from an unconnected socket, and the ICRC covers it).
     uint16_t next_ipv4_id(const PortInfo& port) { return port.kernel_udp ? 0 : ipv4_id_++; }
+    // Congestion control (datapath_congestion.cpp). The QP's DCQCN state, made on first
+    // use; null when the engine runs none or for a UD QP.
+    QpCongestion* congestion_of(EngineQp& qp);
+    // A request for `qp` arrived marked Congestion Experienced: a CNP to its peer.
+    void notify_congestion(size_t port, EngineQp& qp, uint64_t now);
+    // A CNP for `qp` arrived: its requester's rate is cut.
+    void react_to_cnp(size_t port, EngineQp& qp, uint64_t now);
     void fire_timers(uint64_t now);
     // After a QP's turn: its timer's entry, if its deadline moved earlier.
     void schedule_timer(EngineQp& qp);
@@ -111,6 +130,7 @@ class Datapath final : public QpSchedule, public MadSender {
     uint64_t qp_visits_ = 0;
     uint64_t queue_pulls_ = 0;
     MadReceiver* mad_receiver_ = nullptr;
+    CongestionControl congestion_;
     std::vector<uint32_t> gsi_psn_; // per port: the PSN of QP1's next packet
     struct LocalMad {
         size_t port;

@@ -1,5 +1,6 @@
 #include "dpdk_ports.hpp"
 
+#include "clock.hpp"
 #include "gid_table.hpp"
 
 #include <rte_eal.h>
@@ -50,7 +51,8 @@ struct DpdkPortSet::Dpdk {
     struct TxQueue {
         rte_mbuf* burst[kBurst];
         uint16_t count = 0;
-        rte_mbuf* held = nullptr; // a frame the fault injector sends late
+        rte_mbuf* held = nullptr;        // a frame the fault injector sends late
+        CongestionPoint<rte_mbuf*> link; // the shaped link, when configured
     };
     std::vector<TxQueue> tx;
     bool eal_up = false;
@@ -176,6 +178,7 @@ DpdkPortSet::DpdkPortSet(const EngineConfig& config) : dpdk_(std::make_unique<Dp
         info.link_up = link.link_status == RTE_ETH_LINK_UP;
         info.link_speed_mbps = link.link_speed;
         info.faults = FaultInjector(config.faults, ports_.size());
+        info.congestion_point = config.congestion_point;
         if (!config.pcap_prefix.empty()) {
             info.capture = std::make_shared<PcapWriter>();
             const std::string path =
@@ -192,12 +195,19 @@ DpdkPortSet::DpdkPortSet(const EngineConfig& config) : dpdk_(std::make_unique<Dp
         ports_.push_back(info);
     }
     dpdk_->tx.resize(ports_.size());
+    for (size_t i = 0; i < ports_.size(); ++i)
+        if (config.congestion_point.shaper.enabled())
+            dpdk_->tx[i].link =
+                CongestionPoint<rte_mbuf*>(config.congestion_point, config.faults.seed * 31 + i);
 }
 
 DpdkPortSet::~DpdkPortSet() {
-    for (auto& queue : dpdk_->tx)
+    for (auto& queue : dpdk_->tx) {
         if (queue.held)
             rte_pktmbuf_free(queue.held);
+        CongestionPointCounters ignored;
+        queue.link.release(UINT64_MAX, ignored, [](rte_mbuf* m) { rte_pktmbuf_free(m); });
+    }
     flush();
     for (const auto& info : ports_) {
         rte_eth_dev_stop(info.dpdk_port);
@@ -286,8 +296,17 @@ void DpdkPortSet::tx_queue(size_t index, TxFrame& frame, uint32_t length) {
     m->pkt_len = length;
     auto& queue = dpdk_->tx[index];
     auto enqueue = [&](rte_mbuf* mbuf) {
-        queue.burst[queue.count++] = mbuf;
         ports_[index].counters.tx_bytes += rte_pktmbuf_pkt_len(mbuf);
+        if (queue.link.enabled()) {
+            // Into the shaped link's queue (marked there when congested); flush() sends
+            // it when it has crossed the link.
+            if (!queue.link.enqueue(mbuf, rte_pktmbuf_mtod(mbuf, uint8_t*),
+                                    rte_pktmbuf_pkt_len(mbuf), monotonic_ns(),
+                                    ports_[index].congestion_point_counters))
+                rte_pktmbuf_free(mbuf);
+            return;
+        }
+        queue.burst[queue.count++] = mbuf;
         if (queue.count == kBurst)
             flush();
     };
@@ -331,10 +350,8 @@ void DpdkPortSet::tx_queue(size_t index, TxFrame& frame, uint32_t length) {
 
 size_t DpdkPortSet::flush() {
     size_t sent = 0;
-    for (size_t i = 0; i < ports_.size(); ++i) {
+    auto send_burst = [&](size_t i) {
         auto& queue = dpdk_->tx[i];
-        if (!queue.count)
-            continue;
         const uint16_t n = rte_eth_tx_burst(ports_[i].dpdk_port, 0, queue.burst, queue.count);
         for (uint16_t k = n; k < queue.count; ++k)
             rte_pktmbuf_free(queue.burst[k]); // the wire is full: a drop, as on a NIC
@@ -342,8 +359,27 @@ size_t DpdkPortSet::flush() {
         ports_[i].counters.tx_dropped += queue.count - n;
         sent += n;
         queue.count = 0;
+    };
+    for (size_t i = 0; i < ports_.size(); ++i) {
+        auto& queue = dpdk_->tx[i];
+        if (queue.link.held())
+            queue.link.release(monotonic_ns(), ports_[i].congestion_point_counters,
+                               [&](rte_mbuf* m) {
+                                   queue.burst[queue.count++] = m;
+                                   if (queue.count == kBurst)
+                                       send_burst(i);
+                               });
+        if (queue.count)
+            send_burst(i);
     }
     return sent;
+}
+
+uint64_t DpdkPortSet::next_tx_release() const {
+    uint64_t next = UINT64_MAX;
+    for (const auto& queue : dpdk_->tx)
+        next = std::min(next, queue.link.next_release());
+    return next;
 }
 
 } // namespace softhca::engine

@@ -26,6 +26,7 @@ class DpdkPortSet final : public PortSet {
     void tx_queue(size_t index, TxFrame& frame, uint32_t length) override;
     void tx_abort(TxFrame& frame) override;
     size_t flush() override;
+    uint64_t next_tx_release() const override;
 
   private:
     struct Dpdk;

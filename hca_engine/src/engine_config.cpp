@@ -19,6 +19,11 @@ const char* engine_usage() {
            "                      [--cdev-dir DIR] [--port DEVARGS@ADDR[,ADDR...][%NETDEV]]...\n"
            "                      [--faults drop=P,dup=P,reorder=P,corrupt=P,seed=N]\n"
            "                      [--pcap PATH_PREFIX]\n"
+           "                      [--shape rate_mbps=R,delay_us=D,queue_kb=Q]\n"
+           "                      [--ecn kmin_kb=K,kmax_kb=K,pmax=P]\n"
+           "                      [--dcqcn on|g=G,k_us=K,t_us=T,b=B,f=F,ai_mbps=A,hai_mbps=H,"
+           "min_mbps=M]\n"
+           "                      [--cnp-interval-us US]\n"
            "DEVARGS is a DPDK device, or udp for a kernel UDP socket (io_uring) bound to\n"
            "the addresses.\n"
            "Without --port: two devices wired back to back inside the engine,\n"
@@ -151,6 +156,35 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
             if (!faults)
                 return std::nullopt;
             config.faults = *faults;
+        } else if (arg == "--shape" && (v = value())) {
+            auto shaper = parse_shaper_config(v, error);
+            if (!shaper)
+                return std::nullopt;
+            config.congestion_point.shaper = *shaper;
+        } else if (arg == "--ecn" && (v = value())) {
+            transport::EcnMarkingParameters ecn;
+            if (std::string e =
+                    transport::EcnMarkingParameters::parse(std::string(v) == "on" ? "" : v, ecn);
+                !e.empty()) {
+                error = "--ecn: " + e;
+                return std::nullopt;
+            }
+            config.congestion_point.ecn_marking = ecn;
+        } else if (arg == "--dcqcn" && (v = value())) {
+            if (std::string e = transport::DcqcnParameters::parse(std::string(v) == "on" ? "" : v,
+                                                                  config.dcqcn_parameters);
+                !e.empty()) {
+                error = "--dcqcn: " + e;
+                return std::nullopt;
+            }
+            config.dcqcn = true;
+        } else if (arg == "--cnp-interval-us" && (v = value())) {
+            uint32_t us = 0;
+            if (!parse_number(v, 0, 1'000'000, us)) {
+                error = "--cnp-interval-us must be 0..1000000";
+                return std::nullopt;
+            }
+            config.cnp_interval_ns = uint64_t{us} * 1000;
         } else if (arg == "--port" && (v = value())) {
             PortConfig port;
             if (!parse_port(v, port, error))
@@ -165,6 +199,14 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
     size_t udp_ports = 0;
     for (const PortConfig& port : config.ports)
         udp_ports += port.is_kernel_udp();
+    if (config.congestion_point.ecn_marking && !config.congestion_point.shaper.enabled()) {
+        error = "--ecn marks on a shaped link's queue: give --shape too";
+        return std::nullopt;
+    }
+    if (udp_ports && config.congestion_point.shaper.enabled()) {
+        error = "--shape is for DPDK ports (the built-in wire, memif, af_packet)";
+        return std::nullopt;
+    }
     if (udp_ports && udp_ports != config.ports.size()) {
         error = "udp ports and DPDK ports cannot share an instance: run them in two (--prefix)";
         return std::nullopt;

@@ -2,7 +2,9 @@
 // ports (one device per port). Parsed from the command line of softhca-engine.
 #pragma once
 
+#include "congestion_point.hpp"
 #include "fault_injector.hpp"
+#include "softhca/transport/congestion_control.hpp"
 #include "softhca/transport/roce_address.hpp"
 
 #include <cstdint>
@@ -35,6 +37,13 @@ struct EngineConfig {
     FaultConfig faults;            // applied to every port's transmit side
     std::string pcap_prefix;       // nonempty: capture each port's sent frames to
                                    // <pcap_prefix>-<device>.pcap
+    // Issue 14, each off by default: a shaped link and ECN marking at every port's
+    // transmitter (--shape, --ecn), and DCQCN in the data path (--dcqcn: requests sent
+    // ECN-capable, CNPs for marked ones, requesters paced at the rate CNPs leave them).
+    CongestionPointConfig congestion_point;
+    bool dcqcn = false;
+    transport::DcqcnParameters dcqcn_parameters;
+    uint64_t cnp_interval_ns = 50'000;
 
     std::string socket_path() const { return run_dir + "/engine.sock"; }
     std::string rdma_cm_socket_path() const { return run_dir + "/rdma_cm.sock"; }

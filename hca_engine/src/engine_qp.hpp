@@ -6,6 +6,7 @@
 #include "cq_ring_owner.hpp"
 #include "engine_srq.hpp"
 #include "process_memory.hpp"
+#include "qp_congestion.hpp"
 #include "shared_memory.hpp"
 #include "softhca/device_interface/control.hpp"
 #include "softhca/device_interface/doorbell_page.hpp"
@@ -17,6 +18,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 namespace softhca::engine {
 
@@ -98,6 +100,9 @@ class EngineQp : public transport::CompletionSink,
     transport::FrameAddressing& addressing() { return addressing_; }
     uint64_t cq_overruns() const { return cq_overruns_; }
     QpScheduling& scheduling() { return scheduling_; }
+    // Its DCQCN state (qp_congestion.hpp), made by the data path when the engine runs it.
+    std::optional<QpCongestion>& congestion() { return congestion_; }
+    const std::optional<QpCongestion>& congestion() const { return congestion_; }
 
     // transport::CompletionSink
     void send_completion(const transport::Completion& completion) override;
@@ -143,6 +148,7 @@ class EngineQp : public transport::CompletionSink,
     uint64_t rq_pulled_ = 0;
     uint64_t cq_overruns_ = 0;
     QpScheduling scheduling_;
+    std::optional<QpCongestion> congestion_;
 };
 
 } // namespace softhca::engine

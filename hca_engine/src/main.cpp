@@ -126,6 +126,8 @@ int run(const EngineConfig& config) {
     Datapath datapath(ports, devices, server.tables());
     RdmaCmServer rdma_cm(config.rdma_cm_socket_path(), devices, ports, datapath);
     datapath.set_mad_receiver(&rdma_cm);
+    datapath.set_congestion_control(
+        {config.dcqcn, config.dcqcn_parameters, config.cnp_interval_ns});
     server.set_rdma_cm_status([&rdma_cm] { return rdma_cm.status_document(); });
 
     kernel_shim::Manifest manifest(config.manifest_path());
@@ -181,8 +183,9 @@ int run(const EngineConfig& config) {
         // post racing with the decision is not missed.
         int timeout_ms = 0;
         if (!datapath.has_qps() && now - last_busy >= spin_ns) {
-            // Nothing to serve: wake for the ports, or for the CM's next timer.
-            const uint64_t deadline = rdma_cm.next_deadline();
+            // Nothing to serve: wake for the ports, for the CM's next timer, or for a
+            // frame held by a shaped link.
+            const uint64_t deadline = std::min(rdma_cm.next_deadline(), datapath.next_deadline());
             timeout_ms = static_cast<int>(
                 deadline <= now
                     ? 0

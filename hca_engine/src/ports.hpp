@@ -6,6 +6,7 @@
 // EngineQp, ProcessMemory, completions) without I/O.
 #pragma once
 
+#include "congestion_point.hpp"
 #include "fault_injector.hpp"
 #include "pcap_writer.hpp"
 #include "softhca/transport/roce_address.hpp"
@@ -36,6 +37,11 @@ struct PortCounters {
     uint64_t rx_mads = 0;             // to QP1, handed to the communication manager
     uint64_t rx_mads_dropped = 0;     // to QP1 but not a GSI datagram (opcode, Q_Key)
     uint64_t tx_mads = 0;
+    // Congestion control (issue 14), when the engine runs it:
+    uint64_t rx_ecn_ce = 0;       // requests that arrived marked Congestion Experienced
+    uint64_t tx_cnps = 0;         // CNPs sent for them (at most one per QP per interval)
+    uint64_t rx_cnps = 0;         // CNPs that arrived for a QP of ours
+    uint64_t tx_cnps_dropped = 0; // a CNP not sent: no buffer, no neighbour yet
 };
 
 struct RxFrame {
@@ -78,6 +84,16 @@ struct PortInfo {
     bool link_up = false; // the link as DPDK reports it, and the port administratively up
     bool admin_up = true;
     PortCounters counters;
+    // The shaped link and ECN marking at this port's transmitter (congestion_point.hpp),
+    // as configured, and what they did. Off by default.
+    CongestionPointConfig congestion_point;
+    CongestionPointCounters congestion_point_counters;
+    // The rate the port sends at: the shaped link's, else the link's, else 100 Gb/s.
+    double line_rate_bps() const {
+        if (congestion_point.shaper.rate_bps > 0)
+            return congestion_point.shaper.rate_bps;
+        return link_speed_mbps ? link_speed_mbps * 1e6 : 100e9;
+    }
 };
 
 class PortSet {
@@ -108,8 +124,11 @@ class PortSet {
     // Queues a filled frame; queued frames go out in bursts (flush()).
     virtual void tx_queue(size_t index, TxFrame& frame, uint32_t length) = 0;
     virtual void tx_abort(TxFrame& frame) = 0;
-    // Sends everything queued. Returns the number of frames handed to the ports.
+    // Sends everything queued, and what a shaped link lets out by now. Returns the number
+    // of frames handed to the ports.
     virtual size_t flush() = 0;
+    // When a shaped link next lets a frame out (flush() sends it), or UINT64_MAX.
+    virtual uint64_t next_tx_release() const { return UINT64_MAX; }
 
     // Descriptors that become readable when a port has received something, for the
     // engine to sleep on (drained by reading 8 bytes); none for polled ports.

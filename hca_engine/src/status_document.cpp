@@ -57,7 +57,43 @@ Json port_counters(const PortCounters& k) {
             {"rx_neighbor_dropped", k.rx_neighbor_dropped},
             {"rx_mads", k.rx_mads},
             {"rx_mads_dropped", k.rx_mads_dropped},
-            {"tx_mads", k.tx_mads}};
+            {"tx_mads", k.tx_mads},
+            {"rx_ecn_ce", k.rx_ecn_ce},
+            {"tx_cnps", k.tx_cnps},
+            {"rx_cnps", k.rx_cnps},
+            {"tx_cnps_dropped", k.tx_cnps_dropped}};
+}
+
+// The shaped link and its ECN marking (congestion_point.hpp), null when off.
+Json congestion_point_document(const PortInfo& p) {
+    const CongestionPointConfig& c = p.congestion_point;
+    if (!c.shaper.enabled())
+        return nullptr;
+    const CongestionPointCounters& k = p.congestion_point_counters;
+    Json ecn = nullptr;
+    if (c.ecn_marking)
+        ecn = {{"kmin_bytes", c.ecn_marking->kmin_bytes},
+               {"kmax_bytes", c.ecn_marking->kmax_bytes},
+               {"pmax", c.ecn_marking->pmax}};
+    return {{"shape", describe(c.shaper)},  {"ecn_marking", ecn},
+            {"queue_bytes", k.queue_bytes}, {"peak_queue_bytes", k.peak_queue_bytes},
+            {"queued", k.queued},           {"dropped", k.dropped},
+            {"marked", k.marked},           {"above_kmax", k.above_kmax}};
+}
+
+// A QP's DCQCN state (qp_congestion.hpp), null when the engine runs none.
+Json qp_congestion_document(const EngineQp& qp) {
+    const auto& cc = qp.congestion();
+    if (!cc)
+        return nullptr;
+    return {{"rate_mbps", cc->rate.rate_bps() / 1e6},
+            {"target_mbps", cc->rate.target_bps() / 1e6},
+            {"alpha", cc->rate.alpha()},
+            {"limited", cc->rate.limited()},
+            {"ce_received", cc->ce_received},
+            {"cnps_sent", cc->cnps_sent},
+            {"cnps_received", cc->cnps_received},
+            {"paced", cc->paced}};
 }
 
 Json qp_document(const EngineQp& qp) {
@@ -81,7 +117,8 @@ Json qp_document(const EngineQp& qp) {
               {"dropped", k.dropped},
               {"dropped_messages", k.dropped_messages},
               {"qkey_violations", k.qkey_violations},
-              {"cq_overruns", qp.cq_overruns()}}}};
+              {"cq_overruns", qp.cq_overruns()}}},
+            {"congestion", qp_congestion_document(qp)}};
 }
 
 // " name value" for each member of a flat object of numbers.
@@ -123,7 +160,8 @@ StatusDocument ControlServer::status_document() const {
                        {"devargs", p.devargs.empty() ? Json(nullptr) : Json(p.devargs)},
                        {"gids", gids},
                        {"counters", port_counters(p.counters)},
-                       {"faults", nullptr}};
+                       {"faults", nullptr},
+                       {"congestion_point", congestion_point_document(p)}};
         if (p.faults.enabled())
             device["faults"] = {{"dropped", p.faults.dropped},
                                 {"duplicated", p.faults.duplicated},
@@ -188,6 +226,13 @@ std::string status_text(const Json& doc) {
             put_pairs(out, d["faults"]);
             out << "\n";
         }
+        if (const Json& cp = d["congestion_point"]; !cp.is_null()) {
+            out << "  shaped link " << cp["shape"].get<std::string>() << ":";
+            for (const auto& [name, value] : cp.items())
+                if (value.is_number())
+                    out << " " << name << " " << value.dump();
+            out << "\n";
+        }
     }
     for (const Json& c : doc["contexts"]) {
         out << "context " << c["id"] << " pid " << c["pid"] << " ("
@@ -201,6 +246,11 @@ std::string status_text(const Json& doc) {
                 << (q["srq"].get<bool>() ? " srq" : "") << ":";
             put_pairs(out, q["counters"]);
             out << "\n";
+            if (const Json& cc = q["congestion"]; !cc.is_null()) {
+                out << "    dcqcn:";
+                put_pairs(out, cc);
+                out << "\n";
+            }
         }
     }
     out << "contexts " << doc["contexts"].size()

@@ -91,6 +91,47 @@ TEST_CASE("bad engine arguments are refused with a reason") {
     CHECK_FALSE(parse({"--run-dir", "/r", "--provider-prefix", "/p", "--bogus"}, error));
 }
 
+TEST_CASE("congestion options: a shaped link, ECN marking, DCQCN, all off by default") {
+    std::string error;
+    auto plain = parse({"--run-dir", "/r", "--provider-prefix", "/p"}, error);
+    REQUIRE(plain);
+    CHECK_FALSE(plain->congestion_point.shaper.enabled());
+    CHECK_FALSE(plain->congestion_point.ecn_marking);
+    CHECK_FALSE(plain->dcqcn);
+    auto c = parse({"--run-dir", "/r", "--provider-prefix", "/p", "--shape",
+                    "rate_mbps=2000,queue_kb=512", "--ecn", "kmin_kb=16,kmax_kb=64,pmax=0.2",
+                    "--dcqcn", "ai_mbps=2,b=524288", "--cnp-interval-us", "20"},
+                   error);
+    REQUIRE(c);
+    CHECK(c->congestion_point.shaper.rate_bps == 2e9);
+    CHECK(c->congestion_point.shaper.queue_limit_bytes == 512 * 1024);
+    REQUIRE(c->congestion_point.ecn_marking);
+    CHECK(c->congestion_point.ecn_marking->kmin_bytes == 16 * 1024);
+    CHECK(c->congestion_point.ecn_marking->kmax_bytes == 64 * 1024);
+    CHECK(c->congestion_point.ecn_marking->pmax == 0.2);
+    CHECK(c->dcqcn);
+    CHECK(c->dcqcn_parameters.additive_increase_bps == 2e6);
+    CHECK(c->dcqcn_parameters.byte_counter == 524288);
+    CHECK(c->dcqcn_parameters.g == 1.0 / 256); // the rest keep the paper's defaults
+    CHECK(c->cnp_interval_ns == 20'000);
+    auto on = parse({"--run-dir", "/r", "--provider-prefix", "/p", "--dcqcn", "on"}, error);
+    REQUIRE(on);
+    CHECK(on->dcqcn);
+    CHECK(on->dcqcn_parameters.additive_increase_bps == 40e6);
+    // ECN marking needs a queue to look at; bad values are refused with a reason.
+    error.clear();
+    CHECK_FALSE(parse({"--run-dir", "/r", "--provider-prefix", "/p", "--ecn", "on"}, error));
+    CHECK(error.find("--shape") != std::string::npos);
+    error.clear();
+    CHECK_FALSE(parse({"--run-dir", "/r", "--provider-prefix", "/p", "--shape", "rate_mbps=1",
+                       "--ecn", "kmin_kb=64,kmax_kb=16"},
+                      error));
+    CHECK(error.find("kmax") != std::string::npos);
+    error.clear();
+    CHECK_FALSE(parse({"--run-dir", "/r", "--provider-prefix", "/p", "--dcqcn", "g=2"}, error));
+    CHECK_FALSE(error.empty());
+}
+
 TEST_CASE("PCI devargs are told apart from virtual devices") {
     CHECK(is_pci_devargs("0000:3b:00.0"));
     CHECK(is_pci_devargs("3b:00.1,txq_inline=128"));

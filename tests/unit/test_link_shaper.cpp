@@ -1,7 +1,13 @@
 // Engine: the shaped link (link_shaper.hpp), fed frames and time: frames leave one
 // serialization time apart at the rate and arrive a delay later, in order; the queue is
-// what has not been serialized, and past its limit frames are dropped and counted.
+// what has not been serialized, and past its limit frames are dropped and counted. And
+// the congestion point on it (congestion_point.hpp): RED marking of ECN-capable frames.
+#include "congestion_point.hpp"
 #include "link_shaper.hpp"
+#include "softhca/transport/headers.hpp"
+#include "softhca/transport/opcodes.hpp"
+#include "softhca/transport/roce_frame.hpp"
+#include "softhca/transport/service_levels.hpp"
 
 #include <catch2/catch.hpp>
 #include <vector>
@@ -67,4 +73,50 @@ TEST_CASE("link shaper: settings text") {
         INFO(bad);
         CHECK_FALSE(parse_shaper_config(bad, error));
     }
+}
+
+TEST_CASE("congestion point: ECN-capable frames are marked once the queue passes kmax, "
+          "the full queue drops, the rest arrive in order") {
+    using namespace softhca::transport;
+    CongestionPointConfig config;
+    config.shaper.rate_bps = 8e9; // 1 byte a nanosecond
+    config.shaper.queue_limit_bytes = 10'000;
+    config.ecn_marking = EcnMarkingParameters{1000, 3000, 0.0}; // below kmax never marked
+    CongestionPoint<int> point(config, 7);
+    CongestionPointCounters counters;
+    FrameAddressing a;
+    a.src_gid = gid_from_ipv4(0xc6120001);
+    a.dst_gid = gid_from_ipv4(0xc6120002);
+    a.traffic_class = 2; // ECT(0)
+    std::vector<std::vector<uint8_t>> frames(12, std::vector<uint8_t>(1000));
+    for (auto& f : frames) {
+        auto* bth = reinterpret_cast<Bth*>(f.data() + roce_header_bytes(a));
+        bth->set(op::rc(op::kSendOnly), false, 0, 0xffff, 1, false, 0);
+        REQUIRE(finish_roce_frame(f.data(), a, 1000 - 42 - 4, 0) == 1000);
+    }
+    // Twelve frames of 1000 bytes at once: the queue holds ten; those that find 3000 bytes
+    // or more ahead of them (the fourth on) are marked.
+    size_t queued = 0;
+    for (size_t i = 0; i < frames.size(); ++i)
+        queued += point.enqueue(static_cast<int>(i), frames[i].data(), 1000, 0, counters);
+    CHECK(queued == 10);
+    CHECK(counters.queued == 10);
+    CHECK(counters.dropped == 2);
+    CHECK(counters.marked == 7);
+    CHECK(counters.above_kmax == 7);
+    CHECK(counters.peak_queue_bytes == 10'000);
+    for (size_t i = 0; i < 10; ++i) {
+        ParsedFrame parsed;
+        REQUIRE(parse_roce_frame(frames[i].data(), 1000, parsed) == FrameError::None);
+        CHECK(ecn_of(parsed.addressing.traffic_class) == (i >= 3 ? Ecn::Ce : Ecn::Ect0));
+    }
+    // Serialized at the rate: by 5 us the first five have crossed.
+    std::vector<int> arrived;
+    point.release(5000, counters, [&](int f) { arrived.push_back(f); });
+    CHECK(arrived == std::vector<int>{0, 1, 2, 3, 4});
+    CHECK(counters.queue_bytes == 5000);
+    CHECK(point.next_release() == 6000);
+    point.release(UINT64_MAX, counters, [&](int f) { arrived.push_back(f); });
+    CHECK(arrived.size() == 10);
+    CHECK(point.held() == 0);
 }

@@ -3,6 +3,7 @@
 #include "pcap_reader.hpp"
 #include "roce_check.hpp"
 #include "softhca/transport/byte_order.hpp"
+#include "softhca/transport/congestion_control.hpp"
 #include "softhca/transport/ib_packet.hpp"
 #include "softhca/transport/roce_frame.hpp"
 
@@ -225,4 +226,61 @@ TEST_CASE("a UD receive's GRH is the IPv6 header, or 20 zero bytes and the IPv4 
             CHECK(std::memcmp(grh + 8, a.src_gid.data(), 16) == 0); // the sender's GID
         }
     }
+}
+
+TEST_CASE("CE marking: ECN-capable frames are marked, the IPv4 checksum and ICRC still hold") {
+    for (const bool v4 : {true, false}) {
+        INFO((v4 ? "IPv4" : "IPv6"));
+        FrameAddressing a;
+        a.src_mac = {2, 0, 0, 0, 0, 1};
+        a.dst_mac = {2, 0, 0, 0, 0, 2};
+        if (v4) {
+            a.src_gid = gid_from_ipv4(0xc6120001);
+            a.dst_gid = gid_from_ipv4(0xc6120002);
+        } else {
+            a.src_gid = {0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+            a.dst_gid = {0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2};
+        }
+        std::vector<uint8_t> frame(256, 0);
+        auto* bth = reinterpret_cast<Bth*>(frame.data() + roce_header_bytes(a));
+        const size_t ib_length = sizeof(Bth) + 64;
+        ParsedFrame parsed;
+        // Not-ECT (RFC 3168 5: never marked) stays as it is.
+        a.traffic_class = 26 << 2;
+        bth->set(op::rc(op::kSendOnly), false, 0, 0xffff, 0x11, true, 7);
+        size_t length = finish_roce_frame(frame.data(), a, ib_length, 9);
+        CHECK_FALSE(mark_congestion_experienced(frame.data(), length));
+        REQUIRE(parse_roce_frame(frame.data(), length, parsed) == FrameError::None);
+        CHECK(parsed.addressing.traffic_class == (26 << 2));
+        // ECT(0): marked CE, DSCP kept; the frame still parses (IPv4 checksum, ICRC).
+        a.traffic_class = (26 << 2) | 2;
+        length = finish_roce_frame(frame.data(), a, ib_length, 9);
+        CHECK(mark_congestion_experienced(frame.data(), length));
+        REQUIRE(parse_roce_frame(frame.data(), length, parsed) == FrameError::None);
+        CHECK(parsed.addressing.traffic_class == ((26 << 2) | 3));
+        CHECK_FALSE(mark_congestion_experienced(frame.data(), length)); // already CE
+        CHECK_FALSE(mark_congestion_experienced(frame.data(), 20));     // too short
+    }
+}
+
+TEST_CASE("a CNP: opcode 0x81, BECN, the requester's QP, PSN 0, 16 reserved bytes") {
+    uint8_t ib[kCnpBytes + 8];
+    std::memset(ib, 0xee, sizeof(ib));
+    REQUIRE(write_cnp(ib, 0xffff, 0x123456) == kCnpBytes);
+    IbPacket packet;
+    REQUIRE(parse_ib_packet(ib, kCnpBytes, packet) == PacketError::None);
+    CHECK(packet.bth->opcode() == 0x81);
+    CHECK(packet.info->kind == OpKind::CongestionNotification);
+    CHECK(packet.info->service == Service::CNP);
+    CHECK_FALSE(packet.info->request);
+    CHECK(packet.bth->becn());
+    CHECK_FALSE(packet.bth->fecn());
+    CHECK_FALSE(packet.bth->mig_req());
+    CHECK(packet.bth->dest_qp() == 0x123456);
+    CHECK(packet.bth->psn() == 0);
+    CHECK(packet.bth->pkey() == 0xffff);
+    CHECK(packet.payload_length == 16);
+    for (size_t i = 0; i < 16; ++i)
+        CHECK(packet.payload[i] == 0);
+    CHECK(ib[kCnpBytes] == 0xee); // nothing written past it
 }

@@ -1,8 +1,12 @@
 #include "softhca/transport/congestion_control.hpp"
 
+#include "softhca/transport/headers.hpp"
+#include "softhca/transport/opcodes.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 
 namespace softhca::transport {
@@ -20,12 +24,50 @@ bool EcnMarker::mark(uint64_t queue_bytes, double uniform) const {
     return uniform < probability(queue_bytes);
 }
 
+size_t write_cnp(uint8_t* ib, uint16_t pkey, uint32_t dest_qp) {
+    auto* bth = reinterpret_cast<Bth*>(ib);
+    bth->set(op::kCnp, false, 0, pkey, dest_qp, false, 0);
+    ib[1] = 0;    // SE, MigReq, PadCount, TVer: all zero (A17.9.3)
+    ib[4] = 0x40; // BECN
+    std::memset(ib + sizeof(Bth), 0, kCnpBytes - sizeof(Bth));
+    return kCnpBytes;
+}
+
 bool CnpLimiter::should_send(uint64_t now) {
     if (sent_any_ && now - last_ < interval_)
         return false;
     sent_any_ = true;
     last_ = now;
     return true;
+}
+
+std::string EcnMarkingParameters::parse(const std::string& text, EcnMarkingParameters& out) {
+    EcnMarkingParameters p = out;
+    std::stringstream items(text);
+    std::string item;
+    while (std::getline(items, item, ',')) {
+        if (item.empty())
+            continue;
+        const size_t eq = item.find('=');
+        double v = 0;
+        char end = 0;
+        if (eq == std::string::npos ||
+            std::sscanf(item.substr(eq + 1).c_str(), "%lf%c", &v, &end) != 1 || v < 0)
+            return "'" + item + "' is not KEY=NUMBER";
+        const std::string key = item.substr(0, eq);
+        if (key == "kmin_kb" && v < 4e6)
+            p.kmin_bytes = static_cast<uint32_t>(v * 1024);
+        else if (key == "kmax_kb" && v > 0 && v < 4e6)
+            p.kmax_bytes = static_cast<uint32_t>(v * 1024);
+        else if (key == "pmax" && v <= 1)
+            p.pmax = v;
+        else
+            return "'" + item + "': unknown key or value out of range";
+    }
+    if (p.kmax_bytes <= p.kmin_bytes)
+        return "kmax_kb must be above kmin_kb";
+    out = p;
+    return {};
 }
 
 std::string DcqcnParameters::parse(const std::string& text, DcqcnParameters& out) {

@@ -89,6 +89,9 @@ constexpr std::array<OpcodeInfo, 256> build_table() {
                                        kDeth | kImmDt,
                                        true,
                                        true};
+    // The CNP (A17.9.3): the 16 reserved bytes after its BTH are its payload.
+    table[op::kCnp] = {"CNP", Service::CNP, OpKind::CongestionNotification, Position::Only, 0,
+                       true,  false};
     return table;
 }
 

@@ -198,4 +198,33 @@ void grh_from_frame(const ParsedFrame& frame, uint8_t (&grh)[40]) {
         std::memcpy(grh + 20, frame.ip, kIpv4HeaderBytes);
 }
 
+bool mark_congestion_experienced(uint8_t* frame, size_t length) {
+    if (length < kEthernetHeaderBytes + kIpv4HeaderBytes)
+        return false;
+    uint8_t* ip = frame + kEthernetHeaderBytes;
+    const uint16_t ether_type = load_be16(frame + 12);
+    if (ether_type == kEtherTypeIpv4 && (ip[0] >> 4) == 4) {
+        const size_t header = static_cast<size_t>(ip[0] & 0xf) * 4;
+        const uint8_t ecn = ip[1] & 3;
+        if (ecn == 0 || ecn == 3 || header < kIpv4HeaderBytes ||
+            length < kEthernetHeaderBytes + header)
+            return false;
+        ip[1] |= 3;
+        store_be16(ip + 10, 0);
+        store_be16(ip + 10, ipv4_header_checksum(ip, header));
+        return true;
+    }
+    if (ether_type == kEtherTypeIpv6 && (ip[0] >> 4) == 6 &&
+        length >= kEthernetHeaderBytes + kIpv6HeaderBytes) {
+        // The traffic class spans the low nibble of byte 0 and the high one of byte 1:
+        // its ECN bits are bits 5..4 of byte 1.
+        const uint8_t ecn = (ip[1] >> 4) & 3;
+        if (ecn == 0 || ecn == 3)
+            return false;
+        ip[1] |= 0x30;
+        return true;
+    }
+    return false;
+}
+
 } // namespace softhca::transport

@@ -13,6 +13,7 @@
 // increase timer T = 55 us and R_HAI = 10 x R_AI are ours. Each is configurable.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -24,6 +25,9 @@ struct EcnMarkingParameters {
     uint32_t kmin_bytes = 5 * 1024;
     uint32_t kmax_bytes = 200 * 1024;
     double pmax = 0.01;
+    // Parses "kmin_kb=5,kmax_kb=200,pmax=0.01" (any subset, over `out`). Returns an empty
+    // string, or what is wrong.
+    static std::string parse(const std::string& text, EcnMarkingParameters& out);
 };
 
 class EcnMarker {
@@ -38,6 +42,13 @@ class EcnMarker {
   private:
     EcnMarkingParameters p_;
 };
+
+// RoCEv2's Congestion Notification Packet (A17.9.3): a BTH with opcode 0x81, the
+// P_Key of the flow, the destination QP its requester (the QP whose packet was marked
+// is the responder; the CNP goes to its peer), BECN set, PSN 0, then 16 reserved bytes.
+constexpr size_t kCnpBytes = 12 + 16;
+// Writes a CNP at `ib` (kCnpBytes). Returns kCnpBytes.
+size_t write_cnp(uint8_t* ib, uint16_t pkey, uint32_t dest_qp);
 
 class CnpLimiter {
   public:

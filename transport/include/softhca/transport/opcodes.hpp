@@ -19,6 +19,7 @@ enum class OpKind : uint8_t {
     AtomicAck,
     CompareSwap,
     FetchAdd,
+    CongestionNotification, // RoCEv2's CNP: to the data path's reaction point, no transport
 };
 
 enum class Position : uint8_t { Only, First, Middle, Last };
@@ -80,6 +81,10 @@ constexpr uint8_t kCompareSwap = 0x13;
 constexpr uint8_t kFetchAdd = 0x14;
 constexpr uint8_t kSendLastInv = 0x16;
 constexpr uint8_t kSendOnlyInv = 0x17;
+
+// RoCEv2's Congestion Notification Packet (Annex A17.9.3): a whole opcode, not one of a
+// service's; its BTH is followed by 16 reserved bytes.
+constexpr uint8_t kCnp = 0x81;
 
 constexpr uint8_t rc(uint8_t code) {
     return code;

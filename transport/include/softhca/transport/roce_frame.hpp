@@ -90,6 +90,13 @@ void grh_from_frame(const ParsedFrame& frame, uint8_t (&grh)[40]);
 // to the end of the IB packet without the ICRC). The value is sent little-endian.
 uint32_t compute_icrc(const uint8_t* ip, size_t ip_length);
 
+// The congestion point's mark (RFC 3168 5, RoCEv2 A17.9.1): sets the ECN field of the IP
+// header of an Ethernet frame to Congestion Experienced when it is ECN-capable (ECT(0) or
+// ECT(1)), updating the IPv4 header checksum. The ICRC does not cover the field
+// (A17.4.2). Returns whether the frame is now marked (false: Not-ECT, already CE, or not
+// an IPv4/IPv6 frame).
+bool mark_congestion_experienced(uint8_t* frame, size_t length);
+
 // Internet checksum (RFC 1071) of an IPv4 header.
 uint16_t ipv4_header_checksum(const uint8_t* header, size_t length);
 
