@@ -4,12 +4,14 @@
 //   softhca down [--prefix P]
 //   softhca status [--prefix P] [--json]
 //   softhca watch [--prefix P] [--interval SECONDS] [--count N]
+//   softhca sample [--prefix P] [--interval SECONDS] [--count N] [--output CSV]
 //   softhca env [--prefix P] [--container]
 //   softhca exec [--prefix P] -- CMD [ARGS...]
 //   softhca port [--prefix P] DEVICE down|up
 //
 // The prefix defaults to $SOFTHCA_PREFIX, else "softhca" (devices softhca0, softhca1).
 #include "instance.hpp"
+#include "sample.hpp"
 #include "watch.hpp"
 
 #include "softhca/kernel_shim/manifest.hpp"
@@ -43,10 +45,12 @@ int usage() {
     std::cerr
         << "usage: softhca up [--prefix P] [--port DEVARGS@ADDR[,ADDR...][%NETDEV]]... [--mtu N]\n"
            "                  [--memory-mb MB] [--faults drop=P,dup=P,reorder=P,corrupt=P,seed=N]\n"
-           "                  [--pcap PATH_PREFIX]\n"
+           "                  [--pcap PATH_PREFIX] [--shape rate_mbps=R,delay_us=D,queue_kb=Q]\n"
+           "                  [--ecn kmin_kb=K,kmax_kb=K,pmax=P] [--dcqcn on|PARAMETERS]\n"
            "       softhca down [--prefix P]\n"
            "       softhca status [--prefix P] [--json]\n"
            "       softhca watch [--prefix P] [--interval SECONDS] [--count N]\n"
+           "       softhca sample [--prefix P] [--interval SECONDS] [--count N] [--output CSV]\n"
            "       softhca env [--prefix P] [--container]\n"
            "       softhca exec [--prefix P] -- CMD [ARGS...]\n"
            "       softhca port [--prefix P] DEVICE down|up\n"
@@ -304,6 +308,8 @@ int main(int argc, char** argv) {
         return cmd_status(instance, true);
     if (command == "watch")
         return cmd_watch(instance, rest);
+    if (command == "sample")
+        return cmd_sample(instance, rest);
     if (command == "env" && rest.size() == 1 && rest[0] == "--container")
         return cmd_env_container(instance);
     if (!rest.empty() && command != "exec")

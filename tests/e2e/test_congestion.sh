@@ -108,6 +108,11 @@ jsonschema.validate(json.load(open(sys.argv[1])), json.load(open(sys.argv[2])))'
     "$second" "$(dirname "$0")/../../docs/status.schema.json" ||
     fail "the status with DCQCN does not match docs/status.schema.json"
 [ "$cnps" -gt 0 ] || fail "no CNP reached the senders"
+# `softhca sample` writes the queue and the QPs' DCQCN state as CSV rows.
+samples=$("$SOFTHCA" sample --interval 0.05 --count 3)
+[ "$(grep -c ',queue_bytes,' <<<"$samples")" -eq 6 ] ||
+    fail "softhca sample did not give each port's queue three times: $samples"
+grep -q '^time_s,object,field,value$' <<<"$samples" || fail "softhca sample wrote no header"
 # The flows start at line rate, as on a NIC: their first burst may overflow the queue
 # before the first CNP is back. From then on, nothing.
 [ "$dropped" -eq 0 ] || fail "DCQCN let the queue overflow: $dropped frames dropped in 3 s"
