@@ -445,6 +445,7 @@ bool Datapath::transmit(EngineQp& qp, uint64_t now, size_t budget) {
             if (multicast) {
                 TxFrame frame;
                 if (ports_.tx_alloc(port, frame)) {
+                    frame.vl = info.sl_to_vl.vl(qp.sl());
                     std::copy_n(loopback_.data(), length, frame.data);
                     ports_.tx_queue(port, frame, static_cast<uint32_t>(length));
                 }
@@ -457,6 +458,9 @@ bool Datapath::transmit(EngineQp& qp, uint64_t now, size_t budget) {
         TxFrame frame;
         if (!ports_.tx_alloc(port, frame))
             break;
+        // Its VL: the port's SL-to-VL table of the QP's SL, or the UD request's.
+        const tp::AddressVector* av = per_packet ? queue.next_destination() : nullptr;
+        frame.vl = info.sl_to_vl.vl(av ? av->sl : qp.sl());
         const size_t n =
             queue.transmit(frame.data + front, frame.capacity - front - tp::kIcrcBytes, now);
         if (!n) {

@@ -39,7 +39,8 @@ void Datapath::notify_congestion(size_t port, EngineQp& qp, uint64_t now) {
         ++counters.tx_cnps_dropped;
         return;
     }
-    // The CNP travels in the flow's traffic class, not ECN-capable itself.
+    // The CNP travels in the flow's traffic class and VL, not ECN-capable itself.
+    frame.vl = ports_.info(port).sl_to_vl.vl(qp.sl());
     tp::FrameAddressing addressing = qp.addressing();
     addressing.traffic_class = tp::with_ecn(addressing.traffic_class, tp::Ecn::NotEct);
     const PortInfo& info = ports_.info(port);

@@ -179,6 +179,7 @@ DpdkPortSet::DpdkPortSet(const EngineConfig& config) : dpdk_(std::make_unique<Dp
         info.link_speed_mbps = link.link_speed;
         info.faults = FaultInjector(config.faults, ports_.size());
         info.congestion_point = config.congestion_point;
+        info.sl_to_vl = config.sl_to_vl;
         if (!config.pcap_prefix.empty()) {
             info.capture = std::make_shared<PcapWriter>();
             const std::string path =
@@ -292,6 +293,7 @@ void DpdkPortSet::tx_abort(TxFrame& frame) {
 void DpdkPortSet::tx_queue(size_t index, TxFrame& frame, uint32_t length) {
     auto* m = static_cast<rte_mbuf*>(frame.handle);
     frame.handle = nullptr;
+    const uint8_t vl = frame.vl;
     m->data_len = static_cast<uint16_t>(length);
     m->pkt_len = length;
     auto& queue = dpdk_->tx[index];
@@ -301,7 +303,7 @@ void DpdkPortSet::tx_queue(size_t index, TxFrame& frame, uint32_t length) {
             // Into the shaped link's queue (marked there when congested); flush() sends
             // it when it has crossed the link.
             if (!queue.link.enqueue(mbuf, rte_pktmbuf_mtod(mbuf, uint8_t*),
-                                    rte_pktmbuf_pkt_len(mbuf), monotonic_ns(),
+                                    rte_pktmbuf_pkt_len(mbuf), monotonic_ns(), vl,
                                     ports_[index].congestion_point_counters))
                 rte_pktmbuf_free(mbuf);
             return;

@@ -24,6 +24,8 @@ const char* engine_usage() {
            "                      [--dcqcn on|g=G,k_us=K,t_us=T,b=B,f=F,ai_mbps=A,hai_mbps=H,"
            "min_mbps=M]\n"
            "                      [--cnp-interval-us US]\n"
+           "                      [--vl-arbitration high=VL:W,..;low=VL:W,..;limit=N]\n"
+           "                      [--sl-to-vl SL:VL,...]\n"
            "DEVARGS is a DPDK device, or udp for a kernel UDP socket (io_uring) bound to\n"
            "the addresses.\n"
            "Without --port: two devices wired back to back inside the engine,\n"
@@ -178,6 +180,18 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
                 return std::nullopt;
             }
             config.dcqcn = true;
+        } else if (arg == "--vl-arbitration" && (v = value())) {
+            if (std::string e =
+                    transport::VlArbitrationTables::parse(v, config.congestion_point.arbitration);
+                !e.empty()) {
+                error = "--vl-arbitration: " + e;
+                return std::nullopt;
+            }
+        } else if (arg == "--sl-to-vl" && (v = value())) {
+            if (std::string e = transport::SlToVlTable::parse(v, config.sl_to_vl); !e.empty()) {
+                error = "--sl-to-vl: " + e;
+                return std::nullopt;
+            }
         } else if (arg == "--cnp-interval-us" && (v = value())) {
             uint32_t us = 0;
             if (!parse_number(v, 0, 1'000'000, us)) {

@@ -6,6 +6,7 @@
 #include "fault_injector.hpp"
 #include "softhca/transport/congestion_control.hpp"
 #include "softhca/transport/roce_address.hpp"
+#include "softhca/transport/service_levels.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -40,7 +41,8 @@ struct EngineConfig {
     // Issue 14, each off by default: a shaped link and ECN marking at every port's
     // transmitter (--shape, --ecn), and DCQCN in the data path (--dcqcn: requests sent
     // ECN-capable, CNPs for marked ones, requesters paced at the rate CNPs leave them).
-    CongestionPointConfig congestion_point;
+    CongestionPointConfig congestion_point; // its arbitration: --vl-arbitration
+    transport::SlToVlTable sl_to_vl;        // --sl-to-vl, every port
     bool dcqcn = false;
     transport::DcqcnParameters dcqcn_parameters;
     uint64_t cnp_interval_ns = 50'000;

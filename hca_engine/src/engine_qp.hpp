@@ -97,6 +97,8 @@ class EngineQp : public transport::CompletionSink,
     EngineSrq* srq() const { return binding_.srq; }
     transport::QpType type() const { return type_; }
     const transport::FrameAddressing& addressing() const { return addressing_; }
+    // The service level of its path (the primary address vector's `sl`).
+    uint8_t sl() const { return attr_.sl; }
     transport::FrameAddressing& addressing() { return addressing_; }
     uint64_t cq_overruns() const { return cq_overruns_; }
     QpScheduling& scheduling() { return scheduling_; }

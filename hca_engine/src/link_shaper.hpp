@@ -1,15 +1,21 @@
 // A shaped link at a port's transmitter (issue 14's "shaped link"; like netem with a
 // token bucket, but in the engine): a rate limit, a one-way delay and a limit on the
-// bytes queued for the wire. Off by default; it sits behind the fault injector. Sans I/O
-// and generic over the frame handle (a DPDK mbuf, a simulated frame): fed frames and
-// time, it says which frames leave when, and which it dropped for lack of queue.
+// bytes queued for the wire, with a queue per virtual lane and IBTA's arbiter (7.6.9,
+// transport/vl_arbiter.hpp) choosing which VL's head frame goes on the wire next. Off by
+// default; it sits behind the fault injector. Sans I/O and generic over the frame handle
+// (a DPDK mbuf, a simulated frame): fed frames and time, it says which frames leave when,
+// and which it dropped for lack of queue.
 //
-// A frame is serialized at the rate after the frames before it (its wire time ends at
-// max(now, the previous frame's end) + bits / rate), then arrives `delay` later. The
-// queue is the frames whose serialization has not ended: its depth in bytes is what a
-// switch's ECN marking and the queue limit look at.
+// The wire is one: when it is free, the arbiter picks among the VLs whose head frame has
+// arrived by then, and that frame is serialized at the rate (bits / rate), then arrives
+// `delay` later. A VL's queue is its frames whose serialization has not ended: its depth
+// in bytes is what a switch's ECN marking and the queue limit (per VL, as a switch's
+// per-priority buffers) look at. A frame waiting on one VL never holds back another's.
 #pragma once
 
+#include "softhca/transport/vl_arbiter.hpp"
+
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <optional>
@@ -20,7 +26,7 @@ namespace softhca::engine {
 struct ShaperConfig {
     double rate_bps = 0;            // 0: no rate limit
     uint64_t delay_ns = 0;          // one-way
-    uint64_t queue_limit_bytes = 0; // 0: no limit
+    uint64_t queue_limit_bytes = 0; // per VL; 0: no limit
     bool enabled() const { return rate_bps > 0 || delay_ns > 0 || queue_limit_bytes > 0; }
 };
 
@@ -30,73 +36,127 @@ std::string describe(const ShaperConfig& config);
 
 template <typename Frame> class LinkShaper {
   public:
-    explicit LinkShaper(const ShaperConfig& config = {}) : config_(config) {}
+    explicit LinkShaper(const ShaperConfig& config = {},
+                        const transport::VlArbitrationTables& arbitration =
+                            transport::VlArbitrationTables::round_robin())
+        : config_(config), arbiter_(arbitration) {}
     bool enabled() const { return config_.enabled(); }
     const ShaperConfig& config() const { return config_; }
 
-    // A frame to send at `now`: false when the queue has no room (the caller frees it and
-    // counts the drop).
-    bool enqueue(Frame frame, uint32_t bytes, uint64_t now) {
+    // A frame to send at `now` on virtual lane `vl`: false when that VL's queue has no
+    // room (the caller frees it and counts the drop).
+    bool enqueue(Frame frame, uint32_t bytes, uint64_t now, uint8_t vl = 0) {
+        vl &= 15;
         settle(now);
-        if (config_.queue_limit_bytes && queued_bytes_ + bytes > config_.queue_limit_bytes) {
+        if (config_.queue_limit_bytes && queued_bytes_[vl] + bytes > config_.queue_limit_bytes) {
             ++dropped_;
             return false;
         }
-        const uint64_t start = wire_free_at_ > now ? wire_free_at_ : now;
-        const uint64_t wire_ns =
-            config_.rate_bps > 0
-                ? static_cast<uint64_t>(static_cast<double>(bytes) * 8e9 / config_.rate_bps)
-                : 0;
-        wire_free_at_ = start + wire_ns;
-        frames_.push_back({frame, bytes, wire_free_at_, wire_free_at_ + config_.delay_ns});
-        queued_bytes_ += bytes;
-        ++serializing_;
+        waiting_[vl].push_back({frame, bytes, now});
+        queued_bytes_[vl] += bytes;
+        total_queued_ += bytes;
+        ++held_;
+        settle(now); // an idle wire takes it at once
         return true;
     }
 
-    // The frames that have arrived by `now`, oldest first: calls deliver(frame) for each.
+    // The frames that have arrived by `now`, in the order they left: deliver(frame) each.
     template <typename Deliver> size_t release(uint64_t now, Deliver&& deliver) {
         settle(now);
         size_t n = 0;
-        while (!frames_.empty() && frames_.front().arrives <= now) {
-            deliver(frames_.front().frame);
-            frames_.pop_front(); // arrived, so serialized: settle() counted it out
+        while (!sent_.empty() && sent_.front().arrives <= now) {
+            deliver(sent_.front().frame);
+            sent_.pop_front();
+            --held_;
             ++n;
         }
         return n;
     }
 
-    // Bytes queued for the wire at `now` (serialization not ended).
+    // Bytes queued for the wire at `now` (serialization not ended), on all VLs or one.
     uint64_t queue_bytes(uint64_t now) {
         settle(now);
-        return queued_bytes_;
+        return total_queued_;
     }
-    // When the next frame arrives, or UINT64_MAX when none is held.
-    uint64_t next_release() const { return frames_.empty() ? UINT64_MAX : frames_.front().arrives; }
-    size_t held() const { return frames_.size(); }
+    uint64_t queue_bytes(uint64_t now, uint8_t vl) {
+        settle(now);
+        return queued_bytes_[vl & 15];
+    }
+    // One VL's queue as of the last call that took a time.
+    uint64_t queued(uint8_t vl) const { return queued_bytes_[vl & 15]; }
+    // When the next frame arrives, or UINT64_MAX when none is held. (After settle() a
+    // frame waits only while another is on the wire, and that one arrives first.)
+    uint64_t next_release() const { return sent_.empty() ? UINT64_MAX : sent_.front().arrives; }
+    size_t held() const { return held_; }
     uint64_t dropped() const { return dropped_; }
+    // Bytes each VL has put on the wire (serialization begun).
+    const std::array<uint64_t, transport::kVlSlots>& sent_bytes() const { return sent_bytes_; }
 
   private:
-    struct Held {
+    struct Waiting {
         Frame frame;
+        uint32_t bytes;
+        uint64_t since;
+    };
+    struct Sent {
+        Frame frame;
+        uint8_t vl;
         uint32_t bytes;
         uint64_t wire_done; // its serialization ends
         uint64_t arrives;   // at the peer
     };
-    // Frames whose serialization ended leave the queue's depth (they are on the wire).
+    // Runs the wire up to `now`: frames whose serialization ended leave their VL's queue;
+    // whenever the wire is free, the arbiter starts the next frame among the VLs whose
+    // head had arrived by then.
     void settle(uint64_t now) {
-        while (serializing_ > 0) {
-            const Held& h = frames_[frames_.size() - serializing_];
-            if (h.wire_done > now)
-                break;
-            queued_bytes_ -= h.bytes;
-            --serializing_;
+        for (;;) {
+            while (serializing_ > 0) {
+                const Sent& s = sent_[sent_.size() - serializing_];
+                if (s.wire_done > now)
+                    break;
+                queued_bytes_[s.vl] -= s.bytes;
+                total_queued_ -= s.bytes;
+                --serializing_;
+            }
+            if (serializing_ > 0 || held_ == sent_.size())
+                return; // the wire is busy, or nothing waits
+            uint64_t start = UINT64_MAX;
+            for (const auto& q : waiting_)
+                if (!q.empty() && q.front().since < start)
+                    start = q.front().since;
+            if (start < wire_free_at_)
+                start = wire_free_at_;
+            if (start > now)
+                return;
+            std::array<uint32_t, transport::kVlSlots> head{};
+            for (size_t vl = 0; vl < transport::kVlSlots; ++vl)
+                if (!waiting_[vl].empty() && waiting_[vl].front().since <= start)
+                    head[vl] = waiting_[vl].front().bytes;
+            const int vl = arbiter_.pick(head);
+            if (vl == transport::VlArbiter::kNone)
+                return; // cannot happen: some head has arrived by `start`
+            const Waiting w = waiting_[static_cast<size_t>(vl)].front();
+            waiting_[static_cast<size_t>(vl)].pop_front();
+            const uint64_t wire_ns =
+                config_.rate_bps > 0
+                    ? static_cast<uint64_t>(static_cast<double>(w.bytes) * 8e9 / config_.rate_bps)
+                    : 0;
+            wire_free_at_ = start + wire_ns;
+            sent_.push_back({w.frame, static_cast<uint8_t>(vl), w.bytes, wire_free_at_,
+                             wire_free_at_ + config_.delay_ns});
+            sent_bytes_[static_cast<size_t>(vl)] += w.bytes;
+            ++serializing_;
         }
     }
     ShaperConfig config_;
-    std::deque<Held> frames_;
-    size_t serializing_ = 0; // the newest this many frames of frames_
-    uint64_t queued_bytes_ = 0;
+    transport::VlArbiter arbiter_;
+    std::array<std::deque<Waiting>, transport::kVlSlots> waiting_;
+    std::deque<Sent> sent_;  // on the wire or crossing it, in the order they left
+    size_t serializing_ = 0; // the newest this many of sent_ (at most one after settle)
+    size_t held_ = 0;        // waiting and sent
+    std::array<uint64_t, transport::kVlSlots> queued_bytes_{};
+    std::array<uint64_t, transport::kVlSlots> sent_bytes_{};
+    uint64_t total_queued_ = 0;
     uint64_t wire_free_at_ = 0;
     uint64_t dropped_ = 0;
 };

@@ -10,6 +10,7 @@
 #include "fault_injector.hpp"
 #include "pcap_writer.hpp"
 #include "softhca/transport/roce_address.hpp"
+#include "softhca/transport/service_levels.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -54,6 +55,7 @@ struct TxFrame {
     uint8_t* data = nullptr;
     uint32_t capacity = 0;
     void* handle = nullptr;
+    uint8_t vl = 0; // the virtual lane it leaves on (the port's SL-to-VL table of its SL)
 };
 
 struct PortInfo {
@@ -88,6 +90,8 @@ struct PortInfo {
     // as configured, and what they did. Off by default.
     CongestionPointConfig congestion_point;
     CongestionPointCounters congestion_point_counters;
+    // Which VL a frame of each SL leaves on (IBTA 7.6.6): SL n on VL n by default.
+    transport::SlToVlTable sl_to_vl;
     // The rate the port sends at: the shaped link's, else the link's, else 100 Gb/s.
     double line_rate_bps() const {
         if (congestion_point.shaper.rate_bps > 0)

@@ -75,10 +75,30 @@ Json congestion_point_document(const PortInfo& p) {
         ecn = {{"kmin_bytes", c.ecn_marking->kmin_bytes},
                {"kmax_bytes", c.ecn_marking->kmax_bytes},
                {"pmax", c.ecn_marking->pmax}};
-    return {{"shape", describe(c.shaper)},  {"ecn_marking", ecn},
-            {"queue_bytes", k.queue_bytes}, {"peak_queue_bytes", k.peak_queue_bytes},
-            {"queued", k.queued},           {"dropped", k.dropped},
-            {"marked", k.marked},           {"above_kmax", k.above_kmax}};
+    Json vls = Json::array(); // the VLs that carried anything
+    for (size_t vl = 0; vl < k.vls.size(); ++vl) {
+        const VlQueueCounters& q = k.vls[vl];
+        if (q.queued || q.dropped)
+            vls.push_back({{"vl", vl},
+                           {"queued", q.queued},
+                           {"dropped", q.dropped},
+                           {"marked", q.marked},
+                           {"sent_bytes", q.sent_bytes},
+                           {"queue_bytes", q.queue_bytes},
+                           {"peak_queue_bytes", q.peak_queue_bytes}});
+    }
+    Json doc = {{"shape", describe(c.shaper)},
+                {"ecn_marking", ecn},
+                {"arbitration", c.arbitration.to_string()},
+                {"sl_to_vl", p.sl_to_vl.to_string()},
+                {"vls", vls}};
+    doc["queue_bytes"] = k.queue_bytes;
+    doc["peak_queue_bytes"] = k.peak_queue_bytes;
+    doc["queued"] = k.queued;
+    doc["dropped"] = k.dropped;
+    doc["marked"] = k.marked;
+    doc["above_kmax"] = k.above_kmax;
+    return doc;
 }
 
 // A QP's DCQCN state (qp_congestion.hpp), null when the engine runs none.
@@ -232,6 +252,15 @@ std::string status_text(const Json& doc) {
                 if (value.is_number())
                     out << " " << name << " " << value.dump();
             out << "\n";
+            out << "    vl arbitration " << cp["arbitration"].get<std::string>() << "; sl to vl "
+                << cp["sl_to_vl"].get<std::string>() << "\n";
+            for (const Json& vl : cp["vls"]) {
+                out << "    vl " << vl["vl"] << ":";
+                for (const auto& [name, value] : vl.items())
+                    if (name != "vl")
+                        out << " " << name << " " << value.dump();
+                out << "\n";
+            }
         }
     }
     for (const Json& c : doc["contexts"]) {

@@ -114,6 +114,21 @@ TEST_CASE("congestion options: a shaped link, ECN marking, DCQCN, all off by def
     CHECK(c->dcqcn_parameters.byte_counter == 524288);
     CHECK(c->dcqcn_parameters.g == 1.0 / 256); // the rest keep the paper's defaults
     CHECK(c->cnp_interval_ns == 20'000);
+    auto lanes = parse({"--run-dir", "/r", "--provider-prefix", "/p", "--vl-arbitration",
+                        "high=1:255;low=0:64,2:32;limit=8", "--sl-to-vl", "3:1,4:2"},
+                       error);
+    REQUIRE(lanes);
+    CHECK(lanes->congestion_point.arbitration.high ==
+          std::vector<softhca::transport::VlArbitrationEntry>{{1, 255}});
+    CHECK(lanes->congestion_point.arbitration.low.size() == 2);
+    CHECK(lanes->congestion_point.arbitration.limit_of_high_priority == 8);
+    CHECK(lanes->sl_to_vl.vl(3) == 1);
+    CHECK(lanes->sl_to_vl.vl(4) == 2);
+    CHECK(lanes->sl_to_vl.vl(0) == 0);
+    CHECK(plain->sl_to_vl.vl(5) == 5); // the default: SL n on VL n
+    CHECK_FALSE(parse({"--run-dir", "/r", "--provider-prefix", "/p", "--sl-to-vl", "3:15"}, error));
+    CHECK_FALSE(
+        parse({"--run-dir", "/r", "--provider-prefix", "/p", "--vl-arbitration", "high=x"}, error));
     auto on = parse({"--run-dir", "/r", "--provider-prefix", "/p", "--dcqcn", "on"}, error);
     REQUIRE(on);
     CHECK(on->dcqcn);

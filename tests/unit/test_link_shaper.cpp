@@ -98,7 +98,7 @@ TEST_CASE("congestion point: ECN-capable frames are marked once the queue passes
     // or more ahead of them (the fourth on) are marked.
     size_t queued = 0;
     for (size_t i = 0; i < frames.size(); ++i)
-        queued += point.enqueue(static_cast<int>(i), frames[i].data(), 1000, 0, counters);
+        queued += point.enqueue(static_cast<int>(i), frames[i].data(), 1000, 0, 0, counters);
     CHECK(queued == 10);
     CHECK(counters.queued == 10);
     CHECK(counters.dropped == 2);
@@ -119,4 +119,48 @@ TEST_CASE("congestion point: ECN-capable frames are marked once the queue passes
     point.release(UINT64_MAX, counters, [&](int f) { arrived.push_back(f); });
     CHECK(arrived.size() == 10);
     CHECK(point.held() == 0);
+}
+
+TEST_CASE("link shaper: a frame on a high-priority VL leaves ahead of a full low-priority "
+          "queue, and weights share the wire") {
+    using namespace softhca::transport;
+    ShaperConfig c;
+    c.rate_bps = 8e9; // 1 byte a nanosecond
+    VlArbitrationTables tables;
+    REQUIRE(VlArbitrationTables::parse("high=1:255;low=0:16,2:48;limit=255", tables).empty());
+    LinkShaper<int> shaper(c, tables);
+    // 100 frames of 1000 bytes on VL 0 at once: 100 us of wire.
+    for (int i = 0; i < 100; ++i)
+        REQUIRE(shaper.enqueue(i, 1000, 0, 0));
+    CHECK(shaper.queue_bytes(0, 0) == 100'000);
+    // A ping on VL 1 at 10.5 us waits only for the frame on the wire (ends at 11 us).
+    REQUIRE(shaper.enqueue(1000, 100, 10'500, 1));
+    CHECK(shaper.queue_bytes(10'500, 1) == 100);
+    std::vector<int> arrived;
+    shaper.release(11'100, [&](int f) { arrived.push_back(f); });
+    REQUIRE(arrived.size() == 12);
+    CHECK(arrived.back() == 1000); // left at 11 us, arrived at 11.1 us
+    CHECK(shaper.queue_bytes(11'100, 0) == 89'000);
+    // Without the separation the same ping waits behind the whole queue.
+    LinkShaper<int> fifo(c, tables);
+    for (int i = 0; i < 100; ++i)
+        REQUIRE(fifo.enqueue(i, 1000, 0, 0));
+    REQUIRE(fifo.enqueue(1000, 100, 10'500, 0));
+    arrived.clear();
+    fifo.release(100'099, [&](int f) { arrived.push_back(f); });
+    CHECK(arrived.size() == 100);
+    fifo.release(100'100, [&](int f) { arrived.push_back(f); });
+    CHECK(arrived.back() == 1000);
+    // Low priority VL 0 (weight 16) and VL 2 (weight 48), both always full: the wire's
+    // bytes split 1:3.
+    LinkShaper<int> shared(c, tables);
+    for (int i = 0; i < 2000; ++i) {
+        REQUIRE(shared.enqueue(i, 1000, 0, 0));
+        REQUIRE(shared.enqueue(i, 1000, 0, 2));
+    }
+    shared.release(1'000'000, [](int) {});
+    const auto& bytes = shared.sent_bytes();
+    REQUIRE(bytes[0] + bytes[2] >= 999'000);
+    CHECK(static_cast<double>(bytes[2]) / static_cast<double>(bytes[0]) ==
+          Approx(3.0).epsilon(0.1));
 }

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Virtual lanes on a shaped link (issue 14): a bulk RC flow on SL 0 fills a 2 Gb/s link's
+# queue while a ping-pong (ib_send_lat) measures latency over the same link. The bulk flow
+# uses a 1 KiB path MTU: the arbiter does not preempt the frame on the wire (IBTA 7.6.9),
+# and a 4 KiB frame at 2 Gb/s would hold a ping up to 16 us (0.3 us at 100 Gb/s).
+#   On SL 1, which the port's SL-to-VL table puts on VL 1, high priority in the VL
+#   arbiter's tables, the ping keeps its latency: within 2x of the idle link's.
+#   On SL 0, behind the bulk flow's queue in the same VL, it does not.
+# The status shows both VLs' queues and what each put on the wire. Both latency tools use
+# completion events (-e), and the bulk sender too, so that on two cores the processes
+# sleep instead of taking the CPU from each other: what is measured is the link's queue.
+#   test_vl_priority.sh
+source "$(dirname "$0")/lib.sh"
+trap 'kill "${bulk_pids[@]}" 2>/dev/null || true; "$SOFTHCA" down >/dev/null 2>&1 || true
+      rm -f "${out:-}"' EXIT
+out=$(mktemp)
+bulk_pids=()
+
+# Typical latency (us) of 1,000 8-byte sends from device 1 to device 0 on SL $1.
+latency() {
+    local port rc=0 server
+    port=$(free_port)
+    "$SOFTHCA" exec -- timeout 60 ib_send_lat -d "${SOFTHCA_PREFIX}0" -x 0 -p "$port" -e \
+        -S "$1" -n 1000 -s 8 >"$out" 2>&1 &
+    server=$!
+    wait_listening "$port" || fail "ib_send_lat server did not start: $(cat "$out")"
+    local result
+    result=$("$SOFTHCA" exec -- timeout 60 ib_send_lat -d "${SOFTHCA_PREFIX}1" -x 0 -p "$port" \
+        -e -S "$1" -n 1000 -s 8 127.0.0.1 2>&1) || rc=$?
+    wait "$server" || rc=$((rc ? rc : 100))
+    [ "$rc" -eq 0 ] || fail "ib_send_lat on SL $1 failed: $result $(cat "$out")"
+    # t_typical is the fifth column of the result row.
+    awk '$1 == 8 {print $5}' <<<"$result"
+}
+
+# A bulk RC flow on SL 0 from device 1 to device 0: 64 KiB sends in 1 KiB packets,
+# about 20 s of the link (stopped once measured). RC's window (256 packets) fits the
+# queue: nothing is dropped, the queue stays full.
+start_bulk() {
+    local port
+    port=$(free_port)
+    "$SOFTHCA" exec -- timeout 120 ib_send_bw -d "${SOFTHCA_PREFIX}0" -x 0 -p "$port" -S 0 \
+        -e -n 80000 -s 65536 -m 1024 >/dev/null 2>&1 &
+    bulk_pids+=($!)
+    wait_listening "$port" || fail "ib_send_bw server did not start"
+    "$SOFTHCA" exec -- timeout 120 ib_send_bw -d "${SOFTHCA_PREFIX}1" -x 0 -p "$port" -S 0 \
+        -e -n 80000 -s 65536 -m 1024 127.0.0.1 >/dev/null 2>&1 &
+    bulk_pids+=($!)
+    sleep 2 # the queue fills
+}
+
+"$SOFTHCA" up --shape rate_mbps=2000,queue_kb=2048 \
+    --vl-arbitration "high=1:255;low=0:64;limit=255" >/dev/null ||
+    fail "softhca up with a shaped link and VL arbitration failed"
+idle=$(latency 1)
+echo "idle link: ${idle} us"
+start_bulk
+high=$(latency 1)
+same=$(latency 0)
+"$SOFTHCA" status | grep -E "shaped link|vl "
+queue0=$("$SOFTHCA" status --json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)["devices"][1]["congestion_point"]
+print(max((v["peak_queue_bytes"] for v in d["vls"] if v["vl"] == 0), default=0))')
+kill "${bulk_pids[@]}" 2>/dev/null || true
+wait "${bulk_pids[@]}" 2>/dev/null || true
+echo "under a bulk flow on SL 0 (VL 0 queue peak ${queue0} bytes):" \
+    "ping on SL 1 (VL 1, high priority) ${high} us, on SL 0 (behind the bulk) ${same} us"
+[ "$queue0" -gt 100000 ] || fail "the bulk flow did not fill VL 0's queue ($queue0 bytes)"
+python3 -c "import sys; sys.exit(0 if $high <= 2 * $idle else 1)" ||
+    fail "the high-priority VL's latency ${high} us is more than twice the idle ${idle} us"
+python3 -c "import sys; sys.exit(0 if $same > 2 * $idle else 1)" ||
+    fail "behind the bulk flow on the same VL the latency ${same} us stayed within twice idle"
