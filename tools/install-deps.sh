@@ -30,6 +30,8 @@ packages=(
     libfabric-bin
     # The status document's schema check (tests/e2e/test_status_json.sh)
     python3-jsonschema
+    # Wireshark's own decoding of our captures: DSCP and ECN, CNPs (test_capture_qos.sh)
+    tshark
     # Tests and scripts: network namespaces and process inspection
     iproute2 procps
     # The Linux kernel peer (tools/rxe-guest.sh, ../shared/rxe-guest): Debian's kernel with

@@ -290,6 +290,17 @@ void DpdkPortSet::tx_abort(TxFrame& frame) {
     frame.handle = nullptr;
 }
 
+void DpdkPortSet::capture(size_t index, const rte_mbuf* m) {
+    PcapWriter* capture = ports_[index].capture.get();
+    if (!capture)
+        return;
+    timespec ts{};
+    clock_gettime(CLOCK_REALTIME, &ts);
+    capture->write(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_pkt_len(m),
+                   static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull +
+                       static_cast<uint64_t>(ts.tv_nsec));
+}
+
 void DpdkPortSet::tx_queue(size_t index, TxFrame& frame, uint32_t length) {
     auto* m = static_cast<rte_mbuf*>(frame.handle);
     frame.handle = nullptr;
@@ -312,13 +323,10 @@ void DpdkPortSet::tx_queue(size_t index, TxFrame& frame, uint32_t length) {
         if (queue.count == kBurst)
             flush();
     };
-    if (PcapWriter* capture = ports_[index].capture.get()) {
-        timespec ts{};
-        clock_gettime(CLOCK_REALTIME, &ts);
-        capture->write(rte_pktmbuf_mtod(m, const uint8_t*), length,
-                       static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull +
-                           static_cast<uint64_t>(ts.tv_nsec));
-    }
+    // The capture sees what the port sends: here, or with a shaped link where the frame
+    // has crossed it (ECN marks and all; the fault injector's drops never get there).
+    if (!queue.link.enabled())
+        capture(index, m);
     FaultInjector& faults = ports_[index].faults;
     if (!faults.enabled()) {
         enqueue(m);
@@ -367,6 +375,7 @@ size_t DpdkPortSet::flush() {
         if (queue.link.held())
             queue.link.release(monotonic_ns(), ports_[i].congestion_point_counters,
                                [&](rte_mbuf* m) {
+                                   capture(i, m);
                                    queue.burst[queue.count++] = m;
                                    if (queue.count == kBurst)
                                        send_burst(i);

@@ -9,6 +9,8 @@
 
 #include <memory>
 
+struct rte_mbuf;
+
 namespace softhca::engine {
 
 class DpdkPortSet final : public PortSet {
@@ -29,6 +31,8 @@ class DpdkPortSet final : public PortSet {
     uint64_t next_tx_release() const override;
 
   private:
+    // Writes a frame the port sends to its capture, if it has one.
+    void capture(size_t index, const ::rte_mbuf* m);
     struct Dpdk;
     std::unique_ptr<Dpdk> dpdk_;
 };

@@ -6,7 +6,9 @@
 #   On SL 1, which the port's SL-to-VL table puts on VL 1, high priority in the VL
 #   arbiter's tables, the ping keeps its latency: within 2x of the idle link's.
 #   On SL 0, behind the bulk flow's queue in the same VL, it does not.
-# The status shows both VLs' queues and what each put on the wire. Both latency tools use
+# Then a second bulk flow on SL 2 (VL 2): the low-priority table's weights (VL 0: 16,
+# VL 2: 48) split the wire's bytes 1:3, within 10 %.
+# The status shows the VLs' queues and what each put on the wire. Both latency tools use
 # completion events (-e), and the bulk sender too, so that on two cores the processes
 # sleep instead of taking the CPU from each other: what is measured is the link's queue.
 #   test_vl_priority.sh
@@ -33,28 +35,28 @@ latency() {
     awk '$1 == 8 {print $5}' <<<"$result"
 }
 
-# A bulk RC flow on SL 0 from device 1 to device 0: 64 KiB sends in 1 KiB packets,
+# A bulk RC flow on SL $1 from device 1 to device 0: 64 KiB sends in 1 KiB packets,
 # about 20 s of the link (stopped once measured). RC's window (256 packets) fits the
 # queue: nothing is dropped, the queue stays full.
 start_bulk() {
     local port
     port=$(free_port)
-    "$SOFTHCA" exec -- timeout 120 ib_send_bw -d "${SOFTHCA_PREFIX}0" -x 0 -p "$port" -S 0 \
+    "$SOFTHCA" exec -- timeout 120 ib_send_bw -d "${SOFTHCA_PREFIX}0" -x 0 -p "$port" -S "$1" \
         -e -n 80000 -s 65536 -m 1024 >/dev/null 2>&1 &
     bulk_pids+=($!)
     wait_listening "$port" || fail "ib_send_bw server did not start"
-    "$SOFTHCA" exec -- timeout 120 ib_send_bw -d "${SOFTHCA_PREFIX}1" -x 0 -p "$port" -S 0 \
+    "$SOFTHCA" exec -- timeout 120 ib_send_bw -d "${SOFTHCA_PREFIX}1" -x 0 -p "$port" -S "$1" \
         -e -n 80000 -s 65536 -m 1024 127.0.0.1 >/dev/null 2>&1 &
     bulk_pids+=($!)
     sleep 2 # the queue fills
 }
 
 "$SOFTHCA" up --shape rate_mbps=2000,queue_kb=2048 \
-    --vl-arbitration "high=1:255;low=0:64;limit=255" >/dev/null ||
+    --vl-arbitration "high=1:255;low=0:16,2:48;limit=255" >/dev/null ||
     fail "softhca up with a shaped link and VL arbitration failed"
 idle=$(latency 1)
 echo "idle link: ${idle} us"
-start_bulk
+start_bulk 0
 high=$(latency 1)
 same=$(latency 0)
 "$SOFTHCA" status | grep -E "shaped link|vl "
@@ -62,8 +64,6 @@ queue0=$("$SOFTHCA" status --json | python3 -c '
 import json, sys
 d = json.load(sys.stdin)["devices"][1]["congestion_point"]
 print(max((v["peak_queue_bytes"] for v in d["vls"] if v["vl"] == 0), default=0))')
-kill "${bulk_pids[@]}" 2>/dev/null || true
-wait "${bulk_pids[@]}" 2>/dev/null || true
 echo "under a bulk flow on SL 0 (VL 0 queue peak ${queue0} bytes):" \
     "ping on SL 1 (VL 1, high priority) ${high} us, on SL 0 (behind the bulk) ${same} us"
 [ "$queue0" -gt 100000 ] || fail "the bulk flow did not fill VL 0's queue ($queue0 bytes)"
@@ -71,3 +71,24 @@ python3 -c "import sys; sys.exit(0 if $high <= 2 * $idle else 1)" ||
     fail "the high-priority VL's latency ${high} us is more than twice the idle ${idle} us"
 python3 -c "import sys; sys.exit(0 if $same > 2 * $idle else 1)" ||
     fail "behind the bulk flow on the same VL the latency ${same} us stayed within twice idle"
+
+# The low-priority table gives VL 0 weight 16 and VL 2 weight 48: with a second bulk flow
+# on SL 2 (VL 2) both queues stay full and the wire's bytes split 1:3 (within 10 %).
+start_bulk 2
+vl_bytes() {
+    "$SOFTHCA" status --json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)["devices"][1]["congestion_point"]
+sent = {v["vl"]: v["sent_bytes"] for v in d["vls"]}
+print(sent.get(0, 0), sent.get(2, 0))'
+}
+read -r a0 a2 < <(vl_bytes)
+sleep 3
+read -r b0 b2 < <(vl_bytes)
+kill "${bulk_pids[@]}" 2>/dev/null || true
+wait "${bulk_pids[@]}" 2>/dev/null || true
+share=$(python3 -c "print('%.3f' % (($b2 - $a2) / max($b0 - $a0, 1)))")
+echo "two bulk flows on VL 0 (weight 16) and VL 2 (weight 48): $((b0 - a0)) and" \
+    "$((b2 - a2)) bytes on the wire in 3 s, VL 2 / VL 0 = $share (the tables say 3)"
+python3 -c "import sys; sys.exit(0 if abs($share - 3) <= 0.3 else 1)" ||
+    fail "the arbiter's byte shares ($share) are not the tables' 3 within 10 %"

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The traffic class and congestion control on the wire, as Wireshark decodes them
+# (issue 14): two ib_send_bw flows with --tclass 104 (DSCP 26, AF31) into a shaped link
+# with ECN marking and DCQCN on, each port captured (--pcap: with a shaped link, frames
+# are written as they leave the link). tshark must find
+#   on the sender's port: every request in DSCP 26 and ECN-capable, ECT(0) (binary 10),
+#     and some marked Congestion Experienced (11) by the congested queue;
+#   on the receiver's port: CNPs (BTH opcode 129) in DSCP 26, Not-ECT, one per QP at most
+#     every 50 us, and ACKs in DSCP 26.
+# The SL is not on a RoCEv2 wire (no VLAN tag here): it picks the VL inside the port.
+#   test_capture_qos.sh
+source "$(dirname "$0")/lib.sh"
+command -v tshark >/dev/null || fail "tshark is missing (tools/install-deps.sh installs it)"
+dir=$(mktemp -d)
+trap '"$SOFTHCA" down >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
+
+"$SOFTHCA" up --shape rate_mbps=2000,queue_kb=512 --ecn kmin_kb=16,kmax_kb=64,pmax=0.2 \
+    --dcqcn ai_mbps=2,hai_mbps=20,b=524288 --pcap "$dir/cap" >/dev/null ||
+    fail "softhca up with a capture, a shaped link and DCQCN failed"
+port=$(free_port)
+"$SOFTHCA" exec -- timeout 60 ib_send_bw -d "${SOFTHCA_PREFIX}0" -x 0 -p "$port" --tclass=104 \
+    -q 2 -n 300 -s 65536 >"$dir/server.out" 2>&1 &
+server=$!
+wait_listening "$port" || fail "ib_send_bw server did not start: $(cat "$dir/server.out")"
+"$SOFTHCA" exec -- timeout 60 ib_send_bw -d "${SOFTHCA_PREFIX}1" -x 0 -p "$port" --tclass=104 \
+    -q 2 -n 300 -s 65536 127.0.0.1 >"$dir/client.out" 2>&1 ||
+    fail "ib_send_bw failed: $(cat "$dir/client.out")"
+wait "$server" || fail "ib_send_bw server failed: $(cat "$dir/server.out")"
+"$SOFTHCA" down >/dev/null # the captures are complete once the engine is gone
+
+# "dscp ecn opcode" counts of each capture, as tshark decodes them.
+decode() {
+    tshark -r "$1" -Y "udp.dstport == 4791" -T fields -e ip.dsfield.dscp -e ip.dsfield.ecn \
+        -e infiniband.bth.opcode 2>/dev/null | sort | uniq -c
+}
+sender=$(decode "$dir/cap-${SOFTHCA_PREFIX}1.pcap")
+receiver=$(decode "$dir/cap-${SOFTHCA_PREFIX}0.pcap")
+echo "sender's port (count, DSCP, ECN, opcode):"
+echo "$sender"
+echo "receiver's port:"
+echo "$receiver"
+# Requests: SEND_FIRST (0), SEND_MIDDLE (1), SEND_LAST (2), SEND_ONLY (4).
+awk '$4 <= 4 && ($2 != 26 || ($3 != 2 && $3 != 3)) {bad = 1} END {exit bad}' <<<"$sender" ||
+    fail "a request left without DSCP 26 and an ECN-capable codepoint"
+[ "$(awk '$4 <= 4 && $3 == 2 {s += $1} END {print s + 0}' <<<"$sender")" -gt 1000 ] ||
+    fail "no requests in ECT(0)"
+[ "$(awk '$4 <= 4 && $3 == 3 {s += $1} END {print s + 0}' <<<"$sender")" -gt 0 ] ||
+    fail "the congested queue marked nothing Congestion Experienced"
+cnps=$(awk '$4 == 129 {s += $1} END {print s + 0}' <<<"$receiver")
+[ "$cnps" -gt 0 ] || fail "no CNP (opcode 129) on the receiver's port"
+awk '$4 == 129 && ($2 != 26 || $3 != 0) {bad = 1} END {exit bad}' <<<"$receiver" ||
+    fail "a CNP left outside DSCP 26 or ECN-capable"
+awk '$4 == 17 && $2 != 26 {bad = 1} END {exit bad}' <<<"$receiver" ||
+    fail "an ACK left outside the flow's DSCP"
+echo "tshark: requests in DSCP 26 with ECT(0) and CE, $cnps CNPs back, ACKs in DSCP 26"
