@@ -76,6 +76,19 @@ done
 "$SOFTHCA" down --prefix "$prefix" >/dev/null
 check_reports "softhca down after the faulty wire"
 
+# Issue 14's paths: a shaped link with a queue per VL and its arbiter, ECN marking, DCQCN
+# (CNPs, pacing), together with the fault injector; frames still held by the link when
+# the engine stops.
+"$SOFTHCA" up --prefix "$prefix" --shape rate_mbps=2000,delay_us=20,queue_kb=256 \
+    --ecn kmin_kb=16,kmax_kb=64,pmax=0.2 --dcqcn ai_mbps=2,hai_mbps=20,b=524288 \
+    --vl-arbitration "high=1:255;low=0:16,2:48;limit=255" \
+    --faults drop=0.005,dup=0.005,reorder=0.005,seed=5 >/dev/null
+run "RC integrity over a shaped, marked, paced and lossy link" env SOFTHCA_TEST_MEMORY=heap \
+    SOFTHCA_TEST_LOSSY=1 "$SOFTHCA" exec --prefix "$prefix" -- "$tests/rc_verbs_test" "[integrity]"
+run "UD, multicast and SRQ over the shaped link" on_engine "$tests/ud_srq_verbs_test" "[faults]"
+"$SOFTHCA" down --prefix "$prefix" >/dev/null
+check_reports "softhca down with a shaped link"
+
 # (ASan keeps freed memory in quarantine: the soak's memory bound is not the point here.)
 # rdma-core's own suite brings its instance up and down itself.
 run "rdma-core's test suite" tests/e2e/test_rdma_core_suite.sh
