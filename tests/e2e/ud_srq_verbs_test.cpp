@@ -136,6 +136,44 @@ TEST_CASE(
     ibv_destroy_qp(b);
 }
 
+TEST_CASE("UD: the address handle's traffic class reaches the receiver's GRH and the AH built "
+          "back from it") {
+    ibv_qp* a = make_qp(dev(0), IBV_QPT_UD);
+    ibv_qp* b = make_qp(dev(1), IBV_QPT_UD);
+    ud_ready(a);
+    ud_ready(b);
+    Buffer src(dev(0), 4096, kAllAccess), dst(dev(1), 4096, kAllAccess);
+    fill(src, 3, 0, 64);
+    ibv_sge rsge{dst.addr(), 64 + 40, dst.mr->lkey};
+    post_recv(b, 1, &rsge, 1);
+    ibv_ah_attr attr{};
+    attr.is_global = 1;
+    attr.grh.dgid = dev(1).gid;
+    attr.grh.hop_limit = 64;
+    attr.grh.traffic_class = 0x68; // DSCP 26 (AF31), Not-ECT
+    attr.sl = 3;
+    attr.port_num = 1;
+    ibv_ah* ah = ibv_create_ah(dev(0).pd, &attr);
+    REQUIRE(ah);
+    post_ud_send(a, ah, b->qp_num, kQkey, src, 0, 64, 10);
+    CHECK(wait_completions(dev(0), 1)[0].status == IBV_WC_SUCCESS);
+    ibv_wc wc = wait_completions(dev(1), 1)[0];
+    REQUIRE(wc.status == IBV_WC_SUCCESS);
+    REQUIRE((wc.wc_flags & IBV_WC_GRH));
+    // IPv4 (the devices' GID 0 is IPv4-mapped): 20 zero bytes, then the IPv4 header,
+    // whose second byte is the DSCP and ECN (the traffic class).
+    CHECK(dst.bytes[20] == 0x45);
+    CHECK(dst.bytes[21] == 0x68);
+    ibv_ah_attr back{};
+    REQUIRE(ibv_init_ah_from_wc(dev(1).context, 1, &wc,
+                                reinterpret_cast<ibv_grh*>(dst.bytes.data()), &back) == 0);
+    CHECK(back.grh.traffic_class == 0x68);
+    CHECK(matches(dst, 3, 40, 64));
+    ibv_destroy_ah(ah);
+    ibv_destroy_qp(a);
+    ibv_destroy_qp(b);
+}
+
 TEST_CASE("UD: a wrong Q_Key is dropped and counted; no AH is EINVAL; too large is LOC_LEN_ERR") {
     ibv_qp* a = make_qp(dev(0), IBV_QPT_UD);
     ibv_qp* b = make_qp(dev(1), IBV_QPT_UD);
