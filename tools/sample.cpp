@@ -2,6 +2,9 @@
 // number in it that belongs to a device or a QP written as one CSV row.
 #include "sample.hpp"
 
+#include "status_sampling.hpp"
+
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -47,27 +50,20 @@ void put_sample(std::ostream& out, double seconds, const Json& doc) {
 } // namespace
 
 int cmd_sample(const Instance& instance, const std::vector<std::string>& args) {
-    double interval = 0.1;
-    long count = -1; // until interrupted
+    SamplingOptions options;
+    options.interval = 0.1;
     std::string output;
-    for (size_t i = 0; i < args.size(); ++i) {
-        const bool has_value = i + 1 < args.size();
-        if (args[i] == "--interval" && has_value)
-            interval = std::atof(args[++i].c_str());
-        else if (args[i] == "--count" && has_value)
-            count = std::atol(args[++i].c_str());
-        else if (args[i] == "--output" && has_value)
-            output = args[++i];
-        else {
-            std::cerr << "usage: softhca sample [--prefix P] [--interval SECONDS] [--count N] "
-                         "[--output FILE]\n";
-            return 2;
-        }
-    }
-    if (!(interval >= 0.01 && interval <= 3600) || count == 0) {
-        std::cerr << "softhca sample: --interval must be 0.01..3600 s, --count at least 1\n";
+    if (!parse_sampling_options(args, "sample",
+                                "usage: softhca sample [--prefix P] [--interval SECONDS] "
+                                "[--count N] [--output FILE]\n",
+                                0.01, options,
+                                [&](const std::string& option, const std::string& value) {
+                                    if (option != "--output")
+                                        return false;
+                                    output = value;
+                                    return true;
+                                }))
         return 2;
-    }
     std::ofstream file;
     if (!output.empty()) {
         file.open(output);
@@ -80,24 +76,17 @@ int cmd_sample(const Instance& instance, const std::vector<std::string>& args) {
     out << "time_s,object,field,value\n";
     const auto start = std::chrono::steady_clock::now();
     auto next = start;
-    for (long n = 0; count < 0 || n < count; ++n) {
-        std::string text;
-        if (int err = query_engine_status(instance, text, true)) {
-            std::cerr << "softhca: " << instance.prefix << " is not up (" << std::strerror(err)
-                      << ")\n";
-            return n > 0 ? 0 : 1; // an engine going down ends a sampling that had begun
-        }
-        const Json doc = Json::parse(text, nullptr, false);
-        if (doc.is_discarded()) {
-            std::cerr << "softhca sample: the engine's status did not parse\n";
-            return 1;
-        }
+    for (long n = 0; options.count < 0 || n < options.count; ++n) {
+        Json doc;
+        // An engine going down ends a sampling that had begun.
+        if (int err = read_status(instance, doc))
+            return n > 0 && err != EBADMSG ? 0 : 1;
         put_sample(out,
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
                    doc);
         next += std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-            std::chrono::duration<double>(interval));
-        if (count < 0 || n + 1 < count)
+            std::chrono::duration<double>(options.interval));
+        if (options.count < 0 || n + 1 < options.count)
             std::this_thread::sleep_until(next);
     }
     return 0;

@@ -2,6 +2,8 @@
 // counters' differences divided by the time between them.
 #include "watch.hpp"
 
+#include "status_sampling.hpp"
+
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -22,15 +24,10 @@ struct Sample {
 };
 
 bool take(const Instance& instance, Sample& sample) {
-    std::string text;
-    if (int err = query_engine_status(instance, text, true)) {
-        std::cerr << "softhca: " << instance.prefix << " is not up (" << std::strerror(err)
-                  << ")\n";
+    if (read_status(instance, sample.doc) != 0)
         return false;
-    }
-    sample.doc = Json::parse(text, nullptr, false);
     sample.at = std::chrono::steady_clock::now();
-    return !sample.doc.is_discarded();
+    return true;
 }
 
 // The counters of each device, then of each QP, in the document's order, by a key that
@@ -84,33 +81,21 @@ void print_rates(const Sample& before, const Sample& after) {
 } // namespace
 
 int cmd_watch(const Instance& instance, const std::vector<std::string>& args) {
-    double interval = 1.0;
-    long count = -1; // until interrupted
-    for (size_t i = 0; i < args.size(); ++i) {
-        const bool has_value = i + 1 < args.size();
-        if (args[i] == "--interval" && has_value)
-            interval = std::atof(args[++i].c_str());
-        else if (args[i] == "--count" && has_value)
-            count = std::atol(args[++i].c_str());
-        else {
-            std::cerr << "usage: softhca watch [--prefix P] [--interval SECONDS] [--count N]\n";
-            return 2;
-        }
-    }
-    if (!(interval >= 0.05 && interval <= 3600) || count == 0) {
-        std::cerr << "softhca watch: --interval must be 0.05..3600 s, --count at least 1\n";
+    SamplingOptions options;
+    if (!parse_sampling_options(
+            args, "watch", "usage: softhca watch [--prefix P] [--interval SECONDS] [--count N]\n",
+            0.05, options))
         return 2;
-    }
     Sample before;
     if (!take(instance, before))
         return 1;
-    for (long n = 0; count < 0 || n < count; ++n) {
-        std::this_thread::sleep_for(std::chrono::duration<double>(interval));
+    for (long n = 0; options.count < 0 || n < options.count; ++n) {
+        std::this_thread::sleep_for(std::chrono::duration<double>(options.interval));
         Sample after;
         if (!take(instance, after))
             return 1;
         print_rates(before, after);
-        if (count < 0 || n + 1 < count)
+        if (options.count < 0 || n + 1 < options.count)
             std::cout << "\n";
         before = std::move(after);
     }

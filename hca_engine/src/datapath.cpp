@@ -30,16 +30,16 @@ constexpr size_t kTxPacketsPerRound = 64;
 constexpr size_t kTxMostPerQp = 32;
 constexpr size_t kTxLeastPerQp = 4;
 
-// How the ICRC of a frame sent on `port` is made, and of one received there checked.
-tp::Icrc sent_icrc(const PortInfo& port) {
+} // namespace
+
+tp::Icrc Datapath::sent_icrc(const PortInfo& port) {
     return port.icrc_offload ? tp::Icrc::Offloaded : tp::Icrc::Computed;
 }
-tp::Icrc received_icrc(const PortInfo& port) {
+tp::Icrc Datapath::received_icrc(const PortInfo& port) {
     return port.icrc_offload ? tp::Icrc::Offloaded
            : port.kernel_udp ? tp::Icrc::Ipv4IdUnknown
                              : tp::Icrc::Computed;
 }
-} // namespace
 
 Datapath::Datapath(PortSet& ports, const std::vector<Device>& devices, KeySpace& tables)
     : ports_(ports), devices_(devices), tables_(tables), neighbors_(ports.size()), loopback_(16384),
@@ -428,6 +428,9 @@ bool Datapath::transmit(EngineQp& qp, uint64_t now, size_t budget) {
             break;
         }
         const size_t front = tp::roce_header_bytes(addressing);
+        // Its VL: the port's SL-to-VL table of the QP's SL, or the UD request's.
+        const tp::AddressVector* av = per_packet ? queue.next_destination() : nullptr;
+        const uint8_t vl = info.sl_to_vl.vl(av ? av->sl : qp.sl());
         // Multicast leaves on the wire and reaches this device's own members too.
         const bool multicast = gid_is_ipv4_multicast(addressing.dst_gid);
         if (local || multicast) {
@@ -458,9 +461,7 @@ bool Datapath::transmit(EngineQp& qp, uint64_t now, size_t budget) {
         TxFrame frame;
         if (!ports_.tx_alloc(port, frame))
             break;
-        // Its VL: the port's SL-to-VL table of the QP's SL, or the UD request's.
-        const tp::AddressVector* av = per_packet ? queue.next_destination() : nullptr;
-        frame.vl = info.sl_to_vl.vl(av ? av->sl : qp.sl());
+        frame.vl = vl;
         const size_t n =
             queue.transmit(frame.data + front, frame.capacity - front - tp::kIcrcBytes, now);
         if (!n) {

@@ -75,6 +75,9 @@ class Datapath final : public QpSchedule, public MadSender {
     size_t active_qps() const { return active_.size(); }
 
   private:
+    // How the ICRC of a frame sent on `port` is made, and of one received there checked.
+    static transport::Icrc sent_icrc(const PortInfo& port);
+    static transport::Icrc received_icrc(const PortInfo& port);
     size_t receive(size_t port, uint64_t now); // frames taken
     // `icrc`: how the frame's ICRC is checked (offloaded for frames this engine built and
     // handed to itself, PortInfo::icrc_offload).

@@ -40,15 +40,14 @@ void Datapath::notify_congestion(size_t port, EngineQp& qp, uint64_t now) {
         return;
     }
     // The CNP travels in the flow's traffic class and VL, not ECN-capable itself.
-    frame.vl = ports_.info(port).sl_to_vl.vl(qp.sl());
+    const PortInfo& info = ports_.info(port);
+    frame.vl = info.sl_to_vl.vl(qp.sl());
     tp::FrameAddressing addressing = qp.addressing();
     addressing.traffic_class = tp::with_ecn(addressing.traffic_class, tp::Ecn::NotEct);
-    const PortInfo& info = ports_.info(port);
     tp::write_cnp(frame.data + tp::roce_header_bytes(addressing), qp.transport().attributes().pkey,
                   qp.transport().attributes().dest_qp);
-    const size_t length =
-        tp::finish_roce_frame(frame.data, addressing, tp::kCnpBytes, next_ipv4_id(info),
-                              info.icrc_offload ? tp::Icrc::Offloaded : tp::Icrc::Computed);
+    const size_t length = tp::finish_roce_frame(frame.data, addressing, tp::kCnpBytes,
+                                                next_ipv4_id(info), sent_icrc(info));
     ports_.tx_queue(port, frame, static_cast<uint32_t>(length));
     ++counters.tx_cnps;
     ++cc->cnps_sent;

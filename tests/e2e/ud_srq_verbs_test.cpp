@@ -146,15 +146,7 @@ TEST_CASE("UD: the address handle's traffic class reaches the receiver's GRH and
     fill(src, 3, 0, 64);
     ibv_sge rsge{dst.addr(), 64 + 40, dst.mr->lkey};
     post_recv(b, 1, &rsge, 1);
-    ibv_ah_attr attr{};
-    attr.is_global = 1;
-    attr.grh.dgid = dev(1).gid;
-    attr.grh.hop_limit = 64;
-    attr.grh.traffic_class = 0x68; // DSCP 26 (AF31), Not-ECT
-    attr.sl = 3;
-    attr.port_num = 1;
-    ibv_ah* ah = ibv_create_ah(dev(0).pd, &attr);
-    REQUIRE(ah);
+    ibv_ah* ah = make_ah(dev(0), dev(1).gid, 0x68 /* DSCP 26 (AF31), Not-ECT */, 3);
     post_ud_send(a, ah, b->qp_num, kQkey, src, 0, 64, 10);
     CHECK(wait_completions(dev(0), 1)[0].status == IBV_WC_SUCCESS);
     ibv_wc wc = wait_completions(dev(1), 1)[0];

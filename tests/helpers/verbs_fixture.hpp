@@ -207,11 +207,13 @@ inline void ud_ready(ibv_qp* qp, uint32_t qkey = kQkey) {
     REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0);
 }
 
-inline ibv_ah* make_ah(Device& from, const ibv_gid& to) {
+inline ibv_ah* make_ah(Device& from, const ibv_gid& to, uint8_t traffic_class = 0, uint8_t sl = 0) {
     ibv_ah_attr attr{};
     attr.is_global = 1;
     attr.grh.dgid = to;
     attr.grh.hop_limit = 64;
+    attr.grh.traffic_class = traffic_class;
+    attr.sl = sl;
     attr.port_num = 1;
     ibv_ah* ah = ibv_create_ah(from.pd, &attr);
     REQUIRE(ah);

@@ -31,6 +31,19 @@ void check_vector_file(const std::string& name, std::map<std::string, int>& seen
     }
 }
 
+// Addressing from 198.18.0.1 to 198.18.0.2 (IPv4-mapped GIDs), or between two IPv6 GIDs.
+FrameAddressing addressing_between_two_gids(bool v4) {
+    FrameAddressing a;
+    if (v4) {
+        a.src_gid = gid_from_ipv4(0xc6120001);
+        a.dst_gid = gid_from_ipv4(0xc6120002);
+    } else {
+        a.src_gid = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+        a.dst_gid = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2};
+    }
+    return a;
+}
+
 } // namespace
 
 TEST_CASE("Soft-RoCE captures parse, reproduce their ICRC and re-encode byte for byte") {
@@ -194,15 +207,9 @@ TEST_CASE("XRC opcodes: requests carry an XRCETH after the BTH, responses do not
 TEST_CASE("a UD receive's GRH is the IPv6 header, or 20 zero bytes and the IPv4 header") {
     for (bool v4 : {true, false}) {
         INFO((v4 ? "IPv4" : "IPv6"));
-        FrameAddressing a;
-        if (v4) {
-            a.src_gid = gid_from_ipv4(0xc6120001);
-            a.dst_gid = gid_from_ipv4(0xc6120002);
-        } else {
-            a.src_gid = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
-            a.dst_gid = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2};
+        FrameAddressing a = addressing_between_two_gids(v4);
+        if (!v4)
             a.flow_label = 0x12345;
-        }
         a.hop_limit = 17;
         uint8_t frame[256] = {};
         const size_t front = roce_header_bytes(a);
@@ -231,16 +238,7 @@ TEST_CASE("a UD receive's GRH is the IPv6 header, or 20 zero bytes and the IPv4 
 TEST_CASE("CE marking: ECN-capable frames are marked, the IPv4 checksum and ICRC still hold") {
     for (const bool v4 : {true, false}) {
         INFO((v4 ? "IPv4" : "IPv6"));
-        FrameAddressing a;
-        a.src_mac = {2, 0, 0, 0, 0, 1};
-        a.dst_mac = {2, 0, 0, 0, 0, 2};
-        if (v4) {
-            a.src_gid = gid_from_ipv4(0xc6120001);
-            a.dst_gid = gid_from_ipv4(0xc6120002);
-        } else {
-            a.src_gid = {0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
-            a.dst_gid = {0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2};
-        }
+        FrameAddressing a = addressing_between_two_gids(v4);
         std::vector<uint8_t> frame(256, 0);
         auto* bth = reinterpret_cast<Bth*>(frame.data() + roce_header_bytes(a));
         const size_t ib_length = sizeof(Bth) + 64;

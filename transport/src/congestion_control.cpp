@@ -41,8 +41,12 @@ bool CnpLimiter::should_send(uint64_t now) {
     return true;
 }
 
-std::string EcnMarkingParameters::parse(const std::string& text, EcnMarkingParameters& out) {
-    EcnMarkingParameters p = out;
+namespace {
+
+// Reads "KEY=NUMBER,KEY=NUMBER,..." (empty items skipped), handing each to take(key,
+// value), which says false for a key it does not know or a value out of its range.
+// Returns an empty string, or what is wrong with which item.
+template <typename Take> std::string for_each_setting(const std::string& text, Take&& take) {
     std::stringstream items(text);
     std::string item;
     while (std::getline(items, item, ',')) {
@@ -54,7 +58,17 @@ std::string EcnMarkingParameters::parse(const std::string& text, EcnMarkingParam
         if (eq == std::string::npos ||
             std::sscanf(item.substr(eq + 1).c_str(), "%lf%c", &v, &end) != 1 || v < 0)
             return "'" + item + "' is not KEY=NUMBER";
-        const std::string key = item.substr(0, eq);
+        if (!take(item.substr(0, eq), v))
+            return "'" + item + "': unknown key or value out of range";
+    }
+    return {};
+}
+
+} // namespace
+
+std::string EcnMarkingParameters::parse(const std::string& text, EcnMarkingParameters& out) {
+    EcnMarkingParameters p = out;
+    std::string error = for_each_setting(text, [&](const std::string& key, double v) {
         if (key == "kmin_kb" && v < 4e6)
             p.kmin_bytes = static_cast<uint32_t>(v * 1024);
         else if (key == "kmax_kb" && v > 0 && v < 4e6)
@@ -62,28 +76,19 @@ std::string EcnMarkingParameters::parse(const std::string& text, EcnMarkingParam
         else if (key == "pmax" && v <= 1)
             p.pmax = v;
         else
-            return "'" + item + "': unknown key or value out of range";
-    }
-    if (p.kmax_bytes <= p.kmin_bytes)
-        return "kmax_kb must be above kmin_kb";
-    out = p;
-    return {};
+            return false;
+        return true;
+    });
+    if (error.empty() && p.kmax_bytes <= p.kmin_bytes)
+        error = "kmax_kb must be above kmin_kb";
+    if (error.empty())
+        out = p;
+    return error;
 }
 
 std::string DcqcnParameters::parse(const std::string& text, DcqcnParameters& out) {
     DcqcnParameters p = out;
-    std::stringstream items(text);
-    std::string item;
-    while (std::getline(items, item, ',')) {
-        if (item.empty())
-            continue;
-        const size_t eq = item.find('=');
-        double v = 0;
-        char end = 0;
-        if (eq == std::string::npos ||
-            std::sscanf(item.substr(eq + 1).c_str(), "%lf%c", &v, &end) != 1 || v < 0)
-            return "'" + item + "' is not KEY=NUMBER";
-        const std::string key = item.substr(0, eq);
+    const std::string error = for_each_setting(text, [&](const std::string& key, double v) {
         if (key == "g" && v > 0 && v <= 1)
             p.g = v;
         else if (key == "k_us" && v > 0)
@@ -101,10 +106,12 @@ std::string DcqcnParameters::parse(const std::string& text, DcqcnParameters& out
         else if (key == "min_mbps" && v > 0)
             p.min_rate_bps = v * 1e6;
         else
-            return "'" + item + "': unknown key or value out of range";
-    }
-    out = p;
-    return {};
+            return false;
+        return true;
+    });
+    if (error.empty())
+        out = p;
+    return error;
 }
 
 DcqcnRate::DcqcnRate(const DcqcnParameters& p, double line_rate_bps)
