@@ -367,6 +367,7 @@ bool Datapath::send_mad(size_t port, const MadPeer& to, const tp::CmMad& mad, ui
     TxFrame frame;
     if (!ports_.tx_alloc(port, frame))
         return false;
+    frame.vl = info.sl_to_vl.vl(0); // GMPs on SL 0 (their path's; the CM uses no other)
     ports_.tx_queue(port, frame, static_cast<uint32_t>(build(frame.data)));
     return true;
 }
@@ -448,7 +449,7 @@ bool Datapath::transmit(EngineQp& qp, uint64_t now, size_t budget) {
             if (multicast) {
                 TxFrame frame;
                 if (ports_.tx_alloc(port, frame)) {
-                    frame.vl = info.sl_to_vl.vl(qp.sl());
+                    frame.vl = vl;
                     std::copy_n(loopback_.data(), length, frame.data);
                     ports_.tx_queue(port, frame, static_cast<uint32_t>(length));
                 }

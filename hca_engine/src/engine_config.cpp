@@ -121,6 +121,7 @@ bool is_pci_devargs(const std::string& devargs) {
 
 std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string& error) {
     EngineConfig config;
+    bool lanes_given = false; // --vl-arbitration or --sl-to-vl
     for (int i = 1; i < argc; ++i) {
         std::string_view arg = argv[i];
         auto value = [&]() -> const char* {
@@ -181,6 +182,7 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
             }
             config.dcqcn = true;
         } else if (arg == "--vl-arbitration" && (v = value())) {
+            lanes_given = true;
             if (std::string e =
                     transport::VlArbitrationTables::parse(v, config.congestion_point.arbitration);
                 !e.empty()) {
@@ -188,6 +190,7 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
                 return std::nullopt;
             }
         } else if (arg == "--sl-to-vl" && (v = value())) {
+            lanes_given = true;
             if (std::string e = transport::SlToVlTable::parse(v, config.sl_to_vl); !e.empty()) {
                 error = "--sl-to-vl: " + e;
                 return std::nullopt;
@@ -215,6 +218,18 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
         udp_ports += port.is_kernel_udp();
     if (config.congestion_point.ecn_marking && !config.congestion_point.shaper.enabled()) {
         error = "--ecn marks on a shaped link's queue: give --shape too";
+        return std::nullopt;
+    }
+    if (lanes_given && !config.congestion_point.shaper.enabled()) {
+        error = "--vl-arbitration and --sl-to-vl arbitrate a shaped link's queues: give --shape "
+                "too";
+        return std::nullopt;
+    }
+    // SL 0 carries every QP that names no other, and the CM's MADs: its VL must be sent.
+    if (const uint8_t vl0 = config.sl_to_vl.vl(0);
+        !config.congestion_point.arbitration.serves(vl0)) {
+        error = "--vl-arbitration: VL " + std::to_string(vl0) +
+                " (SL 0's) is in neither table, so nothing on SL 0 would ever be sent";
         return std::nullopt;
     }
     if (udp_ports && config.congestion_point.shaper.enabled()) {

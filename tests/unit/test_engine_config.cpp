@@ -114,9 +114,10 @@ TEST_CASE("congestion options: a shaped link, ECN marking, DCQCN, all off by def
     CHECK(c->dcqcn_parameters.byte_counter == 524288);
     CHECK(c->dcqcn_parameters.g == 1.0 / 256); // the rest keep the paper's defaults
     CHECK(c->cnp_interval_ns == 20'000);
-    auto lanes = parse({"--run-dir", "/r", "--provider-prefix", "/p", "--vl-arbitration",
-                        "high=1:255;low=0:64,2:32;limit=8", "--sl-to-vl", "3:1,4:2"},
-                       error);
+    auto lanes =
+        parse({"--run-dir", "/r", "--provider-prefix", "/p", "--shape", "rate_mbps=1000",
+               "--vl-arbitration", "high=1:255;low=0:64,2:32;limit=8", "--sl-to-vl", "3:1,4:2"},
+              error);
     REQUIRE(lanes);
     CHECK(lanes->congestion_point.arbitration.high ==
           std::vector<softhca::transport::VlArbitrationEntry>{{1, 255}});
@@ -129,6 +130,20 @@ TEST_CASE("congestion options: a shaped link, ECN marking, DCQCN, all off by def
     CHECK_FALSE(parse({"--run-dir", "/r", "--provider-prefix", "/p", "--sl-to-vl", "3:15"}, error));
     CHECK_FALSE(
         parse({"--run-dir", "/r", "--provider-prefix", "/p", "--vl-arbitration", "high=x"}, error));
+    // Lanes arbitrate a shaped link's queues; SL 0's VL must be in a table.
+    error.clear();
+    CHECK_FALSE(parse({"--run-dir", "/r", "--provider-prefix", "/p", "--sl-to-vl", "3:1"}, error));
+    CHECK(error.find("--shape") != std::string::npos);
+    error.clear();
+    CHECK_FALSE(parse({"--run-dir", "/r", "--provider-prefix", "/p", "--shape", "rate_mbps=1000",
+                       "--vl-arbitration", "high=1:255"},
+                      error));
+    CHECK(error.find("VL 0 (SL 0's)") != std::string::npos);
+    error.clear();
+    CHECK_FALSE(parse({"--run-dir", "/r", "--provider-prefix", "/p", "--shape", "rate_mbps=1000",
+                       "--vl-arbitration", "low=0:64", "--sl-to-vl", "0:2"},
+                      error));
+    CHECK(error.find("VL 2 (SL 0's)") != std::string::npos);
     auto on = parse({"--run-dir", "/r", "--provider-prefix", "/p", "--dcqcn", "on"}, error);
     REQUIRE(on);
     CHECK(on->dcqcn);

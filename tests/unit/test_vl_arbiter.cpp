@@ -129,3 +129,14 @@ TEST_CASE("VL arbitration tables: text form, round trip and errors") {
         CHECK_FALSE(VlArbitrationTables::parse(bad, t).empty());
     }
 }
+
+TEST_CASE("VL arbitration tables: which VLs they serve") {
+    VlArbitrationTables t;
+    REQUIRE(VlArbitrationTables::parse("high=1:255;low=0:16,2:0", t).empty());
+    CHECK(t.serves(1));
+    CHECK(t.serves(0));
+    CHECK_FALSE(t.serves(2)); // weight 0: skipped
+    CHECK_FALSE(t.serves(3));
+    CHECK(VlArbitrationTables::round_robin().serves(7));
+    CHECK_FALSE(VlArbitrationTables::round_robin().serves(8));
+}

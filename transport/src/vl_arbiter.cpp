@@ -74,6 +74,14 @@ std::string VlArbitrationTables::parse(const std::string& text, VlArbitrationTab
     return {};
 }
 
+bool VlArbitrationTables::serves(uint8_t vl) const {
+    for (const auto* table : {&high, &low})
+        for (const VlArbitrationEntry& e : *table)
+            if (e.vl == vl && e.weight > 0)
+                return true;
+    return false;
+}
+
 std::string VlArbitrationTables::to_string() const {
     std::string s;
     for (const auto* table : {&high, &low}) {

@@ -49,6 +49,9 @@ struct VlArbitrationTables {
     // Returns an empty string, or what is wrong.
     static std::string parse(const std::string& text, VlArbitrationTables& out);
     std::string to_string() const;
+    // Whether an entry of either table with a weight serves `vl` (a VL in neither is
+    // never sent, 7.6.9).
+    bool serves(uint8_t vl) const;
 };
 
 class VlArbiter {
