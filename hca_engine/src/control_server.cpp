@@ -133,6 +133,8 @@ bool ControlServer::handle_input(int fd) {
             reply_status(c, none, EMSGSIZE);
             continue;
         }
+        if (take_posted_work_)
+            take_posted_work_();
         dispatch(c, buffer, static_cast<size_t>(m.size), m.fd);
     }
 }

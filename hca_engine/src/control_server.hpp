@@ -40,6 +40,14 @@ class ControlServer {
     // Writes an async event record to every context open on the device.
     void raise_device_event(size_t device_index, uint64_t element, uint32_t event_type);
 
+    // Called before each request is served: the data path takes the work requests
+    // posted so far (main.cpp), so a request sees what its process posted before it,
+    // whatever the engine was doing when the request came (a resize of a CQ counts the
+    // completions of sends posted just before it; 11.2.7.3).
+    void set_before_request(std::function<void()> take_posted_work) {
+        take_posted_work_ = std::move(take_posted_work);
+    }
+
     KeySpace& tables() { return keys_; }
     // The rdma_cm's part of the status document (its "rdma_cm" member).
     void set_rdma_cm_status(std::function<StatusDocument()> report) {
@@ -145,6 +153,7 @@ class ControlServer {
     int doorbell_fd_;   // eventfd every context rings when the engine sleeps
     std::map<int, Connection> connections_;
     std::function<StatusDocument()> rdma_cm_status_;
+    std::function<void()> take_posted_work_;
 };
 
 inline ContextResources& ControlServer::Call::resources() const {

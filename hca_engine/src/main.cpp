@@ -126,6 +126,7 @@ int run(const EngineConfig& config) {
     Datapath datapath(ports, devices, server.tables());
     RdmaCmServer rdma_cm(config.rdma_cm_socket_path(), devices, ports, datapath);
     datapath.set_mad_receiver(&rdma_cm);
+    server.set_before_request([&datapath] { datapath.poll(monotonic_ns()); });
     datapath.set_congestion_control(
         {config.dcqcn, config.dcqcn_parameters, config.cnp_interval_ns});
     server.set_rdma_cm_status([&rdma_cm] { return rdma_cm.status_document(); });

@@ -1,4 +1,4 @@
-// Completion channels and the extended CQ, through the system libibverbs: run under
+// Completion channels, the extended CQ and resizing, through the system libibverbs: run under
 // `softhca exec`, whose interposer (kernel_shim/preload) makes ibv_create_comp_channel
 // work. Events come from the engine while nobody polls.
 #define CATCH_CONFIG_MAIN
@@ -222,6 +222,39 @@ TEST_CASE("an error completion wakes a solicited-only arm") {
     CHECK(next_event(events.channel) == events.cq);
     CHECK(wait_completions(events.cq, 1)[0].status == IBV_WC_REM_ACCESS_ERR);
     expect_async_event(dev(1), IBV_EVENT_QP_ACCESS_ERR, pair.b);
+}
+
+TEST_CASE("a CQ cannot be resized below the completions of sends posted just before") {
+    // 11.2.7.3: a resize smaller than the entries on the CQ fails. The sends' completions
+    // count although the engine may still have been reading this context's previous
+    // request (the resize to 7) when they were posted: rdma-core's test_resize_cq.
+    Device& d = dev(0);
+    ibv_cq* cq = ibv_create_cq(d.context, 7, nullptr, nullptr, 0);
+    REQUIRE(cq);
+    ibv_qp* qp = create_qp_on(d, IBV_QPT_UD, {8, 1, 1, 1, 64}, cq);
+    ud_ready(qp);
+    ibv_ah* ah = make_ah(d, dev(1).gid);
+    char byte = 'x';
+    ibv_sge sge{reinterpret_cast<uintptr_t>(&byte), 1, 0};
+    for (int round = 0; round < 200; ++round) {
+        REQUIRE(ibv_resize_cq(cq, 7) == 0);
+        REQUIRE(cq->cqe >= 7);
+        for (int i = 0; i < 6; ++i) {
+            ibv_send_wr wr = signaled_wr(IBV_WR_SEND, &sge, 1, i);
+            wr.send_flags |= IBV_SEND_INLINE;
+            wr.wr.ud.ah = ah;
+            wr.wr.ud.remote_qpn = 0xabcd; // no such QP: the receiver drops it
+            wr.wr.ud.remote_qkey = kQkey;
+            post(qp, wr);
+        }
+        INFO("round " << round);
+        REQUIRE(ibv_resize_cq(cq, 1) == EINVAL);
+        for (const ibv_wc& wc : wait_completions(cq, 6, 5))
+            REQUIRE(wc.status == IBV_WC_SUCCESS);
+    }
+    CHECK(ibv_destroy_qp(qp) == 0);
+    CHECK(ibv_destroy_ah(ah) == 0);
+    CHECK(ibv_destroy_cq(cq) == 0);
 }
 
 TEST_CASE("a CQ polled with both ibv_poll_cq and the ibv_start_poll family gives the same "
