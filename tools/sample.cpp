@@ -36,6 +36,11 @@ void put_sample(std::ostream& out, double seconds, const Json& doc) {
         const std::string object = "device:" + d["name"].get<std::string>();
         put_numbers(out, time, object, d["counters"]);
         put_numbers(out, time, object, d["congestion_point"]);
+        if (const Json& cp = d["congestion_point"]; cp.is_object()) {
+            put_numbers(out, time, object, cp["link_credits"]);
+            for (const Json& vl : cp["vls"])
+                put_numbers(out, time, object + "/vl" + std::to_string(vl["vl"].get<int>()), vl);
+        }
     }
     for (const Json& c : doc["contexts"])
         for (const Json& q : c["qps"]) {

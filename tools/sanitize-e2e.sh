@@ -89,6 +89,16 @@ run "UD, multicast and SRQ over the shaped link" on_engine "$tests/ud_srq_verbs_
 "$SOFTHCA" down --prefix "$prefix" >/dev/null
 check_reports "softhca down with a shaped link"
 
+# Link-level credits: a lossless link whose flow-control frames go both ways, with the
+# fault injector (its drops are before the link: the credits never see those frames).
+"$SOFTHCA" up --prefix "$prefix" --shape rate_mbps=2000,queue_kb=256 \
+    --link-credits buffer_kb=32,refresh_us=200 \
+    --faults drop=0.005,dup=0.005,reorder=0.005,seed=9 >/dev/null
+run "RC integrity over a lossless link with credits" env SOFTHCA_TEST_MEMORY=heap \
+    SOFTHCA_TEST_LOSSY=1 "$SOFTHCA" exec --prefix "$prefix" -- "$tests/rc_verbs_test" "[integrity]"
+"$SOFTHCA" down --prefix "$prefix" >/dev/null
+check_reports "softhca down with link credits"
+
 # (ASan keeps freed memory in quarantine: the soak's memory bound is not the point here.)
 # rdma-core's own suite brings its instance up and down itself.
 run "rdma-core's test suite" tests/e2e/test_rdma_core_suite.sh

@@ -47,6 +47,8 @@ int usage() {
            "                  [--memory-mb MB] [--faults drop=P,dup=P,reorder=P,corrupt=P,seed=N]\n"
            "                  [--pcap PATH_PREFIX] [--shape rate_mbps=R,delay_us=D,queue_kb=Q]\n"
            "                  [--ecn kmin_kb=K,kmax_kb=K,pmax=P] [--dcqcn on|PARAMETERS]\n"
+           "                  [--vl-arbitration TABLES] [--sl-to-vl SL:VL,...]\n"
+           "                  [--link-credits on|buffer_kb=K,refresh_us=U]\n"
            "       softhca down [--prefix P]\n"
            "       softhca status [--prefix P] [--json]\n"
            "       softhca watch [--prefix P] [--interval SECONDS] [--count N]\n"

@@ -29,6 +29,7 @@ constexpr size_t kRxBurstsPerRound = 16;
 constexpr size_t kTxPacketsPerRound = 64;
 constexpr size_t kTxMostPerQp = 32;
 constexpr size_t kTxLeastPerQp = 4;
+constexpr uint32_t kEthernetHeaderBytes = 14;
 
 } // namespace
 
@@ -459,6 +460,10 @@ bool Datapath::transmit(EngineQp& qp, uint64_t now, size_t budget) {
             sent = true;
             continue;
         }
+        // A lossless port's full VL holds the requester back (link-level credits): the
+        // packet is built when its VL has room again, nothing is dropped.
+        if (!ports_.tx_room(port, vl, info.eth_mtu + kEthernetHeaderBytes))
+            break;
         TxFrame frame;
         if (!ports_.tx_alloc(port, frame))
             break;

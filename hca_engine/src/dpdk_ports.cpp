@@ -256,16 +256,27 @@ size_t DpdkPortSet::receive(size_t index, RxFrame* frames, size_t max) {
     const uint16_t n = rte_eth_rx_burst(info.dpdk_port, 0, burst,
                                         static_cast<uint16_t>(std::min<size_t>(max, kBurst)));
     size_t kept = 0;
+    CongestionPoint<rte_mbuf*>& link = dpdk_->tx[index].link;
     for (uint16_t i = 0; i < n; ++i) {
         rte_mbuf* m = burst[i];
         info.counters.rx_bytes += rte_pktmbuf_pkt_len(m);
+        const auto* data = rte_pktmbuf_mtod(m, const uint8_t*);
+        if (link.lossless() && transport::is_flow_control_frame(data, rte_pktmbuf_data_len(m))) {
+            // The link's own: the peer's credits for our sender, its total for our receiver.
+            transport::FlowControlPacket packets[transport::kCreditDataVls];
+            const int count =
+                transport::parse_flow_control_frame(data, rte_pktmbuf_data_len(m), packets);
+            link.on_flow_control(monotonic_ns(), packets, count, info.congestion_point_counters);
+            rte_pktmbuf_free(m);
+            continue;
+        }
         if (m->nb_segs != 1) {
             // Frames larger than one buffer are never RoCE of our MTU: drop them.
             ++info.counters.rx_malformed;
             rte_pktmbuf_free(m);
             continue;
         }
-        frames[kept++] = {rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m), m};
+        frames[kept++] = {data, rte_pktmbuf_data_len(m), m};
     }
     info.counters.rx_packets += n;
     return kept;
@@ -358,6 +369,26 @@ void DpdkPortSet::tx_queue(size_t index, TxFrame& frame, uint32_t length) {
     }
 }
 
+template <typename SendBurst> void DpdkPortSet::send_flow_control(size_t i, SendBurst& send_burst) {
+    // After the frames just delivered, on the same in-order link: the total it carries
+    // counts exactly those (link_flow_control.hpp).
+    auto& queue = dpdk_->tx[i];
+    uint8_t frame[transport::kLinkFlowControlFrameBytes];
+    const size_t length = queue.link.flow_control_frame(monotonic_ns(), ports_[i].mac, frame,
+                                                        ports_[i].congestion_point_counters);
+    if (!length)
+        return;
+    rte_mbuf* m = rte_pktmbuf_alloc(dpdk_->pools[i]);
+    if (!m)
+        return; // sent again when a VL waits for credits (the refresh)
+    std::memcpy(rte_pktmbuf_append(m, static_cast<uint16_t>(length)), frame, length);
+    ports_[i].counters.tx_bytes += length;
+    capture(i, m);
+    queue.burst[queue.count++] = m;
+    if (queue.count == kBurst)
+        send_burst(i);
+}
+
 size_t DpdkPortSet::flush() {
     size_t sent = 0;
     auto send_burst = [&](size_t i) {
@@ -380,10 +411,17 @@ size_t DpdkPortSet::flush() {
                                    if (queue.count == kBurst)
                                        send_burst(i);
                                });
+        if (queue.link.lossless())
+            send_flow_control(i, send_burst);
         if (queue.count)
             send_burst(i);
     }
     return sent;
+}
+
+bool DpdkPortSet::tx_room(size_t index, uint8_t vl, uint32_t bytes) {
+    CongestionPoint<rte_mbuf*>& link = dpdk_->tx[index].link;
+    return !link.lossless() || link.room(monotonic_ns(), vl, bytes);
 }
 
 uint64_t DpdkPortSet::next_tx_release() const {

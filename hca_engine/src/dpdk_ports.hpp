@@ -29,10 +29,13 @@ class DpdkPortSet final : public PortSet {
     void tx_abort(TxFrame& frame) override;
     size_t flush() override;
     uint64_t next_tx_release() const override;
+    bool tx_room(size_t index, uint8_t vl, uint32_t bytes) override;
 
   private:
     // Writes a frame the port sends to its capture, if it has one.
     void capture(size_t index, const ::rte_mbuf* m);
+    // flush(): the port's flow-control frame, when link-level credits want one sent.
+    template <typename SendBurst> void send_flow_control(size_t index, SendBurst& send_burst);
     struct Dpdk;
     std::unique_ptr<Dpdk> dpdk_;
 };

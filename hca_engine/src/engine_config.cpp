@@ -4,6 +4,7 @@
 #include "softhca/transport/roce_address.hpp"
 #include "softhca/transport/roce_path.hpp"
 
+#include <algorithm>
 #include <arpa/inet.h>
 
 #include <cstdio>
@@ -26,6 +27,7 @@ const char* engine_usage() {
            "                      [--cnp-interval-us US]\n"
            "                      [--vl-arbitration high=VL:W,..;low=VL:W,..;limit=N]\n"
            "                      [--sl-to-vl SL:VL,...]\n"
+           "                      [--link-credits on|buffer_kb=K,refresh_us=U]\n"
            "DEVARGS is a DPDK device, or udp for a kernel UDP socket (io_uring) bound to\n"
            "the addresses.\n"
            "Without --port: two devices wired back to back inside the engine,\n"
@@ -195,6 +197,14 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
                 error = "--sl-to-vl: " + e;
                 return std::nullopt;
             }
+        } else if (arg == "--link-credits" && (v = value())) {
+            transport::LinkCreditParameters credits;
+            if (std::string e = transport::LinkCreditParameters::parse(v, credits); !e.empty()) {
+                error = "--link-credits: " + e;
+                return std::nullopt;
+            }
+            config.congestion_point.credit_buffer_bytes = credits.buffer_bytes;
+            config.congestion_point.credit_refresh_ns = credits.refresh_ns;
         } else if (arg == "--cnp-interval-us" && (v = value())) {
             uint32_t us = 0;
             if (!parse_number(v, 0, 1'000'000, us)) {
@@ -216,6 +226,12 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
     size_t udp_ports = 0;
     for (const PortConfig& port : config.ports)
         udp_ports += port.is_kernel_udp();
+    // Lossless: a queue per VL whose limit holds the senders back. Without --shape, one
+    // with no rate and room for twice what the far end grants.
+    CongestionPointConfig& point = config.congestion_point;
+    if (point.credit_buffer_bytes && !point.shaper.queue_limit_bytes)
+        point.shaper.queue_limit_bytes =
+            std::max<uint64_t>(2ull * point.credit_buffer_bytes, 65536);
     if (config.congestion_point.ecn_marking && !config.congestion_point.shaper.enabled()) {
         error = "--ecn marks on a shaped link's queue: give --shape too";
         return std::nullopt;
@@ -230,6 +246,11 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
         !config.congestion_point.arbitration.serves(vl0)) {
         error = "--vl-arbitration: VL " + std::to_string(vl0) +
                 " (SL 0's) is in neither table, so nothing on SL 0 would ever be sent";
+        return std::nullopt;
+    }
+    if (udp_ports && config.congestion_point.credit_buffer_bytes) {
+        error = "--link-credits is for DPDK ports between softhca engines (the built-in wire, "
+                "memif, af_packet)";
         return std::nullopt;
     }
     if (udp_ports && config.congestion_point.shaper.enabled()) {

@@ -11,8 +11,14 @@
 // `delay` later. A VL's queue is its frames whose serialization has not ended: its depth
 // in bytes is what a switch's ECN marking and the queue limit (per VL, as a switch's
 // per-priority buffers) look at. A frame waiting on one VL never holds back another's.
+//
+// With link-level credits (use_credits, transport/link_flow_control.hpp) a VL's head
+// frame starts on the wire only against the far end's credits, and nothing is dropped
+// for lack of queue: the queue limit is the room the data path asks for before it builds
+// a frame (room()), so a full VL holds back its senders instead.
 #pragma once
 
+#include "softhca/transport/link_flow_control.hpp"
 #include "softhca/transport/vl_arbiter.hpp"
 
 #include <array>
@@ -43,12 +49,32 @@ template <typename Frame> class LinkShaper {
     bool enabled() const { return config_.enabled(); }
     const ShaperConfig& config() const { return config_; }
 
+    // From now on frames start only against `credits` (which outlives the shaper), and
+    // enqueue() never drops.
+    void use_credits(transport::LinkCreditPort* credits) { credits_ = credits; }
+    // Whether `vl`'s queue has room for `bytes` more at `now` (always without a limit).
+    bool room(uint64_t now, uint8_t vl, uint32_t bytes) {
+        settle(now);
+        return !config_.queue_limit_bytes ||
+               queued_bytes_[vl & 15] + bytes <= config_.queue_limit_bytes;
+    }
+    // Changes the credits at `now` (apply() does): the wire runs up to now on the old
+    // ones, and a frame they let start starts no earlier than now.
+    template <typename Apply> void update_credits(uint64_t now, Apply&& apply) {
+        settle(now);
+        apply();
+        if (wire_free_at_ < now)
+            wire_free_at_ = now;
+        settle(now);
+    }
+
     // A frame to send at `now` on virtual lane `vl`: false when that VL's queue has no
     // room (the caller frees it and counts the drop).
     bool enqueue(Frame frame, uint32_t bytes, uint64_t now, uint8_t vl = 0) {
         vl &= 15;
         settle(now);
-        if (config_.queue_limit_bytes && queued_bytes_[vl] + bytes > config_.queue_limit_bytes) {
+        if (!credits_ && config_.queue_limit_bytes &&
+            queued_bytes_[vl] + bytes > config_.queue_limit_bytes) {
             ++dropped_;
             return false;
         }
@@ -65,6 +91,8 @@ template <typename Frame> class LinkShaper {
         settle(now);
         size_t n = 0;
         while (!sent_.empty() && sent_.front().arrives <= now) {
+            if (credits_)
+                credits_->delivered(sent_.front().vl, sent_.front().bytes);
             deliver(sent_.front().frame);
             sent_.pop_front();
             --held_;
@@ -107,7 +135,7 @@ template <typename Frame> class LinkShaper {
     };
     // Runs the wire up to `now`: frames whose serialization ended leave their VL's queue;
     // whenever the wire is free, the arbiter starts the next frame among the VLs whose
-    // head had arrived by then.
+    // head had arrived by then (and, with credits, has them).
     void settle(uint64_t now) {
         for (;;) {
             while (serializing_ > 0) {
@@ -121,16 +149,27 @@ template <typename Frame> class LinkShaper {
             if (serializing_ > 0 || held_ == sent_.size())
                 return; // the wire is busy, or nothing waits
             uint64_t start = UINT64_MAX;
-            for (const auto& q : waiting_)
-                if (!q.empty() && q.front().since < start)
-                    start = q.front().since;
+            std::array<bool, transport::kVlSlots> credited{};
+            for (size_t vl = 0; vl < transport::kVlSlots; ++vl) {
+                if (waiting_[vl].empty())
+                    continue;
+                const Waiting& w = waiting_[vl].front();
+                const auto lane = static_cast<uint8_t>(vl);
+                credited[vl] = !credits_ || credits_->may_send(lane, w.bytes);
+                if (credits_)
+                    credits_->set_waiting(lane, !credited[vl], now);
+                if (credited[vl] && w.since < start)
+                    start = w.since;
+            }
+            if (start == UINT64_MAX)
+                return; // what waits has no credits
             if (start < wire_free_at_)
                 start = wire_free_at_;
             if (start > now)
                 return;
             std::array<uint32_t, transport::kVlSlots> head{};
             for (size_t vl = 0; vl < transport::kVlSlots; ++vl)
-                if (!waiting_[vl].empty() && waiting_[vl].front().since <= start)
+                if (credited[vl] && waiting_[vl].front().since <= start)
                     head[vl] = waiting_[vl].front().bytes;
             const int vl = arbiter_.pick(head);
             if (vl == transport::VlArbiter::kNone)
@@ -141,6 +180,8 @@ template <typename Frame> class LinkShaper {
                 config_.rate_bps > 0
                     ? static_cast<uint64_t>(static_cast<double>(w.bytes) * 8e9 / config_.rate_bps)
                     : 0;
+            if (credits_)
+                credits_->started(static_cast<uint8_t>(vl), w.bytes);
             wire_free_at_ = start + wire_ns;
             sent_.push_back({w.frame, static_cast<uint8_t>(vl), w.bytes, wire_free_at_,
                              wire_free_at_ + config_.delay_ns});
@@ -150,6 +191,7 @@ template <typename Frame> class LinkShaper {
     }
     ShaperConfig config_;
     transport::VlArbiter arbiter_;
+    transport::LinkCreditPort* credits_ = nullptr;
     std::array<std::deque<Waiting>, transport::kVlSlots> waiting_;
     std::deque<Sent> sent_;  // on the wire or crossing it, in the order they left
     size_t serializing_ = 0; // the newest this many of sent_ (at most one after settle)

@@ -133,6 +133,15 @@ class PortSet {
     virtual size_t flush() = 0;
     // When a shaped link next lets a frame out (flush() sends it), or UINT64_MAX.
     virtual uint64_t next_tx_release() const { return UINT64_MAX; }
+    // Whether a frame of `bytes` on `vl` should be built now: false while a lossless
+    // port's queue for the VL is full (link-level credits; the sender waits, as an HCA's
+    // send queue waits for its VL's credits). Lossy ports always say yes.
+    virtual bool tx_room(size_t index, uint8_t vl, uint32_t bytes) {
+        (void)index;
+        (void)vl;
+        (void)bytes;
+        return true;
+    }
 
     // Descriptors that become readable when a port has received something, for the
     // engine to sleep on (drained by reading 8 bytes); none for polled ports.

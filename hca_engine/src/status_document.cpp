@@ -78,19 +78,38 @@ Json congestion_point_document(const PortInfo& p) {
     Json vls = Json::array(); // the VLs that carried anything
     for (size_t vl = 0; vl < k.vls.size(); ++vl) {
         const VlQueueCounters& q = k.vls[vl];
-        if (q.queued || q.dropped)
-            vls.push_back({{"vl", vl},
-                           {"queued", q.queued},
-                           {"dropped", q.dropped},
-                           {"marked", q.marked},
-                           {"sent_bytes", q.sent_bytes},
-                           {"queue_bytes", q.queue_bytes},
-                           {"peak_queue_bytes", q.peak_queue_bytes}});
+        if (!q.queued && !q.dropped)
+            continue;
+        Json lane = {{"vl", vl},
+                     {"queued", q.queued},
+                     {"dropped", q.dropped},
+                     {"marked", q.marked},
+                     {"sent_bytes", q.sent_bytes},
+                     {"queue_bytes", q.queue_bytes},
+                     {"peak_queue_bytes", q.peak_queue_bytes}};
+        if (k.credits && vl < transport::kCreditDataVls) {
+            // The link-level credits of a data VL (link_flow_control.hpp), both ends.
+            lane["credit_fctbs"] = q.credits.fctbs;
+            lane["credit_fccl"] = q.credits.fccl;
+            lane["credit_available_blocks"] = q.credits.available;
+            lane["credit_abr"] = q.credits.abr;
+            lane["credit_advertised"] = q.credits.advertised;
+            lane["credit_waits"] = q.credits.waits;
+            lane["credit_waiting"] = q.credits.waiting;
+        }
+        vls.push_back(lane);
     }
+    Json credits = nullptr;
+    if (k.credits)
+        credits = {{"buffer_blocks", k.credit_buffer_blocks},
+                   {"flow_control_sent", k.flow_control_sent},
+                   {"flow_control_received", k.flow_control_received},
+                   {"flow_control_bad", k.flow_control_bad}};
     Json doc = {{"shape", describe(c.shaper)},
                 {"ecn_marking", ecn},
                 {"arbitration", c.arbitration.to_string()},
                 {"sl_to_vl", p.sl_to_vl.to_string()},
+                {"link_credits", credits},
                 {"vls", vls}};
     doc["queue_bytes"] = k.queue_bytes;
     doc["peak_queue_bytes"] = k.peak_queue_bytes;
@@ -254,6 +273,11 @@ std::string status_text(const Json& doc) {
             out << "\n";
             out << "    vl arbitration " << cp["arbitration"].get<std::string>() << "; sl to vl "
                 << cp["sl_to_vl"].get<std::string>() << "\n";
+            if (const Json& credits = cp["link_credits"]; !credits.is_null()) {
+                out << "    link credits:";
+                put_pairs(out, credits);
+                out << "\n";
+            }
             for (const Json& vl : cp["vls"]) {
                 out << "    vl " << vl["vl"] << ":";
                 for (const auto& [name, value] : vl.items())

@@ -11,6 +11,11 @@
 #   middle of the run >= 0.95.
 #   Then RC data integrity (every byte checked, heap and shared memory) over the shaped
 #   link with DCQCN.
+#   With link-level credits between the two ports instead (no ECN, no DCQCN): the same
+#   overload fills the sender's queue to its limit and no further (the requesters wait
+#   for room, and the link for the peer's credits): nothing is dropped anywhere and
+#   nothing retransmitted, the two ports exchange flow-control packets, and every byte
+#   is checked over it too.
 # Numbers come from `softhca status --json`: the port's congestion point and each QP's
 # packets sent and DCQCN state.
 #   test_congestion.sh RC_VERBS_TEST
@@ -110,8 +115,10 @@ jsonschema.validate(json.load(open(sys.argv[1])), json.load(open(sys.argv[2])))'
 [ "$cnps" -gt 0 ] || fail "no CNP reached the senders"
 # `softhca sample` writes the queue and the QPs' DCQCN state as CSV rows.
 samples=$("$SOFTHCA" sample --interval 0.05 --count 3)
-[ "$(grep -c ',queue_bytes,' <<<"$samples")" -eq 6 ] ||
+[ "$(grep -cE ',device:[^,/]+,queue_bytes,' <<<"$samples")" -eq 6 ] ||
     fail "softhca sample did not give each port's queue three times: $samples"
+[ "$(grep -cE ',device:[^,/]+/vl0,queue_bytes,' <<<"$samples")" -eq 6 ] ||
+    fail "softhca sample did not give each port's VL 0 queue three times: $samples"
 grep -q '^time_s,object,field,value$' <<<"$samples" || fail "softhca sample wrote no header"
 # The flows start at line rate, as on a NIC: their first burst may overflow the queue
 # before the first CNP is back. From then on, nothing.
@@ -128,3 +135,59 @@ for memory in heap shared; do
         fail "RC data integrity over the shaped link with DCQCN ($memory memory)"
 done
 echo "RC data integrity over the shaped link with DCQCN: heap and shared memory"
+
+# With link-level credits: lossless.
+"$SOFTHCA" down >/dev/null
+"$SOFTHCA" up --shape "$SHAPE" --link-credits buffer_kb=64 >/dev/null ||
+    fail "softhca up --link-credits failed"
+run_flows
+"$SOFTHCA" status | grep -E "shaped link|link credits|vl 0"
+read -r dropped tx_dropped retransmitted peak limit waits fc_in fc_out jain < <(
+    python3 - "$second" "${SOFTHCA_PREFIX}1" <<'EOF'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+device = sys.argv[2]
+ports = doc["devices"]
+sender = next(d for d in ports if d["name"] == device)
+cp = sender["congestion_point"]
+limit = int(cp["shape"].split("queue_kb=")[1]) * 1024
+vl0 = next(v for v in cp["vls"] if v["vl"] == 0)
+qps = [q for c in doc["contexts"] for q in c["qps"]]
+retransmitted = sum(q["counters"]["retransmitted"] + q["counters"]["timeouts"] for q in qps)
+rates = [q["counters"]["packets_sent"] for c in doc["contexts"] if c["device"] == device
+         for q in c["qps"]]
+jain = sum(rates) ** 2 / (len(rates) * sum(r * r for r in rates)) if rates and max(rates) else 0
+print(sum(d["congestion_point"]["dropped"] for d in ports),
+      sum(d["counters"]["tx_dropped"] for d in ports), retransmitted,
+      cp["peak_queue_bytes"], limit, vl0["credit_waits"],
+      min(d["congestion_point"]["link_credits"]["flow_control_received"] for d in ports),
+      min(d["congestion_point"]["link_credits"]["flow_control_sent"] for d in ports),
+      "%.3f" % jain)
+EOF
+) || fail "no lossless status measured"
+echo "with link credits: dropped $dropped at the queues, $tx_dropped at the ports," \
+    "retransmitted $retransmitted; the sender's queue peaked at $peak of $limit bytes;" \
+    "VL 0 waited for credits $waits times; flow-control packets in $fc_in, out $fc_out; Jain $jain"
+[ "$dropped" -eq 0 ] || fail "a lossless queue dropped $dropped frames"
+[ "$tx_dropped" -eq 0 ] || fail "a lossless port dropped $tx_dropped frames"
+[ "$retransmitted" -eq 0 ] || fail "with link credits $retransmitted packets were retransmitted"
+[ "$peak" -ge $((limit * 9 / 10)) ] ||
+    fail "the overload did not reach the queue's limit ($peak of $limit): nothing was held back"
+[ "$fc_in" -gt 0 ] && [ "$fc_out" -gt 0 ] || fail "the ports exchanged no flow-control packets"
+python3 -c 'import json, sys, jsonschema
+jsonschema.validate(json.load(open(sys.argv[1])), json.load(open(sys.argv[2])))' \
+    "$second" "$(dirname "$0")/../../docs/status.schema.json" ||
+    fail "the status with link credits does not match docs/status.schema.json"
+for memory in heap shared; do
+    "$SOFTHCA" exec -- env SOFTHCA_PREFIX="$SOFTHCA_PREFIX" SOFTHCA_TEST_MEMORY=$memory \
+        timeout 300 "$RC_VERBS_TEST" "[integrity]" >/dev/null ||
+        fail "RC data integrity over the lossless link ($memory memory)"
+done
+read -r dropped tx_dropped < <("$SOFTHCA" status --json | python3 -c '
+import json, sys
+ports = json.load(sys.stdin)["devices"]
+print(sum(d["congestion_point"]["dropped"] for d in ports),
+      sum(d["counters"]["tx_dropped"] for d in ports))')
+[ "$dropped" -eq 0 ] && [ "$tx_dropped" -eq 0 ] ||
+    fail "the integrity runs lost frames on the lossless link ($dropped, $tx_dropped)"
+echo "RC data integrity over the lossless link: heap and shared memory, nothing dropped"

@@ -162,6 +162,46 @@ TEST_CASE("congestion options: a shaped link, ECN marking, DCQCN, all off by def
     CHECK_FALSE(error.empty());
 }
 
+TEST_CASE("link credits: off by default, a lossless queue per VL, refused where they cannot "
+          "work") {
+    std::string error;
+    auto plain = parse({"--run-dir", "/r", "--provider-prefix", "/p"}, error);
+    REQUIRE(plain);
+    CHECK(plain->congestion_point.credit_buffer_bytes == 0);
+    // "on": 64 KiB per VL, and a queue (no rate) twice that to hold the senders back.
+    auto on = parse({"--run-dir", "/r", "--provider-prefix", "/p", "--link-credits", "on"}, error);
+    REQUIRE(on);
+    CHECK(on->congestion_point.credit_buffer_bytes == 64 * 1024);
+    CHECK(on->congestion_point.credit_refresh_ns == 1'000'000);
+    CHECK(on->congestion_point.shaper.enabled());
+    CHECK(on->congestion_point.shaper.rate_bps == 0);
+    CHECK(on->congestion_point.shaper.queue_limit_bytes == 128 * 1024);
+    // With a shaped link its queue is the one, and lanes may be given without --shape.
+    auto shaped = parse({"--run-dir", "/r", "--provider-prefix", "/p", "--shape",
+                         "rate_mbps=2000,queue_kb=512", "--link-credits",
+                         "buffer_kb=16,refresh_us=200", "--vl-arbitration", "high=1:255;low=0:64"},
+                        error);
+    REQUIRE(shaped);
+    CHECK(shaped->congestion_point.credit_buffer_bytes == 16 * 1024);
+    CHECK(shaped->congestion_point.credit_refresh_ns == 200'000);
+    CHECK(shaped->congestion_point.shaper.queue_limit_bytes == 512 * 1024);
+    CHECK(parse(
+        {"--run-dir", "/r", "--provider-prefix", "/p", "--link-credits", "on", "--sl-to-vl", "3:1"},
+        error));
+    // Past 2048 blocks (C7-63), unknown keys, and kernel UDP ports (no link to credit).
+    for (const char* bad : {"buffer_kb=129", "buffer_kb=0", "refresh_us=1", "size=4", "x"}) {
+        error.clear();
+        CHECK_FALSE(
+            parse({"--run-dir", "/r", "--provider-prefix", "/p", "--link-credits", bad}, error));
+        CHECK(error.find("--link-credits") != std::string::npos);
+    }
+    error.clear();
+    CHECK_FALSE(parse({"--run-dir", "/r", "--provider-prefix", "/p", "--port", "udp@198.18.0.1",
+                       "--link-credits", "on"},
+                      error));
+    CHECK(error.find("--link-credits is for DPDK ports") != std::string::npos);
+}
+
 TEST_CASE("PCI devargs are told apart from virtual devices") {
     CHECK(is_pci_devargs("0000:3b:00.0"));
     CHECK(is_pci_devargs("3b:00.1,txq_inline=128"));

@@ -59,6 +59,7 @@ class CreditReceiver {
     // The limit to advertise now.
     uint16_t credit_limit() const;
     uint32_t used_blocks() const { return used_; }
+    uint16_t abr() const { return abr_; }
     uint32_t capacity_blocks() const { return capacity_; }
 
   private:
