@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Benchmark (not a test): two bulk RC flows (ib_write_bw -q 2, 64 KiB writes) into one
 # port whose link is shaped to 2 Gb/s with a 512 KiB queue and ECN marking on it, once
-# without DCQCN and once with it, sampled every 50 ms with `softhca sample`. Prints each
+# without DCQCN, once with it, and once with link-level credits between the two ports
+# instead (lossless: no DCQCN), sampled every 50 ms with `softhca sample`. Prints each
 # run's throughput, drops and queue, and plots the two flows' rates and the queue depth
-# over time, DCQCN off and on (default build/congestion.png; the README shows it).
+# over time for the three (default build/congestion.png; the README shows it).
 #
 #   tools/bench-congestion.sh [PLOT.png]
 # Needs a build (tools/build.sh) and root; installs gnuplot if missing.
@@ -63,6 +64,7 @@ run() {
 
 run off
 run on --dcqcn "$DCQCN"
+run credits --link-credits buffer_kb=64
 
 series() {
     local name=$1 f
@@ -75,9 +77,9 @@ series() {
 }
 
 gnuplot <<EOF
-set terminal pngcairo size 1100,700
+set terminal pngcairo size 1100,1000
 set output "$plot"
-set multiplot layout 2,1 title "Two RC flows into a 2 Gb/s shaped link (512 KiB queue, ECN kmin 16 / kmax 64 KiB)"
+set multiplot layout 3,1 title "Two RC flows into a 2 Gb/s shaped link (512 KiB queue, ECN kmin 16 / kmax 64 KiB)"
 set xlabel "seconds"
 set ylabel "Mb/s"
 set y2label "queue KiB"
@@ -90,6 +92,8 @@ set title "DCQCN off: the queue fills, frames are dropped, RC goes back N (sends
 plot $(series off "off")
 set title "DCQCN on: CNPs pace the requesters, the queue stays short, the flows share"
 plot $(series on "on")
+set title "Link-level credits, no DCQCN: the full queue holds the requesters back; nothing dropped, nothing resent"
+plot $(series credits "credits")
 unset multiplot
 EOF
 echo "plot: $plot"

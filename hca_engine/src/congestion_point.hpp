@@ -88,6 +88,7 @@ template <typename Frame> class CongestionPoint {
                          CongestionPointCounters& counters) {
         if (!credits_)
             return;
+        last_flow_control_ns_ = now;
         if (count < 0)
             credits_->malformed();
         shaper_.update_credits(now, [&] {
@@ -145,6 +146,13 @@ template <typename Frame> class CongestionPoint {
         look(now, counters);
         return n;
     }
+    // Whether a VL waits for credits from a peer that answered within the last 10 ms:
+    // they are on the way, and the engine should look for them rather than sleep (a peer
+    // that went quiet is asked again at the refresh, and the engine may sleep until then).
+    bool awaiting_credits(uint64_t now) const {
+        return credits_ && credits_->next_refresh() != UINT64_MAX &&
+               now - last_flow_control_ns_ < 10'000'000;
+    }
     // When the next frame arrives (or a VL waiting for credits asks again), or UINT64_MAX.
     uint64_t next_release() const {
         return std::min(shaper_.next_release(), credits_ ? credits_->next_refresh() : UINT64_MAX);
@@ -175,6 +183,7 @@ template <typename Frame> class CongestionPoint {
     LinkShaper<Frame> shaper_;
     // Owned here, at a fixed address the shaper keeps (a CongestionPoint is moved).
     std::unique_ptr<transport::LinkCreditPort> credits_;
+    uint64_t last_flow_control_ns_ = 0; // a flow-control frame last came
     std::optional<transport::EcnMarkingParameters> marking_;
     transport::EcnMarker marker_;
     std::mt19937_64 rng_{1};

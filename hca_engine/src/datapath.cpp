@@ -177,7 +177,8 @@ bool Datapath::poll(uint64_t now) {
     for (auto& device : tables_.srqs_by_device)
         for (auto& [srqn, srq] : device)
             srq->sync();
-    return busy;
+    // Requesters held back by a lossless port: their credits come in the next frames.
+    return busy || ports_.awaiting_credits(now);
 }
 
 uint64_t Datapath::next_deadline() const {

@@ -424,6 +424,13 @@ bool DpdkPortSet::tx_room(size_t index, uint8_t vl, uint32_t bytes) {
     return !link.lossless() || link.room(monotonic_ns(), vl, bytes);
 }
 
+bool DpdkPortSet::awaiting_credits(uint64_t now) const {
+    for (const auto& queue : dpdk_->tx)
+        if (queue.link.awaiting_credits(now))
+            return true;
+    return false;
+}
+
 uint64_t DpdkPortSet::next_tx_release() const {
     uint64_t next = UINT64_MAX;
     for (const auto& queue : dpdk_->tx)

@@ -30,6 +30,7 @@ class DpdkPortSet final : public PortSet {
     size_t flush() override;
     uint64_t next_tx_release() const override;
     bool tx_room(size_t index, uint8_t vl, uint32_t bytes) override;
+    bool awaiting_credits(uint64_t now) const override;
 
   private:
     // Writes a frame the port sends to its capture, if it has one.

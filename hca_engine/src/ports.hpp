@@ -143,6 +143,13 @@ class PortSet {
         return true;
     }
 
+    // Whether a lossless port waits for credits its peer is about to send (the engine
+    // keeps polling for them instead of sleeping).
+    virtual bool awaiting_credits(uint64_t now) const {
+        (void)now;
+        return false;
+    }
+
     // Descriptors that become readable when a port has received something, for the
     // engine to sleep on (drained by reading 8 bytes); none for polled ports.
     virtual std::vector<int> wakeup_fds() const { return {}; }
