@@ -92,7 +92,7 @@ set title "DCQCN off: the queue fills, frames are dropped, RC goes back N (sends
 plot $(series off "off")
 set title "DCQCN on: CNPs pace the requesters, the queue stays short, the flows share"
 plot $(series on "on")
-set title "Link-level credits, no DCQCN: the full queue holds the requesters back; nothing dropped, nothing resent"
+set title "Link credits, no DCQCN: the full queue holds the requesters back, none dropped or resent"
 plot $(series credits "credits")
 unset multiplot
 EOF

@@ -151,8 +151,12 @@ bool Datapath::poll(uint64_t now) {
     round_.swap(active_);
     for (EngineQp* qp : round_)
         qp->scheduling().active = false;
-    for (size_t i = 0; i < round_.size(); ++i) {
-        EngineQp& qp = *round_[i];
+    // Each round starts one QP further along: when what may be sent is short (a full
+    // lossless queue's room, a paced port), no QP is always the first to take it.
+    const size_t first = round_.empty() ? 0 : rounds_ % round_.size();
+    ++rounds_;
+    for (size_t k = 0; k < round_.size(); ++k) {
+        EngineQp& qp = *round_[(first + k) % round_.size()];
         ++qp_visits_;
         if (qp.transport().next_deadline() <= now)
             qp.transport().on_timer(now);

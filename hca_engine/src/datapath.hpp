@@ -129,6 +129,7 @@ class Datapath final : public QpSchedule, public MadSender {
     size_t senders_ = 0; // QPs that sent in the last round: they share the next one's budget
     std::vector<EngineQp*> active_; // to visit next round
     std::vector<EngineQp*> round_;  // being visited
+    uint64_t rounds_ = 0;           // rounds run: where the next one starts in round_
     std::vector<TimerEntry> timers_;
     uint64_t qp_visits_ = 0;
     uint64_t queue_pulls_ = 0;

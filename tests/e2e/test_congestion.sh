@@ -14,8 +14,8 @@
 #   With link-level credits between the two ports instead (no ECN, no DCQCN): the same
 #   overload fills the sender's queue to its limit and no further (the requesters wait
 #   for room, and the link for the peer's credits): nothing is dropped anywhere and
-#   nothing retransmitted, the two ports exchange flow-control packets, and every byte
-#   is checked over it too.
+#   nothing retransmitted, the two flows share the link (Jain >= 0.9), the two ports
+#   exchange flow-control packets, and every byte is checked over it too.
 # Numbers come from `softhca status --json`: the port's congestion point and each QP's
 # packets sent and DCQCN state.
 #   test_congestion.sh RC_VERBS_TEST
@@ -174,6 +174,10 @@ echo "with link credits: dropped $dropped at the queues, $tx_dropped at the port
 [ "$peak" -ge $((limit * 9 / 10)) ] ||
     fail "the overload did not reach the queue's limit ($peak of $limit): nothing was held back"
 [ "$fc_in" -gt 0 ] && [ "$fc_out" -gt 0 ] || fail "the ports exchanged no flow-control packets"
+# The room a full queue frees goes to each held-back requester in turn (the data path
+# starts each round one QP further along).
+python3 -c "import sys; sys.exit(0 if $jain >= 0.9 else 1)" ||
+    fail "the two flows did not share the lossless link: Jain's index $jain"
 python3 -c 'import json, sys, jsonschema
 jsonschema.validate(json.load(open(sys.argv[1])), json.load(open(sys.argv[2])))' \
     "$second" "$(dirname "$0")/../../docs/status.schema.json" ||
