@@ -416,6 +416,14 @@ bool Datapath::transmit(EngineQp& qp, uint64_t now, size_t budget) {
     bool local = false;
     if (!per_packet && !resolve_destination(qp, port, now, local))
         return false;
+    // The port's global traffic class, if it has one, instead of the address vector's (as
+    // a ConnectX's "Global tclass"); DCQCN's ECN bits go on top of it below.
+    const auto global_traffic_class = [&] {
+        if (info.global_traffic_class >= 0)
+            qp.addressing().traffic_class = static_cast<uint8_t>(info.global_traffic_class);
+    };
+    if (!per_packet)
+        global_traffic_class();
     // DCQCN's reaction point: requests leave ECN-capable, at the QP's rate.
     QpCongestion* cc = per_packet ? nullptr : congestion_of(qp);
     if (cc) {
@@ -426,9 +434,11 @@ bool Datapath::transmit(EngineQp& qp, uint64_t now, size_t budget) {
     }
     bool sent = false;
     for (size_t i = 0; i < budget; ++i) {
-        if (per_packet &&
-            (!queue.wants_transmit(now) || !resolve_destination(qp, port, now, local)))
-            break;
+        if (per_packet) {
+            if (!queue.wants_transmit(now) || !resolve_destination(qp, port, now, local))
+                break;
+            global_traffic_class();
+        }
         if (cc && !local && !cc->may_send(now)) {
             ++cc->paced;
             cc->wake_at = cc->paced_until();

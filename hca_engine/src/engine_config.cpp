@@ -28,6 +28,7 @@ const char* engine_usage() {
            "                      [--vl-arbitration high=VL:W,..;low=VL:W,..;limit=N]\n"
            "                      [--sl-to-vl SL:VL,...]\n"
            "                      [--link-credits on|buffer_kb=K,refresh_us=U]\n"
+           "                      [--traffic-class TCLASS]\n"
            "DEVARGS is a DPDK device, or udp for a kernel UDP socket (io_uring) bound to\n"
            "the addresses.\n"
            "Without --port: two devices wired back to back inside the engine,\n"
@@ -205,6 +206,13 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
             }
             config.congestion_point.credit_buffer_bytes = credits.buffer_bytes;
             config.congestion_point.credit_refresh_ns = credits.refresh_ns;
+        } else if (arg == "--traffic-class" && (v = value())) {
+            uint32_t tclass = 0;
+            if (!parse_number(v, 0, 255, tclass)) {
+                error = "--traffic-class must be 0..255 (DSCP << 2 | ECN)";
+                return std::nullopt;
+            }
+            config.traffic_class = static_cast<int>(tclass);
         } else if (arg == "--cnp-interval-us" && (v = value())) {
             uint32_t us = 0;
             if (!parse_number(v, 0, 1'000'000, us)) {

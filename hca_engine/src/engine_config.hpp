@@ -43,6 +43,10 @@ struct EngineConfig {
     // ECN-capable, CNPs for marked ones, requesters paced at the rate CNPs leave them).
     CongestionPointConfig congestion_point; // its arbitration: --vl-arbitration
     transport::SlToVlTable sl_to_vl;        // --sl-to-vl, every port
+    // --traffic-class: the port's global traffic class (a ConnectX's "Global tclass" under
+    // MLNX_OFED, /sys/class/infiniband/DEV/tc/PORT/traffic_class): every QP's packets
+    // carry it instead of their address vector's. -1: none.
+    int traffic_class = -1;
     bool dcqcn = false;
     transport::DcqcnParameters dcqcn_parameters;
     uint64_t cnp_interval_ns = 50'000;

@@ -78,7 +78,7 @@ kernel_shim::InstanceRegistration make_registration(const EngineConfig& config,
         d.node_guid = device.node_guid;
         d.fw_ver = kFirmwareVersion;
         d.engine_socket = config.socket_path();
-        d.ports.push_back({port.gids, port.netdev});
+        d.ports.push_back({port.gids, port.netdev, port.global_traffic_class});
         reg.devices.push_back(d);
     }
     reg.rdma_cm_socket = config.rdma_cm_socket_path();

@@ -92,6 +92,8 @@ struct PortInfo {
     CongestionPointCounters congestion_point_counters;
     // Which VL a frame of each SL leaves on (IBTA 7.6.6): SL n on VL n by default.
     transport::SlToVlTable sl_to_vl;
+    // The global traffic class every QP's packets carry (--traffic-class), or -1.
+    int global_traffic_class = -1;
     // The rate the port sends at: the shaped link's, else the link's, else 100 Gb/s.
     double line_rate_bps() const {
         if (congestion_point.shaper.rate_bps > 0)

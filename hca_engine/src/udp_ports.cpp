@@ -171,6 +171,7 @@ UdpPortSet::UdpPortSet(const EngineConfig& config) : uring_(std::make_unique<Uri
         info.max_eth_mtu = interface.mtu;
         info.eth_mtu = std::min<uint32_t>(config.eth_mtu, interface.mtu);
         info.link_up = interface_running(interface.name, u.ioctl_fd);
+        info.global_traffic_class = config.traffic_class;
         // The kernel owns the interface's link-local address: only the port's own.
         info.gids = build_gid_table(info.ipv4, info.ipv6, info.mac, false);
         info.faults = FaultInjector(config.faults, index);

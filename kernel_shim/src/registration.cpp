@@ -108,8 +108,17 @@ void write_device(const InstanceRegistration& instance, const DeviceRegistration
     write_file(ib_dir / "board_id", "softhca\n");
     write_file(ib_dir / "node_desc", device.ibdev_name + " softhca\n");
     write_file(ib_dir / kEngineSocketFile, device.engine_socket + "\n");
-    for (size_t i = 0; i < device.ports.size(); ++i)
+    for (size_t i = 0; i < device.ports.size(); ++i) {
         write_port(ib_dir / "ports" / std::to_string(i + 1), device.ports[i]);
+        // tc/PORT/traffic_class as MLNX_OFED's mlx5 has it (NVSHMEM reads it): "Global
+        // tclass=N" when the port has one, else empty. Read-only here: the engine's
+        // --traffic-class sets it.
+        const int tclass = device.ports[i].traffic_class;
+        const fs::path tc_dir = ib_dir / "tc" / std::to_string(i + 1);
+        fs::create_directories(tc_dir);
+        write_file(tc_dir / "traffic_class",
+                   tclass >= 0 ? "Global tclass=" + std::to_string(tclass) + "\n" : "");
+    }
     write_device_link(root, device, ib_dir);
 
     // The character node libibverbs opens as cmd_fd; its number must match `dev`.

@@ -7,6 +7,7 @@
 #     and some marked Congestion Experienced (11) by the congested queue;
 #   on the receiver's port: CNPs (BTH opcode 129) in DSCP 26, Not-ECT, one per QP at most
 #     every 50 us, and ACKs in DSCP 26.
+# Then a port's global traffic class (--traffic-class) on every QP's packets and in sysfs.
 # The SL is not on a RoCEv2 wire (no VLAN tag here): it picks the VL inside the port.
 #   test_capture_qos.sh
 source "$(dirname "$0")/lib.sh"
@@ -53,3 +54,33 @@ awk '$4 == 129 && ($2 != 26 || $3 != 0) {bad = 1} END {exit bad}' <<<"$receiver"
 awk '$4 == 17 && $2 != 26 {bad = 1} END {exit bad}' <<<"$receiver" ||
     fail "an ACK left outside the flow's DSCP"
 echo "tshark: requests in DSCP 26 with ECT(0) and CE, $cnps CNPs back, ACKs in DSCP 26"
+
+# A port's global traffic class (--traffic-class, as a ConnectX's "Global tclass"): the
+# sysfs file NVSHMEM reads says it, and every QP's packets carry it, whatever their
+# address vector says (here perftest's default, 0): 106 is DSCP 26 with ECT(0).
+"$SOFTHCA" up --traffic-class 106 --pcap "$dir/global" >/dev/null ||
+    fail "softhca up --traffic-class failed"
+tc_file=$("$SOFTHCA" exec -- cat "/sys/class/infiniband/${SOFTHCA_PREFIX}1/tc/1/traffic_class")
+[ "$tc_file" = "Global tclass=106" ] || fail "tc/1/traffic_class says '$tc_file'"
+port=$(free_port)
+"$SOFTHCA" exec -- timeout 60 ib_send_bw -d "${SOFTHCA_PREFIX}0" -x 0 -p "$port" -n 100 \
+    -s 65536 >"$dir/server.out" 2>&1 &
+server=$!
+wait_listening "$port" || fail "ib_send_bw server did not start: $(cat "$dir/server.out")"
+"$SOFTHCA" exec -- timeout 60 ib_send_bw -d "${SOFTHCA_PREFIX}1" -x 0 -p "$port" -n 100 \
+    -s 65536 127.0.0.1 >"$dir/client.out" 2>&1 || fail "ib_send_bw failed: $(cat "$dir/client.out")"
+wait "$server" || fail "ib_send_bw server failed: $(cat "$dir/server.out")"
+"$SOFTHCA" down >/dev/null
+sender=$(decode "$dir/global-${SOFTHCA_PREFIX}1.pcap")
+receiver=$(decode "$dir/global-${SOFTHCA_PREFIX}0.pcap")
+echo "with --traffic-class 106, sender's port:"
+echo "$sender"
+[ "$(awk '$4 <= 4 {s += $1} END {print s + 0}' <<<"$sender")" -gt 100 ] || fail "no requests captured"
+awk '$4 <= 4 && ($2 != 26 || $3 != 2) {bad = 1} END {exit bad}' <<<"$sender" ||
+    fail "a request left outside the global traffic class (DSCP 26, ECT(0))"
+awk '$4 == 17 && ($2 != 26 || $3 != 2) {bad = 1} END {exit bad}' <<<"$receiver" ||
+    fail "an ACK left outside the global traffic class"
+"$SOFTHCA" up >/dev/null || fail "softhca up failed"
+tc_file=$("$SOFTHCA" exec -- cat "/sys/class/infiniband/${SOFTHCA_PREFIX}1/tc/1/traffic_class")
+[ -z "$tc_file" ] || fail "without --traffic-class tc/1/traffic_class says '$tc_file'"
+echo "tshark: with a global traffic class every request and ACK in DSCP 26 with ECT(0); the tc file says it"

@@ -202,6 +202,25 @@ TEST_CASE("link credits: off by default, a lossless queue per VL, refused where 
     CHECK(error.find("--link-credits is for DPDK ports") != std::string::npos);
 }
 
+TEST_CASE("--traffic-class: the ports' global traffic class, none by default") {
+    std::string error;
+    auto plain = parse({"--run-dir", "/r", "--provider-prefix", "/p"}, error);
+    REQUIRE(plain);
+    CHECK(plain->traffic_class == -1);
+    auto set =
+        parse({"--run-dir", "/r", "--provider-prefix", "/p", "--traffic-class", "106"}, error);
+    REQUIRE(set);
+    CHECK(set->traffic_class == 106);
+    CHECK(parse({"--run-dir", "/r", "--provider-prefix", "/p", "--traffic-class", "0"}, error)
+              ->traffic_class == 0);
+    for (const char* bad : {"256", "-1", "x", ""}) {
+        error.clear();
+        CHECK_FALSE(
+            parse({"--run-dir", "/r", "--provider-prefix", "/p", "--traffic-class", bad}, error));
+        CHECK(error.find("--traffic-class") != std::string::npos);
+    }
+}
+
 TEST_CASE("PCI devargs are told apart from virtual devices") {
     CHECK(is_pci_devargs("0000:3b:00.0"));
     CHECK(is_pci_devargs("3b:00.1,txq_inline=128"));

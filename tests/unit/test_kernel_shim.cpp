@@ -34,7 +34,7 @@ TEST_CASE("registration writes the tree libibverbs reads and removal takes it al
     dev.node_guid = 0x005348fffe000001ull;
     dev.fw_ver = "9.9.9";
     dev.engine_socket = "/run/x.sock";
-    dev.ports.push_back({{softhca::transport::gid_from_ipv4(0xc6120001u)}, ""});
+    dev.ports.push_back({{softhca::transport::gid_from_ipv4(0xc6120001u)}, "", 106});
     reg.devices.push_back(dev);
 
     Manifest manifest((base / "manifest").string());
@@ -52,6 +52,8 @@ TEST_CASE("registration writes the tree libibverbs reads and removal takes it al
     CHECK(slurp(ib / "ports/1/gid_attrs/types/0") == "RoCE v2\n");
     CHECK(slurp(ib / "ports/1/gid_attrs/ndevs/0").empty());
     CHECK(slurp(ib / "ports/1/pkeys/0") == "0xffff\n");
+    // The port's global traffic class where MLNX_OFED's mlx5 has it (NVSHMEM reads it).
+    CHECK(slurp(ib / "tc/1/traffic_class") == "Global tclass=106\n");
     CHECK(slurp(reg.driver_file) == "driver /opt/softhca/libsofthca\n");
 
     struct stat st {};

@@ -27,6 +27,7 @@ constexpr const char* kEngineSocketFile = "softhca_engine_socket";
 struct PortRegistration {
     std::vector<transport::Gid> gids; // the GID table from index 0, every entry RoCE v2
     std::string netdev;               // kernel interface behind the port, empty for a built-in wire
+    int traffic_class = -1;           // the port's global traffic class, -1: none
 };
 
 struct DeviceRegistration {
