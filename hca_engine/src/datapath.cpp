@@ -273,6 +273,8 @@ void Datapath::handle_frame(size_t port, const uint8_t* data, uint32_t length, u
             ++counters.rx_no_qp;
             return;
         }
+        packet.sl =
+            frame.addressing.priority > 0 ? static_cast<uint8_t>(frame.addressing.priority) : 0;
         for (EngineQp* qp : *members) {
             qp->transport().receive(packet, now, grh);
             activate(*qp);
@@ -303,6 +305,7 @@ void Datapath::handle_frame(size_t port, const uint8_t* data, uint32_t length, u
     if (congestion_.enabled && packet.info->request &&
         tp::ecn_of(frame.addressing.traffic_class) == tp::Ecn::Ce)
         notify_congestion(port, *qp, now);
+    packet.sl = frame.addressing.priority > 0 ? static_cast<uint8_t>(frame.addressing.priority) : 0;
     qp->transport().receive(packet, now, packet.deth ? grh : nullptr);
     activate(*qp);
 }
@@ -444,10 +447,13 @@ bool Datapath::transmit(EngineQp& qp, uint64_t now, size_t budget) {
             cc->wake_at = cc->paced_until();
             break;
         }
-        const size_t front = tp::roce_header_bytes(addressing);
-        // Its VL: the port's SL-to-VL table of the QP's SL, or the UD request's.
+        // Its SL: the QP's, or the UD request's. Its VL: the port's SL-to-VL table's for
+        // it; with priority tags the SL is also the frame's 802.1Q priority.
         const tp::AddressVector* av = per_packet ? queue.next_destination() : nullptr;
-        const uint8_t vl = info.sl_to_vl.vl(av ? av->sl : qp.sl());
+        const uint8_t sl = av ? av->sl : qp.sl();
+        const uint8_t vl = info.sl_to_vl.vl(sl);
+        qp.addressing().priority = info.priority_tag ? static_cast<int8_t>(sl & 7) : -1;
+        const size_t front = tp::roce_header_bytes(addressing);
         // Multicast leaves on the wire and reaches this device's own members too.
         const bool multicast = gid_is_ipv4_multicast(addressing.dst_gid);
         if (local || multicast) {

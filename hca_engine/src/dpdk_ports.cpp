@@ -181,6 +181,7 @@ DpdkPortSet::DpdkPortSet(const EngineConfig& config) : dpdk_(std::make_unique<Dp
         info.congestion_point = config.congestion_point;
         info.sl_to_vl = config.sl_to_vl;
         info.global_traffic_class = config.traffic_class;
+        info.priority_tag = config.priority_tag;
         if (!config.pcap_prefix.empty()) {
             info.capture = std::make_shared<PcapWriter>();
             const std::string path =

@@ -28,7 +28,7 @@ const char* engine_usage() {
            "                      [--vl-arbitration high=VL:W,..;low=VL:W,..;limit=N]\n"
            "                      [--sl-to-vl SL:VL,...]\n"
            "                      [--link-credits on|buffer_kb=K,refresh_us=U]\n"
-           "                      [--traffic-class TCLASS]\n"
+           "                      [--traffic-class TCLASS] [--priority-tag]\n"
            "DEVARGS is a DPDK device, or udp for a kernel UDP socket (io_uring) bound to\n"
            "the addresses.\n"
            "Without --port: two devices wired back to back inside the engine,\n"
@@ -206,6 +206,8 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
             }
             config.congestion_point.credit_buffer_bytes = credits.buffer_bytes;
             config.congestion_point.credit_refresh_ns = credits.refresh_ns;
+        } else if (arg == "--priority-tag") {
+            config.priority_tag = true;
         } else if (arg == "--traffic-class" && (v = value())) {
             uint32_t tclass = 0;
             if (!parse_number(v, 0, 255, tclass)) {
@@ -254,6 +256,11 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
         !config.congestion_point.arbitration.serves(vl0)) {
         error = "--vl-arbitration: VL " + std::to_string(vl0) +
                 " (SL 0's) is in neither table, so nothing on SL 0 would ever be sent";
+        return std::nullopt;
+    }
+    if (udp_ports && config.priority_tag) {
+        error = "--priority-tag is for DPDK ports (a kernel UDP socket sends no Ethernet "
+                "header of ours)";
         return std::nullopt;
     }
     if (udp_ports && config.congestion_point.credit_buffer_bytes) {

@@ -47,6 +47,10 @@ struct EngineConfig {
     // MLNX_OFED, /sys/class/infiniband/DEV/tc/PORT/traffic_class): every QP's packets
     // carry it instead of their address vector's. -1: none.
     int traffic_class = -1;
+    // --priority-tag: RoCE frames carry an 802.1Q priority tag (VID 0) whose PCP is the
+    // SL (as Linux's RoCE maps an address's SL to the VLAN priority), so the SL is on the
+    // wire and in the receiver's completions (wc.sl). DPDK ports only.
+    bool priority_tag = false;
     bool dcqcn = false;
     transport::DcqcnParameters dcqcn_parameters;
     uint64_t cnp_interval_ns = 50'000;

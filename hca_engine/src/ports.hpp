@@ -94,6 +94,8 @@ struct PortInfo {
     transport::SlToVlTable sl_to_vl;
     // The global traffic class every QP's packets carry (--traffic-class), or -1.
     int global_traffic_class = -1;
+    // RoCE frames carry a priority tag with the SL as PCP (--priority-tag).
+    bool priority_tag = false;
     // The rate the port sends at: the shaped link's, else the link's, else 100 Gb/s.
     double line_rate_bps() const {
         if (congestion_point.shaper.rate_bps > 0)

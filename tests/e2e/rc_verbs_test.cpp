@@ -156,6 +156,28 @@ TEST_CASE("inline sends, unsignaled requests, zero-length WRITE_WITH_IMM and zer
     }
 }
 
+TEST_CASE("an RC receive's completion reports the SL its packets came on", "[sl]") {
+    // The SL is on a RoCE wire only in an 802.1Q priority tag (softhca up --priority-tag;
+    // the capture test runs this so, with SOFTHCA_TEST_PRIORITY_TAG set): a ConnectX
+    // reports the tag's priority, and 0 for untagged frames.
+    Path path;
+    path.sl = 3;
+    Pair p(path);
+    Buffer src(dev(1), 4096, kAllAccess), dst(dev(0), 4096, kAllAccess);
+    fill(src, 4, 0, 256);
+    ibv_sge rsge{dst.addr(), 256, dst.mr->lkey};
+    post_recv(p.a, 1, &rsge, 1);
+    ibv_sge sge{src.addr(), 256, src.mr->lkey};
+    ibv_send_wr wr = signaled_wr(IBV_WR_SEND, &sge);
+    post(p.b, wr);
+    CHECK(wait_completions(dev(1), 1)[0].status == IBV_WC_SUCCESS);
+    const ibv_wc wc = wait_completions(dev(0), 1)[0];
+    REQUIRE(wc.status == IBV_WC_SUCCESS);
+    CHECK(wc.opcode == IBV_WC_RECV);
+    CHECK(wc.sl == (std::getenv("SOFTHCA_TEST_PRIORITY_TAG") ? 3 : 0));
+    CHECK(matches(dst, 4, 0, 256));
+}
+
 TEST_CASE("a QP connected to itself") {
     ibv_qp* qp = make_qp(dev(0));
     connect(qp, qp->qp_num, dev(0).gid);

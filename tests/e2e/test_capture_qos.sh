@@ -9,8 +9,13 @@
 #     every 50 us, and ACKs in DSCP 26.
 # Then a port's global traffic class (--traffic-class) on every QP's packets and in sysfs.
 # The SL is not on a RoCEv2 wire (no VLAN tag here): it picks the VL inside the port.
-#   test_capture_qos.sh
+# And with priority tags (--priority-tag): every RoCE frame carries an 802.1Q tag with
+# VID 0 and the SL as its priority (tshark's vlan.priority), and an RC receive's
+# completion reports the sender's SL (wc.sl; a UD receive's SL bits carry the frame's
+# network header type instead, as on a ConnectX).
+#   test_capture_qos.sh RC_VERBS_TEST
 source "$(dirname "$0")/lib.sh"
+rc_verbs_test=${1:?path to rc_verbs_test}
 command -v tshark >/dev/null || fail "tshark is missing (tools/install-deps.sh installs it)"
 dir=$(mktemp -d)
 trap '"$SOFTHCA" down >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
@@ -84,3 +89,38 @@ awk '$4 == 17 && ($2 != 26 || $3 != 2) {bad = 1} END {exit bad}' <<<"$receiver" 
 tc_file=$("$SOFTHCA" exec -- cat "/sys/class/infiniband/${SOFTHCA_PREFIX}1/tc/1/traffic_class")
 [ -z "$tc_file" ] || fail "without --traffic-class tc/1/traffic_class says '$tc_file'"
 echo "tshark: with a global traffic class every request and ACK in DSCP 26 with ECT(0); the tc file says it"
+"$SOFTHCA" down >/dev/null
+
+# Priority tags: the SL on the wire and in completions.
+"$SOFTHCA" up --priority-tag --pcap "$dir/tagged" >/dev/null || fail "softhca up --priority-tag failed"
+port=$(free_port)
+"$SOFTHCA" exec -- timeout 60 ib_send_bw -d "${SOFTHCA_PREFIX}0" -x 0 -p "$port" -S 5 -n 100 \
+    -s 65536 >"$dir/server.out" 2>&1 &
+server=$!
+wait_listening "$port" || fail "ib_send_bw server did not start: $(cat "$dir/server.out")"
+"$SOFTHCA" exec -- timeout 60 ib_send_bw -d "${SOFTHCA_PREFIX}1" -x 0 -p "$port" -S 5 -n 100 \
+    -s 65536 127.0.0.1 >"$dir/client.out" 2>&1 || fail "ib_send_bw -S 5 failed: $(cat "$dir/client.out")"
+wait "$server" || fail "ib_send_bw server failed: $(cat "$dir/server.out")"
+"$SOFTHCA" exec -- env SOFTHCA_PREFIX="$SOFTHCA_PREFIX" SOFTHCA_TEST_PRIORITY_TAG=1 timeout 60 \
+    "$rc_verbs_test" "[sl]" >"$dir/rc.out" 2>&1 ||
+    fail "an RC receive did not report the sender's SL 3 in wc.sl: $(tail -30 "$dir/rc.out")"
+"$SOFTHCA" down >/dev/null
+tagged() {
+    tshark -r "$1" -Y "udp.dstport == 4791" -T fields -e vlan.priority -e vlan.id \
+        -e infiniband.bth.opcode 2>/dev/null | sort | uniq -c
+}
+sender=$(tagged "$dir/tagged-${SOFTHCA_PREFIX}1.pcap")
+receiver=$(tagged "$dir/tagged-${SOFTHCA_PREFIX}0.pcap")
+echo "with --priority-tag (count, priority, VLAN ID, opcode), sender's port:"
+echo "$sender"
+echo "receiver's port:"
+echo "$receiver"
+[ "$(awk '$2 == 5 && $3 == 0 && $4 <= 4 {s += $1} END {print s + 0}' <<<"$sender")" -ge 1500 ] ||
+    fail "the SL 5 flow's requests did not carry priority 5 in a VID 0 tag"
+# (The SL 3 SEND's ACK is on priority 3.)
+[ "$(awk '$4 == 17 && $2 == 5 {s += $1} END {print s + 0}' <<<"$receiver")" -ge 1 ] &&
+    awk '$4 == 17 && $2 != 5 && $2 != 3 {bad = 1} END {exit bad}' <<<"$receiver" ||
+    fail "an ACK of the SL 5 flow left without priority 5"
+[ "$(awk '$2 == 3 && $4 == 4 {s += $1} END {print s + 0}' <<<"$sender")" -ge 1 ] ||
+    fail "the SEND on SL 3 did not carry priority 3"
+echo "tshark: requests and ACKs of an SL 5 flow with priority 5 (VID 0), a SEND on SL 3 with priority 3 and wc.sl 3"

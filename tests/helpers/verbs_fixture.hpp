@@ -133,6 +133,7 @@ struct Path {
     uint8_t retry_cnt = 7;
     uint8_t timeout = 14;
     uint8_t rd_atomic = 4; // max_rd_atomic and max_dest_rd_atomic
+    uint8_t sl = 0;
 };
 
 // RESET -> INIT -> RTR -> RTS for a connected QP (RC, XRC or UC: the attributes each state
@@ -156,6 +157,7 @@ inline void connect(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& remote_gid, 
     a.ah_attr.grh.dgid = remote_gid;
     a.ah_attr.grh.hop_limit = 64;
     a.ah_attr.port_num = 1;
+    a.ah_attr.sl = path.sl;
     int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
     if (rc)
         mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;

@@ -221,6 +221,21 @@ TEST_CASE("--traffic-class: the ports' global traffic class, none by default") {
     }
 }
 
+TEST_CASE("--priority-tag: off by default, DPDK ports only") {
+    std::string error;
+    auto plain = parse({"--run-dir", "/r", "--provider-prefix", "/p"}, error);
+    REQUIRE(plain);
+    CHECK_FALSE(plain->priority_tag);
+    auto tagged = parse({"--run-dir", "/r", "--provider-prefix", "/p", "--priority-tag"}, error);
+    REQUIRE(tagged);
+    CHECK(tagged->priority_tag);
+    error.clear();
+    CHECK_FALSE(parse({"--run-dir", "/r", "--provider-prefix", "/p", "--port", "udp@198.18.0.1",
+                       "--priority-tag"},
+                      error));
+    CHECK(error.find("--priority-tag is for DPDK ports") != std::string::npos);
+}
+
 TEST_CASE("PCI devargs are told apart from virtual devices") {
     CHECK(is_pci_devargs("0000:3b:00.0"));
     CHECK(is_pci_devargs("3b:00.1,txq_inline=128"));

@@ -282,3 +282,42 @@ TEST_CASE("a CNP: opcode 0x81, BECN, the requester's QP, PSN 0, 16 reserved byte
         CHECK(packet.payload[i] == 0);
     CHECK(ib[kCnpBytes] == 0xee); // nothing written past it
 }
+
+TEST_CASE("a priority tag (802.1Q, VID 0) carries the SL; a VLAN's frame is not ours") {
+    for (const bool v4 : {true, false}) {
+        INFO((v4 ? "IPv4" : "IPv6"));
+        FrameAddressing a = addressing_between_two_gids(v4);
+        const size_t untagged = roce_header_bytes(a);
+        a.priority = 5;
+        CHECK(roce_header_bytes(a) == untagged + kVlanTagBytes);
+        std::vector<uint8_t> frame(256, 0);
+        auto* bth = reinterpret_cast<Bth*>(frame.data() + roce_header_bytes(a));
+        bth->set(op::rc(op::kSendOnly), false, 0, 0xffff, 0x11, true, 7);
+        a.traffic_class = (26 << 2) | 2;
+        const size_t length = finish_roce_frame(frame.data(), a, sizeof(Bth) + 64, 9);
+        CHECK(length == roce_header_bytes(a) + sizeof(Bth) + 64 + kIcrcBytes);
+        CHECK(load_be16(frame.data() + 12) == kEtherTypeVlan);
+        CHECK(load_be16(frame.data() + 14) == (5 << 13)); // PCP 5, DEI 0, VID 0
+        CHECK(load_be16(frame.data() + 16) == (v4 ? kEtherTypeIpv4 : kEtherTypeIpv6));
+        ParsedFrame parsed;
+        REQUIRE(parse_roce_frame(frame.data(), length, parsed) == FrameError::None);
+        CHECK(parsed.addressing.priority == 5);
+        CHECK(parsed.addressing.traffic_class == ((26 << 2) | 2));
+        CHECK(parsed.ib == frame.data() + roce_header_bytes(a));
+        // The congestion point finds the IP header behind the tag.
+        CHECK(mark_congestion_experienced(frame.data(), length));
+        REQUIRE(parse_roce_frame(frame.data(), length, parsed) == FrameError::None);
+        CHECK(parsed.addressing.traffic_class == ((26 << 2) | 3));
+        // Cut inside the tag, or tagged for VLAN 7: not a frame of a port on no VLAN.
+        CHECK(parse_roce_frame(frame.data(), 16, parsed) != FrameError::None);
+        std::vector<uint8_t> vlan = frame;
+        vlan[15] = 7;
+        CHECK(parse_roce_frame(vlan.data(), length, parsed) == FrameError::NotRoce);
+        CHECK_FALSE(mark_congestion_experienced(vlan.data(), length));
+        // Untagged frames say -1.
+        a.priority = -1;
+        const size_t plain = finish_roce_frame(frame.data(), a, sizeof(Bth) + 64, 9);
+        REQUIRE(parse_roce_frame(frame.data(), plain, parsed) == FrameError::None);
+        CHECK(parsed.addressing.priority == -1);
+    }
+}

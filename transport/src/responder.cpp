@@ -230,6 +230,7 @@ void QueuePair::complete_recv(const IbPacket& packet, uint32_t byte_len,
         c.with_grh = true;
     }
     c.network_header = network_header;
+    c.sl = packet.sl;
     if (packet.ieth) {
         c.with_invalidate = true;
         c.invalidated_rkey = packet.ieth->rkey();

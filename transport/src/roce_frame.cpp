@@ -61,9 +61,30 @@ uint32_t compute_icrc(const uint8_t* ip, size_t ip_length) {
 }
 
 size_t roce_header_bytes(const FrameAddressing& a) {
-    return kEthernetHeaderBytes +
+    return kEthernetHeaderBytes + (a.priority >= 0 ? kVlanTagBytes : 0) +
            (gid_is_ipv4_mapped(a.dst_gid) ? kIpv4HeaderBytes : kIpv6HeaderBytes) + kUdpHeaderBytes;
 }
+
+namespace {
+// Where a frame's IP header starts and which EtherType it has, past a priority tag (VID 0)
+// if there is one; 0 when the frame is too short or tagged for a VLAN (not ours).
+size_t network_offset(const uint8_t* frame, size_t length, uint16_t& ethertype, int8_t& pcp) {
+    if (length < kEthernetHeaderBytes)
+        return 0;
+    ethertype = load_be16(frame + 12);
+    pcp = -1;
+    if (ethertype != kEtherTypeVlan)
+        return kEthernetHeaderBytes;
+    if (length < kEthernetHeaderBytes + kVlanTagBytes)
+        return 0;
+    const uint16_t tci = load_be16(frame + 14);
+    if ((tci & 0x0fff) != 0)
+        return 0; // a VLAN's frame: a port is on no VLAN
+    pcp = static_cast<int8_t>(tci >> 13);
+    ethertype = load_be16(frame + 16);
+    return kEthernetHeaderBytes + kVlanTagBytes;
+}
+} // namespace
 
 size_t finish_roce_frame(uint8_t* frame, const FrameAddressing& a, size_t ib_length,
                          uint16_t ipv4_id, Icrc icrc_mode) {
@@ -71,8 +92,14 @@ size_t finish_roce_frame(uint8_t* frame, const FrameAddressing& a, size_t ib_len
     uint8_t* eth = frame;
     std::memcpy(eth, a.dst_mac.data(), 6);
     std::memcpy(eth + 6, a.src_mac.data(), 6);
-    store_be16(eth + 12, v4 ? kEtherTypeIpv4 : kEtherTypeIpv6);
-    uint8_t* ip = eth + kEthernetHeaderBytes;
+    size_t link_header = kEthernetHeaderBytes;
+    if (a.priority >= 0) {
+        store_be16(eth + 12, kEtherTypeVlan);
+        store_be16(eth + 14, static_cast<uint16_t>((a.priority & 7) << 13)); // VID 0
+        link_header += kVlanTagBytes;
+    }
+    store_be16(eth + link_header - 2, v4 ? kEtherTypeIpv4 : kEtherTypeIpv6);
+    uint8_t* ip = eth + link_header;
     const size_t ip_header = v4 ? kIpv4HeaderBytes : kIpv6HeaderBytes;
     const size_t udp_length = kUdpHeaderBytes + ib_length + kIcrcBytes;
     if (v4) {
@@ -108,19 +135,22 @@ size_t finish_roce_frame(uint8_t* frame, const FrameAddressing& a, size_t ib_len
     tail[1] = static_cast<uint8_t>(icrc >> 8);
     tail[2] = static_cast<uint8_t>(icrc >> 16);
     tail[3] = static_cast<uint8_t>(icrc >> 24);
-    return kEthernetHeaderBytes + ip_length + kIcrcBytes;
+    return link_header + ip_length + kIcrcBytes;
 }
 
 FrameError parse_roce_frame(const uint8_t* frame, size_t length, ParsedFrame& out, Icrc icrc) {
-    if (length < kEthernetHeaderBytes)
-        return FrameError::Malformed;
+    uint16_t ethertype = 0;
+    int8_t pcp = -1;
+    const size_t link_header = network_offset(frame, length, ethertype, pcp);
+    if (!link_header)
+        return length < kEthernetHeaderBytes ? FrameError::Malformed : FrameError::NotRoce;
     out = ParsedFrame{};
     FrameAddressing& a = out.addressing;
     std::memcpy(a.dst_mac.data(), frame, 6);
     std::memcpy(a.src_mac.data(), frame + 6, 6);
-    const uint16_t ethertype = load_be16(frame + 12);
-    const uint8_t* ip = frame + kEthernetHeaderBytes;
-    const size_t available = length - kEthernetHeaderBytes;
+    a.priority = pcp;
+    const uint8_t* ip = frame + link_header;
+    const size_t available = length - link_header;
     size_t ip_header = 0;
     size_t ip_total = 0;
     if (ethertype == kEtherTypeIpv4) {
@@ -199,15 +229,16 @@ void grh_from_frame(const ParsedFrame& frame, uint8_t (&grh)[40]) {
 }
 
 bool mark_congestion_experienced(uint8_t* frame, size_t length) {
-    if (length < kEthernetHeaderBytes + kIpv4HeaderBytes)
+    uint16_t ether_type = 0;
+    int8_t pcp = -1;
+    const size_t link_header = network_offset(frame, length, ether_type, pcp);
+    if (!link_header || length < link_header + kIpv4HeaderBytes)
         return false;
-    uint8_t* ip = frame + kEthernetHeaderBytes;
-    const uint16_t ether_type = load_be16(frame + 12);
+    uint8_t* ip = frame + link_header;
     if (ether_type == kEtherTypeIpv4 && (ip[0] >> 4) == 4) {
         const size_t header = static_cast<size_t>(ip[0] & 0xf) * 4;
         const uint8_t ecn = ip[1] & 3;
-        if (ecn == 0 || ecn == 3 || header < kIpv4HeaderBytes ||
-            length < kEthernetHeaderBytes + header)
+        if (ecn == 0 || ecn == 3 || header < kIpv4HeaderBytes || length < link_header + header)
             return false;
         ip[1] |= 3;
         store_be16(ip + 10, 0);
@@ -215,7 +246,7 @@ bool mark_congestion_experienced(uint8_t* frame, size_t length) {
         return true;
     }
     if (ether_type == kEtherTypeIpv6 && (ip[0] >> 4) == 6 &&
-        length >= kEthernetHeaderBytes + kIpv6HeaderBytes) {
+        length >= link_header + kIpv6HeaderBytes) {
         // The traffic class spans the low nibble of byte 0 and the high one of byte 1:
         // its ECN bits are bits 5..4 of byte 1.
         const uint8_t ecn = (ip[1] >> 4) & 3;

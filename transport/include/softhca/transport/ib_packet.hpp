@@ -24,6 +24,10 @@ struct IbPacket {
     const Ieth* ieth = nullptr;
     const uint8_t* payload = nullptr;
     uint32_t payload_length = 0; // without pad
+    // The SL it came on, for the receive completion: the LRH's on InfiniBand; on RoCEv2
+    // the frame's priority tag (0 untagged), which the frame's receiver sets (not
+    // parse_ib_packet).
+    uint8_t sl = 0;
 };
 
 enum class PacketError : uint8_t {

@@ -15,6 +15,11 @@ constexpr uint16_t kEtherTypeIpv4 = 0x0800;
 constexpr uint16_t kEtherTypeIpv6 = 0x86dd;
 constexpr uint16_t kEtherTypeArp = 0x0806;
 constexpr size_t kEthernetHeaderBytes = 14;
+// An IEEE 802.1Q tag between the source MAC and the EtherType: TPID 0x8100, then PCP (3
+// bits), DEI (1) and the VLAN ID (12). With VID 0 it is a priority tag (802.1p): it only
+// carries the frame's priority, which RoCE takes from the SL (and PFC acts on).
+constexpr uint16_t kEtherTypeVlan = 0x8100;
+constexpr size_t kVlanTagBytes = 4;
 constexpr size_t kIpv4HeaderBytes = 20;
 constexpr size_t kIpv6HeaderBytes = 40;
 constexpr size_t kUdpHeaderBytes = 8;
@@ -37,9 +42,11 @@ struct FrameAddressing {
     uint8_t traffic_class = 0;      // IPv4 DSCP/ECN byte or IPv6 traffic class
     uint8_t hop_limit = 64;
     uint32_t flow_label = 0; // IPv6 only
+    int8_t priority = -1;    // a priority tag's PCP (0..7), or -1: untagged
 };
 
-// Bytes in front of the IB packet for this addressing (Ethernet + IP + UDP).
+// Bytes in front of the IB packet for this addressing (Ethernet, a priority tag when it
+// has one, IP, UDP).
 size_t roce_header_bytes(const FrameAddressing& addressing);
 
 // Whether a frame's ICRC (A17.4.2) is computed when it is built and checked when it
