@@ -7,6 +7,7 @@
 #include "process_memory.hpp"
 #include "route_hop_limit.hpp"
 #include "softhca/transport/ib_packet.hpp"
+#include "softhca/transport/priority_flow_control.hpp"
 #include "softhca/transport/roce_frame.hpp"
 #include "softhca/transport/roce_path.hpp"
 #include "softhca/transport/service_levels.hpp"
@@ -44,7 +45,7 @@ tp::Icrc Datapath::received_icrc(const PortInfo& port) {
 
 Datapath::Datapath(PortSet& ports, const std::vector<Device>& devices, KeySpace& tables)
     : ports_(ports), devices_(devices), tables_(tables), neighbors_(ports.size()), loopback_(16384),
-      gsi_psn_(ports.size()) {
+      gsi_psn_(ports.size()), rx_priorities_(ports.size()) {
     // Room for a busy engine's lists, so that rounds do not allocate.
     active_.reserve(1024);
     round_.reserve(1024);
@@ -138,10 +139,14 @@ bool Datapath::poll(uint64_t now) {
         // Take in what waits, up to about what a round may send: frames left in a ring
         // from round to round grow past the caches (16 QPs with full windows hold 16 MiB
         // there), and every later touch of them, the ICRC first, misses.
-        for (size_t burst = 0; burst < kRxBurstsPerRound; ++burst)
-            if (receive(port, now) < kRxBurst)
-                break;
+        bool backlogged = true; // every burst came full: more waits
+        for (size_t burst = 0; burst < kRxBurstsPerRound && backlogged; ++burst)
+            backlogged = receive(port, now) == kRxBurst;
         busy |= ports_.info(port).counters.rx_packets != before;
+        if (ports_.info(port).pfc) {
+            ports_.after_receive_round(port, backlogged, rx_priorities_[port], now);
+            rx_priorities_[port] = 0;
+        }
     }
     fire_timers(now);
     const size_t budget =
@@ -247,6 +252,9 @@ void Datapath::handle_frame(size_t port, const uint8_t* data, uint32_t length, u
         ++counters.rx_malformed;
         return;
     }
+    // What a receive round took, by priority (PFC asks the peer to pause those).
+    rx_priorities_[port] |= static_cast<uint8_t>(
+        1u << tp::frame_priority(frame.addressing.priority, frame.addressing.traffic_class));
     const tp::Gid& dst_gid = frame.addressing.dst_gid;
     const bool multicast = gid_is_ipv4_multicast(dst_gid);
     if (!multicast && !port_owns(ports_.info(port), dst_gid)) {
@@ -485,6 +493,13 @@ bool Datapath::transmit(EngineQp& qp, uint64_t now, size_t budget) {
         // packet is built when its VL has room again, nothing is dropped.
         if (!ports_.tx_room(port, vl, info.eth_mtu + kEthernetHeaderBytes))
             break;
+        // A priority the peer paused (PFC) holds it back until the pause ends.
+        if (info.pfc &&
+            ports_.tx_paused(
+                port, tp::frame_priority(addressing.priority, addressing.traffic_class), now)) {
+            ++ports_.counters(port).tx_pfc_waits;
+            break;
+        }
         TxFrame frame;
         if (!ports_.tx_alloc(port, frame))
             break;

@@ -135,7 +135,8 @@ class Datapath final : public QpSchedule, public MadSender {
     uint64_t queue_pulls_ = 0;
     MadReceiver* mad_receiver_ = nullptr;
     CongestionControl congestion_;
-    std::vector<uint32_t> gsi_psn_; // per port: the PSN of QP1's next packet
+    std::vector<uint32_t> gsi_psn_;      // per port: the PSN of QP1's next packet
+    std::vector<uint8_t> rx_priorities_; // per port: the priorities a receive round took
     struct LocalMad {
         size_t port;
         std::vector<uint8_t> frame;

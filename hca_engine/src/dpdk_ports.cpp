@@ -2,6 +2,7 @@
 
 #include "clock.hpp"
 #include "gid_table.hpp"
+#include "softhca/transport/priority_flow_control.hpp"
 
 #include <rte_eal.h>
 #include <rte_eth_ring.h>
@@ -51,8 +52,10 @@ struct DpdkPortSet::Dpdk {
     struct TxQueue {
         rte_mbuf* burst[kBurst];
         uint16_t count = 0;
-        rte_mbuf* held = nullptr;        // a frame the fault injector sends late
-        CongestionPoint<rte_mbuf*> link; // the shaped link, when configured
+        rte_mbuf* held = nullptr;          // a frame the fault injector sends late
+        CongestionPoint<rte_mbuf*> link;   // the shaped link, when configured
+        transport::PfcPauses pauses;       // what the peer paused (--pfc)
+        transport::PfcRequester requester; // what we ask the peer to pause
     };
     std::vector<TxQueue> tx;
     bool eal_up = false;
@@ -182,6 +185,7 @@ DpdkPortSet::DpdkPortSet(const EngineConfig& config) : dpdk_(std::make_unique<Dp
         info.sl_to_vl = config.sl_to_vl;
         info.global_traffic_class = config.traffic_class;
         info.priority_tag = config.priority_tag;
+        info.pfc = config.pfc;
         if (!config.pcap_prefix.empty()) {
             info.capture = std::make_shared<PcapWriter>();
             const std::string path =
@@ -263,6 +267,20 @@ size_t DpdkPortSet::receive(size_t index, RxFrame* frames, size_t max) {
         rte_mbuf* m = burst[i];
         info.counters.rx_bytes += rte_pktmbuf_pkt_len(m);
         const auto* data = rte_pktmbuf_mtod(m, const uint8_t*);
+        if (info.pfc && transport::is_mac_control_frame(data, rte_pktmbuf_data_len(m))) {
+            // The link's own (802.1Qbb): the peer pauses or resumes priorities.
+            transport::PfcFrame pfc;
+            if (transport::parse_pfc_frame(data, rte_pktmbuf_data_len(m), pfc)) {
+                ++info.counters.rx_pfc_frames;
+                const uint64_t now = monotonic_ns();
+                dpdk_->tx[index].pauses.on_frame(pfc, now, info.line_rate_bps());
+                info.pfc_paused_by_peer = dpdk_->tx[index].pauses.paused_mask(now);
+            } else {
+                ++info.counters.rx_unhandled; // another MAC control frame (802.3x PAUSE)
+            }
+            rte_pktmbuf_free(m);
+            continue;
+        }
         if (link.lossless() && transport::is_flow_control_frame(data, rte_pktmbuf_data_len(m))) {
             // The link's own: the peer's credits for our sender, its total for our receiver.
             transport::FlowControlPacket packets[transport::kCreditDataVls];
@@ -426,6 +444,42 @@ bool DpdkPortSet::tx_room(size_t index, uint8_t vl, uint32_t bytes) {
     return !link.lossless() || link.room(monotonic_ns(), vl, bytes);
 }
 
+bool DpdkPortSet::tx_paused(size_t index, uint8_t priority, uint64_t now) {
+    PortInfo& info = ports_[index];
+    if (!info.pfc)
+        return false;
+    info.pfc_paused_by_peer = dpdk_->tx[index].pauses.paused_mask(now);
+    return (info.pfc_paused_by_peer >> (priority & 7)) & 1;
+}
+
+void DpdkPortSet::after_receive_round(size_t index, bool backlogged, uint8_t priorities,
+                                      uint64_t now) {
+    PortInfo& info = ports_[index];
+    if (!info.pfc)
+        return;
+    auto& queue = dpdk_->tx[index];
+    transport::PfcFrame pfc;
+    if (!queue.requester.after_round(backlogged, priorities, now, info.line_rate_bps(), pfc))
+        return;
+    info.pfc_asked_peer = queue.requester.paused();
+    rte_mbuf* m = rte_pktmbuf_alloc(dpdk_->pools[index]);
+    if (!m)
+        return; // asked again next round while the backlog lasts
+    transport::write_pfc_frame(
+        reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, transport::kPfcFrameBytes)), info.mac,
+        pfc);
+    capture(index, m);
+    // Ahead of the data waiting in the burst: a pause is worth most when it is early.
+    if (rte_eth_tx_burst(info.dpdk_port, 0, &m, 1) == 1) {
+        ++info.counters.tx_pfc_frames;
+        ++info.counters.tx_packets;
+        info.counters.tx_bytes += transport::kPfcFrameBytes;
+    } else {
+        rte_pktmbuf_free(m);
+        ++info.counters.tx_dropped;
+    }
+}
+
 bool DpdkPortSet::awaiting_credits(uint64_t now) const {
     for (const auto& queue : dpdk_->tx)
         if (queue.link.awaiting_credits(now))
@@ -435,8 +489,11 @@ bool DpdkPortSet::awaiting_credits(uint64_t now) const {
 
 uint64_t DpdkPortSet::next_tx_release() const {
     uint64_t next = UINT64_MAX;
-    for (const auto& queue : dpdk_->tx)
+    const uint64_t now = monotonic_ns();
+    for (const auto& queue : dpdk_->tx) {
         next = std::min(next, queue.link.next_release());
+        next = std::min(next, queue.pauses.next_resume(now)); // a paused priority resumes
+    }
     return next;
 }
 

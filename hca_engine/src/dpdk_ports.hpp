@@ -31,6 +31,9 @@ class DpdkPortSet final : public PortSet {
     uint64_t next_tx_release() const override;
     bool tx_room(size_t index, uint8_t vl, uint32_t bytes) override;
     bool awaiting_credits(uint64_t now) const override;
+    bool tx_paused(size_t index, uint8_t priority, uint64_t now) override;
+    void after_receive_round(size_t index, bool backlogged, uint8_t priorities,
+                             uint64_t now) override;
 
   private:
     // Writes a frame the port sends to its capture, if it has one.

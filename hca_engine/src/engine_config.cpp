@@ -28,7 +28,7 @@ const char* engine_usage() {
            "                      [--vl-arbitration high=VL:W,..;low=VL:W,..;limit=N]\n"
            "                      [--sl-to-vl SL:VL,...]\n"
            "                      [--link-credits on|buffer_kb=K,refresh_us=U]\n"
-           "                      [--traffic-class TCLASS] [--priority-tag]\n"
+           "                      [--traffic-class TCLASS] [--priority-tag] [--pfc]\n"
            "DEVARGS is a DPDK device, or udp for a kernel UDP socket (io_uring) bound to\n"
            "the addresses.\n"
            "Without --port: two devices wired back to back inside the engine,\n"
@@ -206,6 +206,8 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
             }
             config.congestion_point.credit_buffer_bytes = credits.buffer_bytes;
             config.congestion_point.credit_refresh_ns = credits.refresh_ns;
+        } else if (arg == "--pfc") {
+            config.pfc = true;
         } else if (arg == "--priority-tag") {
             config.priority_tag = true;
         } else if (arg == "--traffic-class" && (v = value())) {
@@ -256,6 +258,15 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
         !config.congestion_point.arbitration.serves(vl0)) {
         error = "--vl-arbitration: VL " + std::to_string(vl0) +
                 " (SL 0's) is in neither table, so nothing on SL 0 would ever be sent";
+        return std::nullopt;
+    }
+    if (udp_ports && config.pfc) {
+        error = "--pfc is for DPDK ports (the kernel owns a UDP socket's link)";
+        return std::nullopt;
+    }
+    if (config.pfc && config.congestion_point.credit_buffer_bytes) {
+        error = "--pfc is for ports to foreign peers; between softhca ports --link-credits "
+                "already makes the link lossless: give one of them";
         return std::nullopt;
     }
     if (udp_ports && config.priority_tag) {

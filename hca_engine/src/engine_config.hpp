@@ -51,6 +51,10 @@ struct EngineConfig {
     // SL (as Linux's RoCE maps an address's SL to the VLAN priority), so the SL is on the
     // wire and in the receiver's completions (wc.sl). DPDK ports only.
     bool priority_tag = false;
+    // --pfc: priority flow control (802.1Qbb) with a foreign peer: the port pauses a
+    // priority its peer's PFC frames pause, and asks its peer to pause what floods its
+    // receive queue (transport/priority_flow_control.hpp). DPDK ports only.
+    bool pfc = false;
     bool dcqcn = false;
     transport::DcqcnParameters dcqcn_parameters;
     uint64_t cnp_interval_ns = 50'000;

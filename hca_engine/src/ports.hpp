@@ -43,6 +43,10 @@ struct PortCounters {
     uint64_t tx_cnps = 0;         // CNPs sent for them (at most one per QP per interval)
     uint64_t rx_cnps = 0;         // CNPs that arrived for a QP of ours
     uint64_t tx_cnps_dropped = 0; // a CNP not sent: no buffer, no neighbour yet
+    // Priority flow control (--pfc):
+    uint64_t rx_pfc_frames = 0; // PFC frames from the peer (pauses and resumes)
+    uint64_t tx_pfc_frames = 0; // PFC frames we sent (XOFF, renewals, XON)
+    uint64_t tx_pfc_waits = 0;  // times a QP's packet waited for its paused priority
 };
 
 struct RxFrame {
@@ -96,6 +100,9 @@ struct PortInfo {
     int global_traffic_class = -1;
     // RoCE frames carry a priority tag with the SL as PCP (--priority-tag).
     bool priority_tag = false;
+    bool pfc = false;               // priority flow control with the peer (--pfc)
+    uint8_t pfc_paused_by_peer = 0; // priorities the peer paused, when last looked at
+    uint8_t pfc_asked_peer = 0;     // priorities we asked the peer to pause
     // The rate the port sends at: the shaped link's, else the link's, else 100 Gb/s.
     double line_rate_bps() const {
         if (congestion_point.shaper.rate_bps > 0)
@@ -149,6 +156,22 @@ class PortSet {
 
     // Whether a lossless port waits for credits its peer is about to send (the engine
     // keeps polling for them instead of sleeping).
+    // Priority flow control (--pfc). Whether the peer paused `priority` at `now`.
+    virtual bool tx_paused(size_t index, uint8_t priority, uint64_t now) {
+        (void)index;
+        (void)priority;
+        (void)now;
+        return false;
+    }
+    // After a receive round on a port: whether it left frames waiting, and the priorities
+    // (bit mask) of what it took; the port may ask its peer to pause or resume.
+    virtual void after_receive_round(size_t index, bool backlogged, uint8_t priorities,
+                                     uint64_t now) {
+        (void)index;
+        (void)backlogged;
+        (void)priorities;
+        (void)now;
+    }
     virtual bool awaiting_credits(uint64_t now) const {
         (void)now;
         return false;

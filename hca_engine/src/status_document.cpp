@@ -5,6 +5,7 @@
 #include "engine_qp.hpp"
 #include "shared_mapping.hpp"
 #include "softhca/transport/path_mtu.hpp"
+#include "softhca/transport/priority_flow_control.hpp"
 #include "softhca/transport/roce_address.hpp"
 
 #include <arpa/inet.h>
@@ -61,7 +62,21 @@ Json port_counters(const PortCounters& k) {
             {"rx_ecn_ce", k.rx_ecn_ce},
             {"tx_cnps", k.tx_cnps},
             {"rx_cnps", k.rx_cnps},
-            {"tx_cnps_dropped", k.tx_cnps_dropped}};
+            {"tx_cnps_dropped", k.tx_cnps_dropped},
+            {"rx_pfc_frames", k.rx_pfc_frames},
+            {"tx_pfc_frames", k.tx_pfc_frames},
+            {"tx_pfc_waits", k.tx_pfc_waits}};
+}
+
+// Priority flow control (--pfc), null when off: the priorities paused each way (bit p:
+// priority p) when last looked at.
+Json pfc_document(const PortInfo& p) {
+    if (!p.pfc)
+        return nullptr;
+    return {{"paused_by_peer", p.pfc_paused_by_peer},
+            {"asked_peer", p.pfc_asked_peer},
+            // 512 bit times at the port's rate: how long one quantum of a pause lasts.
+            {"quantum_ns", transport::kPfcQuantumBits * 1e9 / p.line_rate_bps()}};
 }
 
 // The shaped link and its ECN marking (congestion_point.hpp), null when off.
@@ -200,7 +215,8 @@ StatusDocument ControlServer::status_document() const {
                        {"gids", gids},
                        {"counters", port_counters(p.counters)},
                        {"faults", nullptr},
-                       {"congestion_point", congestion_point_document(p)}};
+                       {"congestion_point", congestion_point_document(p)},
+                       {"pfc", pfc_document(p)}};
         if (p.faults.enabled())
             device["faults"] = {{"dropped", p.faults.dropped},
                                 {"duplicated", p.faults.duplicated},
@@ -260,6 +276,11 @@ std::string status_text(const Json& doc) {
         out << "\n  counters:";
         put_pairs(out, d["counters"]);
         out << "\n";
+        if (!d["pfc"].is_null()) {
+            out << "  pfc:";
+            put_pairs(out, d["pfc"]);
+            out << "\n";
+        }
         if (!d["faults"].is_null()) {
             out << "  faults injected:";
             put_pairs(out, d["faults"]);

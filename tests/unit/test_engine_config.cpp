@@ -221,7 +221,7 @@ TEST_CASE("--traffic-class: the ports' global traffic class, none by default") {
     }
 }
 
-TEST_CASE("--priority-tag: off by default, DPDK ports only") {
+TEST_CASE("--priority-tag and --pfc: off by default, DPDK ports only") {
     std::string error;
     auto plain = parse({"--run-dir", "/r", "--provider-prefix", "/p"}, error);
     REQUIRE(plain);
@@ -234,6 +234,20 @@ TEST_CASE("--priority-tag: off by default, DPDK ports only") {
                        "--priority-tag"},
                       error));
     CHECK(error.find("--priority-tag is for DPDK ports") != std::string::npos);
+    // --pfc: off by default, DPDK ports only, and not with link credits (a softhca peer).
+    CHECK_FALSE(plain->pfc);
+    auto pfc = parse({"--run-dir", "/r", "--provider-prefix", "/p", "--pfc"}, error);
+    REQUIRE(pfc);
+    CHECK(pfc->pfc);
+    error.clear();
+    CHECK_FALSE(
+        parse({"--run-dir", "/r", "--provider-prefix", "/p", "--port", "udp@198.18.0.1", "--pfc"},
+              error));
+    CHECK(error.find("--pfc is for DPDK ports") != std::string::npos);
+    error.clear();
+    CHECK_FALSE(parse(
+        {"--run-dir", "/r", "--provider-prefix", "/p", "--pfc", "--link-credits", "on"}, error));
+    CHECK(error.find("--link-credits") != std::string::npos);
 }
 
 TEST_CASE("PCI devargs are told apart from virtual devices") {
