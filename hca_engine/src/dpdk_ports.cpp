@@ -182,7 +182,7 @@ DpdkPortSet::DpdkPortSet(const EngineConfig& config) : dpdk_(std::make_unique<Dp
         info.link_speed_mbps = link.link_speed;
         info.faults = FaultInjector(config.faults, ports_.size());
         info.congestion_point = config.congestion_point;
-        info.sl_to_vl = config.sl_to_vl;
+        info.sl_to_vl = config.sl_to_vl_for(ports_.size());
         info.global_traffic_class = config.traffic_class;
         info.priority_tag = config.priority_tag;
         info.pfc = config.pfc;
@@ -203,9 +203,12 @@ DpdkPortSet::DpdkPortSet(const EngineConfig& config) : dpdk_(std::make_unique<Dp
     }
     dpdk_->tx.resize(ports_.size());
     for (size_t i = 0; i < ports_.size(); ++i)
-        if (config.congestion_point.shaper.enabled())
-            dpdk_->tx[i].link =
-                CongestionPoint<rte_mbuf*>(config.congestion_point, config.faults.seed * 31 + i);
+        if (config.congestion_point.shaper.enabled()) {
+            CongestionPointConfig point = config.congestion_point;
+            point.arbitration = config.arbitration_for(i); // the port's own, if it has them
+            ports_[i].congestion_point = point;
+            dpdk_->tx[i].link = CongestionPoint<rte_mbuf*>(point, config.faults.seed * 31 + i);
+        }
 }
 
 DpdkPortSet::~DpdkPortSet() {

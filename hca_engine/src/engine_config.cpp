@@ -25,8 +25,8 @@ const char* engine_usage() {
            "                      [--dcqcn on|g=G,k_us=K,t_us=T,b=B,f=F,ai_mbps=A,hai_mbps=H,"
            "min_mbps=M]\n"
            "                      [--cnp-interval-us US]\n"
-           "                      [--vl-arbitration high=VL:W,..;low=VL:W,..;limit=N]\n"
-           "                      [--sl-to-vl SL:VL,...]\n"
+           "                      [--vl-arbitration [PORT@]high=VL:W,..;low=VL:W,..;limit=N]\n"
+           "                      [--sl-to-vl [PORT@]SL:VL,...]\n"
            "                      [--link-credits on|buffer_kb=K,refresh_us=U]\n"
            "                      [--traffic-class TCLASS] [--priority-tag] [--pfc]\n"
            "DEVARGS is a DPDK device, or udp for a kernel UDP socket (io_uring) bound to\n"
@@ -122,6 +122,17 @@ bool is_pci_devargs(const std::string& devargs) {
     return std::sscanf(id.c_str(), "%2x:%2x.%1x%c", &bus, &device, &function, &tail) == 3;
 }
 
+namespace {
+// "PORT@VALUE" names one port (PORT, digits); anything else is every port's VALUE.
+std::string port_selector(const std::string& text, std::optional<size_t>& port) {
+    const size_t at = text.find('@');
+    if (at == std::string::npos || at == 0 || text.find_first_not_of("0123456789") != at || at > 4)
+        return text;
+    port = std::stoul(text.substr(0, at));
+    return text.substr(at + 1);
+}
+} // namespace
+
 std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string& error) {
     EngineConfig config;
     bool lanes_given = false; // --vl-arbitration or --sl-to-vl
@@ -186,18 +197,25 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
             config.dcqcn = true;
         } else if (arg == "--vl-arbitration" && (v = value())) {
             lanes_given = true;
-            if (std::string e =
-                    transport::VlArbitrationTables::parse(v, config.congestion_point.arbitration);
-                !e.empty()) {
+            std::optional<size_t> port;
+            const std::string text = port_selector(v, port);
+            transport::VlArbitrationTables tables;
+            if (std::string e = transport::VlArbitrationTables::parse(text, tables); !e.empty()) {
                 error = "--vl-arbitration: " + e;
                 return std::nullopt;
             }
+            (port ? config.arbitration_by_port[*port] : config.congestion_point.arbitration) =
+                tables;
         } else if (arg == "--sl-to-vl" && (v = value())) {
             lanes_given = true;
-            if (std::string e = transport::SlToVlTable::parse(v, config.sl_to_vl); !e.empty()) {
+            std::optional<size_t> port;
+            const std::string text = port_selector(v, port);
+            transport::SlToVlTable table;
+            if (std::string e = transport::SlToVlTable::parse(text, table); !e.empty()) {
                 error = "--sl-to-vl: " + e;
                 return std::nullopt;
             }
+            (port ? config.sl_to_vl_by_port[*port] : config.sl_to_vl) = table;
         } else if (arg == "--link-credits" && (v = value())) {
             transport::LinkCreditParameters credits;
             if (std::string e = transport::LinkCreditParameters::parse(v, credits); !e.empty()) {
@@ -253,13 +271,28 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
                 "too";
         return std::nullopt;
     }
-    // SL 0 carries every QP that names no other, and the CM's MADs: its VL must be sent.
-    if (const uint8_t vl0 = config.sl_to_vl.vl(0);
-        !config.congestion_point.arbitration.serves(vl0)) {
-        error = "--vl-arbitration: VL " + std::to_string(vl0) +
-                " (SL 0's) is in neither table, so nothing on SL 0 would ever be sent";
-        return std::nullopt;
-    }
+    // A port named must exist: the built-in wire has two, else one per --port.
+    const size_t port_count = config.ports.empty() ? 2 : config.ports.size();
+    for (const auto& [port, tables] : config.arbitration_by_port)
+        if (port >= port_count) {
+            error = "--vl-arbitration: there is no port " + std::to_string(port);
+            return std::nullopt;
+        }
+    for (const auto& [port, table] : config.sl_to_vl_by_port)
+        if (port >= port_count) {
+            error = "--sl-to-vl: there is no port " + std::to_string(port);
+            return std::nullopt;
+        }
+    // SL 0 carries every QP that names no other, and the CM's MADs: on every port its VL
+    // must be sent.
+    for (size_t port = 0; port < port_count; ++port)
+        if (const uint8_t vl0 = config.sl_to_vl_for(port).vl(0);
+            !config.arbitration_for(port).serves(vl0)) {
+            error = "--vl-arbitration: VL " + std::to_string(vl0) + " (SL 0's) is in neither " +
+                    "table of port " + std::to_string(port) +
+                    ", so nothing on SL 0 would ever be sent";
+            return std::nullopt;
+        }
     if (udp_ports && config.pfc) {
         error = "--pfc is for DPDK ports (the kernel owns a UDP socket's link)";
         return std::nullopt;

@@ -9,6 +9,7 @@
 #include "softhca/transport/service_levels.hpp"
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,6 +44,18 @@ struct EngineConfig {
     // ECN-capable, CNPs for marked ones, requesters paced at the rate CNPs leave them).
     CongestionPointConfig congestion_point; // its arbitration: --vl-arbitration
     transport::SlToVlTable sl_to_vl;        // --sl-to-vl, every port
+    // `--vl-arbitration PORT@TABLES` and `--sl-to-vl PORT@TABLE`: one port's own (PORT is
+    // the index of its device, <prefix>PORT), over the every-port value above.
+    std::map<size_t, transport::VlArbitrationTables> arbitration_by_port;
+    std::map<size_t, transport::SlToVlTable> sl_to_vl_by_port;
+    const transport::VlArbitrationTables& arbitration_for(size_t port) const {
+        auto it = arbitration_by_port.find(port);
+        return it == arbitration_by_port.end() ? congestion_point.arbitration : it->second;
+    }
+    const transport::SlToVlTable& sl_to_vl_for(size_t port) const {
+        auto it = sl_to_vl_by_port.find(port);
+        return it == sl_to_vl_by_port.end() ? sl_to_vl : it->second;
+    }
     // --traffic-class: the port's global traffic class (a ConnectX's "Global tclass" under
     // MLNX_OFED, /sys/class/infiniband/DEV/tc/PORT/traffic_class): every QP's packets
     // carry it instead of their address vector's. -1: none.

@@ -8,6 +8,7 @@
 #   On SL 0, behind the bulk flow's queue in the same VL, it does not.
 # Then a second bulk flow on SL 2 (VL 2): the low-priority table's weights (VL 0: 16,
 # VL 2: 48) split the wire's bytes 1:3, within 10 %.
+# Then one port given its own tables (PORT@), as the status shows.
 # The status shows the VLs' queues and what each put on the wire. Both latency tools use
 # completion events (-e), and the bulk sender too, so that on two cores the processes
 # sleep instead of taking the CPU from each other: what is measured is the link's queue.
@@ -100,3 +101,18 @@ echo "two bulk flows on VL 0 (weight 16) and VL 2 (weight 48): $((b0 - a0)) and"
     "$((b2 - a2)) bytes on the wire in 3 s, VL 2 / VL 0 = $share (the tables say 3)"
 python3 -c "import sys; sys.exit(0 if abs($share - 3) <= 0.3 else 1)" ||
     fail "the arbiter's byte shares ($share) are not the tables' 3 within 10 %"
+
+# Per port: a PORT@ prefix gives one port its own tables over the every-port ones, and
+# the status shows each port's.
+"$SOFTHCA" down >/dev/null
+"$SOFTHCA" up --shape rate_mbps=2000 --vl-arbitration "high=1:255;low=0:16,2:48" \
+    --vl-arbitration "0@low=0:64" --sl-to-vl "0@1:0" >/dev/null ||
+    fail "softhca up with one port's own VL tables failed"
+tables=$("$SOFTHCA" status --json | python3 -c '
+import json, sys
+for d in json.load(sys.stdin)["devices"]:
+    cp = d["congestion_point"]
+    print(cp["arbitration"], cp["sl_to_vl"].split(",")[1])')
+echo "each port's tables: $(tr '\n' ' ' <<<"$tables")"
+[ "$tables" = "$(printf 'high=;low=0:64;limit=0 1:0\nhigh=1:255;low=0:16,2:48;limit=0 1:1')" ] ||
+    fail "the ports' tables are not their own: $tables"

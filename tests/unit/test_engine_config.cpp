@@ -144,6 +144,29 @@ TEST_CASE("congestion options: a shaped link, ECN marking, DCQCN, all off by def
                        "--vl-arbitration", "low=0:64", "--sl-to-vl", "0:2"},
                       error));
     CHECK(error.find("VL 2 (SL 0's)") != std::string::npos);
+    // One port's own tables (PORT@), over the every-port ones; a port that is not there
+    // and a port whose tables leave out SL 0's VL are refused.
+    auto per_port = parse({"--run-dir", "/r", "--provider-prefix", "/p", "--shape",
+                           "rate_mbps=1000", "--vl-arbitration", "low=0:64,1:64",
+                           "--vl-arbitration", "1@high=2:255;low=0:16", "--sl-to-vl", "1@5:2"},
+                          error);
+    REQUIRE(per_port);
+    CHECK(per_port->arbitration_for(0).low.size() == 2);
+    CHECK(per_port->arbitration_for(0).high.empty());
+    CHECK(per_port->arbitration_for(1).high ==
+          std::vector<softhca::transport::VlArbitrationEntry>{{2, 255}});
+    CHECK(per_port->sl_to_vl_for(0).vl(5) == 5);
+    CHECK(per_port->sl_to_vl_for(1).vl(5) == 2);
+    error.clear();
+    CHECK_FALSE(parse({"--run-dir", "/r", "--provider-prefix", "/p", "--shape", "rate_mbps=1000",
+                       "--sl-to-vl", "2@5:2"},
+                      error));
+    CHECK(error.find("there is no port 2") != std::string::npos);
+    error.clear();
+    CHECK_FALSE(parse({"--run-dir", "/r", "--provider-prefix", "/p", "--shape", "rate_mbps=1000",
+                       "--vl-arbitration", "1@low=3:64"},
+                      error));
+    CHECK(error.find("table of port 1") != std::string::npos);
     auto on = parse({"--run-dir", "/r", "--provider-prefix", "/p", "--dcqcn", "on"}, error);
     REQUIRE(on);
     CHECK(on->dcqcn);
