@@ -460,7 +460,8 @@ bool Datapath::transmit(EngineQp& qp, uint64_t now, size_t budget) {
         const tp::AddressVector* av = per_packet ? queue.next_destination() : nullptr;
         const uint8_t sl = av ? av->sl : qp.sl();
         const uint8_t vl = info.sl_to_vl.vl(sl);
-        qp.addressing().priority = info.priority_tag ? static_cast<int8_t>(sl & 7) : -1;
+        if (info.priority_tag)
+            qp.addressing().priority = static_cast<int8_t>(sl & 7);
         const size_t front = tp::roce_header_bytes(addressing);
         // Multicast leaves on the wire and reaches this device's own members too.
         const bool multicast = gid_is_ipv4_multicast(addressing.dst_gid);
@@ -491,7 +492,7 @@ bool Datapath::transmit(EngineQp& qp, uint64_t now, size_t budget) {
         }
         // A lossless port's full VL holds the requester back (link-level credits): the
         // packet is built when its VL has room again, nothing is dropped.
-        if (!ports_.tx_room(port, vl, info.eth_mtu + kEthernetHeaderBytes))
+        if (info.lossless && !ports_.tx_room(port, vl, info.eth_mtu + kEthernetHeaderBytes))
             break;
         // A priority the peer paused (PFC) holds it back until the pause ends.
         if (info.pfc &&

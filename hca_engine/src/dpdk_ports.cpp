@@ -207,6 +207,7 @@ DpdkPortSet::DpdkPortSet(const EngineConfig& config) : dpdk_(std::make_unique<Dp
             CongestionPointConfig point = config.congestion_point;
             point.arbitration = config.arbitration_for(i); // the port's own, if it has them
             ports_[i].congestion_point = point;
+            ports_[i].lossless = point.credit_buffer_bytes != 0;
             dpdk_->tx[i].link = CongestionPoint<rte_mbuf*>(point, config.faults.seed * 31 + i);
         }
 }

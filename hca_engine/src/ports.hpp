@@ -101,6 +101,7 @@ struct PortInfo {
     // RoCE frames carry a priority tag with the SL as PCP (--priority-tag).
     bool priority_tag = false;
     bool pfc = false;               // priority flow control with the peer (--pfc)
+    bool lossless = false;          // link-level credits: senders wait for room (tx_room)
     uint8_t pfc_paused_by_peer = 0; // priorities the peer paused, when last looked at
     uint8_t pfc_asked_peer = 0;     // priorities we asked the peer to pause
     // The rate the port sends at: the shaped link's, else the link's, else 100 Gb/s.
