@@ -20,18 +20,23 @@ command -v tshark >/dev/null || fail "tshark is missing (tools/install-deps.sh i
 dir=$(mktemp -d)
 trap '"$SOFTHCA" down >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
 
+# ib_send_bw from device 1 to device 0 of the instance, with perftest options "$@".
+send_bw() {
+    local port server
+    port=$(free_port)
+    "$SOFTHCA" exec -- timeout 60 ib_send_bw -d "${SOFTHCA_PREFIX}0" -x 0 -p "$port" "$@" \
+        >"$dir/server.out" 2>&1 &
+    server=$!
+    wait_listening "$port" || fail "ib_send_bw server did not start: $(cat "$dir/server.out")"
+    "$SOFTHCA" exec -- timeout 60 ib_send_bw -d "${SOFTHCA_PREFIX}1" -x 0 -p "$port" "$@" \
+        127.0.0.1 >"$dir/client.out" 2>&1 || fail "ib_send_bw $* failed: $(cat "$dir/client.out")"
+    wait "$server" || fail "ib_send_bw $* server failed: $(cat "$dir/server.out")"
+}
+
 "$SOFTHCA" up --shape rate_mbps=2000,queue_kb=512 --ecn kmin_kb=16,kmax_kb=64,pmax=0.2 \
     --dcqcn ai_mbps=2,hai_mbps=20,b=524288 --pcap "$dir/cap" >/dev/null ||
     fail "softhca up with a capture, a shaped link and DCQCN failed"
-port=$(free_port)
-"$SOFTHCA" exec -- timeout 60 ib_send_bw -d "${SOFTHCA_PREFIX}0" -x 0 -p "$port" --tclass=104 \
-    -q 2 -n 300 -s 65536 >"$dir/server.out" 2>&1 &
-server=$!
-wait_listening "$port" || fail "ib_send_bw server did not start: $(cat "$dir/server.out")"
-"$SOFTHCA" exec -- timeout 60 ib_send_bw -d "${SOFTHCA_PREFIX}1" -x 0 -p "$port" --tclass=104 \
-    -q 2 -n 300 -s 65536 127.0.0.1 >"$dir/client.out" 2>&1 ||
-    fail "ib_send_bw failed: $(cat "$dir/client.out")"
-wait "$server" || fail "ib_send_bw server failed: $(cat "$dir/server.out")"
+send_bw --tclass=104 -q 2 -n 300 -s 65536
 "$SOFTHCA" down >/dev/null # the captures are complete once the engine is gone
 
 # "dscp ecn opcode" counts of each capture, as tshark decodes them.
@@ -67,14 +72,7 @@ echo "tshark: requests in DSCP 26 with ECT(0) and CE, $cnps CNPs back, ACKs in D
     fail "softhca up --traffic-class failed"
 tc_file=$("$SOFTHCA" exec -- cat "/sys/class/infiniband/${SOFTHCA_PREFIX}1/tc/1/traffic_class")
 [ "$tc_file" = "Global tclass=106" ] || fail "tc/1/traffic_class says '$tc_file'"
-port=$(free_port)
-"$SOFTHCA" exec -- timeout 60 ib_send_bw -d "${SOFTHCA_PREFIX}0" -x 0 -p "$port" -n 100 \
-    -s 65536 >"$dir/server.out" 2>&1 &
-server=$!
-wait_listening "$port" || fail "ib_send_bw server did not start: $(cat "$dir/server.out")"
-"$SOFTHCA" exec -- timeout 60 ib_send_bw -d "${SOFTHCA_PREFIX}1" -x 0 -p "$port" -n 100 \
-    -s 65536 127.0.0.1 >"$dir/client.out" 2>&1 || fail "ib_send_bw failed: $(cat "$dir/client.out")"
-wait "$server" || fail "ib_send_bw server failed: $(cat "$dir/server.out")"
+send_bw -n 100 -s 65536
 "$SOFTHCA" down >/dev/null
 sender=$(decode "$dir/global-${SOFTHCA_PREFIX}1.pcap")
 receiver=$(decode "$dir/global-${SOFTHCA_PREFIX}0.pcap")
@@ -93,14 +91,7 @@ echo "tshark: with a global traffic class every request and ACK in DSCP 26 with 
 
 # Priority tags: the SL on the wire and in completions.
 "$SOFTHCA" up --priority-tag --pcap "$dir/tagged" >/dev/null || fail "softhca up --priority-tag failed"
-port=$(free_port)
-"$SOFTHCA" exec -- timeout 60 ib_send_bw -d "${SOFTHCA_PREFIX}0" -x 0 -p "$port" -S 5 -n 100 \
-    -s 65536 >"$dir/server.out" 2>&1 &
-server=$!
-wait_listening "$port" || fail "ib_send_bw server did not start: $(cat "$dir/server.out")"
-"$SOFTHCA" exec -- timeout 60 ib_send_bw -d "${SOFTHCA_PREFIX}1" -x 0 -p "$port" -S 5 -n 100 \
-    -s 65536 127.0.0.1 >"$dir/client.out" 2>&1 || fail "ib_send_bw -S 5 failed: $(cat "$dir/client.out")"
-wait "$server" || fail "ib_send_bw server failed: $(cat "$dir/server.out")"
+send_bw -S 5 -n 100 -s 65536
 "$SOFTHCA" exec -- env SOFTHCA_PREFIX="$SOFTHCA_PREFIX" SOFTHCA_TEST_PRIORITY_TAG=1 timeout 60 \
     "$rc_verbs_test" "[sl]" >"$dir/rc.out" 2>&1 ||
     fail "an RC receive did not report the sender's SL 3 in wc.sl: $(tail -30 "$dir/rc.out")"

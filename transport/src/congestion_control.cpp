@@ -2,12 +2,11 @@
 
 #include "softhca/transport/headers.hpp"
 #include "softhca/transport/opcodes.hpp"
+#include "softhca/transport/settings_text.hpp"
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
-#include <sstream>
 
 namespace softhca::transport {
 
@@ -40,31 +39,6 @@ bool CnpLimiter::should_send(uint64_t now) {
     last_ = now;
     return true;
 }
-
-namespace {
-
-// Reads "KEY=NUMBER,KEY=NUMBER,..." (empty items skipped), handing each to take(key,
-// value), which says false for a key it does not know or a value out of its range.
-// Returns an empty string, or what is wrong with which item.
-template <typename Take> std::string for_each_setting(const std::string& text, Take&& take) {
-    std::stringstream items(text);
-    std::string item;
-    while (std::getline(items, item, ',')) {
-        if (item.empty())
-            continue;
-        const size_t eq = item.find('=');
-        double v = 0;
-        char end = 0;
-        if (eq == std::string::npos ||
-            std::sscanf(item.substr(eq + 1).c_str(), "%lf%c", &v, &end) != 1 || v < 0)
-            return "'" + item + "' is not KEY=NUMBER";
-        if (!take(item.substr(0, eq), v))
-            return "'" + item + "': unknown key or value out of range";
-    }
-    return {};
-}
-
-} // namespace
 
 std::string EcnMarkingParameters::parse(const std::string& text, EcnMarkingParameters& out) {
     EcnMarkingParameters p = out;

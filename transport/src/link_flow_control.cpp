@@ -1,11 +1,10 @@
 #include "softhca/transport/link_flow_control.hpp"
 
 #include "softhca/transport/byte_order.hpp"
+#include "softhca/transport/settings_text.hpp"
 
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
-#include <sstream>
 
 namespace softhca::transport {
 
@@ -16,24 +15,18 @@ constexpr size_t kTagBytes = 6; // magic, version, count
 
 std::string LinkCreditParameters::parse(const std::string& text, LinkCreditParameters& out) {
     LinkCreditParameters p = out;
-    std::stringstream items(text == "on" ? "" : text);
-    std::string item;
-    while (std::getline(items, item, ',')) {
-        const size_t eq = item.find('=');
-        double v = 0;
-        char end = 0;
-        if (eq == std::string::npos ||
-            std::sscanf(item.substr(eq + 1).c_str(), "%lf%c", &v, &end) != 1 || v < 0)
-            return "'" + item + "' is not KEY=NUMBER";
-        const std::string key = item.substr(0, eq);
-        if (key == "buffer_kb" && v >= 1 && v <= 128)
-            p.buffer_bytes = static_cast<uint32_t>(v * 1024);
-        else if (key == "refresh_us" && v >= 10 && v <= 1e6)
-            p.refresh_ns = static_cast<uint64_t>(v * 1000);
-        else
-            return "'" + item + "': unknown key or out of range (buffer_kb 1..128, refresh_us " +
-                   "10..1000000)";
-    }
+    std::string error =
+        for_each_setting(text == "on" ? "" : text, [&](const std::string& key, double v) {
+            if (key == "buffer_kb" && v >= 1 && v <= 128)
+                p.buffer_bytes = static_cast<uint32_t>(v * 1024);
+            else if (key == "refresh_us" && v >= 10 && v <= 1e6)
+                p.refresh_ns = static_cast<uint64_t>(v * 1000);
+            else
+                return false;
+            return true;
+        });
+    if (!error.empty())
+        return error + " (buffer_kb 1..128, refresh_us 10..1000000)";
     out = p;
     return {};
 }
