@@ -225,7 +225,7 @@ TEST_CASE("link credits: off by default, a lossless queue per VL, refused where 
     CHECK(error.find("--link-credits is for DPDK ports") != std::string::npos);
 }
 
-TEST_CASE("--traffic-class: the ports' global traffic class, none by default") {
+TEST_CASE("the traffic-class option: the ports' global traffic class, none by default") {
     std::string error;
     auto plain = parse({"--run-dir", "/r", "--provider-prefix", "/p"}, error);
     REQUIRE(plain);
@@ -244,7 +244,7 @@ TEST_CASE("--traffic-class: the ports' global traffic class, none by default") {
     }
 }
 
-TEST_CASE("--priority-tag and --pfc: off by default, DPDK ports only") {
+TEST_CASE("the priority-tag and pfc options: off by default, DPDK ports only") {
     std::string error;
     auto plain = parse({"--run-dir", "/r", "--provider-prefix", "/p"}, error);
     REQUIRE(plain);

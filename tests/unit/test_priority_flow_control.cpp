@@ -12,7 +12,7 @@ namespace {
 constexpr MacAddress kMac = {0x02, 0x53, 0x48, 0, 0, 1};
 }
 
-TEST_CASE("PFC: the frame round-trips; other MAC control frames are not PFC") {
+TEST_CASE("PFC: the frame round-trips, and other MAC control frames are not PFC") {
     PfcFrame f;
     f.enable = 0x09; // priorities 0 and 3
     f.quanta[0] = 0xffff;
@@ -47,7 +47,7 @@ TEST_CASE("PFC: a frame's priority is its tag's PCP, else its DSCP's top three b
     CHECK(frame_priority(1, 46 << 2) == 1);        // the tag wins
 }
 
-TEST_CASE("PFC: a pause lasts its quanta at the line rate; 0 resumes at once") {
+TEST_CASE("PFC: a pause lasts its quanta at the line rate, and 0 resumes at once") {
     PfcPauses pauses;
     CHECK_FALSE(pauses.paused(0, 0));
     CHECK(pauses.next_resume(0) == UINT64_MAX);

@@ -283,7 +283,7 @@ TEST_CASE("a CNP: opcode 0x81, BECN, the requester's QP, PSN 0, 16 reserved byte
     CHECK(ib[kCnpBytes] == 0xee); // nothing written past it
 }
 
-TEST_CASE("a priority tag (802.1Q, VID 0) carries the SL; a VLAN's frame is not ours") {
+TEST_CASE("a priority tag (802.1Q, VID 0) carries the SL, and a VLAN's frame is not ours") {
     for (const bool v4 : {true, false}) {
         INFO((v4 ? "IPv4" : "IPv6"));
         FrameAddressing a = addressing_between_two_gids(v4);
