@@ -103,7 +103,7 @@ template <typename Frame> class CongestionPoint {
                               CongestionPointCounters& counters) {
         if (!credits_)
             return 0;
-        shaper_.queue_bytes(now); // the wire up to now: what was delivered, what waits
+        shaper_.advance(now); // what was delivered and what waits, as of now
         if (!credits_->wants_to_send(now))
             return 0;
         transport::FlowControlPacket packets[transport::kCreditDataVls];

@@ -30,7 +30,6 @@ constexpr size_t kRxBurstsPerRound = 16;
 constexpr size_t kTxPacketsPerRound = 64;
 constexpr size_t kTxMostPerQp = 32;
 constexpr size_t kTxLeastPerQp = 4;
-constexpr uint32_t kEthernetHeaderBytes = 14;
 
 } // namespace
 
@@ -253,8 +252,9 @@ void Datapath::handle_frame(size_t port, const uint8_t* data, uint32_t length, u
         return;
     }
     // What a receive round took, by priority (PFC asks the peer to pause those).
-    rx_priorities_[port] |= static_cast<uint8_t>(
-        1u << tp::frame_priority(frame.addressing.priority, frame.addressing.traffic_class));
+    if (ports_.info(port).pfc)
+        rx_priorities_[port] |= static_cast<uint8_t>(
+            1u << tp::frame_priority(frame.addressing.priority, frame.addressing.traffic_class));
     const tp::Gid& dst_gid = frame.addressing.dst_gid;
     const bool multicast = gid_is_ipv4_multicast(dst_gid);
     if (!multicast && !port_owns(ports_.info(port), dst_gid)) {
@@ -266,6 +266,9 @@ void Datapath::handle_frame(size_t port, const uint8_t* data, uint32_t length, u
         ++counters.rx_malformed;
         return;
     }
+    // RoCEv2 carries the SL only in a priority tag (0 untagged), for the completion.
+    if (frame.addressing.priority > 0)
+        packet.sl = static_cast<uint8_t>(frame.addressing.priority);
     // The source address teaches us the peer's MAC for the way back (the kernel's
     // business on a UDP socket port).
     if (!kernel_udp)
@@ -281,8 +284,6 @@ void Datapath::handle_frame(size_t port, const uint8_t* data, uint32_t length, u
             ++counters.rx_no_qp;
             return;
         }
-        packet.sl =
-            frame.addressing.priority > 0 ? static_cast<uint8_t>(frame.addressing.priority) : 0;
         for (EngineQp* qp : *members) {
             qp->transport().receive(packet, now, grh);
             activate(*qp);
@@ -313,7 +314,6 @@ void Datapath::handle_frame(size_t port, const uint8_t* data, uint32_t length, u
     if (congestion_.enabled && packet.info->request &&
         tp::ecn_of(frame.addressing.traffic_class) == tp::Ecn::Ce)
         notify_congestion(port, *qp, now);
-    packet.sl = frame.addressing.priority > 0 ? static_cast<uint8_t>(frame.addressing.priority) : 0;
     qp->transport().receive(packet, now, packet.deth ? grh : nullptr);
     activate(*qp);
 }
@@ -492,7 +492,9 @@ bool Datapath::transmit(EngineQp& qp, uint64_t now, size_t budget) {
         }
         // A lossless port's full VL holds the requester back (link-level credits): the
         // packet is built when its VL has room again, nothing is dropped.
-        if (info.lossless && !ports_.tx_room(port, vl, info.eth_mtu + kEthernetHeaderBytes))
+        if (info.lossless() &&
+            !ports_.tx_room(port, vl,
+                            info.eth_mtu + static_cast<uint32_t>(tp::kEthernetHeaderBytes)))
             break;
         // A priority the peer paused (PFC) holds it back until the pause ends.
         if (info.pfc &&

@@ -207,7 +207,6 @@ DpdkPortSet::DpdkPortSet(const EngineConfig& config) : dpdk_(std::make_unique<Dp
             CongestionPointConfig point = config.congestion_point;
             point.arbitration = config.arbitration_for(i); // the port's own, if it has them
             ports_[i].congestion_point = point;
-            ports_[i].lossless = point.credit_buffer_bytes != 0;
             dpdk_->tx[i].link = CongestionPoint<rte_mbuf*>(point, config.faults.seed * 31 + i);
         }
 }
@@ -444,8 +443,7 @@ size_t DpdkPortSet::flush() {
 }
 
 bool DpdkPortSet::tx_room(size_t index, uint8_t vl, uint32_t bytes) {
-    CongestionPoint<rte_mbuf*>& link = dpdk_->tx[index].link;
-    return !link.lossless() || link.room(monotonic_ns(), vl, bytes);
+    return dpdk_->tx[index].link.room(monotonic_ns(), vl, bytes); // asked of lossless ports
 }
 
 bool DpdkPortSet::tx_paused(size_t index, uint8_t priority, uint64_t now) {

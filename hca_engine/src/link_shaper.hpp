@@ -52,6 +52,8 @@ template <typename Frame> class LinkShaper {
     // From now on frames start only against `credits` (which outlives the shaper), and
     // enqueue() never drops.
     void use_credits(transport::LinkCreditPort* credits) { credits_ = credits; }
+    // Runs the wire up to `now` (what crossed it delivered, what may start started).
+    void advance(uint64_t now) { settle(now); }
     // Whether `vl`'s queue has room for `bytes` more at `now` (always without a limit).
     bool room(uint64_t now, uint8_t vl, uint32_t bytes) {
         settle(now);

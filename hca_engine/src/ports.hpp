@@ -101,9 +101,10 @@ struct PortInfo {
     // RoCE frames carry a priority tag with the SL as PCP (--priority-tag).
     bool priority_tag = false;
     bool pfc = false;               // priority flow control with the peer (--pfc)
-    bool lossless = false;          // link-level credits: senders wait for room (tx_room)
     uint8_t pfc_paused_by_peer = 0; // priorities the peer paused, when last looked at
     uint8_t pfc_asked_peer = 0;     // priorities we asked the peer to pause
+    // Link-level credits: the port's queue is lossless, senders wait for room (tx_room).
+    bool lossless() const { return congestion_point.credit_buffer_bytes != 0; }
     // The rate the port sends at: the shaped link's, else the link's, else 100 Gb/s.
     double line_rate_bps() const {
         if (congestion_point.shaper.rate_bps > 0)
@@ -155,8 +156,6 @@ class PortSet {
         return true;
     }
 
-    // Whether a lossless port waits for credits its peer is about to send (the engine
-    // keeps polling for them instead of sleeping).
     // Priority flow control (--pfc). Whether the peer paused `priority` at `now`.
     virtual bool tx_paused(size_t index, uint8_t priority, uint64_t now) {
         (void)index;
@@ -173,6 +172,8 @@ class PortSet {
         (void)priorities;
         (void)now;
     }
+    // Whether a lossless port waits for credits its peer is about to send (the engine
+    // keeps polling for them instead of sleeping).
     virtual bool awaiting_credits(uint64_t now) const {
         (void)now;
         return false;

@@ -39,11 +39,18 @@ send_bw() {
 send_bw --tclass=104 -q 2 -n 300 -s 65536
 "$SOFTHCA" down >/dev/null # the captures are complete once the engine is gone
 
-# "dscp ecn opcode" counts of each capture, as tshark decodes them.
-decode() {
-    tshark -r "$1" -Y "udp.dstport == 4791" -T fields -e ip.dsfield.dscp -e ip.dsfield.ecn \
-        -e infiniband.bth.opcode 2>/dev/null | sort | uniq -c
+# Counts of each combination of tshark's fields "$@" and the BTH opcode in capture $1.
+count_fields() {
+    local capture=$1 field fields=()
+    shift
+    for field in "$@" infiniband.bth.opcode; do
+        fields+=(-e "$field")
+    done
+    tshark -r "$capture" -Y "udp.dstport == 4791" -T fields "${fields[@]}" 2>/dev/null |
+        sort | uniq -c
 }
+# "count dscp ecn opcode" rows.
+decode() { count_fields "$1" ip.dsfield.dscp ip.dsfield.ecn; }
 sender=$(decode "$dir/cap-${SOFTHCA_PREFIX}1.pcap")
 receiver=$(decode "$dir/cap-${SOFTHCA_PREFIX}0.pcap")
 echo "sender's port (count, DSCP, ECN, opcode):"
@@ -96,10 +103,7 @@ send_bw -S 5 -n 100 -s 65536
     "$rc_verbs_test" "[sl]" >"$dir/rc.out" 2>&1 ||
     fail "an RC receive did not report the sender's SL 3 in wc.sl: $(tail -30 "$dir/rc.out")"
 "$SOFTHCA" down >/dev/null
-tagged() {
-    tshark -r "$1" -Y "udp.dstport == 4791" -T fields -e vlan.priority -e vlan.id \
-        -e infiniband.bth.opcode 2>/dev/null | sort | uniq -c
-}
+tagged() { count_fields "$1" vlan.priority vlan.id; }
 sender=$(tagged "$dir/tagged-${SOFTHCA_PREFIX}1.pcap")
 receiver=$(tagged "$dir/tagged-${SOFTHCA_PREFIX}0.pcap")
 echo "with --priority-tag (count, priority, VLAN ID, opcode), sender's port:"

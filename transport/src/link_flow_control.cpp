@@ -1,6 +1,7 @@
 #include "softhca/transport/link_flow_control.hpp"
 
 #include "softhca/transport/byte_order.hpp"
+#include "softhca/transport/roce_frame.hpp"
 #include "softhca/transport/settings_text.hpp"
 
 #include <algorithm>
@@ -9,7 +10,6 @@
 namespace softhca::transport {
 
 namespace {
-constexpr size_t kEthernetBytes = 14;
 constexpr size_t kTagBytes = 6; // magic, version, count
 } // namespace
 
@@ -32,7 +32,7 @@ std::string LinkCreditParameters::parse(const std::string& text, LinkCreditParam
 }
 
 bool is_flow_control_frame(const uint8_t* frame, size_t length) {
-    return length >= kEthernetBytes && load_be16(frame + 12) == kLinkFlowControlEtherType;
+    return length >= kEthernetHeaderBytes && load_be16(frame + 12) == kLinkFlowControlEtherType;
 }
 
 size_t write_flow_control_frame(uint8_t* out, const MacAddress& source,
@@ -42,22 +42,22 @@ size_t write_flow_control_frame(uint8_t* out, const MacAddress& source,
     std::copy(kLinkFlowControlMac.begin(), kLinkFlowControlMac.end(), out);
     std::copy(source.begin(), source.end(), out + 6);
     store_be16(out + 12, kLinkFlowControlEtherType);
-    store_be32(out + kEthernetBytes, kLinkFlowControlMagic);
-    out[kEthernetBytes + 4] = kLinkFlowControlVersion;
-    out[kEthernetBytes + 5] = static_cast<uint8_t>(count);
-    std::memcpy(out + kEthernetBytes + kTagBytes, packets, count * sizeof(FlowControlPacket));
+    store_be32(out + kEthernetHeaderBytes, kLinkFlowControlMagic);
+    out[kEthernetHeaderBytes + 4] = kLinkFlowControlVersion;
+    out[kEthernetHeaderBytes + 5] = static_cast<uint8_t>(count);
+    std::memcpy(out + kEthernetHeaderBytes + kTagBytes, packets, count * sizeof(FlowControlPacket));
     return kLinkFlowControlFrameBytes; // padded alike whatever the count
 }
 
 int parse_flow_control_frame(const uint8_t* frame, size_t length, FlowControlPacket* out) {
-    if (!is_flow_control_frame(frame, length) || length < kEthernetBytes + kTagBytes)
+    if (!is_flow_control_frame(frame, length) || length < kEthernetHeaderBytes + kTagBytes)
         return -1;
-    const uint8_t* tag = frame + kEthernetBytes;
+    const uint8_t* tag = frame + kEthernetHeaderBytes;
     if (load_be32(tag) != kLinkFlowControlMagic || tag[4] != kLinkFlowControlVersion)
         return -1;
     const size_t count = tag[5];
     if (count > kCreditDataVls ||
-        length < kEthernetBytes + kTagBytes + count * sizeof(FlowControlPacket))
+        length < kEthernetHeaderBytes + kTagBytes + count * sizeof(FlowControlPacket))
         return -1;
     std::memcpy(out, tag + kTagBytes, count * sizeof(FlowControlPacket));
     return static_cast<int>(count);

@@ -1,6 +1,7 @@
 #include "softhca/transport/priority_flow_control.hpp"
 
 #include "softhca/transport/byte_order.hpp"
+#include "softhca/transport/roce_frame.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -8,7 +9,11 @@
 namespace softhca::transport {
 
 namespace {
-constexpr size_t kEthernetBytes = 14;
+// After the Ethernet header: the opcode, the class-enable vector, eight 16-bit times.
+constexpr size_t kOpcodeAt = kEthernetHeaderBytes;
+constexpr size_t kEnableAt = kOpcodeAt + 2;
+constexpr size_t kQuantaAt = kEnableAt + 2;
+constexpr size_t kPfcContentEnd = kQuantaAt + 2 * 8;
 
 uint64_t quanta_ns(uint16_t quanta, double line_rate_bps) {
     const double rate = line_rate_bps > 0 ? line_rate_bps : 100e9;
@@ -21,24 +26,24 @@ size_t write_pfc_frame(uint8_t* out, const MacAddress& source, const PfcFrame& f
     std::copy(kPfcMac.begin(), kPfcMac.end(), out);
     std::copy(source.begin(), source.end(), out + 6);
     store_be16(out + 12, kMacControlEtherType);
-    store_be16(out + 14, kPfcOpcode);
-    store_be16(out + 16, frame.enable);
+    store_be16(out + kOpcodeAt, kPfcOpcode);
+    store_be16(out + kEnableAt, frame.enable);
     for (size_t p = 0; p < 8; ++p)
-        store_be16(out + 18 + 2 * p, frame.quanta[p]);
+        store_be16(out + kQuantaAt + 2 * p, frame.quanta[p]);
     return kPfcFrameBytes;
 }
 
 bool is_mac_control_frame(const uint8_t* data, size_t length) {
-    return length >= kEthernetBytes && load_be16(data + 12) == kMacControlEtherType;
+    return length >= kEthernetHeaderBytes && load_be16(data + 12) == kMacControlEtherType;
 }
 
 bool parse_pfc_frame(const uint8_t* data, size_t length, PfcFrame& out) {
-    if (!is_mac_control_frame(data, length) || length < 18 + 16 ||
-        load_be16(data + 14) != kPfcOpcode)
+    if (!is_mac_control_frame(data, length) || length < kPfcContentEnd ||
+        load_be16(data + kOpcodeAt) != kPfcOpcode)
         return false;
-    out.enable = static_cast<uint8_t>(load_be16(data + 16)); // the upper byte is reserved
+    out.enable = static_cast<uint8_t>(load_be16(data + kEnableAt)); // the upper byte: reserved
     for (size_t p = 0; p < 8; ++p)
-        out.quanta[p] = load_be16(data + 18 + 2 * p);
+        out.quanta[p] = load_be16(data + kQuantaAt + 2 * p);
     return true;
 }
 
