@@ -4,7 +4,8 @@
 // nothing before; a total that reaches the peer comes back as more credit; a VL waiting
 // for credits asks again each refresh; and a shaped link with credits (link_shaper.hpp)
 // holds frames for credits instead of dropping, starts none before the credit came, and
-// reports its queue full to the senders (room()).
+// reports its queue full to the senders (room()); a port waiting for credits keeps the
+// engine looking for them while its peer answers.
 #include "congestion_point.hpp"
 #include "link_shaper.hpp"
 #include "softhca/transport/link_flow_control.hpp"
@@ -214,6 +215,12 @@ TEST_CASE("congestion point with credits: lossless, and flow-control frames both
     CHECK(ka.vls[2].credits.waiting);
     CHECK(ka.flow_control_received == kCreditDataVls);
     CHECK(kb.flow_control_sent == kCreditDataVls);
+    // A VL waits for credits from a peer that answered at 0: the engine keeps looking for
+    // them for 10 ms, then sleeps until the refresh asks again; b waits for nothing.
+    CHECK(a.awaiting_credits(5'000'000));
+    CHECK_FALSE(a.awaiting_credits(10'000'000));
+    CHECK_FALSE(b.awaiting_credits(5'000'000));
+    CHECK(a.next_release() == 1'000'000);  // a's refresh: 1 ms after its packets went at 0
     a.on_flow_control(1, packets, -1, ka); // a malformed frame
     CHECK(ka.flow_control_bad == 1);
 }
