@@ -4,7 +4,11 @@
 # uses a 1 KiB path MTU: the arbiter does not preempt the frame on the wire (IBTA 7.6.9),
 # and a 4 KiB frame at 2 Gb/s would hold a ping up to 16 us (0.3 us at 100 Gb/s).
 #   On SL 1, which the port's SL-to-VL table puts on VL 1, high priority in the VL
-#   arbiter's tables, the ping keeps its latency: within 2x of the idle link's.
+#   arbiter's tables, the ping keeps its latency: VL 1's queue never holds more than the
+#   pings themselves, and of the delay the bulk queue adds to a ping on SL 0 the ping on
+#   SL 1 sees under a tenth. (Not a bound against the idle link's latency: on two cores
+#   the engine forwarding the bulk flow delays every packet by its poll rounds, which is
+#   the machine's cost, not the link's queue.)
 #   On SL 0, behind the bulk flow's queue in the same VL, it does not.
 # Then a second bulk flow on SL 2 (VL 2): the low-priority table's weights (VL 0: 16,
 # VL 2: 48) split the wire's bytes 1:3, within 10 %.
@@ -61,25 +65,33 @@ start_bulk 0
 # The link's queue is what is measured; on a shared 2-core machine another process can
 # only add to a latency, never take from it. So the high VL gets up to three tries, and
 # its best counts (the same VL's once: it only has to be slow).
+same=$(latency 0)
+high_enough() { python3 -c "import sys; sys.exit(0 if $1 - $idle < 0.1 * ($same - $idle) else 1)"; }
 high=$(latency 1)
 for try in 2 3; do
-    python3 -c "import sys; sys.exit(0 if $high <= 2 * $idle else 1)" && break
+    high_enough "$high" && break
     echo "try $try: the high VL's ${high} us may have been the machine's, not the link's"
     high=$(python3 -c "print(min($high, $(latency 1)))")
 done
-same=$(latency 0)
 "$SOFTHCA" status | grep -E "shaped link|vl "
-queue0=$("$SOFTHCA" status --json | python3 -c '
+read -r queue0 queue1 < <("$SOFTHCA" status --json | python3 -c '
 import json, sys
 d = json.load(sys.stdin)["devices"][1]["congestion_point"]
-print(max((v["peak_queue_bytes"] for v in d["vls"] if v["vl"] == 0), default=0))')
-echo "under a bulk flow on SL 0 (VL 0 queue peak ${queue0} bytes):" \
-    "ping on SL 1 (VL 1, high priority) ${high} us, on SL 0 (behind the bulk) ${same} us"
+peak = {v["vl"]: v["peak_queue_bytes"] for v in d["vls"]}
+print(peak.get(0, 0), peak.get(1, 0))')
+echo "under a bulk flow on SL 0 (VL 0 queue peak ${queue0} bytes): ping on SL 1 (VL 1, high" \
+    "priority, queue peak ${queue1} bytes) ${high} us, on SL 0 (behind the bulk) ${same} us," \
+    "idle ${idle} us"
 [ "$queue0" -gt 100000 ] || fail "the bulk flow did not fill VL 0's queue ($queue0 bytes)"
-python3 -c "import sys; sys.exit(0 if $high <= 2 * $idle else 1)" ||
-    fail "the high-priority VL's latency ${high} us is more than twice the idle ${idle} us"
-python3 -c "import sys; sys.exit(0 if $same > 2 * $idle else 1)" ||
-    fail "behind the bulk flow on the same VL the latency ${same} us stayed within twice idle"
+python3 -c "import sys; sys.exit(0 if $same > 10 * $idle else 1)" ||
+    fail "behind the bulk flow on the same VL the latency ${same} us stayed within 10x idle"
+# A ping is one 64-byte frame each way; two waiting in VL 1 at once is the most a
+# ping-pong can put there (the previous one leaving, the next one arriving).
+[ "$queue1" -le 256 ] ||
+    fail "VL 1's queue held ${queue1} bytes: the high-priority pings waited behind each other"
+high_enough "$high" ||
+    fail "the high-priority VL's latency ${high} us took a tenth or more of the bulk queue's" \
+        "delay (${same} us on SL 0, idle ${idle} us)"
 
 # The low-priority table gives VL 0 weight 16 and VL 2 weight 48: with a second bulk flow
 # on SL 2 (VL 2) both queues stay full and the wire's bytes split 1:3 (within 10 %).
