@@ -86,9 +86,13 @@ std::string VlArbitrationTables::to_string() const {
     std::string s;
     for (const auto* table : {&high, &low}) {
         s += table == &high ? "high=" : ";low=";
-        for (size_t i = 0; i < table->size(); ++i)
-            s += (i ? "," : "") + std::to_string((*table)[i].vl) + ":" +
-                 std::to_string((*table)[i].weight);
+        for (size_t i = 0; i < table->size(); ++i) {
+            if (i)
+                s += ',';
+            s += std::to_string((*table)[i].vl);
+            s += ':';
+            s += std::to_string((*table)[i].weight);
+        }
     }
     return s + ";limit=" + std::to_string(limit_of_high_priority);
 }
