@@ -267,8 +267,8 @@ std::string status_text(const Json& doc) {
         out << "device " << d["name"].get<std::string>() << " port 1: " << state << " ipv4 "
             << (d["ipv4"].is_null() ? "0.0.0.0" : d["ipv4"].get<std::string>()) << " mac "
             << d["mac"].get<std::string>() << " mtu " << d["mtu"] << " active_mtu "
-            << d["active_mtu"] << " pmd " << d["pmd"].get<std::string>()
-            << (d["devargs"].is_null() ? " (built-in wire)" : " " + d["devargs"].get<std::string>())
+            << d["active_mtu"] << " pmd " << d["pmd"].get<std::string>() << ' '
+            << (d["devargs"].is_null() ? "(built-in wire)" : d["devargs"].get<std::string>())
             << "\n";
         out << "  gids:";
         for (const Json& g : d["gids"])

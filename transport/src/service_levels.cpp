@@ -34,8 +34,13 @@ std::string SlToVlTable::parse(const std::string& text, SlToVlTable& out) {
 
 std::string SlToVlTable::to_string() const {
     std::string s;
-    for (unsigned sl = 0; sl < vl_.size(); ++sl)
-        s += (sl ? "," : "") + std::to_string(sl) + ":" + std::to_string(vl_[sl]);
+    for (unsigned sl = 0; sl < vl_.size(); ++sl) {
+        if (sl)
+            s += ',';
+        s += std::to_string(sl);
+        s += ':';
+        s += std::to_string(vl_[sl]);
+    }
     return s;
 }
 
