@@ -81,7 +81,7 @@ peak = {v["vl"]: v["peak_queue_bytes"] for v in d["vls"]}
 print(peak.get(0, 0), peak.get(1, 0))')
 echo "under a bulk flow on SL 0 (VL 0 queue peak ${queue0} bytes): ping on SL 1 (VL 1, high" \
     "priority, queue peak ${queue1} bytes) ${high} us, on SL 0 (behind the bulk) ${same} us," \
-    "idle ${idle} us"
+    "idle ${idle} us; high VL / idle = $(python3 -c "print('%.2f' % ($high / $idle))")"
 [ "$queue0" -gt 100000 ] || fail "the bulk flow did not fill VL 0's queue ($queue0 bytes)"
 python3 -c "import sys; sys.exit(0 if $same > 2 * $idle else 1)" ||
     fail "behind the bulk flow on the same VL the latency ${same} us stayed within twice idle"
