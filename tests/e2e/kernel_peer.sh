@@ -25,7 +25,8 @@
 # 5180): KP_GUEST_ADDR6, KP_SOFTHCA_ADDR6, KP_GUEST_GID6 and KP_SOFTHCA_GID6 (their GID
 # indices). kp_exchange uses KP_GUEST_GID and KP_SOFTHCA_GID (default 0) for @GID@. With
 # KP_PORT=udp softhca has a kernel UDP socket port on the bridge's addresses (198.18.S.1,
-# 2001:2:0:S::1) instead of the af_packet port.
+# 2001:2:0:S::1) instead of the af_packet port. KP_GUEST_NO_VLAN_FILTER=1: the guest's NIC
+# passes tagged frames (kp_up says why).
 
 kp_repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
@@ -50,6 +51,20 @@ kp_up() {
     local guest
     guest=$("$kp_repo/tools/rxe-guest.sh") || fail "the rxe guest could not be built"
     local src=${SOFTHCA_RXE_GUEST_SRC:-$kp_repo/../shared/rxe-guest}
+    local run_guest="$src/run.sh"
+    # KP_GUEST_NO_VLAN_FILTER=1: the guest's virtio NIC without a VLAN filter (QEMU's
+    # ctrl_vlan=off). With the filter QEMU drops every tagged frame whose VID the guest did
+    # not register, and this guest's kernel has no 8021q module to register VID 0 (as a
+    # NIC with a VLAN filter drops priority-tagged frames on a host without 8021q). Without
+    # it the guest's kernel takes a VID 0 frame as untagged (802.1Q priority tagging).
+    if [ -n "${KP_GUEST_NO_VLAN_FILTER:-}" ]; then
+        run_guest=$KP_DIR/run.sh
+        sed 's/-device virtio-net-pci,netdev=n0,mac="$mac"/&,ctrl_vlan=off/' "$src/run.sh" \
+            >"$run_guest"
+        chmod +x "$run_guest"
+        grep -q "ctrl_vlan=off" "$run_guest" ||
+            fail "could not turn the guest NIC's VLAN filter off in $src/run.sh"
+    fi
     kp_down_quiet
     ip netns add "$KP_NS"
     local n="ip -n $KP_NS"
@@ -77,7 +92,7 @@ kp_up() {
     # must fail a write with EPIPE (and the test with a message), not kill the test.
     trap '' PIPE
     mkfifo "$KP_DIR/console"
-    RXE_GUEST_TIMEOUT=${KP_GUEST_TIMEOUT:-900} ip netns exec "$KP_NS" "$src/run.sh" "$guest" \
+    RXE_GUEST_TIMEOUT=${KP_GUEST_TIMEOUT:-900} ip netns exec "$KP_NS" "$run_guest" "$guest" \
         "${KP_NS}t0" "$KP_GUEST_ADDR" "52:54:00:12:$(printf %02x "$subnet"):02" sh \
         <"$KP_DIR/console" >"$KP_DIR/log" 2>&1 &
     KP_QEMU=$!
