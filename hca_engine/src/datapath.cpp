@@ -404,6 +404,10 @@ bool Datapath::resolve_destination(EngineQp& qp, size_t port, uint64_t now, bool
                                       ? tp::udp_source_port_for_flow(addressing.flow_label)
                                       : EngineQp::ud_source_port(qp.qp_num());
     }
+    // The port's global traffic class, if it has one, instead of the address vector's (as
+    // a ConnectX's "Global tclass"); DCQCN's ECN bits go on top of it.
+    if (info.global_traffic_class >= 0)
+        addressing.traffic_class = static_cast<uint8_t>(info.global_traffic_class);
     if (info.kernel_udp)
         addressing.udp_src_port = tp::kRoceV2UdpPort; // what the kernel will put there
     local = port_owns(info, addressing.dst_gid);
@@ -427,14 +431,6 @@ bool Datapath::transmit(EngineQp& qp, uint64_t now, size_t budget) {
     bool local = false;
     if (!per_packet && !resolve_destination(qp, port, now, local))
         return false;
-    // The port's global traffic class, if it has one, instead of the address vector's (as
-    // a ConnectX's "Global tclass"); DCQCN's ECN bits go on top of it below.
-    const auto global_traffic_class = [&] {
-        if (info.global_traffic_class >= 0)
-            qp.addressing().traffic_class = static_cast<uint8_t>(info.global_traffic_class);
-    };
-    if (!per_packet)
-        global_traffic_class();
     // DCQCN's reaction point: requests leave ECN-capable, at the QP's rate.
     QpCongestion* cc = per_packet ? nullptr : congestion_of(qp);
     if (cc) {
@@ -445,11 +441,9 @@ bool Datapath::transmit(EngineQp& qp, uint64_t now, size_t budget) {
     }
     bool sent = false;
     for (size_t i = 0; i < budget; ++i) {
-        if (per_packet) {
-            if (!queue.wants_transmit(now) || !resolve_destination(qp, port, now, local))
-                break;
-            global_traffic_class();
-        }
+        if (per_packet &&
+            (!queue.wants_transmit(now) || !resolve_destination(qp, port, now, local)))
+            break;
         if (cc && !local && !cc->may_send(now)) {
             ++cc->paced;
             cc->wake_at = cc->paced_until();

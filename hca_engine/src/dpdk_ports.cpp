@@ -448,8 +448,6 @@ bool DpdkPortSet::tx_room(size_t index, uint8_t vl, uint32_t bytes) {
 
 bool DpdkPortSet::tx_paused(size_t index, uint8_t priority, uint64_t now) {
     PortInfo& info = ports_[index];
-    if (!info.pfc)
-        return false;
     info.pfc_paused_by_peer = dpdk_->tx[index].pauses.paused_mask(now);
     return (info.pfc_paused_by_peer >> (priority & 7)) & 1;
 }
@@ -457,8 +455,6 @@ bool DpdkPortSet::tx_paused(size_t index, uint8_t priority, uint64_t now) {
 void DpdkPortSet::after_receive_round(size_t index, bool backlogged, uint8_t priorities,
                                       uint64_t now) {
     PortInfo& info = ports_[index];
-    if (!info.pfc)
-        return;
     auto& queue = dpdk_->tx[index];
     transport::PfcFrame pfc;
     if (!queue.requester.after_round(backlogged, priorities, now, info.line_rate_bps(), pfc))

@@ -131,6 +131,34 @@ std::string port_selector(const std::string& text, std::optional<size_t>& port) 
     port = std::stoul(text.substr(0, at));
     return text.substr(at + 1);
 }
+
+// An option's "[PORT@]TABLE" (--vl-arbitration, --sl-to-vl): the table, read by
+// Table::parse, into one port's entry of `by_port` or into `every_port`.
+template <typename Table>
+bool parse_port_table(std::string_view option, const std::string& value, Table& every_port,
+                      std::map<size_t, Table>& by_port, std::string& error) {
+    std::optional<size_t> port;
+    const std::string text = port_selector(value, port);
+    Table table;
+    if (std::string e = Table::parse(text, table); !e.empty()) {
+        error = std::string(option) + ": " + e;
+        return false;
+    }
+    (port ? by_port[*port] : every_port) = table;
+    return true;
+}
+
+// Whether every port `by_port` names is one of the `port_count` ports.
+template <typename Table>
+bool ports_exist(std::string_view option, const std::map<size_t, Table>& by_port, size_t port_count,
+                 std::string& error) {
+    for (const auto& [port, table] : by_port)
+        if (port >= port_count) {
+            error = std::string(option) + ": there is no port " + std::to_string(port);
+            return false;
+        }
+    return true;
+}
 } // namespace
 
 std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string& error) {
@@ -197,25 +225,13 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
             config.dcqcn = true;
         } else if (arg == "--vl-arbitration" && (v = value())) {
             lanes_given = true;
-            std::optional<size_t> port;
-            const std::string text = port_selector(v, port);
-            transport::VlArbitrationTables tables;
-            if (std::string e = transport::VlArbitrationTables::parse(text, tables); !e.empty()) {
-                error = "--vl-arbitration: " + e;
+            if (!parse_port_table(arg, v, config.congestion_point.arbitration,
+                                  config.arbitration_by_port, error))
                 return std::nullopt;
-            }
-            (port ? config.arbitration_by_port[*port] : config.congestion_point.arbitration) =
-                tables;
         } else if (arg == "--sl-to-vl" && (v = value())) {
             lanes_given = true;
-            std::optional<size_t> port;
-            const std::string text = port_selector(v, port);
-            transport::SlToVlTable table;
-            if (std::string e = transport::SlToVlTable::parse(text, table); !e.empty()) {
-                error = "--sl-to-vl: " + e;
+            if (!parse_port_table(arg, v, config.sl_to_vl, config.sl_to_vl_by_port, error))
                 return std::nullopt;
-            }
-            (port ? config.sl_to_vl_by_port[*port] : config.sl_to_vl) = table;
         } else if (arg == "--link-credits" && (v = value())) {
             transport::LinkCreditParameters credits;
             if (std::string e = transport::LinkCreditParameters::parse(v, credits); !e.empty()) {
@@ -273,16 +289,9 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
     }
     // A port named must exist: the built-in wire has two, else one per --port.
     const size_t port_count = config.ports.empty() ? 2 : config.ports.size();
-    for (const auto& [port, tables] : config.arbitration_by_port)
-        if (port >= port_count) {
-            error = "--vl-arbitration: there is no port " + std::to_string(port);
-            return std::nullopt;
-        }
-    for (const auto& [port, table] : config.sl_to_vl_by_port)
-        if (port >= port_count) {
-            error = "--sl-to-vl: there is no port " + std::to_string(port);
-            return std::nullopt;
-        }
+    if (!ports_exist("--vl-arbitration", config.arbitration_by_port, port_count, error) ||
+        !ports_exist("--sl-to-vl", config.sl_to_vl_by_port, port_count, error))
+        return std::nullopt;
     // SL 0 carries every QP that names no other, and the CM's MADs: on every port its VL
     // must be sent.
     for (size_t port = 0; port < port_count; ++port)

@@ -156,7 +156,8 @@ class PortSet {
         return true;
     }
 
-    // Priority flow control (--pfc). Whether the peer paused `priority` at `now`.
+    // Priority flow control (--pfc; asked of PFC ports only). Whether the peer paused
+    // `priority` at `now`.
     virtual bool tx_paused(size_t index, uint8_t priority, uint64_t now) {
         (void)index;
         (void)priority;

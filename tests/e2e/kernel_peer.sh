@@ -16,6 +16,7 @@
 #   kp_guest_wait JOB SECONDS            wait for a started command; its output on stdout
 #   kp_guest_server 'COMMAND' 'READY'    a server in the guest, returns once READY holds
 #   kp_exchange SIDE READY 'SERVER' 'CLIENT'  one server/client run, either side serving
+#   kp_tool SIDE TOOL ARGS...            kp_exchange for a pingpong or perftest tool
 #   kp_on_softhca COMMAND...             run a verbs program against the softhca device
 #   kp_down                              stop guest and engine, delete the namespace
 #
@@ -181,6 +182,21 @@ kp_guest() {
 
 kp_on_softhca() {
     ip netns exec "$KP_NS" "$SOFTHCA" exec --prefix "$KP_NS" -- "$@"
+}
+
+# One run of a pingpong (ibv_*: -g GID, -c to check the data) or a perftest tool (ib_*: -x
+# GID) with ARGS through kp_exchange, the server on SIDE; the client's result line (a
+# pingpong's "iters in", perftest's result row) in KP_RESULT, empty if it printed none.
+#   kp_tool SIDE TOOL ARGS...
+kp_tool() {
+    local side=$1 tool=$2
+    shift 2
+    local flag=-g check=-c
+    [[ "$tool" = ib_* ]] && flag=-x check=
+    kp_exchange "$side" tcp "$tool -d @DEV@ $flag @GID@ -p @PORT@ $check $*" \
+        "$tool -d @DEV@ $flag @GID@ -p @PORT@ $check $* @ADDR@"
+    # shellcheck disable=SC2034 # read by the caller
+    KP_RESULT=$(grep -E "iters in|^ *[0-9]+ +[0-9]+ " <<<"$KP_OUT" | tail -1) || true
 }
 
 # One exchange between a server and a client, each an unmodified program:

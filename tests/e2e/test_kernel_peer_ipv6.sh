@@ -25,15 +25,10 @@ grep -q "GID\[  1\]:[[:space:]]*fe80::[0-9a-f:]*, RoCE v2" <<<"$gids" ||
 KP_GUEST_GID=$KP_GUEST_GID6 KP_SOFTHCA_GID=$KP_SOFTHCA_GID6
 
 exchange() {
+    kp_tool "$@"
     local side=$1 tool=$2
     shift 2
-    local flag=-g
-    [[ "$tool" = ib_* ]] && flag=-x
-    local check=()
-    [[ "$tool" = ibv_* ]] && check=(-c)
-    kp_exchange "$side" tcp "$tool -d @DEV@ $flag @GID@ -p @PORT@ ${check[*]} $*" \
-        "$tool -d @DEV@ $flag @GID@ -p @PORT@ ${check[*]} $* @ADDR@"
-    echo "$tool $* over IPv6 ($side server): $(grep -E "iters in|^ *[0-9]+ +[0-9]+ " <<<"$KP_OUT" | tail -1)"
+    echo "$tool $* over IPv6 ($side server): $KP_RESULT"
 }
 
 for side in linux softhca; do

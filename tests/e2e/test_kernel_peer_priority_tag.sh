@@ -16,16 +16,11 @@ trap 'kp_down; rm -rf "$capture"' EXIT
 KP_GUEST_NO_VLAN_FILTER=1 kp_up "$SOFTHCA_PREFIX" "${KP_SUBNET:-13}" --priority-tag --pcap "$capture/port"
 
 exchange() {
+    kp_tool "$@"
     local side=$1 tool=$2
     shift 2
-    local flag=-g check=-c
-    [[ "$tool" = ib_* ]] && flag=-x check=
-    kp_exchange "$side" tcp "$tool -d @DEV@ $flag @GID@ -p @PORT@ $check $*" \
-        "$tool -d @DEV@ $flag @GID@ -p @PORT@ $check $* @ADDR@"
-    local result
-    result=$(grep -E "iters in|^ *[0-9]+ +[0-9]+ " <<<"$KP_OUT" | tail -1) ||
-        fail "$tool $*: no result: $KP_OUT"
-    echo "$tool $* tagged ($side server): $result"
+    [ -n "$KP_RESULT" ] || fail "$tool $*: no result: $KP_OUT"
+    echo "$tool $* tagged ($side server): $KP_RESULT"
 }
 
 for side in linux softhca; do

@@ -1,7 +1,8 @@
 #include "softhca/transport/service_levels.hpp"
 
+#include "softhca/transport/settings_text.hpp"
+
 #include <cstdio>
-#include <sstream>
 
 namespace softhca::transport {
 
@@ -13,11 +14,7 @@ SlToVlTable::SlToVlTable(unsigned data_vls) {
 
 std::string SlToVlTable::parse(const std::string& text, SlToVlTable& out) {
     SlToVlTable t = out;
-    std::stringstream items(text);
-    std::string item;
-    while (std::getline(items, item, ',')) {
-        if (item.empty())
-            continue;
+    std::string error = for_each_item(text, [&](const std::string& item) -> std::string {
         unsigned sl = 0, vl = 0;
         char end = 0;
         if (std::sscanf(item.c_str(), "%u:%u%c", &sl, &vl, &end) != 2)
@@ -27,7 +24,10 @@ std::string SlToVlTable::parse(const std::string& text, SlToVlTable& out) {
         if (vl >= kManagementVl)
             return "VL " + std::to_string(vl) + " is not a data VL (0..14)";
         t.vl_[sl] = static_cast<uint8_t>(vl);
-    }
+        return {};
+    });
+    if (!error.empty())
+        return error;
     out = t;
     return {};
 }

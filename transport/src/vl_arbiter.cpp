@@ -1,5 +1,7 @@
 #include "softhca/transport/vl_arbiter.hpp"
 
+#include "softhca/transport/settings_text.hpp"
+
 #include <cstdio>
 #include <sstream>
 
@@ -16,11 +18,7 @@ namespace {
 
 // "VL:W,VL:W" into entries; empty text is an empty table.
 std::string parse_entries(const std::string& text, std::vector<VlArbitrationEntry>& out) {
-    std::stringstream list(text);
-    std::string item;
-    while (std::getline(list, item, ',')) {
-        if (item.empty())
-            continue;
+    std::string error = for_each_item(text, [&](const std::string& item) -> std::string {
         const size_t colon = item.find(':');
         unsigned vl = 0, weight = 0;
         char end = 0;
@@ -33,7 +31,10 @@ std::string parse_entries(const std::string& text, std::vector<VlArbitrationEntr
         if (weight > 255)
             return "weight " + std::to_string(weight) + " is over 255";
         out.push_back({static_cast<uint8_t>(vl), static_cast<uint8_t>(weight)});
-    }
+        return {};
+    });
+    if (!error.empty())
+        return error;
     if (out.size() > kMaxArbitrationEntries)
         return "more than 64 entries in a table";
     return {};

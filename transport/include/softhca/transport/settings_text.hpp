@@ -1,5 +1,6 @@
-// The "KEY=NUMBER,KEY=NUMBER,..." settings the engine's options take (--ecn, --dcqcn,
-// --link-credits): one reader for all of them.
+// The comma-separated lists the engine's options take: "KEY=NUMBER,..." settings (--ecn,
+// --dcqcn, --link-credits) and the VL tables' items (--vl-arbitration, --sl-to-vl): one
+// reader for all of them.
 #pragma once
 
 #include <cstdio>
@@ -8,15 +9,23 @@
 
 namespace softhca::transport {
 
-// Hands each item of `text` (empty items skipped) to take(key, value), which says false
-// for a key it does not know or a value out of its range. Returns an empty string, or
-// what is wrong with which item.
-template <typename Take> std::string for_each_setting(const std::string& text, Take&& take) {
+// Hands each item of the comma-separated `text` (empty items skipped) to read(item), which
+// returns an empty string or what is wrong with it. Returns the first such, or empty.
+template <typename Read> std::string for_each_item(const std::string& text, Read&& read) {
     std::stringstream items(text);
     std::string item;
-    while (std::getline(items, item, ',')) {
-        if (item.empty())
-            continue;
+    while (std::getline(items, item, ','))
+        if (!item.empty())
+            if (std::string error = read(item); !error.empty())
+                return error;
+    return {};
+}
+
+// Hands each KEY=NUMBER item of `text` to take(key, value), which says false for a key it
+// does not know or a value out of its range. Returns an empty string, or what is wrong
+// with which item.
+template <typename Take> std::string for_each_setting(const std::string& text, Take&& take) {
+    return for_each_item(text, [&](const std::string& item) -> std::string {
         const size_t eq = item.find('=');
         double v = 0;
         char end = 0;
@@ -25,8 +34,8 @@ template <typename Take> std::string for_each_setting(const std::string& text, T
             return "'" + item + "' is not KEY=NUMBER";
         if (!take(item.substr(0, eq), v))
             return "'" + item + "': unknown key or value out of range";
-    }
-    return {};
+        return {};
+    });
 }
 
 } // namespace softhca::transport
