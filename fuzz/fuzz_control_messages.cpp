@@ -3,7 +3,8 @@
 // four bytes of the input — an opcode, how to size it, flags, a body length — and then
 // its body: the header is made valid (magic, version, length, sequence) unless a flag
 // says otherwise, the size is the table's for the opcode or the input's, and a pipe or a
-// memfd rides along when asked (OpenDevice needs the pipe; some requests take a file).
+// memfd rides along when asked (OpenDevice needs the pipe and the process's memory
+// file; some requests take a file).
 // An OpenDevice flag names a real device so that later requests reach an open context.
 // Invariants: no crash or sanitizer report, and every request gets exactly one reply,
 // which answers it (its sequence). Closing the connection destroys everything it made.
@@ -129,11 +130,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             passed = pipe_fds[1];
         else if (flags & kPassMemfd)
             passed = ::memfd_create("fuzz", MFD_CLOEXEC);
-        if (di::send_message(client, message.data(), length, passed) !=
+        // OpenDevice with a real device also sends this process's memory file.
+        const int memory = (flags & kRealDevice) && passed >= 0
+                               ? ::open("/proc/self/mem", O_RDWR | O_CLOEXEC)
+                               : -1;
+        if (di::send_message(client, message.data(), length, passed, memory) !=
             static_cast<ssize_t>(length))
             std::abort();
         if (passed >= 0)
             ::close(passed);
+        if (memory >= 0)
+            ::close(memory);
         if (pipe_fds[0] >= 0)
             ::close(pipe_fds[0]);
         if (!e.server->handle_input(served))

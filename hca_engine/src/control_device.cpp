@@ -44,8 +44,16 @@ void ControlServer::open_device(Call& call) {
         reply_status(call, EBADF); // the async event pipe must come along
         return;
     }
+    // The memory the context reaches: the process's own /proc/self/mem (client_process.hpp).
+    std::shared_ptr<ClientProcess> client;
+    if (int err = ClientProcess::adopt(c.pid, c.uid, c.gid, c.groups, call.second_fd, client)) {
+        reply_status(call, err);
+        return;
+    }
+    call.second_fd = -1;
     try {
-        c.resources = std::make_unique<ContextResources>(c.pid, keys_, static_cast<size_t>(index));
+        c.resources = std::make_unique<ContextResources>(std::move(client), keys_,
+                                                         static_cast<size_t>(index));
     } catch (const std::system_error& e) {
         reply_status(call, e.code().value()); // no memory for its doorbell page
         return;

@@ -39,6 +39,22 @@ std::string read_command_name(pid_t pid) {
     return name.empty() ? "?" : name;
 }
 
+// The peer's supplementary groups when it connected (for opening its files as it
+// would, client_process.hpp).
+std::vector<gid_t> peer_groups(int fd) {
+    std::vector<gid_t> groups(64);
+    for (;;) {
+        socklen_t len = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+        if (::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &len) == 0) {
+            groups.resize(len / sizeof(gid_t));
+            return groups;
+        }
+        if (errno != ERANGE || len <= groups.size() * sizeof(gid_t))
+            return {};
+        groups.resize(len / sizeof(gid_t));
+    }
+}
+
 } // namespace
 
 ControlServer::ControlServer(const std::string& socket_path, const std::vector<Device>& devices,
@@ -89,6 +105,8 @@ std::vector<int> ControlServer::accept_pending() {
         c.fd = fd;
         c.pid = cred.pid;
         c.uid = cred.uid;
+        c.gid = cred.gid;
+        c.groups = peer_groups(fd);
         c.command = read_command_name(cred.pid);
         connections_.emplace(fd, std::move(c));
         accepted.push_back(fd);
@@ -129,13 +147,15 @@ bool ControlServer::handle_input(int fd) {
             // Larger than any valid message: answer as garbage.
             if (m.fd >= 0)
                 ::close(m.fd);
+            if (m.second_fd >= 0)
+                ::close(m.second_fd);
             di::MessageHeader none{};
             reply_status(c, none, EMSGSIZE);
             continue;
         }
         if (take_posted_work_)
             take_posted_work_();
-        dispatch(c, buffer, static_cast<size_t>(m.size), m.fd);
+        dispatch(c, buffer, static_cast<size_t>(m.size), m.fd, m.second_fd);
     }
 }
 
@@ -152,7 +172,8 @@ void ControlServer::reply_status(Connection& c, const di::MessageHeader& request
     reply(c, &r, sizeof(r));
 }
 
-void ControlServer::dispatch(Connection& c, const void* message, size_t size, int received_fd) {
+void ControlServer::dispatch(Connection& c, const void* message, size_t size, int received_fd,
+                             int second_fd) {
     // Any descriptor not consumed by the handler is closed on the way out.
     struct FdGuard {
         int fd;
@@ -160,7 +181,7 @@ void ControlServer::dispatch(Connection& c, const void* message, size_t size, in
             if (fd >= 0)
                 ::close(fd);
         }
-    } guard{received_fd};
+    } guard{received_fd}, second_guard{second_fd};
 
     di::MessageHeader header{};
     if (size < sizeof(header)) {
@@ -190,7 +211,7 @@ void ControlServer::dispatch(Connection& c, const void* message, size_t size, in
         reply_status(c, header, EBADMSG); // right opcode, wrong size
         return;
     }
-    Call call{c, header, message, guard.fd};
+    Call call{c, header, message, guard.fd, second_guard.fd};
     (this->*method->handler)(call);
 }
 

@@ -68,6 +68,7 @@ class ControlServer {
         const device_interface::MessageHeader& header;
         const void* message;
         int& fd;
+        int& second_fd; // a second descriptor (OpenDevice's memory file), the same way
         template <typename T> const T& request() const { return *static_cast<const T*>(message); }
         ContextResources& resources() const; // the connection's context (device open)
     };
@@ -87,6 +88,8 @@ class ControlServer {
         int fd = -1;
         pid_t pid = 0;
         uid_t uid = 0;
+        gid_t gid = 0;
+        std::vector<gid_t> groups; // supplementary, SO_PEERGROUPS
         std::string command;
         uint32_t context_id = 0;
         int device = -1;   // index into devices_, -1 until OpenDevice
@@ -96,7 +99,7 @@ class ControlServer {
 
     void close_connection(Connection& connection);
     // Checks the header, finds the method, checks the device and the size, calls it.
-    void dispatch(Connection& c, const void* message, size_t size, int received_fd);
+    void dispatch(Connection& c, const void* message, size_t size, int received_fd, int second_fd);
     void reply(Connection& c, const void* message, size_t size, int fd_to_pass = -1);
     void reply(Call& call, const void* message, size_t size, int fd_to_pass = -1) {
         reply(call.c, message, size, fd_to_pass);

@@ -54,12 +54,12 @@ uint32_t read_sges(const uint8_t* at, uint32_t count, std::array<tp::Sge, tp::kM
 
 } // namespace
 
-EngineQp::EngineQp(uint32_t handle, uint32_t qp_num, tp::QpType type, size_t device, pid_t owner,
+EngineQp::EngineQp(uint32_t handle, uint32_t qp_num, tp::QpType type, size_t device,
                    ContextResources& context, const QpBinding& binding, const di::QpCaps& caps,
                    bool sq_sig_all, uint64_t user_handle, const PortInfo& port)
     : handle_(handle), qp_num_(qp_num), type_(type), device_(device), binding_(binding),
       caps_(caps), sq_sig_all_(sq_sig_all), user_handle_(user_handle), context_(context),
-      memory_(owner, context, binding.pd_handle),
+      memory_(context, binding.pd_handle),
       transport_(qp_num, service_of(type), caps.max_send_wr, caps.max_recv_wr, memory_, *this) {
     memory_.set_qp_num(qp_num);
     memory_.set_fault_listener(this);

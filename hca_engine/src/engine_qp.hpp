@@ -58,7 +58,7 @@ class EngineQp : public transport::CompletionSink,
                  public transport::SrqDirectory,
                  public MemoryFaultListener {
   public:
-    EngineQp(uint32_t handle, uint32_t qp_num, transport::QpType type, size_t device, pid_t owner,
+    EngineQp(uint32_t handle, uint32_t qp_num, transport::QpType type, size_t device,
              ContextResources& context, const QpBinding& binding,
              const device_interface::QpCaps& caps, bool sq_sig_all, uint64_t user_handle,
              const PortInfo& port);

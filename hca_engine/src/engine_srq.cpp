@@ -14,11 +14,11 @@ namespace softhca::engine {
 namespace di = device_interface;
 namespace tp = transport;
 
-EngineSrq::EngineSrq(uint32_t handle, uint32_t srq_num, pid_t owner, ContextResources& context,
+EngineSrq::EngineSrq(uint32_t handle, uint32_t srq_num, ContextResources& context,
                      uint32_t pd_handle, uint32_t max_wr, uint32_t max_sge, uint64_t user_handle,
                      const Xrc& xrc)
     : handle_(handle), srq_num_(srq_num), pd_handle_(pd_handle), max_wr_(max_wr), max_sge_(max_sge),
-      user_handle_(user_handle), xrc_(xrc), context_(context), memory_(owner, context, pd_handle),
+      user_handle_(user_handle), xrc_(xrc), context_(context), memory_(context, pd_handle),
       queue_(max_wr, memory_) {}
 
 int EngineSrq::create_ring(uint32_t doorbell_slot) {

@@ -29,9 +29,8 @@ class EngineSrq {
         uint32_t xrcd_handle = 0; // the creating context's handle of the domain
         uint32_t domain = 0;      // KeySpace id
     };
-    EngineSrq(uint32_t handle, uint32_t srq_num, pid_t owner, ContextResources& context,
-              uint32_t pd_handle, uint32_t max_wr, uint32_t max_sge, uint64_t user_handle,
-              const Xrc& xrc);
+    EngineSrq(uint32_t handle, uint32_t srq_num, ContextResources& context, uint32_t pd_handle,
+              uint32_t max_wr, uint32_t max_sge, uint64_t user_handle, const Xrc& xrc);
 
     // Creates the shared ring, whose bit in the context's doorbell page is
     // `doorbell_slot`; returns 0 or an errno.

@@ -1,5 +1,7 @@
 #include "memory_map.hpp"
 
+#include "client_process.hpp"
+
 #include <cerrno>
 #include <cstdio>
 #include <fstream>
@@ -19,6 +21,11 @@ bool parse_maps_line(const std::string& line, MapsEntry& entry) {
     entry.end = end;
     entry.offset = offset;
     entry.inode = fields == 6 ? inode : 0;
+    unsigned major = 0, minor = 0;
+    if (fields >= 5 && std::sscanf(dev, "%x:%x", &major, &minor) == 2) {
+        entry.dev_major = major;
+        entry.dev_minor = minor;
+    }
     entry.readable = perms[0] == 'r';
     entry.writable = perms[1] == 'w';
     entry.shared = perms[3] == 's';
@@ -45,8 +52,9 @@ int check_range_in_maps(const std::string& maps, uint64_t addr, uint64_t length,
     return EFAULT;
 }
 
-int check_user_range(pid_t pid, uint64_t addr, uint64_t length, bool need_write) {
-    std::ifstream file("/proc/" + std::to_string(pid) + "/maps");
+int check_user_range(const ClientProcess& client, uint64_t addr, uint64_t length, bool need_write) {
+    FileCredentials as_client(client);
+    std::ifstream file("/proc/" + std::to_string(client.pid()) + "/maps");
     if (!file)
         return ESRCH;
     std::stringstream text;

@@ -9,11 +9,14 @@
 
 namespace softhca::engine {
 
+class ClientProcess;
+
 // One line of /proc/PID/maps.
 struct MapsEntry {
     uint64_t start = 0, end = 0;
-    uint64_t offset = 0; // into the file behind it
-    uint64_t inode = 0;  // 0: anonymous memory with no file behind it
+    uint64_t offset = 0;                   // into the file behind it
+    uint64_t inode = 0;                    // 0: anonymous memory with no file behind it
+    uint32_t dev_major = 0, dev_minor = 0; // the device of the file's filesystem
     bool readable = false, writable = false;
     bool shared = false; // MAP_SHARED ('s'), not private ('p')
 };
@@ -22,7 +25,8 @@ bool parse_maps_line(const std::string& line, MapsEntry& entry);
 
 // Returns 0, or EFAULT when some page of [addr, addr+length) is unmapped, not
 // readable, or (need_write) not writable; ESRCH when the process is gone.
-int check_user_range(pid_t pid, uint64_t addr, uint64_t length, bool need_write);
+// /proc/PID/maps is read with the client's file credentials (client_process.hpp).
+int check_user_range(const ClientProcess& client, uint64_t addr, uint64_t length, bool need_write);
 
 // The same check against a maps text (the format of /proc/PID/maps), for tests.
 int check_range_in_maps(const std::string& maps, uint64_t addr, uint64_t length, bool need_write);

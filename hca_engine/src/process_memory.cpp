@@ -4,13 +4,15 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <sys/uio.h>
 
 namespace softhca::engine {
 
 using transport::MemoryStatus;
+
+ProcessMemory::ProcessMemory(ContextResources& context, uint32_t pd_handle)
+    : client_(context.client()), context_(context), pd_(pd_handle) {}
 
 MemoryStatus ProcessMemory::resolve(uint32_t key, bool remote, uint32_t rights, uint64_t addr,
                                     uint64_t length, uint64_t& process_addr, uint8_t** local) {
@@ -67,16 +69,13 @@ MemoryStatus ProcessMemory::invalidate(uint32_t rkey, bool remote) {
 }
 
 MemoryStatus ProcessMemory::failure() {
-    // Only on the error path: tell an exited (or exiting, zombie) owner from a bad page.
-    // The engine will destroy the QP when it sees the owner's socket close.
-    if (!gone_) {
-        std::ifstream stat("/proc/" + std::to_string(pid_) + "/stat");
-        std::string text;
-        std::getline(stat, text);
-        const auto paren = text.rfind(')');
-        gone_ = !stat || paren == std::string::npos || paren + 2 >= text.size() ||
-                text[paren + 2] == 'Z' || text[paren + 2] == 'X';
-    }
+    // Only on the error path. A process that exited (or is exiting): the engine destroys
+    // its QPs when its socket closes, and meanwhile nothing answers, as from a destroyed
+    // QP (Gone). An address space gone while the process lives on (it exec'd, and a
+    // forked child keeps the context) or a bad page: the access fails, the QP errors and
+    // the peer gets a NAK (Fault).
+    if (!gone_)
+        gone_ = client_.gone() && client_.exited();
     ++faults_;
     return gone_ ? MemoryStatus::Gone : MemoryStatus::Fault;
 }
@@ -100,8 +99,7 @@ bool ProcessMemory::stages_receive(uint32_t lkey, uint64_t addr, uint32_t length
 bool ProcessMemory::read_process(uint64_t at, void* dst, uint32_t length) {
     flush_writes_now(); // reads see every write accepted before them
     iovec local{dst, length};
-    iovec far{reinterpret_cast<void*>(at), length};
-    return ::process_vm_readv(pid_, &local, 1, &far, 1, 0) == static_cast<ssize_t>(length);
+    return client_.read(&local, 1, at) == static_cast<ssize_t>(length);
 }
 
 MemoryStatus ProcessMemory::read(uint32_t key, bool remote, uint32_t rights, uint64_t addr,
@@ -175,7 +173,7 @@ MemoryStatus ProcessMemory::transfer(const transport::MemoryPiece* pieces, uint3
         far[i] = {reinterpret_cast<void*>(r.process[i]), pieces[i].length};
     }
     flush_writes_now();
-    const ssize_t moved = ::process_vm_readv(pid_, local, r.count, far, r.count, 0);
+    const ssize_t moved = client_.move(false, local, far, r.count);
     return moved == static_cast<ssize_t>(r.bytes) ? MemoryStatus::Ok : failure();
 }
 
@@ -221,7 +219,7 @@ MemoryStatus ProcessMemory::read_message(uint64_t tag, bool remote, uint32_t rig
                         std::min(pieces[i].length, length - pieces[i].buffer_offset));
         return MemoryStatus::Ok;
     }
-    // One process_vm_readv into the buffer this tag had, or the one used less recently.
+    // One read into the buffer this tag had, or the one used less recently.
     ReadAhead* slot = nullptr;
     for (ReadAhead& a : ahead_)
         if (a.valid && a.tag == tag)
@@ -297,8 +295,7 @@ void ProcessMemory::queue_write(void* far, const void* local, size_t length) {
 bool ProcessMemory::flush_writes() {
     if (!queued_)
         return true;
-    const ssize_t moved =
-        ::process_vm_writev(pid_, queued_local_, queued_, queued_far_, queued_, 0);
+    const ssize_t moved = client_.move(true, queued_local_, queued_far_, queued_);
     const bool ok = moved == queued_bytes_;
     clear_queue();
     if (!ok && failure() == MemoryStatus::Fault) {
@@ -315,8 +312,8 @@ void ProcessMemory::clear_queue() {
 }
 
 void ProcessMemory::flush_dirty() {
-    // One process_vm_writev per process, not per QP: a burst that lands in 16 QPs of one
-    // program is one system call. If the joint call falls short (some QP's memory is
+    // One pass per process, not per QP: a burst that lands in 16 QPs of one program
+    // moves its consecutive runs together. If the joint call falls short (some QP's memory is
     // gone), each member flushes alone, so that the fault is its own; writing again what
     // the joint call already wrote puts the same bytes in the same place.
     static iovec local[kJointWrites];
@@ -328,7 +325,7 @@ void ProcessMemory::flush_dirty() {
         size_t count = 0, joined = 0;
         ssize_t bytes = 0;
         for (ProcessMemory* m = lead; m; m = m->next_dirty_) {
-            if (!m->queued_ || m->pid_ != lead->pid_ || count + m->queued_ > kJointWrites)
+            if (!m->queued_ || &m->client_ != &lead->client_ || count + m->queued_ > kJointWrites)
                 continue;
             std::copy_n(m->queued_local_, m->queued_, local + count);
             std::copy_n(m->queued_far_, m->queued_, far + count);
@@ -340,7 +337,7 @@ void ProcessMemory::flush_dirty() {
             lead->flush_writes();
             continue;
         }
-        const bool ok = ::process_vm_writev(lead->pid_, local, count, far, count, 0) == bytes;
+        const bool ok = lead->client_.move(true, local, far, count) == bytes;
         for (size_t i = 0; i < joined; ++i) {
             if (ok)
                 members[i]->clear_queue();

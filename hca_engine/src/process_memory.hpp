@@ -1,9 +1,11 @@
 // Registered memory of an application process, as the transport reaches it: keys are
 // looked up in the owning context's MR table (so a key of another PD or process is
 // simply not found), rights and bounds are checked, and bytes move with
-// process_vm_readv/process_vm_writev (cross-memory attach), never one call per packet:
+// reads and writes of the process's memory file, never one call per packet:
 // messages are read ahead (read_message) and writes are queued behind (write-behind)
-// and moved in one call per receive burst.
+// and moved in one call per receive burst. The bytes move through the context's
+// ClientProcess (client_process.hpp): the address space its process opened it with,
+// never whatever process has that PID now.
 //
 // Write-behind: write() and write_pieces() check the key, rights and bounds at once
 // and queue the bytes; a source over 256 bytes (a received frame) must stay valid until
@@ -14,6 +16,7 @@
 #include <sys/uio.h>
 #pragma once
 
+#include "client_process.hpp"
 #include "resource_tables.hpp"
 #include "softhca/transport/memory_access.hpp"
 
@@ -34,8 +37,7 @@ class MemoryFaultListener {
 
 class ProcessMemory : public transport::MemoryAccess {
   public:
-    ProcessMemory(pid_t pid, ContextResources& context, uint32_t pd_handle)
-        : pid_(pid), context_(context), pd_(pd_handle) {}
+    ProcessMemory(ContextResources& context, uint32_t pd_handle);
     ~ProcessMemory() override;
     ProcessMemory(const ProcessMemory&) = delete;
     ProcessMemory& operator=(const ProcessMemory&) = delete;
@@ -63,12 +65,12 @@ class ProcessMemory : public transport::MemoryAccess {
                                  void* dst, uint32_t length) override;
     transport::MemoryStatus write(uint32_t key, bool remote, uint32_t rights, uint64_t addr,
                                   const void* src, uint32_t length) override;
-    // All pieces of a packet move in one process_vm_readv/writev call.
+    // All pieces of a packet move together (one call per run of consecutive addresses).
     transport::MemoryStatus read_pieces(const transport::MemoryPiece* pieces, uint32_t count,
                                         uint8_t* buffer) override;
     transport::MemoryStatus write_pieces(const transport::MemoryPiece* pieces, uint32_t count,
                                          const uint8_t* buffer) override;
-    // Reads a message ahead, up to kReadAheadBytes in one process_vm_readv, and serves
+    // Reads a message ahead, up to kReadAheadBytes in one read, and serves
     // its next packets from there: one system call per 256 KiB instead of per packet.
     transport::MemoryStatus read_message(uint64_t tag, bool remote, uint32_t rights,
                                          const transport::Sge* sge, uint32_t num_sge,
@@ -110,11 +112,11 @@ class ProcessMemory : public transport::MemoryAccess {
                                            bool remote, uint32_t rights, ResolvedPieces& out);
     transport::MemoryStatus failure();
     // Moves pieces between `buffer` and the process: mapped ones with memcpy, the rest
-    // with one process_vm_readv, or queued behind when writing.
+    // with one read per run, or queued behind when writing.
     transport::MemoryStatus transfer(const transport::MemoryPiece* pieces, uint32_t count,
                                      uint8_t* buffer, bool to_process, bool remote,
                                      uint32_t rights);
-    // One process_vm_readv of private memory (after the queued writes); false on failure.
+    // One read of private memory (after the queued writes); false on failure.
     bool read_process(uint64_t at, void* dst, uint32_t length);
     // Bytes [begin, end) of the message `tag`, read ahead (two: a QP may stream a
     // request and a read response at once). The buffers are allocated on first use.
@@ -155,7 +157,7 @@ class ProcessMemory : public transport::MemoryAccess {
     uint64_t cached_generation_ = UINT64_MAX;
     const MemoryRegion* cached_mr_ = nullptr;
 
-    pid_t pid_;
+    const ClientProcess& client_;
     bool gone_ = false;
     ContextResources& context_;
     uint32_t pd_;

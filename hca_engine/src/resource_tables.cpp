@@ -67,8 +67,9 @@ uint32_t cq_slots_for(uint32_t cqe) {
     return std::bit_ceil(cqe + 1); // 2^n slots hold 2^n - 1 entries
 }
 
-ContextResources::ContextResources(pid_t owner, KeySpace& keys, size_t device)
-    : owner_(owner), keys_(keys), device_(device) {
+ContextResources::ContextResources(std::shared_ptr<ClientProcess> client, KeySpace& keys,
+                                   size_t device)
+    : client_(std::move(client)), keys_(keys), device_(device) {
     if (keys_.qps_by_device.size() <= device)
         keys_.set_device_count(device + 1);
     keys_.doorbell_pages.push_back(&doorbells_);
@@ -150,7 +151,8 @@ bool mr_writable(uint32_t access) {
 
 // The memory behind a registration: a sane range, mapped in the owner with the rights
 // the access needs (as the kernel pins user pages). 0 or an errno.
-int check_mr_memory(pid_t owner, uint64_t addr, uint64_t length, uint64_t iova, uint32_t access) {
+int check_mr_memory(const ClientProcess& owner, uint64_t addr, uint64_t length, uint64_t iova,
+                    uint32_t access) {
     if (implicit_on_demand(addr, length, access))
         return iova == 0 ? 0 : EINVAL;
     if (length == 0 || length > DeviceLimits::kMaxMrSize)
@@ -175,7 +177,7 @@ int ContextResources::reg_mr(const di::RegMrRequest& request, RegisteredMr& out)
     if (keys_.mrs >= DeviceLimits::kMaxMr)
         return ENOMEM;
     if (int err =
-            check_mr_memory(owner_, request.addr, request.length, request.iova, request.access))
+            check_mr_memory(*client_, request.addr, request.length, request.iova, request.access))
         return err;
 
     MemoryRegion mr;
@@ -185,7 +187,7 @@ int ContextResources::reg_mr(const di::RegMrRequest& request, RegisteredMr& out)
     mr.iova = request.iova;
     mr.access = request.access;
     if (!on_demand(mr.access))
-        mr.mapping = SharedMapping::map(owner_, mr.addr, mr.length, mr_writable(mr.access));
+        mr.mapping = SharedMapping::map(*client_, mr.addr, mr.length, mr_writable(mr.access));
     out = add_mr(std::move(mr));
     return 0;
 }
@@ -233,11 +235,11 @@ int ContextResources::rereg_mr(const di::ReregMrRequest& request, RegisteredMr& 
         next.iova = request.addr;
     }
     if (request.flags & (di::kReregTranslation | di::kReregAccess))
-        if (int err = check_mr_memory(owner_, next.addr, next.length, next.iova, next.access))
+        if (int err = check_mr_memory(*client_, next.addr, next.length, next.iova, next.access))
             return err;
     if (request.flags & (di::kReregTranslation | di::kReregAccess))
         next.mapping = on_demand(next.access) ? nullptr
-                                              : SharedMapping::map(owner_, next.addr, next.length,
+                                              : SharedMapping::map(*client_, next.addr, next.length,
                                                                    mr_writable(next.access));
     if (next.pd_handle != mr.pd_handle) {
         --pds_.at(mr.pd_handle).mr_count;
@@ -481,9 +483,8 @@ int ContextResources::create_qp(const di::CreateQpRequest& request, const PortIn
     }
     const uint32_t handle = next_handle_++;
     const uint32_t qpn = keys_.next_qp_num();
-    auto created =
-        std::make_unique<EngineQp>(handle, qpn, type, device_, owner_, *this, binding, caps,
-                                   request.sq_sig_all != 0, request.user_handle, port);
+    auto created = std::make_unique<EngineQp>(handle, qpn, type, device_, *this, binding, caps,
+                                              request.sq_sig_all != 0, request.user_handle, port);
     const uint32_t slot = doorbells_.assign(created.get());
     if (int err = created->create_ring(slot)) {
         doorbells_.release(slot);

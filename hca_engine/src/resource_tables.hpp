@@ -4,6 +4,7 @@
 // Keys (lkey/rkey) and device-wide limits live in KeySpace, shared by all contexts.
 #pragma once
 
+#include "client_process.hpp"
 #include "shared_mapping.hpp"
 
 #include "completion_channel.hpp"
@@ -154,7 +155,7 @@ struct RegisteredMr {
 class ContextResources {
   public:
     // Throws std::system_error when the context's doorbell page cannot be made.
-    ContextResources(pid_t owner, KeySpace& keys, size_t device = 0);
+    ContextResources(std::shared_ptr<ClientProcess> client, KeySpace& keys, size_t device = 0);
     ~ContextResources();
     ContextResources(const ContextResources&) = delete;
     ContextResources& operator=(const ContextResources&) = delete;
@@ -226,7 +227,8 @@ class ContextResources {
     size_t mr_count() const { return mrs_.size(); }
     size_t cq_count() const { return cqs_.size(); }
     size_t qp_count() const { return qps_.size(); }
-    pid_t owner() const { return owner_; }
+    pid_t owner() const { return client_->pid(); }
+    const ClientProcess& client() const { return *client_; }
     KeySpace& keys() { return keys_; }
     Doorbells& doorbells() { return doorbells_; }
 
@@ -239,7 +241,7 @@ class ContextResources {
     void raise_qp_event(const EngineQp& qp, uint64_t creator_handle, uint32_t event_type) const;
 
   private:
-    pid_t owner_;
+    std::shared_ptr<ClientProcess> client_;
     KeySpace& keys_;
     size_t device_;
     Doorbells doorbells_; // before the queues that ring it: it goes after them

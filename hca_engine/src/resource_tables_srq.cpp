@@ -42,7 +42,7 @@ int ContextResources::create_srq(const di::CreateSrqRequest& request, EngineSrq*
         return ENOMEM;
     const uint32_t handle = next_handle_++;
     auto created = std::make_unique<EngineSrq>(
-        handle, keys_.next_srq_num(), owner_, *this, request.pd_handle, max_wr,
+        handle, keys_.next_srq_num(), *this, request.pd_handle, max_wr,
         std::max<uint32_t>(request.max_sge, 1), request.user_handle, xrc);
     const uint32_t slot = doorbells_.assign(created.get());
     if (int err = created->create_ring(slot)) {

@@ -3,7 +3,11 @@
 // --use_hugepages — hugetlbfs, or MAP_SHARED anonymous memory, which the kernel backs
 // with a file too), the engine maps the same pages into its own address space, through
 // /proc/PID/map_files, and touches them with memcpy and real CPU atomics: no system
-// call per access, and atomics are atomic against the application's CPU.
+// call per access, and atomics are atomic against the application's CPU. The files are
+// opened with the client's own file credentials (client_process.hpp) and must be the
+// files the maps line names (device and inode) on a memory filesystem (tmpfs,
+// hugetlbfs); only the pages of the range are mapped. A touch of a page the client
+// truncated away is caught (memory_guard.hpp) and fails that operation.
 //
 // The mapping holds the pages as a real HCA's pinning does: if the application unmaps
 // its range while registered, the MR keeps reaching the pages it was registered with.
@@ -20,12 +24,14 @@
 
 namespace softhca::engine {
 
+class ClientProcess;
+
 class SharedMapping {
   public:
     // Maps [addr, addr + length) of `pid`, or returns nullptr when some page of it is
     // not a shared file mapping there (or the path is off, or mapping fails).
-    static std::unique_ptr<SharedMapping> map(pid_t pid, uint64_t addr, uint64_t length,
-                                              bool writable);
+    static std::unique_ptr<SharedMapping> map(const ClientProcess& client, uint64_t addr,
+                                              uint64_t length, bool writable);
     // Maps [offset, offset + length) of the engine's own file `fd` (device memory an
     // MR is registered on); nullptr when mapping fails.
     static std::unique_ptr<SharedMapping> map_file(int fd, uint64_t offset, uint64_t length,

@@ -74,7 +74,7 @@ void ControlChannel::unlock() {
 }
 
 int ControlChannel::call(di::Opcode opcode, void* request, size_t size, void* reply,
-                         size_t reply_capacity, int fd_to_pass, int* received_fd) {
+                         size_t reply_capacity, int fd_to_pass, int* received_fd, int second_fd) {
     if (received_fd)
         *received_fd = -1;
     if (dead() || fd_ < 0 || !shared_ || lock() != 0)
@@ -90,7 +90,7 @@ int ControlChannel::call(di::Opcode opcode, void* request, size_t size, void* re
     header->reserved = 0;
     header->length = static_cast<uint32_t>(size);
     header->sequence = ++shared_->sequence;
-    if (di::send_message(fd_, request, size, fd_to_pass) != static_cast<ssize_t>(size)) {
+    if (di::send_message(fd_, request, size, fd_to_pass, second_fd) != static_cast<ssize_t>(size)) {
         mark_dead();
         return failed(EIO);
     }

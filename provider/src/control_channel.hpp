@@ -28,11 +28,13 @@ class ControlChannel {
     int connect(const std::string& socket_path);
 
     // Sends `request` (whose header is filled in here from `opcode` and `size`) with an
-    // optional descriptor, and receives the reply into `reply` (at least a ReplyHeader,
-    // at most reply_capacity bytes). Returns the reply status, or an errno when the
-    // exchange itself failed. A descriptor in the reply is stored in *received_fd.
+    // optional descriptor (and a second one), and receives the reply into `reply` (at
+    // least a ReplyHeader, at most reply_capacity bytes). Returns the reply status, or
+    // an errno when the exchange itself failed. A descriptor in the reply is stored in
+    // *received_fd.
     int call(device_interface::Opcode opcode, void* request, size_t size, void* reply,
-             size_t reply_capacity, int fd_to_pass = -1, int* received_fd = nullptr);
+             size_t reply_capacity, int fd_to_pass = -1, int* received_fd = nullptr,
+             int second_fd = -1);
 
     // Destroys the engine object `handle` (DeallocPd, DeregMr, DestroyCq, DestroyQp).
     // Returns 0 when it is gone: destroyed now, or gone with an engine that died (EIO),

@@ -150,9 +150,17 @@ int open_engine_context(Device& device, Context& context, ContextState& state) {
     std::snprintf(open.device_name, sizeof(open.device_name), "%s", device.vdev.device.name);
     open.provider_abi = di::kControlVersion;
     di::OpenDeviceReply opened{};
-    if (int err = state.control.call(di::Opcode::OpenDevice, &open, sizeof(open), &opened,
-                                     sizeof(opened), state.async_write_fd, &state.doorbell.fd))
-        return err;
+    // The engine reaches this process's memory only through its own /proc/self/mem:
+    // the address space as it is now, which an exec or exit takes away.
+    const int memory = ::open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+    if (memory < 0)
+        return errno == ENOENT ? ENODEV : errno;
+    const int opened_status =
+        state.control.call(di::Opcode::OpenDevice, &open, sizeof(open), &opened, sizeof(opened),
+                           state.async_write_fd, &state.doorbell.fd, memory);
+    ::close(memory);
+    if (opened_status)
+        return opened_status;
     state.context_id = opened.context_id;
     if (int err = map_doorbell_page(state))
         return err;

@@ -9,9 +9,11 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
+#include <fcntl.h>
 #include <map>
 #include <memory>
 #include <poll.h>
+#include <string>
 #include <sys/mman.h>
 #include <thread>
 #include <unistd.h>
@@ -354,6 +356,25 @@ TEST_CASE("atomics on shared memory are atomic against the application's CPU ato
           uint64_t{kCpuAdds} + uint64_t{kRemoteAdds} * 1000000);
 }
 
+namespace {
+// Makes registered private memory unwritable for the engine: a read-only shared mapping
+// of a file opened read-only takes its place. (mprotect alone is not enough: the engine
+// writes through the process's memory file, as a debugger does, which passes page
+// protections the process could lift itself; a real HCA's DMA into pinned pages passes
+// them too.)
+void make_unwritable(void* memory, size_t size) {
+    const int fd = memfd_create("softhca-unwritable", MFD_CLOEXEC);
+    REQUIRE(fd >= 0);
+    REQUIRE(ftruncate(fd, static_cast<off_t>(size)) == 0);
+    const std::string path = "/proc/self/fd/" + std::to_string(fd);
+    const int read_only = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    REQUIRE(read_only >= 0);
+    REQUIRE(mmap(memory, size, PROT_READ, MAP_SHARED | MAP_FIXED, read_only, 0) == memory);
+    close(read_only);
+    close(fd);
+}
+} // namespace
+
 TEST_CASE("a SEND into registered private memory the application made inaccessible fails both "
           "sides") {
     // Private memory is written behind, after the packet was accepted; the failure must
@@ -372,7 +393,7 @@ TEST_CASE("a SEND into registered private memory the application made inaccessib
     rwr.num_sge = 1;
     ibv_recv_wr* bad_recv = nullptr;
     REQUIRE(ibv_post_recv(pair.b, &rwr, &bad_recv) == 0);
-    REQUIRE(mprotect(memory, size, PROT_NONE) == 0);
+    make_unwritable(memory, size);
     Buffer src(dev(0), 8192, kAllAccess);
     fill(src, 3, 0, 8192);
     ibv_sge sge{src.addr(), 8192, src.mr->lkey};
@@ -414,7 +435,7 @@ TEST_CASE("a write that faults in one QP's private memory leaves the other QPs o
     good_wr.sg_list = &good_sge;
     good_wr.num_sge = 1;
     REQUIRE(ibv_post_recv(good_pair.b, &good_wr, &bad_recv) == 0);
-    REQUIRE(mprotect(memory, size, PROT_NONE) == 0);
+    make_unwritable(memory, size);
     Buffer src(dev(0), 2 * 16384, kAllAccess, /*shared=*/false);
     fill(src, 3, 0, 16384);
     fill(src, 4, 16384, 16384);

@@ -465,12 +465,39 @@ TEST_CASE("garbage and truncated control messages get error replies; the engine 
     std::snprintf(open.device_name, sizeof(open.device_name), "nosuchdevice9");
     CHECK(raw_exchange(fd, &open, sizeof(open)) == ENODEV);
 
-    // Unknown opcode after a proper open.
+    // OpenDevice without the process's memory file, or with another file in its place
+    // (a procfs file the engine would write as root, a memory file opened read-only).
     int pipe_fds[2];
     REQUIRE(pipe(pipe_fds) == 0);
     std::snprintf(open.device_name, sizeof(open.device_name), "%s", test_device_name().c_str());
-    REQUIRE(di::send_message(fd, &open, sizeof(open), pipe_fds[1]) ==
+    auto open_with = [&](int memory) {
+        REQUIRE(di::send_message(fd, &open, sizeof(open), pipe_fds[1], memory) ==
+                static_cast<ssize_t>(sizeof(open)));
+        std::vector<char> bytes(256);
+        di::ReceivedMessage m = di::receive_message(fd, bytes.data(), bytes.size());
+        REQUIRE(m.size >= static_cast<ssize_t>(sizeof(di::ReplyHeader)));
+        if (m.fd >= 0)
+            close(m.fd);
+        di::ReplyHeader r;
+        std::memcpy(&r, bytes.data(), sizeof(r));
+        return r.status;
+    };
+    CHECK(open_with(-1) == EBADF);
+    for (const char* wrong : {"/proc/self/oom_score_adj", "/proc/self/comm", "/dev/null"}) {
+        const int other = ::open(wrong, O_RDWR | O_CLOEXEC);
+        REQUIRE(other >= 0);
+        CHECK(open_with(other) == EBADF);
+        close(other);
+    }
+    const int read_only = ::open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
+    CHECK(open_with(read_only) == EBADF);
+    close(read_only);
+
+    // Unknown opcode after a proper open.
+    const int memory = ::open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+    REQUIRE(di::send_message(fd, &open, sizeof(open), pipe_fds[1], memory) ==
             static_cast<ssize_t>(sizeof(open)));
+    close(memory);
     std::vector<char> reply(256);
     REQUIRE(di::receive_message(fd, reply.data(), reply.size()).size ==
             sizeof(di::OpenDeviceReply));
@@ -500,9 +527,11 @@ TEST_CASE("a process that scribbles over its shared rings cannot crash the engin
     int pipe_fds[2];
     REQUIRE(pipe(pipe_fds) == 0);
     std::vector<char> reply(1024);
+    const int memory = ::open("/proc/self/mem", O_RDWR | O_CLOEXEC);
     auto call = [&](auto& request, di::Opcode opcode, int fd_to_pass, int* fd_back) {
         request.header = header_for(opcode, sizeof(request));
-        REQUIRE(di::send_message(fd, &request, sizeof(request), fd_to_pass) ==
+        REQUIRE(di::send_message(fd, &request, sizeof(request), fd_to_pass,
+                                 opcode == di::Opcode::OpenDevice ? memory : -1) ==
                 static_cast<ssize_t>(sizeof(request)));
         di::ReceivedMessage m = di::receive_message(fd, reply.data(), reply.size());
         REQUIRE(m.size >= static_cast<ssize_t>(sizeof(di::ReplyHeader)));

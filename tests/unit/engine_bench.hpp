@@ -85,7 +85,7 @@ struct Host {
     size_t ring_bytes = 0;
 
     Host(KeySpace& keys, size_t device, const PortInfo& port, bool shared)
-        : ctx(getpid(), keys, device), buffer(kBufferBytes, shared) {
+        : ctx(softhca::engine::ClientProcess::self(), keys, device), buffer(kBufferBytes, shared) {
         doorbells =
             static_cast<di::DoorbellPage*>(map_fd(ctx.doorbells().fd(), ctx.doorbells().bytes()));
         REQUIRE(ctx.alloc_pd(pd) == 0);

@@ -53,10 +53,11 @@ struct Client {
     // passed with it goes to `passed`.
     template <typename Request>
     std::vector<uint8_t> call(di::Opcode opcode, Request& request, int pass = -1,
-                              int* passed = nullptr) {
+                              int* passed = nullptr, int pass_second = -1) {
         request.header = {di::kControlMagic, di::kControlVersion, static_cast<uint16_t>(opcode), 0,
                           sizeof(Request),   ++sequence};
-        REQUIRE(di::send_message(fd, &request, sizeof(request), pass) == sizeof(request));
+        REQUIRE(di::send_message(fd, &request, sizeof(request), pass, pass_second) ==
+                sizeof(request));
         REQUIRE(server.handle_input(served));
         std::vector<uint8_t> reply(di::kMaxControlMessage);
         di::ReceivedMessage m = di::receive_message(fd, reply.data(), reply.size(), MSG_DONTWAIT);
@@ -103,8 +104,10 @@ TEST_CASE("status: the document of 1,200 QPs comes whole, larger than a socket m
     di::OpenDeviceRequest open{};
     std::snprintf(open.device_name, sizeof(open.device_name), "st0");
     open.provider_abi = di::kControlVersion;
-    client.call(di::Opcode::OpenDevice, open, pipe_fds[1]);
+    const int memory = ::open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+    client.call(di::Opcode::OpenDevice, open, pipe_fds[1], nullptr, memory);
     ::close(pipe_fds[1]);
+    ::close(memory);
     di::MessageHeader none{};
     struct Bare {
         di::MessageHeader header;

@@ -42,7 +42,7 @@ di::QpRingHeader* map_ring(int fd, size_t bytes) {
 
 TEST_CASE("doorbells: each queue rings its own slot, taken once, a freed slot rings nothing") {
     KeySpace keys;
-    ContextResources ctx(getpid(), keys);
+    ContextResources ctx(ClientProcess::self(), keys);
     Doorbells& doorbells = ctx.doorbells();
     auto* page = static_cast<di::DoorbellPage*>(
         mmap(nullptr, doorbells.bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, doorbells.fd(), 0));
@@ -139,7 +139,7 @@ TEST_CASE("doorbells: each queue rings its own slot, taken once, a freed slot ri
 TEST_CASE("doorbells: a context's page leaves the data path's list with the context") {
     KeySpace keys;
     {
-        ContextResources a(getpid(), keys), b(getpid(), keys);
+        ContextResources a(ClientProcess::self(), keys), b(ClientProcess::self(), keys);
         CHECK(keys.doorbell_pages.size() == 2);
     }
     CHECK(keys.doorbell_pages.empty());

@@ -1,4 +1,5 @@
 // Engine: registration range checks against a process's mappings.
+#include "client_process.hpp"
 #include "memory_map.hpp"
 
 #include <catch2/catch.hpp>
@@ -8,6 +9,7 @@
 
 using softhca::engine::check_range_in_maps;
 using softhca::engine::check_user_range;
+using softhca::engine::ClientProcess;
 using softhca::engine::MapsEntry;
 using softhca::engine::parse_maps_line;
 
@@ -39,21 +41,22 @@ TEST_CASE("holes, PROT_NONE and missing write rights are EFAULT") {
 
 TEST_CASE("the live check sees this process's own mappings") {
     const long page = sysconf(_SC_PAGESIZE);
+    const auto self = ClientProcess::self();
     auto* p = static_cast<char*>(
         mmap(nullptr, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
     REQUIRE(p != MAP_FAILED);
     const auto addr = reinterpret_cast<uintptr_t>(p);
-    CHECK(check_user_range(getpid(), addr, 3 * page, true) == 0);
+    CHECK(check_user_range(*self, addr, 3 * page, true) == 0);
     REQUIRE(mprotect(p + page, page, PROT_NONE) == 0);
-    CHECK(check_user_range(getpid(), addr, 3 * page, false) == EFAULT);
+    CHECK(check_user_range(*self, addr, 3 * page, false) == EFAULT);
     REQUIRE(mprotect(p + page, page, PROT_READ) == 0);
-    CHECK(check_user_range(getpid(), addr, 3 * page, false) == 0);
-    CHECK(check_user_range(getpid(), addr, 3 * page, true) == EFAULT);
+    CHECK(check_user_range(*self, addr, 3 * page, false) == 0);
+    CHECK(check_user_range(*self, addr, 3 * page, true) == EFAULT);
     // A hole: the middle page unmapped. (Not the whole range: reading /proc/self/maps
     // allocates, and under ASan a fresh mapping may land where the range was.)
     REQUIRE(munmap(p + page, page) == 0);
-    CHECK(check_user_range(getpid(), addr, 3 * page, false) == EFAULT);
-    CHECK(check_user_range(getpid(), addr, page, false) == 0);
+    CHECK(check_user_range(*self, addr, 3 * page, false) == EFAULT);
+    CHECK(check_user_range(*self, addr, page, false) == 0);
     munmap(p, page);
     munmap(p + 2 * page, page);
 }

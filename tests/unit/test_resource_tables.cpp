@@ -33,7 +33,7 @@ di::RegMrRequest mr_request(uint32_t pd, uint64_t addr, uint64_t length, uint32_
 
 TEST_CASE("a PD in use by an MR cannot be deallocated (EBUSY) until the MR is gone") {
     KeySpace keys;
-    ContextResources ctx(getpid(), keys);
+    ContextResources ctx(ClientProcess::self(), keys);
     Buffer buf;
     uint32_t pd = 0;
     REQUIRE(ctx.alloc_pd(pd) == 0);
@@ -48,7 +48,7 @@ TEST_CASE("a PD in use by an MR cannot be deallocated (EBUSY) until the MR is go
 
 TEST_CASE("reg_mr validates the PD, the access flags and the range") {
     KeySpace keys;
-    ContextResources ctx(getpid(), keys);
+    ContextResources ctx(ClientProcess::self(), keys);
     Buffer buf;
     uint32_t pd = 0;
     REQUIRE(ctx.alloc_pd(pd) == 0);
@@ -72,7 +72,7 @@ TEST_CASE("reg_mr validates the PD, the access flags and the range") {
 TEST_CASE("on-demand paging: pages need not be mapped at registration, the implicit MR covers "
           "everything, and neither is mapped by the engine") {
     KeySpace keys;
-    ContextResources ctx(getpid(), keys);
+    ContextResources ctx(ClientProcess::self(), keys);
     uint32_t pd = 0;
     REQUIRE(ctx.alloc_pd(pd) == 0);
     // An address range nothing is mapped at: EFAULT without ODP, accepted with it.
@@ -106,7 +106,7 @@ TEST_CASE("on-demand paging: pages need not be mapped at registration, the impli
 
 TEST_CASE("MR keys are unique across contexts") {
     KeySpace keys;
-    ContextResources a(getpid(), keys), b(getpid(), keys);
+    ContextResources a(ClientProcess::self(), keys), b(ClientProcess::self(), keys);
     Buffer buf;
     uint32_t pda = 0, pdb = 0;
     REQUIRE(a.alloc_pd(pda) == 0);
@@ -124,7 +124,7 @@ TEST_CASE("MR keys are unique across contexts") {
 TEST_CASE("destroying a context releases its share of the device limits") {
     KeySpace keys;
     {
-        ContextResources ctx(getpid(), keys);
+        ContextResources ctx(ClientProcess::self(), keys);
         uint32_t pd = 0, cq = 0;
         const CompletionQueue* q = nullptr;
         REQUIRE(ctx.alloc_pd(pd) == 0);
@@ -145,7 +145,7 @@ TEST_CASE("CQ sizes round up to 2^n - 1 and are bounded") {
     CHECK(cq_slots_for(DeviceLimits::kMaxCqe + 1) == 0);
 
     KeySpace keys;
-    ContextResources ctx(getpid(), keys);
+    ContextResources ctx(ClientProcess::self(), keys);
     uint32_t handle = 0;
     const CompletionQueue* cq = nullptr;
     CHECK(ctx.create_cq(0, 0, 0, {}, handle, cq) == EINVAL);
@@ -157,7 +157,7 @@ TEST_CASE("CQ sizes round up to 2^n - 1 and are bounded") {
 
 TEST_CASE("resize keeps unpolled completions and refuses to drop any") {
     KeySpace keys;
-    ContextResources ctx(getpid(), keys);
+    ContextResources ctx(ClientProcess::self(), keys);
     uint32_t handle = 0;
     const CompletionQueue* cq = nullptr;
     REQUIRE(ctx.create_cq(7, 0, 0, {}, handle, cq) == 0);

@@ -13,7 +13,7 @@
 namespace softhca::device_interface {
 
 constexpr uint16_t kControlMagic = 0x5348; // "SH"
-constexpr uint16_t kControlVersion = 5;
+constexpr uint16_t kControlVersion = 6;
 constexpr size_t kMaxControlMessage = 4096;
 
 enum class Opcode : uint16_t {
@@ -94,9 +94,11 @@ struct OpenDeviceRequest {
 };
 static_assert(sizeof(OpenDeviceRequest) == 88);
 
-// Sent with an SCM_RIGHTS fd: the write end of the context's async event pipe. The
-// engine writes 16-byte async event records (element, event_type, reserved) to it.
-// The reply carries the context's doorbell eventfd (see qp_ring.hpp).
+// Sent with two SCM_RIGHTS fds: the write end of the context's async event pipe (the
+// engine writes 16-byte async event records (element, event_type, reserved) to it),
+// and the process's own /proc/self/mem, opened O_RDWR: the memory the context reaches
+// (hca_engine/src/client_process.hpp). The reply carries the write end of the
+// context's doorbell pipe (see qp_ring.hpp).
 struct OpenDeviceReply {
     ReplyHeader reply;
     uint32_t context_id;

@@ -1,4 +1,4 @@
-// Sending and receiving one control message, with at most one file descriptor riding
+// Sending and receiving one control message, with at most two file descriptors riding
 // along as SCM_RIGHTS. Shared by both ends of the control socket.
 #pragma once
 
@@ -12,22 +12,26 @@
 
 namespace softhca::device_interface {
 
-// Returns bytes sent or -1 with errno set. Never raises SIGPIPE.
-inline ssize_t send_message(int sock, const void* data, size_t size, int fd_to_pass = -1) {
+// Returns bytes sent or -1 with errno set. Never raises SIGPIPE. `second_fd` goes
+// only along with `fd_to_pass`.
+inline ssize_t send_message(int sock, const void* data, size_t size, int fd_to_pass = -1,
+                            int second_fd = -1) {
     iovec iov{const_cast<void*>(data), size};
     msghdr msg{};
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+    alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))];
     if (fd_to_pass >= 0) {
+        const int fds[2] = {fd_to_pass, second_fd};
+        const size_t count = second_fd >= 0 ? 2 : 1;
         std::memset(control, 0, sizeof(control));
         msg.msg_control = control;
-        msg.msg_controllen = sizeof(control);
+        msg.msg_controllen = CMSG_SPACE(count * sizeof(int));
         cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
         cmsg->cmsg_level = SOL_SOCKET;
         cmsg->cmsg_type = SCM_RIGHTS;
-        cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-        std::memcpy(CMSG_DATA(cmsg), &fd_to_pass, sizeof(int));
+        cmsg->cmsg_len = CMSG_LEN(count * sizeof(int));
+        std::memcpy(CMSG_DATA(cmsg), fds, count * sizeof(int));
     }
     ssize_t rc;
     do {
@@ -40,9 +44,10 @@ struct ReceivedMessage {
     ssize_t size = -1;      // bytes received, 0 on orderly close, -1 on error (errno)
     bool truncated = false; // the message was longer than the buffer
     int fd = -1;            // first passed descriptor, owned by the caller
+    int second_fd = -1;     // the second, owned by the caller
 };
 
-// Receives one message. Extra passed descriptors beyond the first are closed.
+// Receives one message. Passed descriptors beyond the second are closed.
 inline ReceivedMessage receive_message(int sock, void* buffer, size_t capacity, int flags = 0) {
     iovec iov{buffer, capacity};
     msghdr msg{};
@@ -67,6 +72,8 @@ inline ReceivedMessage receive_message(int sock, void* buffer, size_t capacity, 
             std::memcpy(&fd, CMSG_DATA(cmsg) + i * sizeof(int), sizeof(int));
             if (out.fd < 0)
                 out.fd = fd;
+            else if (out.second_fd < 0)
+                out.second_fd = fd;
             else
                 ::close(fd);
         }
