@@ -38,9 +38,8 @@ struct Engine {
     sim::SimulatedPortSet ports{FaultConfig{}};
     std::vector<Device> devices{{"fz0", 0, 1}, {"fz1", 1, 2}};
     std::string path = "/tmp/softhca-fuzz-" + std::to_string(::getpid()) + ".sock";
-    int doorbell = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     std::unique_ptr<ControlServer> server =
-        std::make_unique<ControlServer>(path, devices, ports, "fz", doorbell);
+        std::make_unique<ControlServer>(path, devices, ports, "fz");
 };
 
 Engine& engine() {

@@ -7,8 +7,8 @@
 namespace softhca::engine {
 
 CompletionChannel::CompletionChannel(int fd) : fd_(fd) {
-    // The provider opened this description for the engine alone, so the flag does not
-    // reach the application's end.
+    // A description of the engine's own (client_descriptors.hpp): no client holds it, so
+    // the flag stays.
     if (fd_ >= 0)
         ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) | O_NONBLOCK);
 }

@@ -1,6 +1,7 @@
 // The control server's device requests: opening a device (a context), querying it and
 // its port, the context's doorbell page, the engine's status and an administrator's
 // port state. Handlers get requests of their exact size (control_methods.cpp).
+#include "client_descriptors.hpp"
 #include "control_messages.hpp"
 #include "control_server.hpp"
 #include "shared_memory.hpp"
@@ -11,6 +12,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <string>
+#include <sys/epoll.h>
 #include <system_error>
 #include <unistd.h>
 #include <utility>
@@ -40,13 +42,17 @@ void ControlServer::open_device(Call& call) {
         reply_status(call, ENODEV);
         return;
     }
-    if (call.fd < 0 || ::fcntl(call.fd, F_SETFL, O_NONBLOCK) != 0) {
-        reply_status(call, EBADF); // the async event pipe must come along
+    // The async event pipe must come along; the engine writes through a description of
+    // its own (client_descriptors.hpp).
+    const int async_fd = adopt_client_pipe(std::exchange(call.fd, -1));
+    if (async_fd < 0) {
+        reply_status(call, EBADF);
         return;
     }
     // The memory the context reaches: the process's own /proc/self/mem (client_process.hpp).
     std::shared_ptr<ClientProcess> client;
     if (int err = ClientProcess::adopt(c.pid, c.uid, c.gid, c.groups, call.second_fd, client)) {
+        ::close(async_fd);
         reply_status(call, err);
         return;
     }
@@ -55,18 +61,35 @@ void ControlServer::open_device(Call& call) {
         c.resources = std::make_unique<ContextResources>(std::move(client), keys_,
                                                          static_cast<size_t>(index));
     } catch (const std::system_error& e) {
+        ::close(async_fd);
         reply_status(call, e.code().value()); // no memory for its doorbell page
         return;
     }
+    // The context's own doorbell pipe: the provider gets the write end, the engine keeps
+    // the read end (a description no client holds), watched through wakeup_fd().
+    int doorbell[2];
+    if (::pipe2(doorbell, O_NONBLOCK | O_CLOEXEC) != 0) {
+        const int err = errno;
+        ::close(async_fd);
+        c.resources.reset();
+        reply_status(call, err);
+        return;
+    }
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = doorbell[0];
+    ::epoll_ctl(wakeups_, EPOLL_CTL_ADD, doorbell[0], &ev);
+    c.doorbell_fd = doorbell[0];
     c.device = index;
-    c.async_fd = std::exchange(call.fd, -1);
+    c.async_fd = async_fd;
     c.context_id = next_context_id_++;
     c.resources->set_async_fd(c.async_fd);
     di::OpenDeviceReply r{};
     r.reply.header = reply_header(call.header, sizeof(r));
     r.context_id = c.context_id;
     r.phys_port_cnt = 1;
-    reply(call, &r, sizeof(r), doorbell_fd_);
+    reply(call, &r, sizeof(r), doorbell[1]);
+    ::close(doorbell[1]);
 }
 
 void ControlServer::query_device(Call& call) {

@@ -1,6 +1,7 @@
 // The control server's queue requests: completion queues, QPs, shared receive queues
 // and multicast attachment. Each is validated by the resource tables; replies carry
 // errno values.
+#include "client_descriptors.hpp"
 #include "clock.hpp"
 #include "control_messages.hpp"
 #include "control_server.hpp"
@@ -19,14 +20,11 @@ namespace di = device_interface;
 
 namespace {
 
-// CreateCq's channel: the flag and the descriptor come together, and the descriptor is
-// a pipe (a write to anything else could block the card).
-bool valid_channel_request(uint32_t flags, int fd) {
-    if ((flags & ~(di::kCreateCqChannel | di::kCreateCqTimestamps)) ||
-        ((flags & di::kCreateCqChannel) != 0) != (fd >= 0))
-        return false;
-    struct stat st {};
-    return fd < 0 || (::fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode));
+// CreateCq's channel: the flag and the descriptor come together (the descriptor must be
+// a pipe, which adopt_client_pipe checks: a write to anything else could block the card).
+bool valid_channel_flags(uint32_t flags, int fd) {
+    return !(flags & ~(di::kCreateCqChannel | di::kCreateCqTimestamps)) &&
+           ((flags & di::kCreateCqChannel) != 0) == (fd >= 0);
 }
 
 } // namespace
@@ -50,16 +48,21 @@ di::CreateCqReply cq_reply(const di::MessageHeader& header, int status, uint32_t
 
 void ControlServer::create_cq(Call& call) {
     const auto& request = call.request<di::CreateCqRequest>();
-    if (!valid_channel_request(request.flags, call.fd)) {
+    if (!valid_channel_flags(request.flags, call.fd)) {
+        reply_status(call, EINVAL);
+        return;
+    }
+    // The engine writes events through a description of its own (client_descriptors.hpp).
+    const int channel = call.fd >= 0 ? adopt_client_pipe(std::exchange(call.fd, -1)) : -1;
+    if ((request.flags & di::kCreateCqChannel) && channel < 0) {
         reply_status(call, EINVAL);
         return;
     }
     const CompletionQueue* cq = nullptr;
     uint32_t handle = 0;
-    const int status =
-        call.resources().create_cq(request.cqe, request.comp_vector, request.user_handle,
-                                   CompletionChannel(std::exchange(call.fd, -1)), handle, cq,
-                                   (request.flags & di::kCreateCqTimestamps) != 0);
+    const int status = call.resources().create_cq(
+        request.cqe, request.comp_vector, request.user_handle, CompletionChannel(channel), handle,
+        cq, (request.flags & di::kCreateCqTimestamps) != 0);
     const di::CreateCqReply r = cq_reply(call.header, status, handle, cq);
     reply(call, &r, sizeof(r), cq ? cq->ring.fd() : -1);
 }

@@ -19,6 +19,7 @@
 #include <malloc.h>
 #include <sstream>
 #include <stdexcept>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -58,9 +59,9 @@ std::vector<gid_t> peer_groups(int fd) {
 } // namespace
 
 ControlServer::ControlServer(const std::string& socket_path, const std::vector<Device>& devices,
-                             PortSet& ports, std::string prefix, int doorbell_fd)
-    : socket_path_(socket_path), devices_(devices), ports_(ports), prefix_(std::move(prefix)),
-      doorbell_fd_(doorbell_fd) {
+                             PortSet& ports, std::string prefix)
+    : socket_path_(socket_path), devices_(devices), ports_(ports), prefix_(std::move(prefix)) {
+    wakeups_ = ::epoll_create1(EPOLL_CLOEXEC);
     keys_.set_device_count(devices.size());
     listen_fd_ = listen_seqpacket(socket_path);
     spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -73,7 +74,20 @@ ControlServer::~ControlServer() {
         ::close(listen_fd_);
     if (spare_fd_ >= 0)
         ::close(spare_fd_);
+    if (wakeups_ >= 0)
+        ::close(wakeups_);
     ::unlink(socket_path_.c_str());
+}
+
+void ControlServer::drain_wakeups() {
+    epoll_event ready[64];
+    const int n = ::epoll_wait(wakeups_, ready, 64, 0);
+    for (int i = 0; i < n; ++i) {
+        uint8_t bytes[512];
+        // Non-blocking, and a description only the engine holds: a client that fills
+        // its own pipe costs the engine one read of it per wake-up.
+        [[maybe_unused]] ssize_t r = ::read(ready[i].data.fd, bytes, sizeof(bytes));
+    }
 }
 
 std::vector<int> ControlServer::accept_pending() {
@@ -118,6 +132,9 @@ void ControlServer::close_connection(Connection& connection) {
     connection.resources.reset(); // destroys every object of the context
     if (connection.async_fd >= 0)
         ::close(connection.async_fd);
+    if (connection.doorbell_fd >= 0)
+        ::close(connection.doorbell_fd); // leaves the epoll set with its last descriptor
+    connection.doorbell_fd = -1;
     ::close(connection.fd);
     connection.async_fd = -1;
     connection.fd = -1;

@@ -24,12 +24,16 @@ using StatusDocument = nlohmann::ordered_json;
 class ControlServer {
   public:
     ControlServer(const std::string& socket_path, const std::vector<Device>& devices,
-                  PortSet& ports, std::string prefix, int doorbell_fd);
+                  PortSet& ports, std::string prefix);
     ~ControlServer();
     ControlServer(const ControlServer&) = delete;
     ControlServer& operator=(const ControlServer&) = delete;
 
     int listen_fd() const { return listen_fd_; }
+    // Readable when some context's provider rang its doorbell pipe (it does so after
+    // posting when the engine said it sleeps); drain_wakeups() empties them.
+    int wakeup_fd() const { return wakeups_; }
+    void drain_wakeups();
 
     // Accepts pending connections; returns the new fds (to be watched for input).
     std::vector<int> accept_pending();
@@ -92,8 +96,9 @@ class ControlServer {
         std::vector<gid_t> groups; // supplementary, SO_PEERGROUPS
         std::string command;
         uint32_t context_id = 0;
-        int device = -1;   // index into devices_, -1 until OpenDevice
-        int async_fd = -1; // write end of the provider's async event pipe
+        int device = -1;      // index into devices_, -1 until OpenDevice
+        int async_fd = -1;    // the engine's write end of the provider's async event pipe
+        int doorbell_fd = -1; // the read end of the context's doorbell pipe
         std::unique_ptr<ContextResources> resources;
     };
 
@@ -153,7 +158,7 @@ class ControlServer {
     uint32_t next_context_id_ = 1;
     uint64_t refused_connections_ = 0;
     int spare_fd_ = -1; // reserve descriptor, see accept_pending()
-    int doorbell_fd_;   // eventfd every context rings when the engine sleeps
+    int wakeups_ = -1;  // epoll set of every context's doorbell pipe
     std::map<int, Connection> connections_;
     std::function<StatusDocument()> rdma_cm_status_;
     std::function<void()> take_posted_work_;

@@ -24,7 +24,6 @@
 #include <sched.h>
 #include <set>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -42,7 +41,7 @@ constexpr int kIdleWakeMs = 200;
 constexpr uint64_t kLinkCheckMs = 1000;
 // After the last activity the loop keeps spinning this long before it sleeps
 // (SOFTHCA_ENGINE_SPIN_US). Sleeping costs the next message a wake-up: the provider
-// finds the doorbell armed, writes the eventfd, and the engine returns from epoll_wait.
+// finds the doorbell armed, writes its doorbell pipe, and the engine returns from epoll_wait.
 //
 // SCHEDULING, measured on a 2-core machine (perftest 8 B, heap buffers, the built-in
 // wire, two runs each, typical latency in µs / ib_write_bw message rate in M/s):
@@ -120,9 +119,7 @@ int run(const EngineConfig& config) {
         devices.push_back(
             {config.prefix + std::to_string(i), i, transport::guid_from_mac(ports.info(i).mac)});
 
-    // Providers write this eventfd after posting when the engine said it sleeps.
-    const int doorbell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    ControlServer server(config.socket_path(), devices, ports, config.prefix, doorbell);
+    ControlServer server(config.socket_path(), devices, ports, config.prefix);
     Datapath datapath(ports, devices, server.tables());
     RdmaCmServer rdma_cm(config.rdma_cm_socket_path(), devices, ports, datapath);
     datapath.set_mad_receiver(&rdma_cm);
@@ -153,6 +150,9 @@ int run(const EngineConfig& config) {
     watch(server.listen_fd());
     watch(rdma_cm.listen_fd());
     std::set<int> rdma_cm_files;
+    // Providers write their context's doorbell pipe after posting when the engine said it
+    // sleeps.
+    const int doorbell = server.wakeup_fd();
     watch(doorbell);
     const std::vector<int> port_wakeups = ports.wakeup_fds();
     for (int fd : port_wakeups)
@@ -220,8 +220,7 @@ int run(const EngineConfig& config) {
             if (fd == sigfd) {
                 stop = true;
             } else if (fd == doorbell) {
-                uint64_t rings = 0;
-                [[maybe_unused]] ssize_t r = read(doorbell, &rings, sizeof(rings));
+                server.drain_wakeups();
                 last_busy = monotonic_ns();
             } else if (std::find(port_wakeups.begin(), port_wakeups.end(), fd) !=
                        port_wakeups.end()) {

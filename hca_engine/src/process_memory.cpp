@@ -1,6 +1,7 @@
 #include "process_memory.hpp"
 
 #include "engine_config.hpp"
+#include "memory_guard.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -109,9 +110,7 @@ MemoryStatus ProcessMemory::read(uint32_t key, bool remote, uint32_t rights, uin
     if (MemoryStatus s = resolve(key, remote, rights, addr, length, at, &mapped);
         s != MemoryStatus::Ok)
         return s;
-    if (mapped)
-        std::memcpy(dst, mapped, length);
-    else if (!read_process(at, dst, length))
+    if (mapped ? !guarded_copy(dst, mapped, length) : !read_process(at, dst, length))
         return failure();
     return MemoryStatus::Ok;
 }
@@ -123,10 +122,12 @@ MemoryStatus ProcessMemory::write(uint32_t key, bool remote, uint32_t rights, ui
     if (MemoryStatus s = resolve(key, remote, rights, addr, length, at, &mapped);
         s != MemoryStatus::Ok)
         return s;
-    if (mapped)
-        std::memcpy(mapped, src, length);
-    else if (length)
+    if (mapped) {
+        if (!guarded_copy(mapped, src, length))
+            return failure();
+    } else if (length) {
         queue_write(reinterpret_cast<void*>(at), src, length);
+    }
     return MemoryStatus::Ok;
 }
 
@@ -154,15 +155,15 @@ MemoryStatus ProcessMemory::transfer(const transport::MemoryPiece* pieces, uint3
     if (MemoryStatus s = resolve_pieces(pieces, count, remote, rights, r); s != MemoryStatus::Ok)
         return s;
     if (to_process || r.mapped) {
-        // Shared memory is touched directly; writes to the rest are queued.
+        // Shared memory is touched directly (a page the client truncated away fails the
+        // transfer); writes to the rest are queued.
         for (uint32_t i = 0; i < r.count; ++i) {
             uint8_t* packet = buffer + pieces[i].buffer_offset;
             if (!r.local[i])
                 queue_write(reinterpret_cast<void*>(r.process[i]), packet, pieces[i].length);
-            else if (to_process)
-                std::memcpy(r.local[i], packet, pieces[i].length);
-            else
-                std::memcpy(packet, r.local[i], pieces[i].length);
+            else if (to_process ? !guarded_copy(r.local[i], packet, pieces[i].length)
+                                : !guarded_copy(packet, r.local[i], pieces[i].length))
+                return failure();
         }
         return MemoryStatus::Ok;
     }
@@ -215,8 +216,9 @@ MemoryStatus ProcessMemory::read_message(uint64_t tag, bool remote, uint32_t rig
     if (r.mapped) {
         // Shared memory needs no reading ahead: copy just this piece.
         for (uint32_t i = 0; i < r.count && pieces[i].buffer_offset < length; ++i)
-            std::memcpy(dst + pieces[i].buffer_offset, r.local[i],
-                        std::min(pieces[i].length, length - pieces[i].buffer_offset));
+            if (!guarded_copy(dst + pieces[i].buffer_offset, r.local[i],
+                              std::min(pieces[i].length, length - pieces[i].buffer_offset)))
+                return failure();
         return MemoryStatus::Ok;
     }
     // One read into the buffer this tag had, or the one used less recently.
@@ -384,17 +386,17 @@ MemoryStatus ProcessMemory::atomic(uint32_t rkey, uint64_t addr, bool compare_sw
             resolve(rkey, true, transport::access::kRemoteAtomic, addr, 8, at, &mapped);
         s != MemoryStatus::Ok)
         return s;
+    // The address the atomic lands on, not just its iova, must be aligned (an MR whose
+    // iova and address differ mod 8 would split a locked cmpxchg over cache lines; rxe
+    // checks the translated address too).
+    if (at % 8 != 0)
+        return MemoryStatus::Misaligned;
     if (mapped) {
         // Shared memory: a CPU atomic, atomic against the application too.
-        auto* word = reinterpret_cast<uint64_t*>(mapped);
-        if (compare_swap) {
-            original = compare_add;
-            __atomic_compare_exchange_n(word, &original, swap, false, __ATOMIC_SEQ_CST,
-                                        __ATOMIC_SEQ_CST);
-        } else {
-            original = __atomic_fetch_add(word, compare_add, __ATOMIC_SEQ_CST);
-        }
-        return MemoryStatus::Ok;
+        return guarded_atomic(reinterpret_cast<uint64_t*>(mapped), compare_swap, compare_add, swap,
+                              original)
+                   ? MemoryStatus::Ok
+                   : failure();
     }
     // Private memory: atomic with respect to every other operation of this engine, which
     // runs them one at a time (IBV_ATOMIC_HCA), not to the application's CPU accesses.

@@ -2,6 +2,8 @@
 // core/ucma.c) and the address and route part of its rdma_cm, over the engine's ports.
 #include "rdma_cm_server.hpp"
 
+#include "client_descriptors.hpp"
+
 #include "socket_addresses.hpp"
 #include "unix_listener.hpp"
 
@@ -106,17 +108,18 @@ bool RdmaCmServer::handle_input(int fd) {
             return false;
         }
         if (m.fd >= 0) {
-            // Only Open brings a descriptor: the event pipe, which must be a pipe.
-            struct stat st {};
+            // Only Open brings a descriptor: the event pipe, which must be a pipe. The
+            // engine reads and writes it through a description of its own
+            // (client_descriptors.hpp), so the client cannot make it block.
             di::RdmaCmHeader h{};
             std::memcpy(&h, buffer, std::min<size_t>(sizeof(h), static_cast<size_t>(m.size)));
-            if (file.pipe < 0 && h.op == static_cast<uint16_t>(di::RdmaCmOp::Open) &&
-                ::fstat(m.fd, &st) == 0 && S_ISFIFO(st.st_mode) &&
-                (::fcntl(m.fd, F_GETFL) & O_NONBLOCK))
-                file.pipe = m.fd;
+            if (file.pipe < 0 && h.op == static_cast<uint16_t>(di::RdmaCmOp::Open))
+                file.pipe = adopt_client_pipe(m.fd, true);
             else
                 ::close(m.fd);
         }
+        if (m.second_fd >= 0)
+            ::close(m.second_fd);
         if (m.truncated) {
             di::RdmaCmReply reply{};
             reply.header.magic = di::kRdmaCmMagic;

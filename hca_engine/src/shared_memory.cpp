@@ -1,6 +1,7 @@
 #include "shared_memory.hpp"
 
 #include <cerrno>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 #include <utility>
@@ -37,10 +38,13 @@ void SharedMemory::release() {
 
 int SharedMemory::create(const char* name, size_t bytes) {
     release();
-    int fd = ::memfd_create(name, MFD_CLOEXEC);
+    int fd = ::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0)
         return errno;
-    if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    // Sealed at its size: a client that holds the fd cannot shrink it under the engine
+    // (whose next touch would be a SIGBUS) nor grow it.
+    if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
+        ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
         const int err = errno;
         ::close(fd);
         return err;

@@ -1,5 +1,7 @@
 // A memfd mapped into the engine, to be mapped by a provider as well: the backing of
-// completion queues and work queues (the card's memory the driver sees).
+// completion queues and work queues (the card's memory the driver sees). Sealed at its
+// size (F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_SEAL): the provider maps it and may write
+// it, but no client can truncate it under the engine.
 #pragma once
 
 #include <cstddef>

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <new>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 namespace softhca::provider {
@@ -153,8 +154,16 @@ int open_engine_context(Device& device, Context& context, ContextState& state) {
     // The engine reaches this process's memory only through its own /proc/self/mem:
     // the address space as it is now, which an exec or exit takes away.
     const int memory = ::open("/proc/self/mem", O_RDWR | O_CLOEXEC);
-    if (memory < 0)
-        return errno == ENOENT ? ENODEV : errno;
+    if (memory < 0) {
+        const int err = errno;
+        if (err == EACCES && ::prctl(PR_GET_DUMPABLE) == 0)
+            std::fprintf(stderr,
+                         "softhca: this process is not dumpable (it changed its user or group "
+                         "IDs, or runs a set-ID program), so its memory is closed to softhca "
+                         "as to a debugger: open the device before changing IDs, or call "
+                         "prctl(PR_SET_DUMPABLE, 1) after\n");
+        return err == ENOENT ? ENODEV : err;
+    }
     const int opened_status =
         state.control.call(di::Opcode::OpenDevice, &open, sizeof(open), &opened, sizeof(opened),
                            state.async_write_fd, &state.doorbell.fd, memory);

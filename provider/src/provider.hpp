@@ -25,7 +25,7 @@ struct Device {
 };
 
 // How a work queue wakes the engine: its context's doorbell page (the queue's bit says
-// it has new requests) and the engine's eventfd (written when the engine sleeps).
+// it has new requests) and the context's doorbell pipe (written when the engine sleeps).
 struct Doorbell {
     device_interface::DoorbellPage* page = nullptr;
     int fd = -1;
@@ -36,7 +36,7 @@ struct ContextState {
     device_interface::DeviceAttributes attributes{};
     uint32_t context_id = 0;
     int async_write_fd = -1; // our copy, for DEVICE_FATAL when the engine dies
-    Doorbell doorbell;       // the context's doorbell page and the engine's eventfd
+    Doorbell doorbell;       // the context's doorbell page and its doorbell pipe
     size_t doorbell_page_bytes = 0;
     int wake_fd = -1; // eventfd that stops the watchdog thread
     pthread_t watchdog{};

@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <grp.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -43,8 +44,11 @@ void expect_quiet(Device& d, int ms = 300) {
 int modify_as_nobody(uint32_t qkey) {
     const pid_t child = ::fork();
     if (child == 0) {
+        // Changing IDs makes a process non-dumpable; softhca reaches a process's memory
+        // only as the process itself may (its /proc/self/mem), which a non-dumpable
+        // process may not open: such a program makes itself dumpable again first.
         if (::setgroups(0, nullptr) != 0 || ::setresgid(65534, 65534, 65534) != 0 ||
-            ::setresuid(65534, 65534, 65534) != 0)
+            ::setresuid(65534, 65534, 65534) != 0 || ::prctl(PR_SET_DUMPABLE, 1) != 0)
             ::_exit(101);
         ibv_context* context = open_test_device(device_name(0));
         if (!context)

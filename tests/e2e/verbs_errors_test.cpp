@@ -2,6 +2,7 @@
 // device, including the errno of every kind of bad input, and that the engine keeps
 // serving afterwards. Runs under `softhca exec` against a running engine.
 #define CATCH_CONFIG_MAIN
+#include "raw_control.hpp"
 #include "softhca/device_interface/control.hpp"
 #include "softhca/device_interface/cq_ring.hpp"
 #include "softhca/device_interface/doorbell_page.hpp"
@@ -22,6 +23,9 @@
 #include <vector>
 
 namespace di = softhca::device_interface;
+using raw_control::connect_raw;
+using raw_control::engine_socket_path;
+using raw_control::header_for;
 
 namespace {
 
@@ -54,29 +58,6 @@ void require_engine_serving() {
     REQUIRE(ibv_dealloc_pd(pd) == 0);
 }
 
-std::string engine_socket_path() {
-    const char* sysfs = std::getenv("SYSFS_PATH");
-    REQUIRE(sysfs != nullptr);
-    std::ifstream in(std::string(sysfs) + "/class/infiniband/" + test_device_name() +
-                     "/softhca_engine_socket");
-    std::string path;
-    std::getline(in, path);
-    REQUIRE(!path.empty());
-    return path;
-}
-
-int connect_raw() {
-    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    REQUIRE(fd >= 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", engine_socket_path().c_str());
-    REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-    timeval timeout{5, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-    return fd;
-}
-
 // Sends raw bytes and returns the status of the engine's reply.
 int raw_exchange(int fd, const void* bytes, size_t size) {
     REQUIRE(di::send_message(fd, bytes, size) == static_cast<ssize_t>(size));
@@ -86,10 +67,6 @@ int raw_exchange(int fd, const void* bytes, size_t size) {
     di::ReplyHeader header;
     std::memcpy(&header, reply.data(), sizeof(header));
     return header.status;
-}
-
-di::MessageHeader header_for(di::Opcode opcode, uint32_t length) {
-    return {di::kControlMagic, di::kControlVersion, static_cast<uint16_t>(opcode), 0, length, 7};
 }
 
 } // namespace

@@ -26,8 +26,7 @@ struct Client {
     sim::SimulatedPortSet ports{FaultConfig{}};
     std::vector<Device> devices{{"st0", 0, 1}, {"st1", 1, 2}};
     std::string path = "/tmp/softhca-status-test-" + std::to_string(::getpid()) + ".sock";
-    int doorbell = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    ControlServer server{path, devices, ports, "st", doorbell};
+    ControlServer server{path, devices, ports, "st"};
     int fd = -1;
     int served = -1;
     uint32_t sequence = 0;
@@ -45,7 +44,6 @@ struct Client {
     ~Client() {
         ::close(fd);
         server.handle_input(served);
-        ::close(doorbell);
         ::unlink(path.c_str());
     }
 

@@ -468,6 +468,10 @@ bool QueuePair::accept_atomic(const IbPacket& packet, uint32_t psn) {
         ++counters_.dropped;
         return false;
     }
+    if (done == MemoryStatus::Misaligned) {
+        responder_nak(aeth::kNak | aeth::kNakInvalidRequest, psn, true); // 9.4.5
+        return false;
+    }
     if (done != MemoryStatus::Ok) {
         responder_nak(aeth::kNak | aeth::kNakRemoteAccessError, psn, true);
         return false;

@@ -17,6 +17,7 @@ enum class MemoryStatus : uint8_t {
     OutOfRange, // outside the region
     Fault,      // the memory behind the region is gone
     Gone,       // the process owning the memory has exited: the QP is going away too
+    Misaligned, // an atomic's address in the memory (not only its iova) is not 8-aligned
 };
 
 // Rights asked for, numerically the verbs access flags.

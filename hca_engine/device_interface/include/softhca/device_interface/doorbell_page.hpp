@@ -36,7 +36,7 @@ struct alignas(64) DoorbellPage {
     uint32_t slots;
     uint32_t reserved;
     // Set by the engine before it sleeps; a provider that finds it set after ringing
-    // clears it and writes the engine's doorbell eventfd (OpenDeviceReply's fd).
+    // clears it and writes the context's doorbell pipe (OpenDeviceReply's fd).
     alignas(64) std::atomic<uint32_t> armed;
     alignas(64) std::atomic<uint64_t> summary[kDoorbellSummaryWords]; // bit w: words[w]
     alignas(64) std::atomic<uint64_t> words[kDoorbellWords];          // bit s % 64 of slot s
