@@ -122,6 +122,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             std::snprintf(open.device_name, sizeof(open.device_name), "fz0");
             open.provider_abi = di::kControlVersion;
             std::memcpy(message.data(), &open, sizeof(open));
+            // The probe: the bytes at its address in this process are the message's own.
+            auto* sent = reinterpret_cast<di::OpenDeviceRequest*>(message.data());
+            sent->probe_addr = reinterpret_cast<uintptr_t>(sent->probe);
         }
         int pipe_fds[2] = {-1, -1};
         int passed = -1;

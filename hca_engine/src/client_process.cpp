@@ -3,28 +3,42 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <fstream>
 #include <linux/capability.h>
 #include <linux/magic.h>
+#include <poll.h>
 #include <string>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77 // Linux 6.5
+#endif
 
 namespace softhca::engine {
 
 namespace {
 
 constexpr size_t kMaxRun = 1024; // IOV_MAX
+// A probe address below this could fall inside a small procfs file's text.
+constexpr uint64_t kLowestProbe = 1ull << 20;
 
-// A /proc/PID/mem file opened for reading and writing: on procfs, a regular file of
-// mode 0600 named "mem". Nothing else is accepted, since the engine writes into it as
-// root: a procfs file that checks its writer's rights at write time (oom_score_adj)
-// would be written with the engine's.
-bool is_process_memory_file(int fd) {
+int pidfd_open(pid_t pid) {
+    return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+}
+
+bool pidfd_alive(int pidfd) {
+    return ::syscall(SYS_pidfd_send_signal, pidfd, 0, nullptr, 0) == 0;
+}
+
+// A procfs regular file of mode 0600, opened for reading and writing, named "mem".
+bool looks_like_memory_file(int fd) {
     struct statfs fs {};
     struct stat st {};
     if (::fstatfs(fd, &fs) != 0 || fs.f_type != PROC_SUPER_MAGIC || ::fstat(fd, &st) != 0 ||
@@ -34,38 +48,144 @@ bool is_process_memory_file(int fd) {
     if (flags < 0 || (flags & O_ACCMODE) != O_RDWR)
         return false;
     char link[64];
-    char target[256];
+    char target[4096];
     std::snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
     const ssize_t n = ::readlink(link, target, sizeof(target) - 1);
-    if (n < 4)
+    if (n < 4 || n >= static_cast<ssize_t>(sizeof(target)) - 1)
         return false;
     target[n] = '\0';
     return std::strcmp(target + n - 4, "/mem") == 0;
 }
 
+// CapEff of the process, from its pinned status file.
+void read_effective_caps(const PeerProcess& peer, uint32_t caps[2]) {
+    std::ifstream status(peer.path("status"));
+    for (std::string line; std::getline(status, line);) {
+        if (line.rfind("CapEff:", 0) == 0) {
+            const uint64_t v = std::strtoull(line.c_str() + 7, nullptr, 16);
+            caps[0] = static_cast<uint32_t>(v);
+            caps[1] = static_cast<uint32_t>(v >> 32);
+        }
+    }
+}
+
+// RLIMIT_MEMLOCK of the process (its soft limit, from its pinned limits file, which
+// needs no capability to read), or unlimited with CAP_IPC_LOCK.
+uint64_t read_memlock_limit(const PeerProcess& peer, const uint32_t caps[2]) {
+    if ((caps[0] >> CAP_IPC_LOCK) & 1)
+        return UINT64_MAX;
+    std::ifstream limits(peer.path("limits"));
+    for (std::string line; std::getline(limits, line);) {
+        if (line.rfind("Max locked memory", 0) != 0)
+            continue;
+        const std::string soft = line.substr(26, line.find(' ', 26) - 26);
+        return soft == "unlimited" ? UINT64_MAX : std::strtoull(soft.c_str(), nullptr, 10);
+    }
+    return UINT64_MAX;
+}
+
 } // namespace
 
-ClientProcess::ClientProcess(pid_t pid, uid_t uid, gid_t gid, int mem_fd)
-    : pid_(pid), uid_(uid), gid_(gid), mem_fd_(mem_fd) {}
+bool PeerProcess::pin(int socket) {
+    ucred cred{};
+    socklen_t len = sizeof(cred);
+    if (::getsockopt(socket, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+        return false;
+    pid = cred.pid;
+    uid = cred.uid;
+    gid = cred.gid;
+    groups.resize(64);
+    for (;;) {
+        socklen_t bytes = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+        if (::getsockopt(socket, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &bytes) == 0) {
+            groups.resize(bytes / sizeof(gid_t));
+            break;
+        }
+        if (errno != ERANGE || bytes <= groups.size() * sizeof(gid_t)) {
+            groups.clear();
+            break;
+        }
+        groups.resize(bytes / sizeof(gid_t));
+    }
+    len = sizeof(pidfd);
+    if (::getsockopt(socket, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) != 0)
+        pidfd = pidfd_open(pid); // before Linux 6.5: the PID, taken at once
+    if (pidfd < 0)
+        return false;
+    const std::string dir = "/proc/" + std::to_string(pid);
+    proc_dir = ::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    // Still alive after the directory was opened: it is the pidfd's process's.
+    if (proc_dir < 0 || !pidfd_alive(pidfd)) {
+        release();
+        return false;
+    }
+    return true;
+}
+
+bool PeerProcess::pin_process(pid_t process) {
+    pid = process;
+    uid = ::getuid();
+    gid = ::getgid();
+    pidfd = pidfd_open(pid);
+    proc_dir = ::open(("/proc/" + std::to_string(pid)).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    return pidfd >= 0 && proc_dir >= 0;
+}
+
+std::string PeerProcess::path(const char* name) const {
+    return "/proc/self/fd/" + std::to_string(proc_dir) + "/" + name;
+}
+
+void PeerProcess::release() {
+    if (pidfd >= 0)
+        ::close(pidfd);
+    if (proc_dir >= 0)
+        ::close(proc_dir);
+    pidfd = proc_dir = -1;
+}
+
+ClientProcess::ClientProcess(PeerProcess& peer, int mem_fd) : peer_(peer), mem_fd_(mem_fd) {
+    peer.pidfd = peer.proc_dir = -1; // ours now
+    read_effective_caps(peer_, effective_caps_);
+    memlock_limit_ = read_memlock_limit(peer_, effective_caps_);
+}
 
 ClientProcess::~ClientProcess() {
     if (mem_fd_ >= 0)
         ::close(mem_fd_);
+    peer_.release();
 }
 
-int ClientProcess::adopt(pid_t pid, uid_t uid, gid_t gid, std::vector<gid_t> groups, int mem_fd,
+int ClientProcess::adopt(PeerProcess& peer, int mem_fd, uint64_t probe_addr, const uint8_t* probe,
                          std::shared_ptr<ClientProcess>& out) {
-    if (mem_fd < 0 || !is_process_memory_file(mem_fd))
+    if (mem_fd < 0 || peer.proc_dir < 0 || !looks_like_memory_file(mem_fd))
         return EBADF;
-    out.reset(new ClientProcess(pid, uid, gid, mem_fd));
-    out->groups_ = std::move(groups);
+    // The file reads the process's memory: 16 bytes it holds at an address of its own.
+    uint8_t seen[16];
+    if (probe_addr < kLowestProbe ||
+        ::pread(mem_fd, seen, sizeof(seen), static_cast<off_t>(probe_addr)) !=
+            static_cast<ssize_t>(sizeof(seen)) ||
+        std::memcmp(seen, probe, sizeof(seen)) != 0)
+        return EBADF;
+    out.reset(new ClientProcess(peer, mem_fd));
     return 0;
 }
 
 std::shared_ptr<ClientProcess> ClientProcess::self() {
+    PeerProcess peer;
+    peer.pin_process(::getpid());
     const int fd = ::open("/proc/self/mem", O_RDWR | O_CLOEXEC);
-    std::shared_ptr<ClientProcess> process(
-        new ClientProcess(::getpid(), ::getuid(), ::getgid(), fd));
+    return std::shared_ptr<ClientProcess>(new ClientProcess(peer, fd));
+}
+
+std::shared_ptr<ClientProcess> ClientProcess::posing(pid_t pid, uid_t uid, gid_t gid) {
+    PeerProcess peer;
+    peer.pin_process(pid);
+    peer.uid = uid;
+    peer.gid = gid;
+    const int fd = ::open(("/proc/" + std::to_string(pid) + "/mem").c_str(), O_RDWR | O_CLOEXEC);
+    std::shared_ptr<ClientProcess> process(new ClientProcess(peer, fd));
+    if (uid != 0)
+        process->effective_caps_[0] = process->effective_caps_[1] = 0;
     return process;
 }
 
@@ -118,47 +238,49 @@ bool ClientProcess::gone() const {
     return ::pread(mem_fd_, &byte, 1, 0) == 0;
 }
 
-bool ClientProcess::exited() const {
-    std::ifstream stat("/proc/" + std::to_string(pid_) + "/stat");
-    std::string text;
-    std::getline(stat, text);
-    const auto paren = text.rfind(')');
-    return !stat || paren == std::string::npos || paren + 2 >= text.size() ||
-           text[paren + 2] == 'Z' || text[paren + 2] == 'X';
+bool ClientProcess::abandoned() const {
+    pollfd p{connection_, POLLRDHUP, 0};
+    return connection_ < 0 ||
+           (::poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR)) != 0);
 }
 
 FileCredentials::FileCredentials(const ClientProcess& client) {
-    if (::geteuid() != 0 || client.uid() == 0)
-        return;
+    if (::geteuid() != 0)
+        return; // an engine that is not root has nobody's rights to lend or drop
     __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
     __user_cap_data_struct data[2]{};
-    if (::syscall(SYS_capget, &header, data) != 0)
+    if (::syscall(SYS_capget, &header, data) != 0) {
+        ok_ = false;
         return;
+    }
     effective_[0] = data[0].effective;
     effective_[1] = data[1].effective;
     groups_.resize(static_cast<size_t>(std::max(::getgroups(0, nullptr), 0)));
     if (::getgroups(static_cast<int>(groups_.size()), groups_.data()) < 0)
         groups_.clear();
-    // Keep only what map_files needs (checkpoint_restore_ns_capable); no DAC override,
-    // no CAP_SYS_PTRACE (which would pass a non-dumpable, e.g. setuid, process).
-    data[0].effective &= CAP_TO_MASK(CAP_SYS_ADMIN);
-    data[1].effective &= CAP_TO_MASK(CAP_CHECKPOINT_RESTORE);
-    if (::syscall(SYS_capset, &header, data) != 0)
-        return;
     switched_ = true;
-    // Per thread: the system calls themselves, not glibc's wrappers that change every
-    // thread of the process.
-    ::syscall(SYS_setgroups, client.groups().size(), client.groups().data());
+    // The IDs first, while CAP_SETUID and CAP_SETGID are effective; per thread: the
+    // system calls themselves, not glibc's wrappers that change every thread. Each is
+    // read back: a switch that did not take must not open anything.
+    const bool groups_set =
+        ::syscall(SYS_setgroups, client.groups().size(), client.groups().data()) == 0;
     ::syscall(SYS_setfsgid, client.gid());
     ::syscall(SYS_setfsuid, client.uid());
+    const auto fsgid = static_cast<gid_t>(::syscall(SYS_setfsgid, -1));
+    const auto fsuid = static_cast<uid_t>(::syscall(SYS_setfsuid, -1));
+    // Then the capabilities: the client's own effective ones (what it could do itself)
+    // and CAP_CHECKPOINT_RESTORE, which map_files asks of whoever opens it.
+    data[0].effective &= client.effective_caps()[0];
+    data[1].effective &= client.effective_caps()[1];
+    data[1].effective |= CAP_TO_MASK(CAP_CHECKPOINT_RESTORE) & data[1].permitted;
+    const bool caps_set = ::syscall(SYS_capset, &header, data) == 0;
+    ok_ = groups_set && caps_set && fsuid == client.uid() && fsgid == client.gid();
 }
 
 FileCredentials::~FileCredentials() {
     if (!switched_)
         return;
-    ::syscall(SYS_setfsuid, 0);
-    ::syscall(SYS_setfsgid, 0);
-    ::syscall(SYS_setgroups, groups_.size(), groups_.data());
+    // The capabilities first: setting the IDs back needs CAP_SETUID and CAP_SETGID.
     __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
     __user_cap_data_struct data[2]{};
     if (::syscall(SYS_capget, &header, data) == 0) {
@@ -166,6 +288,9 @@ FileCredentials::~FileCredentials() {
         data[1].effective = effective_[1];
         ::syscall(SYS_capset, &header, data);
     }
+    ::syscall(SYS_setfsuid, 0);
+    ::syscall(SYS_setfsgid, 0);
+    ::syscall(SYS_setgroups, groups_.size(), groups_.data());
 }
 
 } // namespace softhca::engine

@@ -18,28 +18,65 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <vector>
 
 namespace softhca::engine {
 
+// The peer of a control connection, pinned when it connected: its credentials
+// (SO_PEERCRED, SO_PEERGROUPS), a pidfd of it (SO_PEERPIDFD where the kernel has it,
+// Linux 6.5; else pidfd_open of its PID at once) and its /proc/PID directory, opened
+// while that pidfd showed the process alive. Everything the engine reads of the client
+// in /proc goes through that directory: once the process is gone it names nothing,
+// whoever gets the PID. The descriptors close with it.
+struct PeerProcess {
+    pid_t pid = 0;
+    uid_t uid = 0;
+    gid_t gid = 0;
+    std::vector<gid_t> groups;
+    int pidfd = -1;
+    int proc_dir = -1;
+    // Pins the peer of `socket`; false when it is already gone or cannot be pinned.
+    bool pin(int socket);
+    // Process `pid` (unit tests).
+    bool pin_process(pid_t pid);
+    // "/proc/self/fd/N/NAME": NAME in the pinned /proc/PID directory.
+    std::string path(const char* name) const;
+    void release();
+};
+
 class ClientProcess {
   public:
-    // Adopts `mem_fd`, which must be a /proc/PID/mem file opened for reading and
-    // writing. Returns 0, or EBADF when it is not one (the fd is then the caller's).
-    static int adopt(pid_t pid, uid_t uid, gid_t gid, std::vector<gid_t> groups, int mem_fd,
+    // Adopts `mem_fd`, which must be the /proc/PID/mem file of the process, opened for
+    // reading and writing, and `peer` (its descriptors pass to the ClientProcess).
+    // `probe_addr` and `probe` are 16 bytes the process says it holds at that address:
+    // read back through `mem_fd`, they prove the file reaches its memory (and is not
+    // some other procfs file of mode 0600 bound at a path ending in "mem"). Returns 0,
+    // or EBADF when the file is not such a one (the fd is then the caller's).
+    static int adopt(PeerProcess& peer, int mem_fd, uint64_t probe_addr, const uint8_t* probe,
                      std::shared_ptr<ClientProcess>& out);
     // The engine's own process (unit tests).
     static std::shared_ptr<ClientProcess> self();
+    // Process `pid` as if a process of `uid`/`gid` had opened a context naming it, with
+    // no capabilities unless `uid` is root (unit tests of what the engine refuses).
+    static std::shared_ptr<ClientProcess> posing(pid_t pid, uid_t uid, gid_t gid);
     ~ClientProcess();
     ClientProcess(const ClientProcess&) = delete;
     ClientProcess& operator=(const ClientProcess&) = delete;
 
-    pid_t pid() const { return pid_; }
-    uid_t uid() const { return uid_; }
-    gid_t gid() const { return gid_; }
-    const std::vector<gid_t>& groups() const { return groups_; }
+    pid_t pid() const { return peer_.pid; }
+    uid_t uid() const { return peer_.uid; }
+    gid_t gid() const { return peer_.gid; }
+    const std::vector<gid_t>& groups() const { return peer_.groups; }
+    // A file of its /proc/PID directory (maps, map_files/..., status), as a path.
+    std::string proc_path(const char* name) const { return peer_.path(name); }
+    // Its effective capabilities when it opened the context (CapEff), two 32-bit words.
+    const uint32_t* effective_caps() const { return effective_caps_; }
+    // What it may register (pin), in bytes: its RLIMIT_MEMLOCK when it opened the
+    // context, unlimited with CAP_IPC_LOCK (as ib_umem_get allows).
+    uint64_t memlock_limit() const { return memlock_limit_; }
 
     // Moves bytes between `local` and the process's memory from `far` on (consecutive
     // addresses there). Returns the bytes moved: 0 when the address space is gone (the
@@ -52,34 +89,39 @@ class ClientProcess {
     ssize_t move(bool to_process, const iovec* local, const iovec* far, size_t count) const;
     // The address space the context was opened with is gone.
     bool gone() const;
-    // The process has exited (or is a zombie). Its PID may name another process by now:
-    // only for telling an exit from an exec on an error path.
-    bool exited() const;
+    // The connection that opened the context, and whether every holder of its other end
+    // has closed it (the process exited and no forked child keeps it): the context is
+    // about to be destroyed.
+    void set_connection(int fd) { connection_ = fd; }
+    bool abandoned() const;
 
   private:
-    ClientProcess(pid_t pid, uid_t uid, gid_t gid, int mem_fd);
-    pid_t pid_;
-    uid_t uid_;
-    gid_t gid_;
-    std::vector<gid_t> groups_; // supplementary groups, from SO_PEERGROUPS
+    ClientProcess(PeerProcess& peer, int mem_fd);
+    PeerProcess peer_;
+    uint32_t effective_caps_[2] = {0, 0};
+    uint64_t memlock_limit_ = UINT64_MAX;
     int mem_fd_;
+    int connection_ = -1; // not owned
 };
 
 // While alive, this thread opens files and reads /proc with the client's filesystem
-// credentials (fsuid, fsgid, supplementary groups) and without the capabilities that
-// override file permissions or ptrace checks; it keeps CAP_SYS_ADMIN and
-// CAP_CHECKPOINT_RESTORE, which /proc/PID/map_files asks of whoever opens it. Real and
-// effective IDs stay root, so the client cannot signal the engine meanwhile. For a
-// root client nothing changes.
+// credentials (fsuid, fsgid, supplementary groups) and only the client's own effective
+// capabilities, plus CAP_CHECKPOINT_RESTORE, which /proc/PID/map_files asks of whoever
+// opens it: a client without CAP_DAC_OVERRIDE or CAP_SYS_PTRACE gets no file or process
+// it could not open or trace itself. Real and effective IDs stay root, so the client
+// cannot signal the engine meanwhile. ok() is false when the switch did not take (then
+// nothing may be opened on the client's behalf).
 class FileCredentials {
   public:
     explicit FileCredentials(const ClientProcess& client);
     ~FileCredentials();
     FileCredentials(const FileCredentials&) = delete;
     FileCredentials& operator=(const FileCredentials&) = delete;
+    bool ok() const { return ok_; }
 
   private:
     bool switched_ = false;
+    bool ok_ = true;
     uint32_t effective_[2] = {0, 0};
     std::vector<gid_t> groups_;
 };

@@ -51,12 +51,14 @@ void ControlServer::open_device(Call& call) {
     }
     // The memory the context reaches: the process's own /proc/self/mem (client_process.hpp).
     std::shared_ptr<ClientProcess> client;
-    if (int err = ClientProcess::adopt(c.pid, c.uid, c.gid, c.groups, call.second_fd, client)) {
+    if (int err = ClientProcess::adopt(c.peer, call.second_fd, request.probe_addr, request.probe,
+                                       client)) {
         ::close(async_fd);
         reply_status(call, err);
         return;
     }
     call.second_fd = -1;
+    client->set_connection(c.fd);
     try {
         c.resources = std::make_unique<ContextResources>(std::move(client), keys_,
                                                          static_cast<size_t>(index));
@@ -120,9 +122,12 @@ void ControlServer::map_doorbells(Call& call) {
 }
 
 void ControlServer::engine_status(Call& call) {
-    const StatusDocument doc = status_document();
+    const StatusDocument doc = status_document_for(&call.c);
     const bool text = static_cast<di::Opcode>(call.header.opcode) == di::Opcode::EngineStatus;
-    const std::string body = text ? status_text(doc) : doc.dump();
+    // Strings come from clients: anything not UTF-8 is replaced, never thrown on.
+    const std::string body =
+        text ? status_text(doc)
+             : doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     SharedMemory file;
     if (int err = file.create("softhca-status", std::max<size_t>(body.size(), 1))) {
         reply_status(call, err);

@@ -33,26 +33,32 @@ namespace di = device_interface;
 
 namespace {
 
-std::string read_command_name(pid_t pid) {
-    std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
+// The client's command name, as `softhca status` shows it. The client chooses it
+// (prctl(PR_SET_NAME)): any byte but printable ASCII becomes '?', so it can neither
+// break the JSON document (not UTF-8) nor put terminal escapes on an operator's screen.
+std::string read_command_name(const PeerProcess& peer) {
+    std::ifstream in(peer.path("comm"));
     std::string name;
     std::getline(in, name);
+    for (char& ch : name)
+        if (ch < 0x20 || ch > 0x7e)
+            ch = '?';
     return name.empty() ? "?" : name;
 }
 
-// The peer's supplementary groups when it connected (for opening its files as it
-// would, client_process.hpp).
-std::vector<gid_t> peer_groups(int fd) {
-    std::vector<gid_t> groups(64);
-    for (;;) {
-        socklen_t len = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
-        if (::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &len) == 0) {
-            groups.resize(len / sizeof(gid_t));
-            return groups;
-        }
-        if (errno != ERANGE || len <= groups.size() * sizeof(gid_t))
-            return {};
-        groups.resize(len / sizeof(gid_t));
+// The PID namespace of the peer (its inode) and its PID there (the last of NSpid).
+void read_pid_namespace(const PeerProcess& peer, ino_t& pidns, pid_t& ns_pid) {
+    struct stat st {};
+    pidns = ::stat(peer.path("ns/pid").c_str(), &st) == 0 ? st.st_ino : 0;
+    ns_pid = peer.pid;
+    std::ifstream status(peer.path("status"));
+    for (std::string line; std::getline(status, line);) {
+        if (line.rfind("NSpid:", 0) != 0)
+            continue;
+        std::istringstream fields(line.substr(6));
+        for (pid_t p; fields >> p;)
+            ns_pid = p;
+        break;
     }
 }
 
@@ -109,19 +115,17 @@ std::vector<int> ControlServer::accept_pending() {
             }
             break;
         }
-        ucred cred{};
-        socklen_t len = sizeof(cred);
-        if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-            ::close(fd);
+        Connection c;
+        if (!c.peer.pin(fd)) {
+            ::close(fd); // gone before it could be pinned
             continue;
         }
-        Connection c;
         c.fd = fd;
-        c.pid = cred.pid;
-        c.uid = cred.uid;
-        c.gid = cred.gid;
-        c.groups = peer_groups(fd);
-        c.command = read_command_name(cred.pid);
+        c.pid = c.peer.pid;
+        c.uid = c.peer.uid;
+        c.gid = c.peer.gid;
+        c.command = read_command_name(c.peer);
+        read_pid_namespace(c.peer, c.pidns, c.ns_pid);
         connections_.emplace(fd, std::move(c));
         accepted.push_back(fd);
     }
@@ -130,6 +134,7 @@ std::vector<int> ControlServer::accept_pending() {
 
 void ControlServer::close_connection(Connection& connection) {
     connection.resources.reset(); // destroys every object of the context
+    connection.peer.release();
     if (connection.async_fd >= 0)
         ::close(connection.async_fd);
     if (connection.doorbell_fd >= 0)
@@ -146,7 +151,10 @@ bool ControlServer::handle_input(int fd) {
         return false;
     Connection& c = it->second;
     alignas(8) char buffer[di::kMaxControlMessage];
-    for (;;) {
+    // Fair service: a few requests per connection per round (epoll, level-triggered,
+    // brings the rest back next round), so one client that keeps sending cannot hold
+    // the control path from the others or the data path.
+    for (unsigned served = 0; served < kRequestsPerRound; ++served) {
         di::ReceivedMessage m = di::receive_message(fd, buffer, sizeof(buffer), MSG_DONTWAIT);
         if (m.size < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return true;
@@ -174,6 +182,7 @@ bool ControlServer::handle_input(int fd) {
             take_posted_work_();
         dispatch(c, buffer, static_cast<size_t>(m.size), m.fd, m.second_fd);
     }
+    return true;
 }
 
 void ControlServer::reply(Connection& c, const void* message, size_t size, int fd_to_pass) {
@@ -229,7 +238,15 @@ void ControlServer::dispatch(Connection& c, const void* message, size_t size, in
         return;
     }
     Call call{c, header, message, guard.fd, second_guard.fd};
-    (this->*method->handler)(call);
+    try {
+        (this->*method->handler)(call);
+    } catch (const std::exception& e) {
+        // Whatever a request made go wrong (out of memory, a library's exception) fails
+        // that request, never the engine that serves everyone.
+        std::fprintf(stderr, "softhca-engine: request %u of pid %d failed: %s\n", header.opcode,
+                     static_cast<int>(c.pid), e.what());
+        reply_status(c, header, EIO);
+    }
 }
 
 const PortInfo& ControlServer::port_of(const Connection& c) const {

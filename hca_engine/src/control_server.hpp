@@ -4,6 +4,7 @@
 // that exits or is killed leaves nothing behind, as closing the uverbs fd does.
 #pragma once
 
+#include "client_process.hpp"
 #include "device_model.hpp"
 #include "resource_tables.hpp"
 
@@ -30,6 +31,8 @@ class ControlServer {
     ControlServer& operator=(const ControlServer&) = delete;
 
     int listen_fd() const { return listen_fd_; }
+    // Requests served from one connection before the others get their turn.
+    static constexpr unsigned kRequestsPerRound = 16;
     // Readable when some context's provider rang its doorbell pipe (it does so after
     // posting when the engine said it sleeps); drain_wakeups() empties them.
     int wakeup_fd() const { return wakeups_; }
@@ -58,7 +61,7 @@ class ControlServer {
         rdma_cm_status_ = std::move(report);
     }
     // status_document.cpp: the whole status.
-    StatusDocument status_document() const;
+    StatusDocument status_document() const { return status_document_for(nullptr); }
 
   private:
     struct Connection;
@@ -93,7 +96,9 @@ class ControlServer {
         pid_t pid = 0;
         uid_t uid = 0;
         gid_t gid = 0;
-        std::vector<gid_t> groups; // supplementary, SO_PEERGROUPS
+        PeerProcess peer; // pinned at accept; its descriptors go to the context
+        ino_t pidns = 0;  // its PID namespace, and its PID there
+        pid_t ns_pid = 0;
         std::string command;
         uint32_t context_id = 0;
         int device = -1;      // index into devices_, -1 until OpenDevice
@@ -103,6 +108,11 @@ class ControlServer {
     };
 
     void close_connection(Connection& connection);
+    // The status as `viewer` may see it: root in the engine's PID namespace sees every
+    // context; anyone else only contexts of its own user in its own PID namespace, with
+    // PIDs as that namespace numbers them (as the kernel's restrack filters). nullptr:
+    // everything.
+    StatusDocument status_document_for(const Connection* viewer) const;
     // Checks the header, finds the method, checks the device and the size, calls it.
     void dispatch(Connection& c, const void* message, size_t size, int received_fd, int second_fd);
     void reply(Connection& c, const void* message, size_t size, int fd_to_pass = -1);

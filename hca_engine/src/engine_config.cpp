@@ -29,6 +29,9 @@ const char* engine_usage() {
            "                      [--sl-to-vl [PORT@]SL:VL,...]\n"
            "                      [--link-credits on|buffer_kb=K,refresh_us=U]\n"
            "                      [--traffic-class TCLASS] [--priority-tag] [--pfc]\n"
+           "                      [--limits context_qps=N,context_cqs=N,context_srqs=N,"
+           "context_mrs=N,\n"
+           "                                context_mb=N,user_qps=N,...,user_mb=N]\n"
            "DEVARGS is a DPDK device, or udp for a kernel UDP socket (io_uring) bound to\n"
            "the addresses.\n"
            "Without --port: two devices wired back to back inside the engine,\n"
@@ -240,6 +243,11 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
             }
             config.congestion_point.credit_buffer_bytes = credits.buffer_bytes;
             config.congestion_point.credit_refresh_ns = credits.refresh_ns;
+        } else if (arg == "--limits" && (v = value())) {
+            if (std::string e = ResourceLimits::parse(v, config.limits); !e.empty()) {
+                error = "--limits: " + e;
+                return std::nullopt;
+            }
         } else if (arg == "--pfc") {
             config.pfc = true;
         } else if (arg == "--priority-tag") {

@@ -4,6 +4,7 @@
 
 #include "congestion_point.hpp"
 #include "fault_injector.hpp"
+#include "resource_limits.hpp"
 #include "softhca/transport/congestion_control.hpp"
 #include "softhca/transport/roce_address.hpp"
 #include "softhca/transport/service_levels.hpp"
@@ -68,6 +69,8 @@ struct EngineConfig {
     // priority its peer's PFC frames pause, and asks its peer to pause what floods its
     // receive queue (transport/priority_flow_control.hpp). DPDK ports only.
     bool pfc = false;
+    // --limits: what one context and one user may hold in the engine.
+    ResourceLimits limits;
     bool dcqcn = false;
     transport::DcqcnParameters dcqcn_parameters;
     uint64_t cnp_interval_ns = 50'000;

@@ -90,6 +90,11 @@ void EngineQp::activate() {
         schedule->activate(*this);
 }
 
+uint64_t EngineQp::engine_bytes() const {
+    return ring_memory_.bytes() + uint64_t{caps_.max_send_wr} * sizeof(tp::SendWqe) +
+           uint64_t{caps_.max_recv_wr} * sizeof(tp::RecvWqe);
+}
+
 int EngineQp::create_ring(uint32_t doorbell_slot) {
     const uint32_t sq_slot =
         (sizeof(di::SendWqeHeader) +

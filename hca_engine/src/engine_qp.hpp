@@ -71,6 +71,8 @@ class EngineQp : public transport::CompletionSink,
     int create_ring(uint32_t doorbell_slot);
     uint32_t doorbell_slot() const { return doorbell_slot_; }
     int ring_fd() const { return ring_memory_.fd(); }
+    // What it costs the engine: its ring and the transport's state per work request.
+    uint64_t engine_bytes() const;
     size_t ring_bytes() const { return ring_memory_.bytes(); }
     const device_interface::QpCaps& caps() const { return caps_; }
 

@@ -21,6 +21,10 @@ EngineSrq::EngineSrq(uint32_t handle, uint32_t srq_num, ContextResources& contex
       user_handle_(user_handle), xrc_(xrc), context_(context), memory_(context, pd_handle),
       queue_(max_wr, memory_) {}
 
+uint64_t EngineSrq::engine_bytes() const {
+    return ring_memory_.bytes() + uint64_t{max_wr_} * sizeof(tp::RecvWqe);
+}
+
 int EngineSrq::create_ring(uint32_t doorbell_slot) {
     SharedMemory memory;
     const uint32_t slot =

@@ -37,6 +37,8 @@ class EngineSrq {
     int create_ring(uint32_t doorbell_slot);
     uint32_t doorbell_slot() const { return doorbell_slot_; }
     int ring_fd() const { return ring_memory_.fd(); }
+    // What it costs the engine: its ring and the state per work request.
+    uint64_t engine_bytes() const;
     size_t ring_bytes() const { return ring_memory_.bytes(); }
 
     // ibv_modify_srq: IBV_SRQ_MAX_WR (a new, empty ring; what was posted moves into the

@@ -120,6 +120,7 @@ int run(const EngineConfig& config) {
             {config.prefix + std::to_string(i), i, transport::guid_from_mac(ports.info(i).mac)});
 
     ControlServer server(config.socket_path(), devices, ports, config.prefix);
+    server.tables().limits = config.limits;
     Datapath datapath(ports, devices, server.tables());
     RdmaCmServer rdma_cm(config.rdma_cm_socket_path(), devices, ports, datapath);
     datapath.set_mad_receiver(&rdma_cm);

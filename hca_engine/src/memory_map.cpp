@@ -54,7 +54,9 @@ int check_range_in_maps(const std::string& maps, uint64_t addr, uint64_t length,
 
 int check_user_range(const ClientProcess& client, uint64_t addr, uint64_t length, bool need_write) {
     FileCredentials as_client(client);
-    std::ifstream file("/proc/" + std::to_string(client.pid()) + "/maps");
+    if (!as_client.ok())
+        return EACCES;
+    std::ifstream file(client.proc_path("maps"));
     if (!file)
         return ESRCH;
     std::stringstream text;

@@ -70,13 +70,14 @@ MemoryStatus ProcessMemory::invalidate(uint32_t rkey, bool remote) {
 }
 
 MemoryStatus ProcessMemory::failure() {
-    // Only on the error path. A process that exited (or is exiting): the engine destroys
-    // its QPs when its socket closes, and meanwhile nothing answers, as from a destroyed
-    // QP (Gone). An address space gone while the process lives on (it exec'd, and a
-    // forked child keeps the context) or a bad page: the access fails, the QP errors and
-    // the peer gets a NAK (Fault).
+    // Only on the error path. An address space gone with nothing left holding the
+    // context (the process exited, its socket hung up): the engine destroys its QPs when
+    // it reads that hang-up, and meanwhile nothing answers, as from a destroyed QP
+    // (Gone). An address space gone while the context is held on (the process exec'd,
+    // or a forked child keeps the socket), or a bad page: the access fails, the QP
+    // errors and the peer gets a NAK (Fault).
     if (!gone_)
-        gone_ = client_.gone() && client_.exited();
+        gone_ = client_.gone() && client_.abandoned();
     ++faults_;
     return gone_ ? MemoryStatus::Gone : MemoryStatus::Fault;
 }
@@ -197,7 +198,10 @@ MemoryStatus ProcessMemory::read_message(uint64_t tag, bool remote, uint32_t rig
         return MemoryAccess::read_message(tag, remote, rights, sge, num_sge, message_length, offset,
                                           dst, length);
     for (ReadAhead& a : ahead_) {
-        if (a.valid && a.tag == tag && offset >= a.begin && offset + length <= a.end) {
+        // Bytes read ahead serve only while no MR was deregistered or re-registered
+        // since: a READ response must not go on from memory whose key is gone.
+        if (a.valid && a.tag == tag && offset >= a.begin && offset + length <= a.end &&
+            a.generation == context_.mr_generation()) {
             std::memcpy(dst, a.bytes.get() + (offset - a.begin), length);
             return MemoryStatus::Ok;
         }
@@ -238,6 +242,7 @@ MemoryStatus ProcessMemory::read_message(uint64_t tag, bool remote, uint32_t rig
         s != MemoryStatus::Ok)
         return s;
     slot->tag = tag;
+    slot->generation = context_.mr_generation();
     slot->begin = offset;
     slot->end = offset + span;
     slot->valid = true;

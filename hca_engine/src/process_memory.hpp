@@ -123,6 +123,7 @@ class ProcessMemory : public transport::MemoryAccess {
     struct ReadAhead {
         uint64_t tag = 0;
         bool valid = false;
+        uint64_t generation = 0; // the context's MR table when read: a change re-reads
         uint32_t begin = 0, end = 0;
         std::unique_ptr<uint8_t[]> bytes;
     };

@@ -40,6 +40,7 @@ constexpr uint32_t kQpsInit = 1, kQpsRtr = 2, kQpsRts = 3;
 constexpr uint32_t kAccessRemoteWrite = 1u << 1, kAccessRemoteRead = 1u << 2,
                    kAccessRemoteAtomic = 1u << 3;
 constexpr uint16_t kEphemeralFirst = 32768, kEphemeralLast = 60999; // ip_local_port_range
+constexpr uint16_t kFirstUnprivilegedPort = 1024;                   // PROT_SOCK
 
 } // namespace
 
@@ -179,6 +180,9 @@ int RdmaCmServer::bind(CmId& id, const sockaddr* addr, size_t length) {
     id.src = s;
     uint16_t port = port_of_address(s);
     if (port) {
+        // A port below 1024 needs CAP_NET_BIND_SERVICE (the kernel's cma_get_port).
+        if (port < kFirstUnprivilegedPort && !(id.file && id.file->privileged_ports))
+            return -EACCES;
         if (port_in_use(id, port))
             return -EADDRINUSE;
     } else {

@@ -3,6 +3,7 @@
 #include "rdma_cm_server.hpp"
 
 #include "client_descriptors.hpp"
+#include "client_process.hpp"
 
 #include "socket_addresses.hpp"
 #include "unix_listener.hpp"
@@ -15,8 +16,10 @@
 #include <arpa/inet.h>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <fstream>
 #include <netinet/in.h>
 #include <rdma/ib_user_verbs.h>
 #include <sstream>
@@ -30,6 +33,19 @@ namespace softhca::engine {
 
 namespace di = device_interface;
 namespace tp = transport;
+
+namespace {
+
+// Whether the peer holds CAP_NET_BIND_SERVICE in its effective set.
+bool has_net_bind_service(const PeerProcess& peer) {
+    std::ifstream status(peer.path("status"));
+    for (std::string line; std::getline(status, line);)
+        if (line.rfind("CapEff:", 0) == 0)
+            return (std::strtoull(line.c_str() + 7, nullptr, 16) >> 10) & 1; // CAP_NET_BIND_SERVICE
+    return false;
+}
+
+} // namespace
 
 RdmaCmServer::RdmaCmServer(const std::string& socket_path, const std::vector<Device>& devices,
                            const PortSet& ports, MadSender& wire)
@@ -60,15 +76,16 @@ std::vector<int> RdmaCmServer::accept_pending() {
         const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0)
             break;
-        ucred cred{};
-        socklen_t len = sizeof(cred);
-        if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+        PeerProcess peer; // pinned while its rights are read (client_process.hpp)
+        if (!peer.pin(fd)) {
             ::close(fd);
             continue;
         }
         auto file = std::make_unique<CmFile>();
         file->fd = fd;
-        file->pid = cred.pid;
+        file->pid = peer.pid;
+        file->privileged_ports = peer.uid == 0 || has_net_bind_service(peer);
+        peer.release();
         files_.emplace(fd, std::move(file));
         accepted.push_back(fd);
     }
@@ -98,7 +115,8 @@ bool RdmaCmServer::handle_input(int fd) {
         return false;
     CmFile& file = *it->second;
     alignas(8) uint8_t buffer[di::kMaxRdmaCmMessage];
-    for (;;) {
+    // A few commands per file per round, as the control server serves its connections.
+    for (unsigned served = 0; served < 16; ++served) {
         di::ReceivedMessage m = di::receive_message(fd, buffer, sizeof(buffer), MSG_DONTWAIT);
         if (m.size < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return true;
@@ -131,6 +149,7 @@ bool RdmaCmServer::handle_input(int fd) {
         }
         dispatch(file, buffer, static_cast<size_t>(m.size));
     }
+    return true;
 }
 
 void RdmaCmServer::dispatch(CmFile& file, const uint8_t* message, size_t size) {

@@ -12,15 +12,17 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cstdlib>
 
 namespace softhca::engine {
 
 namespace di = device_interface;
 
 uint32_t KeySpace::next_key() {
-    // Index in the upper 24 bits, a rolling 8-bit tag in the lower (as mlx HCAs do),
-    // so a stale key is unlikely to name a new region.
-    tag_ = (tag_ * 37 + 11) & 0xff;
+    // Index in the upper 24 bits, an 8-bit tag in the lower (as mlx HCAs do), so a stale
+    // key is unlikely to name a new region. The tag is random per registration (as rxe
+    // makes it): one key a client sees does not tell the keys of others' regions.
+    tag_ = arc4random_uniform(256);
     const uint32_t key = (next_index_ << 8) | tag_;
     next_index_ = (next_index_ % 0xffffff) + 1;
     return key;
@@ -73,6 +75,7 @@ ContextResources::ContextResources(std::shared_ptr<ClientProcess> client, KeySpa
     if (keys_.qps_by_device.size() <= device)
         keys_.set_device_count(device + 1);
     keys_.doorbell_pages.push_back(&doorbells_);
+    keys_.contexts.push_back(this);
 }
 
 ContextResources::~ContextResources() {
@@ -88,11 +91,72 @@ ContextResources::~ContextResources() {
         close_xrcd(xrcds_.begin()->first);
     keys_.pds -= static_cast<uint32_t>(pds_.size());
     keys_.mrs -= static_cast<uint32_t>(mrs_.size());
+    uncharge_pinned(pinned_);
     keys_.cqs -= static_cast<uint32_t>(cqs_.size());
     for (const auto& [handle, dm] : dms_)
         keys_.dm_bytes_by_device[device_] -= dm.length;
     std::erase(keys_.doorbell_pages, &doorbells_);
+    std::erase(keys_.contexts, this);
 }
+
+ResourceUsage ContextResources::usage() const {
+    ResourceUsage u;
+    u.qps = qps_.size();
+    u.cqs = cqs_.size();
+    u.srqs = srqs_.size();
+    u.mrs = mrs_.size();
+    for (const auto& [handle, qp] : qps_)
+        u.bytes += qp->engine_bytes();
+    for (const auto& [handle, cq] : cqs_)
+        u.bytes += cq.ring.bytes();
+    for (const auto& [handle, srq] : srqs_)
+        u.bytes += srq->engine_bytes();
+    for (const auto& [handle, dm] : dms_)
+        u.bytes += dm.memory.bytes();
+    u.bytes += mrs_.size() * sizeof(MemoryRegion);
+    return u;
+}
+
+int ContextResources::admit(const ResourceUsage& more) const {
+    ResourceUsage mine = usage();
+    mine += more;
+    if (mine.exceeds(keys_.limits.context))
+        return ENOMEM;
+    ResourceUsage user = more;
+    for (const ContextResources* c : keys_.contexts)
+        if (c->client_->uid() == client_->uid())
+            user += c->usage();
+    return user.exceeds(keys_.limits.user) ? ENOMEM : 0;
+}
+
+int ContextResources::charge_pinned(uint64_t bytes) {
+    uint64_t& total = keys_.pinned_by_process[client_->pid()];
+    if (bytes > client_->memlock_limit() || total > client_->memlock_limit() - bytes) {
+        if (total == 0)
+            keys_.pinned_by_process.erase(client_->pid());
+        return ENOMEM; // ib_umem_get past RLIMIT_MEMLOCK
+    }
+    total += bytes;
+    pinned_ += bytes;
+    return 0;
+}
+
+void ContextResources::uncharge_pinned(uint64_t bytes) {
+    if (!bytes)
+        return;
+    auto it = keys_.pinned_by_process.find(client_->pid());
+    if (it != keys_.pinned_by_process.end() && (it->second -= std::min(it->second, bytes)) == 0)
+        keys_.pinned_by_process.erase(it);
+    pinned_ -= std::min(pinned_, bytes);
+}
+
+namespace {
+// The bytes of whole pages [addr, addr + length) covers: what pinning it would charge.
+uint64_t pinned_bytes(uint64_t addr, uint64_t length) {
+    const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    return ((addr + length + page - 1) & ~(page - 1)) - (addr & ~(page - 1));
+}
+} // namespace
 
 int ContextResources::alloc_pd(uint32_t& handle) {
     if (keys_.pds >= DeviceLimits::kMaxPd)
@@ -176,6 +240,8 @@ int ContextResources::reg_mr(const di::RegMrRequest& request, RegisteredMr& out)
         return err;
     if (keys_.mrs >= DeviceLimits::kMaxMr)
         return ENOMEM;
+    if (int err = admit({0, 0, 0, 1, sizeof(MemoryRegion)}))
+        return err;
     if (int err =
             check_mr_memory(*client_, request.addr, request.length, request.iova, request.access))
         return err;
@@ -186,8 +252,13 @@ int ContextResources::reg_mr(const di::RegMrRequest& request, RegisteredMr& out)
     mr.length = request.length;
     mr.iova = request.iova;
     mr.access = request.access;
-    if (!on_demand(mr.access))
+    if (!on_demand(mr.access)) {
+        // Pinned memory counts against RLIMIT_MEMLOCK; on-demand memory is not pinned.
+        if (int err = charge_pinned(pinned_bytes(mr.addr, mr.length)))
+            return err;
+        mr.pinned = pinned_bytes(mr.addr, mr.length);
         mr.mapping = SharedMapping::map(*client_, mr.addr, mr.length, mr_writable(mr.access));
+    }
     out = add_mr(std::move(mr));
     return 0;
 }
@@ -237,10 +308,16 @@ int ContextResources::rereg_mr(const di::ReregMrRequest& request, RegisteredMr& 
     if (request.flags & (di::kReregTranslation | di::kReregAccess))
         if (int err = check_mr_memory(*client_, next.addr, next.length, next.iova, next.access))
             return err;
-    if (request.flags & (di::kReregTranslation | di::kReregAccess))
+    if (request.flags & (di::kReregTranslation | di::kReregAccess)) {
+        next.pinned = on_demand(next.access) ? 0 : pinned_bytes(next.addr, next.length);
+        if (next.pinned > mr.pinned)
+            if (int err = charge_pinned(next.pinned - mr.pinned))
+                return err;
+        uncharge_pinned(mr.pinned > next.pinned ? mr.pinned - next.pinned : 0);
         next.mapping = on_demand(next.access) ? nullptr
                                               : SharedMapping::map(*client_, next.addr, next.length,
                                                                    mr_writable(next.access));
+    }
     if (next.pd_handle != mr.pd_handle) {
         --pds_.at(mr.pd_handle).mr_count;
         ++pds_.at(next.pd_handle).mr_count;
@@ -260,6 +337,7 @@ int ContextResources::dereg_mr(uint32_t handle) {
     --pds_.at(it->second.pd_handle).mr_count;
     if (it->second.dm_handle)
         --dms_.at(it->second.dm_handle).mr_count;
+    uncharge_pinned(it->second.pinned);
     mrs_by_key_.erase(it->second.lkey);
     mrs_.erase(it);
     ++mr_generation_;
@@ -275,6 +353,8 @@ int ContextResources::alloc_dm(uint64_t length, uint32_t log_align_req, uint32_t
     if (used + length > di::kDeviceMemoryBytes)
         return ENOMEM;
     const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    if (int err = admit({0, 0, 0, 0, (length + page - 1) / page * page}))
+        return err;
     DeviceMemory memory;
     if (int err = memory.memory.create("softhca-dm", (length + page - 1) / page * page))
         return err;
@@ -314,6 +394,8 @@ int ContextResources::reg_dm_mr(const di::RegDmMrRequest& request, RegisteredMr&
         return EINVAL;
     if (keys_.mrs >= DeviceLimits::kMaxMr)
         return ENOMEM;
+    if (int err = admit({0, 0, 0, 1, sizeof(MemoryRegion)}))
+        return err;
     MemoryRegion mr;
     mr.pd_handle = request.pd_handle;
     mr.dm_handle = request.dm_handle;
@@ -340,6 +422,8 @@ int ContextResources::create_cq(uint32_t cqe, uint32_t comp_vector, uint64_t use
     CompletionQueue queue;
     if (int err = queue.ring.create(slots))
         return err;
+    if (int err = admit({0, 1, 0, 0, queue.ring.bytes()}))
+        return err;
     queue.user_handle = user_handle;
     queue.cqe = slots - 1;
     queue.comp_vector = comp_vector;
@@ -361,6 +445,9 @@ int ContextResources::resize_cq(uint32_t handle, uint32_t cqe, const CompletionQ
     CqRingOwner ring;
     if (int err = ring.create(slots))
         return err;
+    if (ring.bytes() > it->second.ring.bytes())
+        if (int err = admit({0, 0, 0, 0, ring.bytes() - it->second.ring.bytes()}))
+            return err;
     it->second.ring.move_pending_to(ring);
     it->second.ring = std::move(ring);
     it->second.cqe = slots - 1;
@@ -486,7 +573,10 @@ int ContextResources::create_qp(const di::CreateQpRequest& request, const PortIn
     auto created = std::make_unique<EngineQp>(handle, qpn, type, device_, *this, binding, caps,
                                               request.sq_sig_all != 0, request.user_handle, port);
     const uint32_t slot = doorbells_.assign(created.get());
-    if (int err = created->create_ring(slot)) {
+    int err = created->create_ring(slot);
+    if (!err)
+        err = admit({1, 0, 0, 0, created->engine_bytes()});
+    if (err) {
         doorbells_.release(slot);
         return err;
     }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "client_process.hpp"
+#include "resource_limits.hpp"
 #include "shared_mapping.hpp"
 
 #include "completion_channel.hpp"
@@ -57,6 +58,13 @@ class KeySpace {
     std::vector<MulticastGroups> mcast_by_device;
     // Device memory in use on each device (kDeviceMemoryBytes each).
     std::vector<uint64_t> dm_bytes_by_device;
+    // Registered (pinned) bytes of each process, over all its contexts, charged against
+    // its RLIMIT_MEMLOCK as the kernel charges mm->pinned_vm (ib_umem_get).
+    std::map<pid_t, uint64_t> pinned_by_process;
+    // The caps on each context and each user (--limits), and every open context, whose
+    // usage makes up its user's.
+    ResourceLimits limits;
+    std::vector<const ContextResources*> contexts;
     // Every open context's doorbell page: where the data path learns which work queues
     // have new requests.
     std::vector<Doorbells*> doorbell_pages;
@@ -75,7 +83,7 @@ class KeySpace {
 
   private:
     uint32_t next_index_ = 1;
-    uint32_t tag_ = 0x5a;
+    uint32_t tag_ = 0;
     static constexpr uint32_t kFirstQpn = 0x11; // QP0 and QP1 are special (IBTA 3.5.3)
     uint32_t next_qpn_ = kFirstQpn;
     uint32_t next_srqn_ = 1;
@@ -83,6 +91,7 @@ class KeySpace {
         size_t device = 0;
         bool has_inode = false;
         uint64_t dev = 0, ino = 0;
+        int file = -1;       // held open while the domain lives, so the inode stays
         uint32_t opened = 0; // contexts' handles to it
     };
     std::map<uint32_t, XrcDomain> xrc_domains_;
@@ -106,6 +115,7 @@ struct MemoryRegion {
     uint32_t rkey = 0;
     uint32_t bound_windows = 0; // deregistering is EBUSY while windows are bound to it
     uint32_t dm_handle = 0;     // on device memory (ibv_reg_dm_mr), or 0
+    uint64_t pinned = 0;        // bytes charged to the process's RLIMIT_MEMLOCK
     // Shared memory mapped into the engine (shared_mapping.hpp), or none: reached with
     // cross-memory attach.
     std::shared_ptr<SharedMapping> mapping;
@@ -228,6 +238,10 @@ class ContextResources {
     size_t cq_count() const { return cqs_.size(); }
     size_t qp_count() const { return qps_.size(); }
     pid_t owner() const { return client_->pid(); }
+    // Bytes this context has registered (charged to its process's RLIMIT_MEMLOCK).
+    uint64_t pinned() const { return pinned_; }
+    // What it holds in the engine (resource_limits.hpp).
+    ResourceUsage usage() const;
     const ClientProcess& client() const { return *client_; }
     KeySpace& keys() { return keys_; }
     Doorbells& doorbells() { return doorbells_; }
@@ -241,7 +255,13 @@ class ContextResources {
     void raise_qp_event(const EngineQp& qp, uint64_t creator_handle, uint32_t event_type) const;
 
   private:
+    // 0, or ENOMEM when `more` would take this context or its user past a cap.
+    int admit(const ResourceUsage& more) const;
+    // Charges `bytes` of a registration to the process's RLIMIT_MEMLOCK: ENOMEM past it.
+    int charge_pinned(uint64_t bytes);
+    void uncharge_pinned(uint64_t bytes);
     std::shared_ptr<ClientProcess> client_;
+    uint64_t pinned_ = 0;
     KeySpace& keys_;
     size_t device_;
     Doorbells doorbells_; // before the queues that ring it: it goes after them

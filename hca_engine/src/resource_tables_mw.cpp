@@ -42,6 +42,7 @@ int ContextResources::dealloc_mw(uint32_t handle) {
     mws_by_index_.erase(mw.rkey >> 8);
     mws_.erase(it);
     --keys_.mws;
+    ++mr_generation_; // what was read ahead through it is stale (process_memory.hpp)
     return 0;
 }
 
@@ -95,6 +96,7 @@ int ContextResources::bind_mw(const transport::WindowBind& bind, uint32_t pd_han
     mw.qp_num = mw.type == 2 ? qp_num : 0;
     if (mr)
         ++mr->bound_windows;
+    ++mr_generation_;
     return 0;
 }
 
@@ -112,6 +114,7 @@ int ContextResources::invalidate_mw(uint32_t rkey, uint32_t pd_handle, uint32_t 
     if (auto mr = mrs_by_key_.find(mw.mr_lkey); mr != mrs_by_key_.end())
         --mr->second->bound_windows;
     mw.bound = false;
+    ++mr_generation_;
     return 0;
 }
 

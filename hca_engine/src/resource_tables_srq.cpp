@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 namespace softhca::engine {
 
@@ -45,7 +46,10 @@ int ContextResources::create_srq(const di::CreateSrqRequest& request, EngineSrq*
         handle, keys_.next_srq_num(), *this, request.pd_handle, max_wr,
         std::max<uint32_t>(request.max_sge, 1), request.user_handle, xrc);
     const uint32_t slot = doorbells_.assign(created.get());
-    if (int err = created->create_ring(slot)) {
+    int err = created->create_ring(slot);
+    if (!err)
+        err = admit({0, 0, 1, 0, created->engine_bytes()});
+    if (err) {
         doorbells_.release(slot);
         return err;
     }
@@ -138,6 +142,12 @@ int KeySpace::open_xrc_domain(size_t device, int fd, uint32_t oflags, uint32_t& 
     d.has_inode = fd >= 0;
     d.dev = st.st_dev;
     d.ino = st.st_ino;
+    // Hold the file while the domain lives: an inode number names the file only while
+    // the inode exists; once the file were deleted and the number reused, another
+    // user's new file would join this domain.
+    d.file = fd >= 0 ? ::fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1;
+    if (fd >= 0 && d.file < 0)
+        return ENFILE;
     d.opened = 1;
     domain = next_xrc_domain_++;
     xrc_domains_.emplace(domain, d);
@@ -146,8 +156,11 @@ int KeySpace::open_xrc_domain(size_t device, int fd, uint32_t oflags, uint32_t& 
 
 void KeySpace::close_xrc_domain(uint32_t domain) {
     auto it = xrc_domains_.find(domain);
-    if (it != xrc_domains_.end() && --it->second.opened == 0)
+    if (it != xrc_domains_.end() && --it->second.opened == 0) {
+        if (it->second.file >= 0)
+            ::close(it->second.file);
         xrc_domains_.erase(it);
+    }
 }
 
 int ContextResources::open_xrcd(int fd, uint32_t oflags, uint32_t& handle) {

@@ -24,16 +24,17 @@ uint64_t SharedMapping::live_ = 0;
 
 namespace {
 
-// Opens the file behind `vma` of `pid` through /proc/PID/map_files, with the client's
+// Opens the file behind `vma` through the client's /proc/PID/map_files, with its
 // file credentials (the caller holds them), and checks that it is the file the maps
 // line named: between reading the line and opening, the process may have mapped
 // another file at the same place. -1 when it cannot be opened or is another file.
-int open_mapped_file(pid_t pid, const MapsEntry& vma, bool writable) {
-    char path[96];
-    std::snprintf(path, sizeof(path), "/proc/%d/map_files/%llx-%llx", static_cast<int>(pid),
+int open_mapped_file(const ClientProcess& client, const MapsEntry& vma, bool writable) {
+    char name[64];
+    std::snprintf(name, sizeof(name), "map_files/%llx-%llx",
                   static_cast<unsigned long long>(vma.start),
                   static_cast<unsigned long long>(vma.end));
-    const int fd = ::open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+    const int fd =
+        ::open(client.proc_path(name).c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
     if (fd < 0)
         return -1;
     struct stat st {};
@@ -68,10 +69,12 @@ std::unique_ptr<SharedMapping> SharedMapping::map(const ClientProcess& client, u
     if (!enabled || length == 0)
         return nullptr;
     FileCredentials as_client(client);
+    if (!as_client.ok())
+        return nullptr;
     const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
     const uint64_t first = addr & ~(page - 1);
     const uint64_t last = (addr + length + page - 1) & ~(page - 1);
-    std::ifstream maps("/proc/" + std::to_string(client.pid()) + "/maps");
+    std::ifstream maps(client.proc_path("maps"));
     std::string line;
     std::vector<MapsEntry> vmas; // the VMAs holding the range
     uint64_t covered = first;
@@ -102,7 +105,7 @@ std::unique_ptr<SharedMapping> SharedMapping::map(const ClientProcess& client, u
             ::close(p.fd);
     };
     for (const MapsEntry& vma : vmas) {
-        const int fd = open_mapped_file(client.pid(), vma, writable);
+        const int fd = open_mapped_file(client, vma, writable);
         uint64_t unit = page;
         if (fd < 0 || !memory_filesystem(fd, unit)) {
             if (fd >= 0)
@@ -113,6 +116,12 @@ std::unique_ptr<SharedMapping> SharedMapping::map(const ClientProcess& client, u
         const uint64_t start = std::max(vma.start, first & ~(unit - 1));
         const uint64_t end = std::min(vma.end, (last + unit - 1) & ~(unit - 1));
         pieces.push_back({fd, start, end, vma.offset + (start - vma.start)});
+    }
+    // The files came from the address space the context was opened with: had the
+    // process exec'd meanwhile, that one is gone.
+    if (client.gone()) {
+        close_all();
+        return nullptr;
     }
     const uint64_t low = pieces.front().start;
     const size_t bytes = pieces.back().end - low;

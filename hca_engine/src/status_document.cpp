@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <cstdio>
 #include <sstream>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace softhca::engine {
@@ -183,7 +184,12 @@ void put_pairs(std::ostream& out, const Json& object) {
 
 } // namespace
 
-StatusDocument ControlServer::status_document() const {
+StatusDocument ControlServer::status_document_for(const Connection* viewer) const {
+    static const ino_t engine_pidns = [] {
+        struct stat st {};
+        return ::stat("/proc/self/ns/pid", &st) == 0 ? st.st_ino : ino_t{0};
+    }();
+    const bool sees_all = !viewer || (viewer->uid == 0 && viewer->pidns == engine_pidns);
     Json doc;
     doc["schema"] = "softhca-status";
     doc["version"] = 1;
@@ -234,11 +240,13 @@ StatusDocument ControlServer::status_document() const {
         mrs += r.mr_count();
         cqs += r.cq_count();
         qps += r.qp_count();
+        if (!sees_all && (c.uid != viewer->uid || c.pidns != viewer->pidns))
+            continue;
         Json qp_list = Json::array();
         for (const auto& [handle, qp] : r.qps())
             qp_list.push_back(qp_document(*qp));
         contexts.push_back({{"id", c.context_id},
-                            {"pid", c.pid},
+                            {"pid", sees_all ? c.pid : c.ns_pid},
                             {"command", c.command},
                             {"device", devices_[static_cast<size_t>(c.device)].name},
                             {"objects",
@@ -246,9 +254,20 @@ StatusDocument ControlServer::status_document() const {
                               {"mr", r.mr_count()},
                               {"cq", r.cq_count()},
                               {"qp", r.qp_count()}}},
+                            {"engine_bytes", r.usage().bytes},
+                            {"pinned",
+                             {{"bytes", r.pinned()},
+                              {"limit", r.client().memlock_limit() == UINT64_MAX
+                                            ? Json(nullptr)
+                                            : Json(r.client().memlock_limit())}}},
                             {"qps", std::move(qp_list)}});
     }
     doc["refused_contexts"] = refused_connections_;
+    auto caps = [](const ResourceUsage& u) {
+        return Json{
+            {"qps", u.qps}, {"cqs", u.cqs}, {"srqs", u.srqs}, {"mrs", u.mrs}, {"bytes", u.bytes}};
+    };
+    doc["limits"] = {{"context", caps(keys_.limits.context)}, {"user", caps(keys_.limits.user)}};
     doc["objects"] = {{"pd", pds}, {"mr", mrs}, {"cq", cqs}, {"qp", qps}};
     // MRs on shared memory the engine has mapped (shared_mapping.hpp).
     doc["memory"] = {{"mapped_mr", SharedMapping::live()}};

@@ -10,6 +10,7 @@
 #include <new>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 namespace softhca::provider {
@@ -150,6 +151,9 @@ int open_engine_context(Device& device, Context& context, ContextState& state) {
     di::OpenDeviceRequest open{};
     std::snprintf(open.device_name, sizeof(open.device_name), "%s", device.vdev.device.name);
     open.provider_abi = di::kControlVersion;
+    if (::getrandom(open.probe, sizeof(open.probe), 0) != sizeof(open.probe))
+        return EIO;
+    open.probe_addr = reinterpret_cast<uintptr_t>(open.probe);
     di::OpenDeviceReply opened{};
     // The engine reaches this process's memory only through its own /proc/self/mem:
     // the address space as it is now, which an exec or exit takes away.

@@ -96,13 +96,35 @@ printf 'SOFTHCA_UP_ARGS=--mtu 4200\n' >>"$env_file" # the administrator's option
         [[ "$value" =~ ^\"(.*)\"$ ]] && value=${BASH_REMATCH[1]}
         export "${line%%=*}=$value"
     done <"$env_file"
+    # With the unit's capability bounding set and NoNewPrivileges, as systemd would
+    # start it: the engine must work with only the capabilities the unit grants.
+    bounding=-all
+    for cap in $(field CapabilityBoundingSet); do
+        cap=${cap#CAP_}
+        bounding+=",+${cap,,}"
+    done
+    [ "$(field NoNewPrivileges)" = yes ] || fail "the unit does not set NoNewPrivileges"
     # shellcheck disable=SC2046 # systemd splits $VARIABLE into words as this does
-    eval $(field ExecStart) >/dev/null
+    setpriv --bounding-set="$bounding" --inh-caps=-all --no-new-privs \
+        bash -c "$(field ExecStart)" >/dev/null
 ) || fail "the unit's ExecStart failed"
 pid_file=$(field PIDFile)
 kill -0 "$(cat "$pid_file")" || fail "PIDFile $pid_file names no live engine"
 /usr/bin/softhca status --prefix "$SOFTHCA_PREFIX" | grep -q " mtu 4200 " ||
     fail "the service did not take softhca.conf's options: $(/usr/bin/softhca status --prefix "$SOFTHCA_PREFIX")"
+grep -q "^CapEff:" "/proc/$(cat "$pid_file")/status" &&
+    [ "$(sed -n 's/^CapBnd:\s*//p' "/proc/$(cat "$pid_file")/status")" != 000001ffffffffff ] ||
+    fail "the engine runs with every capability"
+# A program's memory, private and shared, reached by the engine under those capabilities.
+port=$((20000 + RANDOM % 20000))
+/usr/bin/softhca exec --prefix "$SOFTHCA_PREFIX" -- \
+    ibv_rc_pingpong -d "${SOFTHCA_PREFIX}0" -g 0 -p "$port" -n 20 >"$work/pp-server.log" 2>&1 &
+pp_server=$!
+sleep 0.5
+/usr/bin/softhca exec --prefix "$SOFTHCA_PREFIX" -- \
+    ibv_rc_pingpong -d "${SOFTHCA_PREFIX}1" -g 0 -p "$port" -n 20 127.0.0.1 >"$work/pp-client.log" 2>&1 ||
+    fail "ibv_rc_pingpong against the service failed: $(cat "$work/pp-client.log")"
+wait "$pp_server" || fail "the pingpong server failed: $(cat "$work/pp-server.log")"
 eval "$(field ExecStop)" >/dev/null || fail "the unit's ExecStop failed"
 [ ! -e "$pid_file" ] || fail "the engine's pid file stayed"
 echo "service: ExecStart with softhca.conf's options, status, ExecStop"

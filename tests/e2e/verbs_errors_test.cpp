@@ -447,6 +447,7 @@ TEST_CASE("garbage and truncated control messages get error replies; the engine 
     int pipe_fds[2];
     REQUIRE(pipe(pipe_fds) == 0);
     std::snprintf(open.device_name, sizeof(open.device_name), "%s", test_device_name().c_str());
+    raw_control::prove_memory(open);
     auto open_with = [&](int memory) {
         REQUIRE(di::send_message(fd, &open, sizeof(open), pipe_fds[1], memory) ==
                 static_cast<ssize_t>(sizeof(open)));
@@ -469,6 +470,15 @@ TEST_CASE("garbage and truncated control messages get error replies; the engine 
     const int read_only = ::open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
     CHECK(open_with(read_only) == EBADF);
     close(read_only);
+    // The memory file of this process, but a probe that is not what is there.
+    const int mine = ::open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+    static const uint8_t elsewhere[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    open.probe_addr = reinterpret_cast<uintptr_t>(elsewhere); // other bytes than the probe
+    CHECK(open_with(mine) == EBADF);
+    open.probe_addr = 0x1000; // too low: could be a small procfs file's text
+    CHECK(open_with(mine) == EBADF);
+    raw_control::prove_memory(open);
+    close(mine);
 
     // Unknown opcode after a proper open.
     const int memory = ::open("/proc/self/mem", O_RDWR | O_CLOEXEC);
@@ -523,6 +533,7 @@ TEST_CASE("a process that scribbles over its shared rings cannot crash the engin
     di::OpenDeviceRequest open{};
     open.provider_abi = di::kControlVersion;
     std::snprintf(open.device_name, sizeof(open.device_name), "%s", test_device_name().c_str());
+    raw_control::prove_memory(open);
     REQUIRE(call(open, di::Opcode::OpenDevice, pipe_fds[1], nullptr) == 0);
     struct {
         di::MessageHeader header;

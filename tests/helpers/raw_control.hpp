@@ -46,6 +46,14 @@ inline int connect_raw() {
     return fd;
 }
 
+// Fills OpenDevice's probe: bytes at an address of this process, which the engine reads
+// back through the memory file sent along.
+inline void prove_memory(di::OpenDeviceRequest& open) {
+    for (size_t i = 0; i < sizeof(open.probe); ++i)
+        open.probe[i] = static_cast<uint8_t>(0x5a ^ (i * 29));
+    open.probe_addr = reinterpret_cast<uintptr_t>(open.probe);
+}
+
 inline di::MessageHeader header_for(di::Opcode opcode, uint32_t length) {
     return {di::kControlMagic, di::kControlVersion, static_cast<uint16_t>(opcode), 0, length, 7};
 }
@@ -87,6 +95,7 @@ class Client {
         di::OpenDeviceRequest open{};
         open.provider_abi = di::kControlVersion;
         std::snprintf(open.device_name, sizeof(open.device_name), "%s", test_device_name().c_str());
+        prove_memory(open);
         const int memory = ::open("/proc/self/mem", O_RDWR | O_CLOEXEC);
         const int status = call(di::Opcode::OpenDevice, open, async_write_end, doorbell, memory);
         close(memory);

@@ -11,8 +11,12 @@
 
 #include <catch2/catch.hpp>
 #include <cerrno>
+#include <cstdlib>
 #include <fcntl.h>
+#include <fstream>
+#include <string>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -284,4 +288,68 @@ TEST_CASE("an atomic whose host address is misaligned is refused though its iova
     ibv_destroy_qp(b);
     ibv_dereg_mr(mr);
     require_engine_serving();
+}
+
+TEST_CASE("a process name that is not UTF-8, with terminal escapes, breaks neither status form") {
+    // The name is the client's to choose (PR_SET_NAME); the status shows it to others.
+    char old_name[17] = {};
+    REQUIRE(prctl(PR_GET_NAME, old_name) == 0);
+    REQUIRE(prctl(PR_SET_NAME, "\xff\xfe\x1b[31mred") == 0);
+    Client c;
+    int async_pipe[2];
+    REQUIRE(pipe2(async_pipe, O_CLOEXEC) == 0);
+    REQUIRE(c.open_device(async_pipe[1]) == 0);
+    REQUIRE(prctl(PR_SET_NAME, old_name) == 0);
+    for (di::Opcode opcode : {di::Opcode::EngineStatusJson, di::Opcode::EngineStatus}) {
+        Client viewer;
+        struct {
+            di::MessageHeader header;
+        } bare{};
+        int file = -1;
+        REQUIRE(viewer.call(opcode, bare, -1, &file) == 0);
+        const auto bytes = viewer.reply_as<di::StatusReply>().bytes;
+        std::string text(bytes, '\0');
+        REQUIRE(pread(file, text.data(), text.size(), 0) == static_cast<ssize_t>(bytes));
+        close(file);
+        CHECK(text.find('\x1b') == std::string::npos);
+        CHECK(text.find('\xff') == std::string::npos);
+        CHECK(text.find("??[31mred") != std::string::npos);
+    }
+    close(async_pipe[0]);
+    close(async_pipe[1]);
+    require_engine_serving();
+}
+
+TEST_CASE("an XRC domain holds its file, so its inode cannot name another file later") {
+    // A domain found by (device, inode): were the file deleted and its inode reused,
+    // another user's new file would join the domain. The engine keeps the file open.
+    char path[] = "/tmp/softhca-xrcd-XXXXXX";
+    const int fd = mkstemp(path);
+    REQUIRE(fd >= 0);
+    ibv_xrcd_init_attr attr{};
+    attr.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+    attr.fd = fd;
+    attr.oflags = O_CREAT;
+    ibv_xrcd* xrcd = ibv_open_xrcd(dev(0).context, &attr);
+    REQUIRE(xrcd);
+    close(fd);
+    REQUIRE(unlink(path) == 0);
+    auto engine_holds = [&] {
+        std::ifstream pid_file(std::string("/run/softhca/") + std::getenv("SOFTHCA_PREFIX") +
+                               "/engine.pid");
+        std::string pid;
+        std::getline(pid_file, pid);
+        const std::string dir = "/proc/" + pid + "/fd/";
+        for (int n = 0; n < 4096; ++n) {
+            char target[512];
+            const ssize_t len =
+                readlink((dir + std::to_string(n)).c_str(), target, sizeof(target) - 1);
+            if (len > 0 && std::string(target, len).find(path) != std::string::npos)
+                return true;
+        }
+        return false;
+    };
+    CHECK(engine_holds());
+    REQUIRE(ibv_close_xrcd(xrcd) == 0);
+    CHECK_FALSE(engine_holds());
 }

@@ -102,6 +102,9 @@ TEST_CASE("status: the document of 1,200 QPs comes whole, larger than a socket m
     di::OpenDeviceRequest open{};
     std::snprintf(open.device_name, sizeof(open.device_name), "st0");
     open.provider_abi = di::kControlVersion;
+    for (size_t i = 0; i < sizeof(open.probe); ++i)
+        open.probe[i] = static_cast<uint8_t>(i * 7 + 1);
+    open.probe_addr = reinterpret_cast<uintptr_t>(open.probe);
     const int memory = ::open("/proc/self/mem", O_RDWR | O_CLOEXEC);
     client.call(di::Opcode::OpenDevice, open, pipe_fds[1], nullptr, memory);
     ::close(pipe_fds[1]);
@@ -138,4 +141,36 @@ TEST_CASE("status: the document of 1,200 QPs comes whole, larger than a socket m
     CHECK(text.rfind("engine pid", 0) == 0);
     CHECK(text.find("objects: pd 1 mr 0 cq 1 qp 1200") != std::string::npos);
     ::close(pipe_fds[0]);
+}
+
+TEST_CASE("control path: one connection is served a bounded number of requests per round") {
+    // A client that keeps sending must leave the others their turn: one handle_input
+    // serves kRequestsPerRound of its requests; the rest wait for the next round.
+    Client client;
+    struct Bare {
+        di::MessageHeader header;
+    } query{};
+    const unsigned sent = ControlServer::kRequestsPerRound * 2 + 3;
+    for (unsigned i = 0; i < sent; ++i) {
+        query.header = {di::kControlMagic,
+                        di::kControlVersion,
+                        static_cast<uint16_t>(di::Opcode::QueryDevice),
+                        0,
+                        sizeof(query),
+                        i + 1};
+        REQUIRE(di::send_message(client.fd, &query, sizeof(query)) == sizeof(query));
+    }
+    auto replies = [&] {
+        unsigned n = 0;
+        std::vector<uint8_t> reply(di::kMaxControlMessage);
+        while (di::receive_message(client.fd, reply.data(), reply.size(), MSG_DONTWAIT).size > 0)
+            ++n;
+        return n;
+    };
+    REQUIRE(client.server.handle_input(client.served));
+    CHECK(replies() == ControlServer::kRequestsPerRound);
+    REQUIRE(client.server.handle_input(client.served));
+    CHECK(replies() == ControlServer::kRequestsPerRound);
+    REQUIRE(client.server.handle_input(client.served));
+    CHECK(replies() == 3);
 }

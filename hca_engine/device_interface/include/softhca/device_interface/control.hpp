@@ -91,8 +91,13 @@ struct OpenDeviceRequest {
     char device_name[kMaxDeviceName];
     uint32_t provider_abi; // kControlVersion the provider was built with
     uint32_t reserved;
+    // 16 bytes the process holds at probe_addr (this request's own `probe`, random):
+    // the engine reads them back through the memory file that comes along, which
+    // proves that file reaches this process's memory.
+    uint64_t probe_addr;
+    uint8_t probe[16];
 };
-static_assert(sizeof(OpenDeviceRequest) == 88);
+static_assert(sizeof(OpenDeviceRequest) == 112);
 
 // Sent with two SCM_RIGHTS fds: the write end of the context's async event pipe (the
 // engine writes 16-byte async event records (element, event_type, reserved) to it),
