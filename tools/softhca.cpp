@@ -28,8 +28,10 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <linux/capability.h>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <thread>
@@ -125,6 +127,22 @@ void print_log_tail(const Instance& instance) {
         std::cerr << "  engine: " << line << "\n";
 }
 
+// Least privilege (README, Security model; the same set as softhca.service): the engine
+// is started with only the capabilities it uses in its bounding set, and no new
+// privileges, so a flaw in it cannot use the rest of root's.
+void keep_only_engine_capabilities() {
+    if (::geteuid() != 0)
+        return;
+    constexpr int kKept[] = {CAP_CHECKPOINT_RESTORE, CAP_SYS_PTRACE, CAP_SETUID,  CAP_SETGID,
+                             CAP_SYS_ADMIN,          CAP_NET_ADMIN,  CAP_NET_RAW, CAP_IPC_LOCK,
+                             CAP_SYS_NICE,           CAP_MKNOD,      CAP_CHOWN,   CAP_FOWNER,
+                             CAP_DAC_OVERRIDE};
+    for (int cap = 0; cap <= CAP_LAST_CAP; ++cap)
+        if (std::find(std::begin(kKept), std::end(kKept), cap) == std::end(kKept))
+            ::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
+    ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+}
+
 int cmd_up(const Instance& instance, const std::vector<std::string>& engine_args) {
     if (pid_t pid = instance.running_engine()) {
         std::string text;
@@ -155,6 +173,7 @@ int cmd_up(const Instance& instance, const std::vector<std::string>& engine_args
     }
     if (child == 0) {
         ::setsid();
+        keep_only_engine_capabilities();
         int log = ::open(instance.log_path().c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
         int null = ::open("/dev/null", O_RDONLY);
         ::dup2(null, 0);

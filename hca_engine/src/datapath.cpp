@@ -270,9 +270,12 @@ void Datapath::handle_frame(size_t port, const uint8_t* data, uint32_t length, u
     if (frame.addressing.priority > 0)
         packet.sl = static_cast<uint8_t>(frame.addressing.priority);
     // The source address teaches us the peer's MAC for the way back (the kernel's
-    // business on a UDP socket port).
-    if (!kernel_udp)
-        neighbors_[port].learn(frame.addressing.src_gid, frame.addressing.src_mac);
+    // business on a UDP socket port), but only from a packet that a QP accepts below: a
+    // frame to no QP, or from a source its connection does not name, teaches nothing.
+    auto learn_source = [&] {
+        if (!kernel_udp)
+            neighbors_[port].learn(frame.addressing.src_gid, frame.addressing.src_mac);
+    };
     uint8_t grh[tp::kGrhBytes];
     if (packet.deth)
         tp::grh_from_frame(frame, grh);
@@ -284,6 +287,7 @@ void Datapath::handle_frame(size_t port, const uint8_t* data, uint32_t length, u
             ++counters.rx_no_qp;
             return;
         }
+        learn_source();
         for (EngineQp* qp : *members) {
             qp->transport().receive(packet, now, grh);
             activate(*qp);
@@ -291,6 +295,8 @@ void Datapath::handle_frame(size_t port, const uint8_t* data, uint32_t length, u
         return;
     }
     if (packet.bth->dest_qp() == tp::kGsiQp) {
+        if (packet.deth && packet.deth->qkey() == tp::kGsiQkey)
+            learn_source(); // a CM peer is answered on the way it came
         handle_mad(port, frame, packet, now);
         return;
     }
@@ -307,6 +313,7 @@ void Datapath::handle_frame(size_t port, const uint8_t* data, uint32_t length, u
         ++counters.rx_wrong_source;
         return;
     }
+    learn_source();
     if (packet.info->kind == tp::OpKind::CongestionNotification) {
         react_to_cnp(port, *qp, now);
         return;

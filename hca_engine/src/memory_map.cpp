@@ -4,8 +4,12 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <fcntl.h>
 #include <fstream>
+#include <linux/magic.h>
 #include <sstream>
+#include <sys/statfs.h>
+#include <unistd.h>
 
 namespace softhca::engine {
 
@@ -61,7 +65,30 @@ int check_user_range(const ClientProcess& client, uint64_t addr, uint64_t length
         return ESRCH;
     std::stringstream text;
     text << file.rdbuf();
-    return check_range_in_maps(text.str(), addr, length, need_write);
+    if (int err = check_range_in_maps(text.str(), addr, length, need_write))
+        return err;
+    // A file on FUSE behind the range: the engine's one thread would wait for the FUSE
+    // daemon (which the client may run) whenever a page is not in memory. Refused, as
+    // memory the device cannot use (the file is opened as the client, for its type only).
+    std::istringstream lines(text.str());
+    for (std::string line; std::getline(lines, line);) {
+        MapsEntry vma;
+        if (!parse_maps_line(line, vma) || vma.end <= addr || vma.start >= addr + length ||
+            !vma.inode)
+            continue;
+        char name[64];
+        std::snprintf(name, sizeof(name), "map_files/%llx-%llx",
+                      static_cast<unsigned long long>(vma.start),
+                      static_cast<unsigned long long>(vma.end));
+        const int fd = ::open(client.proc_path(name).c_str(), O_RDONLY | O_CLOEXEC);
+        struct statfs fs {};
+        const bool fuse = fd >= 0 && ::fstatfs(fd, &fs) == 0 && fs.f_type == FUSE_SUPER_MAGIC;
+        if (fd >= 0)
+            ::close(fd);
+        if (fuse)
+            return EOPNOTSUPP;
+    }
+    return 0;
 }
 
 } // namespace softhca::engine

@@ -26,6 +26,7 @@ bool parse_maps_line(const std::string& line, MapsEntry& entry);
 // Returns 0, or EFAULT when some page of [addr, addr+length) is unmapped, not
 // readable, or (need_write) not writable; ESRCH when the process is gone.
 // /proc/PID/maps is read with the client's file credentials (client_process.hpp).
+// EOPNOTSUPP when a file on FUSE lies behind the range.
 int check_user_range(const ClientProcess& client, uint64_t addr, uint64_t length, bool need_write);
 
 // The same check against a maps text (the format of /proc/PID/maps), for tests.

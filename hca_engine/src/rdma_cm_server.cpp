@@ -59,6 +59,7 @@ RdmaCmServer::RdmaCmServer(const std::string& socket_path, const std::vector<Dev
     if (const char* l = std::getenv("SOFTHCA_CM_PACKET_LIFE"))
         packet_life_ = static_cast<uint8_t>(std::clamp(std::atoi(l), 8, 31));
     listen_fd_ = listen_seqpacket(socket_path);
+    spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
 RdmaCmServer::~RdmaCmServer() {
@@ -67,6 +68,8 @@ RdmaCmServer::~RdmaCmServer() {
         ::close(file->pipe);
     }
     ::close(listen_fd_);
+    if (spare_fd_ >= 0)
+        ::close(spare_fd_);
     ::unlink(socket_path_.c_str());
 }
 
@@ -74,6 +77,16 @@ std::vector<int> RdmaCmServer::accept_pending() {
     std::vector<int> accepted;
     for (;;) {
         const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0 && (errno == EMFILE || errno == ENFILE) && spare_fd_ >= 0) {
+            // Out of descriptors: refuse the waiting client with the one kept in reserve,
+            // rather than spin on a listening socket that stays readable.
+            ::close(spare_fd_);
+            const int refused = ::accept(listen_fd_, nullptr, nullptr);
+            if (refused >= 0)
+                ::close(refused);
+            spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+            continue;
+        }
         if (fd < 0)
             break;
         PeerProcess peer; // pinned while its rights are read (client_process.hpp)

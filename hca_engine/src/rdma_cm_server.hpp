@@ -155,6 +155,8 @@ class RdmaCmServer final : public MadReceiver {
     uint32_t new_comm_id();
 
     int listen_fd_ = -1;
+    int spare_fd_ = -1; // kept to refuse a client when descriptors run out
+
     std::string socket_path_;
     const std::vector<Device>& devices_;
     const PortSet& ports_;

@@ -11,7 +11,16 @@ MODE=${2:?exec or reuse}
 
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-"$SOFTHCA" exec -- "$ATTACK" "${SOFTHCA_PREFIX}0" "${SOFTHCA_PREFIX}1" "$MODE" >"$out" 2>&1 &
+# The exec attack is about privilege: an unprivileged user runs it (root's contexts use
+# cross-memory attach, which follows an exec: README, Security model). PID reuse is
+# forced through ns_last_pid, which needs root; a context reaches nothing once its
+# process has exited, root's included.
+as=()
+if [ "$MODE" = exec ]; then
+    as=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+fi
+chmod 644 "$out"
+"$SOFTHCA" exec -- "${as[@]}" "$ATTACK" "${SOFTHCA_PREFIX}0" "${SOFTHCA_PREFIX}1" "$MODE" >"$out" 2>&1 &
 opener=$!
 # The opener's exit code: in exec mode the target's verdict on its own memory (0: as it
 # made it, 3: written into); in reuse mode the opener just leaves.
