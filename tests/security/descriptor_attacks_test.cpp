@@ -353,3 +353,48 @@ TEST_CASE("an XRC domain holds its file, so its inode cannot name another file l
     REQUIRE(ibv_close_xrcd(xrcd) == 0);
     CHECK_FALSE(engine_holds());
 }
+
+TEST_CASE("a 1-byte MR on a huge shared region maps one page into the engine, not the region") {
+    // MAP_NORESERVE costs the client nothing; mapping the whole region would cost the
+    // engine its address space (and max_map_count) for everyone.
+    auto engine_vm_size = [] {
+        std::ifstream pid_file(std::string("/run/softhca/") + std::getenv("SOFTHCA_PREFIX") +
+                               "/engine.pid");
+        std::string pid;
+        std::getline(pid_file, pid);
+        std::ifstream status("/proc/" + pid + "/status");
+        for (std::string line; std::getline(status, line);)
+            if (line.rfind("VmSize:", 0) == 0)
+                return std::stoull(line.substr(7)) * 1024;
+        return 0ull;
+    };
+    const size_t huge = 64ull << 30;
+    void* region = mmap(nullptr, huge, PROT_READ | PROT_WRITE,
+                        MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    REQUIRE(region != MAP_FAILED);
+    uint8_t* byte = static_cast<uint8_t*>(region) + (huge / 2);
+    const unsigned long long before = engine_vm_size();
+    ibv_mr* mr = ibv_reg_mr(dev(1).pd, byte, 1, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    REQUIRE(mr);
+    const unsigned long long after = engine_vm_size();
+    INFO("engine VmSize " << before << " -> " << after);
+    CHECK(after < before + (1ull << 30));
+    // And the engine reaches it: an RDMA WRITE of one byte lands there.
+    Buffer src(dev(0), 8, kAllAccess, false);
+    src.bytes[0] = 0x7e;
+    ibv_qp* a = create_qp_on(dev(0), IBV_QPT_RC, {4, 4, 1, 1, 0});
+    ibv_qp* b = create_qp_on(dev(1), IBV_QPT_RC, {4, 4, 1, 1, 0});
+    connect(a, b->qp_num, dev(1).gid);
+    connect(b, a->qp_num, dev(0).gid);
+    ibv_sge sge{src.addr(), 1, src.mr->lkey};
+    ibv_send_wr wr = signaled_wr(IBV_WR_RDMA_WRITE, &sge, 1, 1);
+    wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(byte);
+    wr.wr.rdma.rkey = mr->rkey;
+    post(a, wr);
+    CHECK(wait_completions(dev(0), 1)[0].status == IBV_WC_SUCCESS);
+    CHECK(*byte == 0x7e);
+    ibv_destroy_qp(a);
+    ibv_destroy_qp(b);
+    ibv_dereg_mr(mr);
+    munmap(region, huge);
+}

@@ -231,7 +231,11 @@ int main(int argc, char** argv) {
         if (target == 0)
             _exit(run_target(ready[1], go[0]));
         if (target != opener) {
-            std::fprintf(stderr, "the target got pid %d, not %d\n", target, opener);
+            // Another process forked in between and took the PID (the test runs alone
+            // to avoid it): the attack could not be set up.
+            std::fprintf(stderr, "stale_context_attack: the target got pid %d, not %d\n", target,
+                         opener);
+            kill(target, SIGKILL);
             return 2;
         }
     }
