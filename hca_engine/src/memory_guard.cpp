@@ -34,40 +34,43 @@ void install_once() {
 
 } // namespace
 
-bool guarded_copy(void* dst, const void* src, size_t n) {
+namespace {
+
+// Runs `touch` so that a SIGBUS inside it returns false here. The jump buffer lives in
+// this frame, which stays while `touch` runs.
+template <typename Touch> bool guarded(Touch&& touch) {
     install_once();
     sigjmp_buf guard;
     if (sigsetjmp(guard, 0) != 0)
         return false;
     active_guard = &guard;
     // The handler reads active_guard: keep the compiler from moving the stores across
-    // the copy (memcpy does not read it, so they would otherwise be merged away).
+    // the touch (a memcpy does not read it, so they would otherwise be merged away).
     std::atomic_signal_fence(std::memory_order_seq_cst);
-    std::memcpy(dst, src, n);
+    touch();
     std::atomic_signal_fence(std::memory_order_seq_cst);
     active_guard = nullptr;
     return true;
 }
 
+} // namespace
+
+bool guarded_copy(void* dst, const void* src, size_t n) {
+    return guarded([&] { std::memcpy(dst, src, n); });
+}
+
 bool guarded_atomic(uint64_t* word, bool compare_swap, uint64_t compare_add, uint64_t swap,
                     uint64_t& original) {
-    install_once();
-    sigjmp_buf guard;
-    if (sigsetjmp(guard, 0) != 0)
-        return false;
-    active_guard = &guard;
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    if (compare_swap) {
-        uint64_t expected = compare_add;
-        __atomic_compare_exchange_n(word, &expected, swap, false, __ATOMIC_SEQ_CST,
-                                    __ATOMIC_SEQ_CST);
-        original = expected;
-    } else {
-        original = __atomic_fetch_add(word, compare_add, __ATOMIC_SEQ_CST);
-    }
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    active_guard = nullptr;
-    return true;
+    return guarded([&] {
+        if (compare_swap) {
+            uint64_t expected = compare_add;
+            __atomic_compare_exchange_n(word, &expected, swap, false, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_SEQ_CST);
+            original = expected;
+        } else {
+            original = __atomic_fetch_add(word, compare_add, __ATOMIC_SEQ_CST);
+        }
+    });
 }
 
 } // namespace softhca::engine

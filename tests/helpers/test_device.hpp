@@ -2,9 +2,11 @@
 // test programs (which run under `softhca exec`, so SYSFS_PATH points at the tree).
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <infiniband/verbs.h>
 #include <string>
 
@@ -33,4 +35,23 @@ inline ibv_context* open_test_device(const std::string& name) {
     if (!context)
         std::fprintf(stderr, "device %s not opened\n", name.c_str());
     return context;
+}
+
+// The running engine's pid (its instance is SOFTHCA_PREFIX), as its pid file says.
+inline std::string test_engine_pid() {
+    const char* prefix = std::getenv("SOFTHCA_PREFIX");
+    std::ifstream pid_file(std::string("/run/softhca/") + (prefix ? prefix : "softhca") +
+                           "/engine.pid");
+    std::string pid;
+    std::getline(pid_file, pid);
+    return pid;
+}
+
+// A memory figure of the engine from its /proc status ("VmRSS", "VmSize"), in bytes.
+inline uint64_t test_engine_memory(const std::string& field) {
+    std::ifstream status("/proc/" + test_engine_pid() + "/status");
+    for (std::string line; std::getline(status, line);)
+        if (line.rfind(field + ":", 0) == 0)
+            return std::stoull(line.substr(field.size() + 1)) * 1024;
+    return 0;
 }

@@ -335,10 +335,7 @@ TEST_CASE("an XRC domain holds its file, so its inode cannot name another file l
     close(fd);
     REQUIRE(unlink(path) == 0);
     auto engine_holds = [&] {
-        std::ifstream pid_file(std::string("/run/softhca/") + std::getenv("SOFTHCA_PREFIX") +
-                               "/engine.pid");
-        std::string pid;
-        std::getline(pid_file, pid);
+        const std::string pid = test_engine_pid();
         const std::string dir = "/proc/" + pid + "/fd/";
         for (int n = 0; n < 4096; ++n) {
             char target[512];
@@ -357,26 +354,15 @@ TEST_CASE("an XRC domain holds its file, so its inode cannot name another file l
 TEST_CASE("a 1-byte MR on a huge shared region maps one page into the engine, not the region") {
     // MAP_NORESERVE costs the client nothing; mapping the whole region would cost the
     // engine its address space (and max_map_count) for everyone.
-    auto engine_vm_size = [] {
-        std::ifstream pid_file(std::string("/run/softhca/") + std::getenv("SOFTHCA_PREFIX") +
-                               "/engine.pid");
-        std::string pid;
-        std::getline(pid_file, pid);
-        std::ifstream status("/proc/" + pid + "/status");
-        for (std::string line; std::getline(status, line);)
-            if (line.rfind("VmSize:", 0) == 0)
-                return std::stoull(line.substr(7)) * 1024;
-        return 0ull;
-    };
     const size_t huge = 64ull << 30;
     void* region = mmap(nullptr, huge, PROT_READ | PROT_WRITE,
                         MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     REQUIRE(region != MAP_FAILED);
     uint8_t* byte = static_cast<uint8_t*>(region) + (huge / 2);
-    const unsigned long long before = engine_vm_size();
+    const unsigned long long before = test_engine_memory("VmSize");
     ibv_mr* mr = ibv_reg_mr(dev(1).pd, byte, 1, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
     REQUIRE(mr);
-    const unsigned long long after = engine_vm_size();
+    const unsigned long long after = test_engine_memory("VmSize");
     INFO("engine VmSize " << before << " -> " << after);
     CHECK(after < before + (1ull << 30));
     // And the engine reaches it: an RDMA WRITE of one byte lands there.

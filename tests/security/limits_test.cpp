@@ -49,18 +49,6 @@ struct Context {
     }
 };
 
-uint64_t engine_rss_bytes() {
-    std::ifstream pid_file(std::string("/run/softhca/") + std::getenv("SOFTHCA_PREFIX") +
-                           "/engine.pid");
-    std::string pid;
-    std::getline(pid_file, pid);
-    std::ifstream status("/proc/" + pid + "/status");
-    for (std::string line; std::getline(status, line);)
-        if (line.rfind("VmRSS:", 0) == 0)
-            return std::stoull(line.substr(6)) * 1024;
-    return 0;
-}
-
 } // namespace
 
 TEST_CASE("a QP flood stops at the context's cap with ENOMEM, and a freed QP makes room") {
@@ -108,7 +96,7 @@ TEST_CASE("an MR flood stops at the context's cap with ENOMEM") {
 
 TEST_CASE("deep queues stop at the engine memory of the context and of the user, and the "
           "engine's resident memory stays within the user's cap") {
-    const uint64_t rss_before = engine_rss_bytes();
+    const uint64_t rss_before = test_engine_memory("VmRSS");
     REQUIRE(rss_before > 0);
     uint64_t rss_peak = rss_before;
     Context a, b;
@@ -116,13 +104,13 @@ TEST_CASE("deep queues stop at the engine memory of the context and of the user,
     errno = 0;
     for (ibv_qp* qp; in_a.size() < 1000 && (qp = a.qp(4096));) {
         in_a.push_back(qp);
-        rss_peak = std::max(rss_peak, engine_rss_bytes());
+        rss_peak = std::max(rss_peak, test_engine_memory("VmRSS"));
     }
     CHECK(errno == ENOMEM);
     errno = 0;
     for (ibv_qp* qp; in_b.size() < 1000 && (qp = b.qp(4096));) {
         in_b.push_back(qp);
-        rss_peak = std::max(rss_peak, engine_rss_bytes());
+        rss_peak = std::max(rss_peak, test_engine_memory("VmRSS"));
     }
     CHECK(errno == ENOMEM);
     INFO("deep QPs: " << in_a.size() << " in one context, " << in_b.size()
