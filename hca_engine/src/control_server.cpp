@@ -123,7 +123,6 @@ std::vector<int> ControlServer::accept_pending() {
         c.fd = fd;
         c.pid = c.peer.pid;
         c.uid = c.peer.uid;
-        c.gid = c.peer.gid;
         c.command = read_command_name(c.peer);
         read_pid_namespace(c.peer, c.pidns, c.ns_pid);
         connections_.emplace(fd, std::move(c));

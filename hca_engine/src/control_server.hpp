@@ -95,7 +95,6 @@ class ControlServer {
         int fd = -1;
         pid_t pid = 0;
         uid_t uid = 0;
-        gid_t gid = 0;
         PeerProcess peer; // pinned at accept; its descriptors go to the context
         ino_t pidns = 0;  // its PID namespace, and its PID there
         pid_t ns_pid = 0;

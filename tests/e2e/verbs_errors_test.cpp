@@ -510,31 +510,14 @@ TEST_CASE("garbage and truncated control messages get error replies; the engine 
 }
 
 TEST_CASE("a process that scribbles over its shared rings cannot crash the engine") {
-    int fd = connect_raw();
+    raw_control::Client client;
     int pipe_fds[2];
     REQUIRE(pipe(pipe_fds) == 0);
-    std::vector<char> reply(1024);
-    const int memory = ::open("/proc/self/mem", O_RDWR | O_CLOEXEC);
     auto call = [&](auto& request, di::Opcode opcode, int fd_to_pass, int* fd_back) {
-        request.header = header_for(opcode, sizeof(request));
-        REQUIRE(di::send_message(fd, &request, sizeof(request), fd_to_pass,
-                                 opcode == di::Opcode::OpenDevice ? memory : -1) ==
-                static_cast<ssize_t>(sizeof(request)));
-        di::ReceivedMessage m = di::receive_message(fd, reply.data(), reply.size());
-        REQUIRE(m.size >= static_cast<ssize_t>(sizeof(di::ReplyHeader)));
-        if (fd_back)
-            *fd_back = m.fd;
-        else if (m.fd >= 0)
-            close(m.fd);
-        di::ReplyHeader h;
-        std::memcpy(&h, reply.data(), sizeof(h));
-        return h.status;
+        return client.call(opcode, request, fd_to_pass, fd_back);
     };
-    di::OpenDeviceRequest open{};
-    open.provider_abi = di::kControlVersion;
-    std::snprintf(open.device_name, sizeof(open.device_name), "%s", test_device_name().c_str());
-    raw_control::prove_memory(open);
-    REQUIRE(call(open, di::Opcode::OpenDevice, pipe_fds[1], nullptr) == 0);
+    std::vector<char>& reply = client.reply;
+    REQUIRE(client.open_device(pipe_fds[1]) == 0);
     struct {
         di::MessageHeader header;
     } alloc{};
@@ -617,7 +600,6 @@ TEST_CASE("a process that scribbles over its shared rings cannot crash the engin
     close(doorbells_fd);
     close(qp_fd);
     close(cq_fd);
-    close(fd);
     close(pipe_fds[0]);
     close(pipe_fds[1]);
     require_engine_serving();

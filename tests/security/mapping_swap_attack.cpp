@@ -10,7 +10,7 @@
 //
 // Run as an unprivileged user who may read VICTIM_FILE but not write it. Exit 0 when
 // the attack failed (the caller compares the file's bytes before and after).
-#include "test_device.hpp"
+#include "attack_verbs.hpp"
 
 #include <atomic>
 #include <cerrno>
@@ -28,76 +28,14 @@
 
 namespace {
 
+using attack::connect_qp;
+using attack::die;
+using attack::make_qp;
+using attack::open_side;
+using attack::Side;
+
 constexpr uint64_t kAt = 0x5d5d00000000ull;
 constexpr size_t kBytes = 65536;
-
-[[noreturn]] void die(const char* what) {
-    std::fprintf(stderr, "mapping_swap_attack: %s (%s)\n", what, std::strerror(errno));
-    std::exit(2);
-}
-
-struct Side {
-    ibv_context* context;
-    ibv_pd* pd;
-    ibv_cq* cq;
-    ibv_gid gid;
-};
-
-Side open_side(const char* name) {
-    Side s{};
-    s.context = open_test_device(name);
-    if (!s.context)
-        die("open device");
-    s.pd = ibv_alloc_pd(s.context);
-    s.cq = ibv_create_cq(s.context, 16, nullptr, nullptr, 0);
-    if (!s.pd || !s.cq || ibv_query_gid(s.context, 1, 0, &s.gid))
-        die("pd/cq/gid");
-    return s;
-}
-
-ibv_qp* make_qp(const Side& s) {
-    ibv_qp_init_attr init{};
-    init.send_cq = init.recv_cq = s.cq;
-    init.qp_type = IBV_QPT_RC;
-    init.cap = {4, 4, 1, 1, 0};
-    ibv_qp* qp = ibv_create_qp(s.pd, &init);
-    if (!qp)
-        die("create qp");
-    return qp;
-}
-
-void to_rts(ibv_qp* qp, uint32_t remote, const ibv_gid& gid) {
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-    if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-        die("INIT");
-    a = {};
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = IBV_MTU_4096;
-    a.dest_qp_num = remote;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 1;
-    a.ah_attr.is_global = 1;
-    a.ah_attr.grh.dgid = gid;
-    a.ah_attr.grh.hop_limit = 64;
-    a.ah_attr.port_num = 1;
-    if (ibv_modify_qp(qp, &a,
-                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-        die("RTR");
-    a = {};
-    a.qp_state = IBV_QPS_RTS;
-    a.timeout = 8;
-    a.retry_cnt = 1;
-    a.rnr_retry = 1;
-    a.max_rd_atomic = 1;
-    if (ibv_modify_qp(qp, &a,
-                      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                          IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
-        die("RTS");
-}
 
 } // namespace
 
@@ -144,8 +82,8 @@ int main(int argc, char** argv) {
         if (!qt) {
             qt = make_qp(target);
             qs = make_qp(source);
-            to_rts(qt, qs->qp_num, source.gid);
-            to_rts(qs, qt->qp_num, target.gid);
+            connect_qp(qt, qs->qp_num, source.gid);
+            connect_qp(qs, qt->qp_num, target.gid);
         }
         ibv_sge sge{reinterpret_cast<uintptr_t>(payload.data()), 4096, local->lkey};
         ibv_send_wr wr{};
