@@ -1,6 +1,7 @@
 #include "client_process.hpp"
 
 #include "engine_config.hpp"
+#include "memory_map.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -90,6 +91,18 @@ uint64_t read_memlock_limit(const PeerProcess& peer, const uint32_t caps[2]) {
     return UINT64_MAX;
 }
 
+// Whether [addr, addr + length) lies in one anonymous mapping of the peer (no file
+// behind it: its pages come from memory or swap, never from a filesystem).
+bool in_anonymous_memory(const PeerProcess& peer, uint64_t addr, uint64_t length) {
+    std::ifstream maps(peer.path("maps"));
+    for (std::string line; std::getline(maps, line);) {
+        MapsEntry vma;
+        if (parse_maps_line(line, vma) && vma.start <= addr && addr + length <= vma.end)
+            return vma.inode == 0 && vma.readable;
+    }
+    return false;
+}
+
 } // namespace
 
 bool PeerProcess::pin(int socket) {
@@ -151,7 +164,12 @@ void PeerProcess::release() {
 
 ClientProcess::ClientProcess(PeerProcess& peer, int mem_fd) : peer_(peer), mem_fd_(mem_fd) {
     peer.pidfd = peer.proc_dir = -1; // ours now
-    read_effective_caps(peer_, effective_caps_);
+    // Capabilities are trusted only for root (uid 0 as the engine sees it). Anyone else's
+    // CapEff may be its own user namespace's (unshare -Ur shows them all), or belong to
+    // a set-ID program the process exec'd into while a forked child keeps the socket:
+    // a non-root client is taken to have none (RLIMIT_MEMLOCK always applies to it).
+    if (peer_.uid == 0)
+        read_effective_caps(peer_, effective_caps_);
     memlock_limit_ = read_memlock_limit(peer_, effective_caps_);
     static const bool allowed = environment_switch_on("SOFTHCA_CROSS_MEMORY");
     cross_memory_ = allowed && peer_.uid == 0 && ((effective_caps_[0] >> CAP_SYS_PTRACE) & 1);
@@ -167,9 +185,11 @@ int ClientProcess::adopt(PeerProcess& peer, int mem_fd, uint64_t probe_addr, con
                          std::shared_ptr<ClientProcess>& out) {
     if (mem_fd < 0 || peer.proc_dir < 0 || !looks_like_memory_file(mem_fd))
         return EBADF;
-    // The file reads the process's memory: 16 bytes it holds at an address of its own.
+    // The file reads the process's memory: 16 bytes it holds at an address of its own,
+    // in anonymous memory (a file's page could make the read wait, on FUSE for its
+    // daemon, which the client may run).
     uint8_t seen[16];
-    if (probe_addr < kLowestProbe ||
+    if (probe_addr < kLowestProbe || !in_anonymous_memory(peer, probe_addr, sizeof(seen)) ||
         ::pread(mem_fd, seen, sizeof(seen), static_cast<off_t>(probe_addr)) !=
             static_cast<ssize_t>(sizeof(seen)) ||
         std::memcmp(seen, probe, sizeof(seen)) != 0)
@@ -198,31 +218,26 @@ std::shared_ptr<ClientProcess> ClientProcess::posing(pid_t pid, uid_t uid, gid_t
 }
 
 ssize_t ClientProcess::read(const iovec* local, int count, uint64_t far) const {
-    if (cross_memory_) {
-        size_t bytes = 0;
-        for (int i = 0; i < count; ++i)
-            bytes += local[i].iov_len;
-        const iovec remote{reinterpret_cast<void*>(far), bytes};
-        return move(false, local, static_cast<size_t>(count), &remote, 1);
-    }
-    ssize_t n;
-    do {
-        n = ::preadv(mem_fd_, local, count, static_cast<off_t>(far));
-    } while (n < 0 && errno == EINTR);
-    return n;
+    return contiguous(false, local, count, far);
 }
 
 ssize_t ClientProcess::write(const iovec* local, int count, uint64_t far) const {
+    return contiguous(true, local, count, far);
+}
+
+ssize_t ClientProcess::contiguous(bool to_process, const iovec* local, int count,
+                                  uint64_t far) const {
     if (cross_memory_) {
         size_t bytes = 0;
         for (int i = 0; i < count; ++i)
             bytes += local[i].iov_len;
         const iovec remote{reinterpret_cast<void*>(far), bytes};
-        return move(true, local, static_cast<size_t>(count), &remote, 1);
+        return move(to_process, local, static_cast<size_t>(count), &remote, 1);
     }
     ssize_t n;
     do {
-        n = ::pwritev(mem_fd_, local, count, static_cast<off_t>(far));
+        n = to_process ? ::pwritev(mem_fd_, local, count, static_cast<off_t>(far))
+                       : ::preadv(mem_fd_, local, count, static_cast<off_t>(far));
     } while (n < 0 && errno == EINTR);
     return n;
 }
@@ -274,7 +289,7 @@ ssize_t ClientProcess::move(bool to_process, const iovec* local, const iovec* fa
         }
         const uint64_t at = reinterpret_cast<uint64_t>(far[i].iov_base);
         const int pieces = static_cast<int>(end - i);
-        const ssize_t n = to_process ? write(local + i, pieces, at) : read(local + i, pieces, at);
+        const ssize_t n = contiguous(to_process, local + i, pieces, at);
         if (n > 0)
             total += n;
         if (n != bytes)

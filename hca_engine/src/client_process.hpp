@@ -111,6 +111,8 @@ class ClientProcess {
 
   private:
     ClientProcess(PeerProcess& peer, int mem_fd);
+    // read() and write(): one run of consecutive addresses in the process.
+    ssize_t contiguous(bool to_process, const iovec* local, int count, uint64_t far) const;
     PeerProcess peer_;
     uint32_t effective_caps_[2] = {0, 0};
     uint64_t memlock_limit_ = UINT64_MAX;

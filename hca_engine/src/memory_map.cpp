@@ -2,14 +2,13 @@
 
 #include "client_process.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <fcntl.h>
 #include <fstream>
-#include <linux/magic.h>
 #include <sstream>
-#include <sys/statfs.h>
-#include <unistd.h>
+#include <string>
+#include <vector>
 
 namespace softhca::engine {
 
@@ -69,23 +68,28 @@ int check_user_range(const ClientProcess& client, uint64_t addr, uint64_t length
         return err;
     // A file on FUSE behind the range: the engine's one thread would wait for the FUSE
     // daemon (which the client may run) whenever a page is not in memory. Refused, as
-    // memory the device cannot use (the file is opened as the client, for its type only).
+    // memory the device cannot use. The filesystem is found by the mapping's device in
+    // the client's mountinfo, without opening the file (an open would ask the daemon).
+    std::vector<std::string> devices;
     std::istringstream lines(text.str());
     for (std::string line; std::getline(lines, line);) {
         MapsEntry vma;
-        if (!parse_maps_line(line, vma) || vma.end <= addr || vma.start >= addr + length ||
-            !vma.inode)
+        if (parse_maps_line(line, vma) && vma.end > addr && vma.start < addr + length && vma.inode)
+            devices.push_back(std::to_string(vma.dev_major) + ":" + std::to_string(vma.dev_minor));
+    }
+    if (devices.empty())
+        return 0;
+    std::ifstream mounts(client.proc_path("mountinfo"));
+    for (std::string line; std::getline(mounts, line);) {
+        // ID PARENT MAJOR:MINOR ROOT POINT OPTIONS [TAGS] - FSTYPE SOURCE SUPER
+        std::istringstream fields(line);
+        std::string id, parent, device;
+        fields >> id >> parent >> device;
+        const size_t dash = line.find(" - ");
+        if (dash == std::string::npos ||
+            std::find(devices.begin(), devices.end(), device) == devices.end())
             continue;
-        char name[64];
-        std::snprintf(name, sizeof(name), "map_files/%llx-%llx",
-                      static_cast<unsigned long long>(vma.start),
-                      static_cast<unsigned long long>(vma.end));
-        const int fd = ::open(client.proc_path(name).c_str(), O_RDONLY | O_CLOEXEC);
-        struct statfs fs {};
-        const bool fuse = fd >= 0 && ::fstatfs(fd, &fs) == 0 && fs.f_type == FUSE_SUPER_MAGIC;
-        if (fd >= 0)
-            ::close(fd);
-        if (fuse)
+        if (line.compare(dash + 3, 4, "fuse") == 0)
             return EOPNOTSUPP;
     }
     return 0;

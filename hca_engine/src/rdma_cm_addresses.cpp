@@ -180,7 +180,8 @@ int RdmaCmServer::bind(CmId& id, const sockaddr* addr, size_t length) {
     id.src = s;
     uint16_t port = port_of_address(s);
     if (port) {
-        // A port below 1024 needs CAP_NET_BIND_SERVICE (the kernel's cma_get_port).
+        // A port below 1024 needs CAP_NET_BIND_SERVICE (the kernel's cma_get_port); the
+        // engine grants it to root only (rdma_cm_server.cpp).
         if (port < kFirstUnprivilegedPort && !(id.file && id.file->privileged_ports))
             return -EACCES;
         if (port_in_use(id, port))

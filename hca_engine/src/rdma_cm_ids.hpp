@@ -152,7 +152,7 @@ struct CmFile {
     int fd = -1;   // the connection to the preload library
     int pipe = -1; // the event doorbell (see device_interface/rdma_cm.hpp)
     pid_t pid = 0;
-    bool privileged_ports = false; // root or CAP_NET_BIND_SERVICE: may bind below 1024
+    bool privileged_ports = false; // root: may bind below 1024
     int app_fd = -1; // the descriptor number the application holds (MIGRATE_ID names it)
     std::deque<CmEvent> events;
 };

@@ -34,18 +34,7 @@ namespace softhca::engine {
 namespace di = device_interface;
 namespace tp = transport;
 
-namespace {
-
-// Whether the peer holds CAP_NET_BIND_SERVICE in its effective set.
-bool has_net_bind_service(const PeerProcess& peer) {
-    std::ifstream status(peer.path("status"));
-    for (std::string line; std::getline(status, line);)
-        if (line.rfind("CapEff:", 0) == 0)
-            return (std::strtoull(line.c_str() + 7, nullptr, 16) >> 10) & 1; // CAP_NET_BIND_SERVICE
-    return false;
-}
-
-} // namespace
+namespace {} // namespace
 
 RdmaCmServer::RdmaCmServer(const std::string& socket_path, const std::vector<Device>& devices,
                            const PortSet& ports, MadSender& wire)
@@ -89,7 +78,7 @@ std::vector<int> RdmaCmServer::accept_pending() {
         }
         if (fd < 0)
             break;
-        PeerProcess peer; // pinned while its rights are read (client_process.hpp)
+        PeerProcess peer; // client_process.hpp
         if (!peer.pin(fd)) {
             ::close(fd);
             continue;
@@ -97,7 +86,8 @@ std::vector<int> RdmaCmServer::accept_pending() {
         auto file = std::make_unique<CmFile>();
         file->fd = fd;
         file->pid = peer.pid;
-        file->privileged_ports = peer.uid == 0 || has_net_bind_service(peer);
+        // Root only: a CapEff of CAP_NET_BIND_SERVICE may be a user namespace's.
+        file->privileged_ports = peer.uid == 0;
         peer.release();
         files_.emplace(fd, std::move(file));
         accepted.push_back(fd);
