@@ -34,15 +34,15 @@ namespace {
 // The engine side: data path and rdma_cm over the simulated wire, polled by hand.
 struct CmBench {
     sim::SimulatedPortSet ports;
-    KeySpace keys;
+    QueueDirectory keys;
     std::vector<Device> devices;
     Datapath datapath;
     std::string socket_path;
     RdmaCmServer cm;
     std::set<int> files;
 
-    static KeySpace two_devices() {
-        KeySpace k;
+    static QueueDirectory two_devices() {
+        QueueDirectory k;
         k.set_device_count(2);
         return k;
     }

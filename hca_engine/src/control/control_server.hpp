@@ -1,0 +1,190 @@
+// The control room (control/): the control server and its method table
+// (control_methods.cpp; control_device, control_memory, control_queues.cpp), each
+// context's resource tables (resource_tables.hpp) with the engine's limits, and the
+// status document. It may use datapath/, memory/, ports/ and support/; the daemon uses
+// it. The data path reaches its tables only through the interfaces it implements
+// (QueueDirectory, QueueContext, MemoryKeys).
+//
+// The control path: a listening SOCK_SEQPACKET Unix socket, one connection per open
+// device context, one request and one reply per message (layouts in
+// device_interface/control.hpp). A connection's resources die with it, so a process
+// that exits or is killed leaves nothing behind, as closing the uverbs fd does.
+#pragma once
+
+#include "client_process.hpp"
+#include "device_model.hpp"
+#include "resource_tables.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <sys/types.h>
+#include <vector>
+
+namespace softhca::engine {
+
+// `softhca status` as one JSON document (docs/status-schema.md), members in order.
+using StatusDocument = nlohmann::ordered_json;
+
+class ControlServer {
+  public:
+    ControlServer(const std::string& socket_path, const std::vector<Device>& devices,
+                  PortSet& ports, std::string prefix);
+    ~ControlServer();
+    ControlServer(const ControlServer&) = delete;
+    ControlServer& operator=(const ControlServer&) = delete;
+
+    int listen_fd() const { return listen_fd_; }
+    // Requests served from one connection before the others get their turn.
+    static constexpr unsigned kRequestsPerRound = 16;
+    // Readable when some context's provider rang its doorbell pipe (it does so after
+    // posting when the engine said it sleeps); drain_wakeups() empties them.
+    int wakeup_fd() const { return wakeups_; }
+    void drain_wakeups();
+
+    // Accepts pending connections; returns the new fds (to be watched for input).
+    std::vector<int> accept_pending();
+    // Handles input on a connection. Returns false when the connection is gone and
+    // its fd was closed (the caller stops watching it).
+    bool handle_input(int fd);
+
+    // Writes an async event record to every context open on the device.
+    void raise_device_event(size_t device_index, uint64_t element, uint32_t event_type);
+
+    // Called before each request is served: the data path takes the work requests
+    // posted so far (main.cpp), so a request sees what its process posted before it,
+    // whatever the engine was doing when the request came (a resize of a CQ counts the
+    // completions of sends posted just before it; 11.2.7.3).
+    void set_before_request(std::function<void()> take_posted_work) {
+        take_posted_work_ = std::move(take_posted_work);
+    }
+
+    KeySpace& tables() { return keys_; }
+    // The rdma_cm's part of the status document (its "rdma_cm" member).
+    void set_rdma_cm_status(std::function<StatusDocument()> report) {
+        rdma_cm_status_ = std::move(report);
+    }
+    // status_document.cpp: the whole status.
+    StatusDocument status_document() const { return status_document_for(nullptr); }
+
+  private:
+    struct Connection;
+
+  public:
+    // One request being served: its connection, its header, its body (exactly the
+    // size its method names) and a descriptor that came with it (-1 if none; a handler
+    // that keeps it sets it to -1, else it is closed).
+    struct Call {
+        Connection& c;
+        const device_interface::MessageHeader& header;
+        const void* message;
+        int& fd;
+        int& second_fd; // a second descriptor (OpenDevice's memory file), the same way
+        template <typename T> const T& request() const { return *static_cast<const T*>(message); }
+        ContextResources& resources() const; // the connection's context (device open)
+    };
+
+    // control_methods.cpp: every request as one table of {opcode, request size, whether
+    // the device must be open, handler}, where dispatch finds it.
+    struct Method {
+        device_interface::Opcode opcode;
+        size_t request_size;
+        bool needs_device;
+        void (ControlServer::*handler)(Call&);
+    };
+    static const Method* method_for(uint16_t opcode);
+
+  private:
+    struct Connection {
+        int fd = -1;
+        pid_t pid = 0;
+        uid_t uid = 0;
+        PeerProcess peer; // pinned at accept; its descriptors go to the context
+        ino_t pidns = 0;  // its PID namespace, and its PID there
+        pid_t ns_pid = 0;
+        std::string command;
+        uint32_t context_id = 0;
+        int device = -1;      // index into devices_, -1 until OpenDevice
+        int async_fd = -1;    // the engine's write end of the provider's async event pipe
+        int doorbell_fd = -1; // the read end of the context's doorbell pipe
+        std::unique_ptr<ContextResources> resources;
+    };
+
+    void close_connection(Connection& connection);
+    // The status as `viewer` may see it: root in the engine's PID namespace sees every
+    // context; anyone else only contexts of its own user in its own PID namespace, with
+    // PIDs as that namespace numbers them (as the kernel's restrack filters). nullptr:
+    // everything.
+    StatusDocument status_document_for(const Connection* viewer) const;
+    // Checks the header, finds the method, checks the device and the size, calls it.
+    void dispatch(Connection& c, const void* message, size_t size, int received_fd, int second_fd);
+    void reply(Connection& c, const void* message, size_t size, int fd_to_pass = -1);
+    void reply(Call& call, const void* message, size_t size, int fd_to_pass = -1) {
+        reply(call.c, message, size, fd_to_pass);
+    }
+    void reply_status(Connection& c, const device_interface::MessageHeader& request, int status);
+    void reply_status(Call& call, int status) { reply_status(call.c, call.header, status); }
+    const PortInfo& port_of(const Connection& c) const;
+
+    // control_device.cpp: the device, its ports and the engine.
+    void open_device(Call& call);
+    void query_device(Call& call);
+    void query_port(Call& call);
+    void map_doorbells(Call& call);
+    void engine_status(Call& call);
+    void set_port_state(Call& call);
+    // control_memory.cpp: protection and XRC domains, MRs, windows, device memory.
+    void alloc_pd(Call& call);
+    void dealloc_pd(Call& call);
+    void reg_mr(Call& call);
+    void rereg_mr(Call& call);
+    void dereg_mr(Call& call);
+    void alloc_mw(Call& call);
+    void dealloc_mw(Call& call);
+    void alloc_dm(Call& call);
+    void free_dm(Call& call);
+    void reg_dm_mr(Call& call);
+    void open_xrcd(Call& call);
+    void close_xrcd(Call& call);
+    // control_queues.cpp: CQs, QPs, SRQs and multicast.
+    void create_cq(Call& call);
+    void resize_cq(Call& call);
+    void destroy_cq(Call& call);
+    void create_qp(Call& call);
+    void open_qp(Call& call);
+    void modify_qp(Call& call);
+    void query_qp(Call& call);
+    void destroy_qp(Call& call);
+    void attach_mcast(Call& call);
+    void detach_mcast(Call& call);
+    void create_srq(Call& call);
+    void modify_srq(Call& call);
+    void query_srq(Call& call);
+    void destroy_srq(Call& call);
+
+    int listen_fd_ = -1;
+    std::string socket_path_;
+    const std::vector<Device>& devices_;
+    PortSet& ports_;
+    std::string prefix_;
+    KeySpace keys_;
+    uint32_t next_context_id_ = 1;
+    uint64_t refused_connections_ = 0;
+    int spare_fd_ = -1; // reserve descriptor, see accept_pending()
+    int wakeups_ = -1;  // epoll set of every context's doorbell pipe
+    std::map<int, Connection> connections_;
+    std::function<StatusDocument()> rdma_cm_status_;
+    std::function<void()> take_posted_work_;
+};
+
+inline ContextResources& ControlServer::Call::resources() const {
+    return *c.resources;
+}
+
+// The text report of `softhca status`, rendered from the status document.
+std::string status_text(const StatusDocument& doc);
+
+} // namespace softhca::engine

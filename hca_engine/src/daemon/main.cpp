@@ -1,0 +1,289 @@
+// softhca-engine: the adapter card. One process per host (per instance prefix) owns the
+// ports, the resource tables and the polling loop, and serves every process that opens
+// one of its devices.
+//
+// The daemon room (daemon/): this main loop and the command line (engine_config.hpp). It
+// is the only room that may use every other one: it makes the ports, the data path, the
+// control server and the rdma_cm server and wires them together.
+#include "clock.hpp"
+#include "control_server.hpp"
+#include "datapath.hpp"
+#include "device_model.hpp"
+#include "dpdk_ports.hpp"
+#include "engine_config.hpp"
+#include "environment.hpp"
+#include "fast_crc32.hpp"
+#include "rdma_cm_server.hpp"
+#include "udp_ports.hpp"
+
+#include "softhca/device_interface/async_event.hpp"
+#include "softhca/kernel_shim/registration.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sched.h>
+#include <set>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+using namespace softhca;
+using namespace softhca::engine;
+
+namespace {
+
+// With no queue pair the loop sleeps in epoll and wakes this often to service the
+// ports (answer ARP, read link state).
+constexpr int kIdleWakeMs = 200;
+constexpr uint64_t kLinkCheckMs = 1000;
+// After the last activity the loop keeps spinning this long before it sleeps
+// (SOFTHCA_ENGINE_SPIN_US). Sleeping costs the next message a wake-up: the provider
+// finds the doorbell armed, writes its doorbell pipe, and the engine returns from epoll_wait.
+//
+// SCHEDULING, measured on a 2-core machine (perftest 8 B, heap buffers, the built-in
+// wire, two runs each, typical latency in µs / ib_write_bw message rate in M/s):
+//   spin 200 µs, yield (default)   send_lat 2.34-2.63  write_lat 2.51-2.61  1.23-1.33
+//   spin 200 µs, no yield          send_lat 1.69-1.74  write_lat 2.52-2.61  1.24-1.30
+//   no spin (sleep at once)        send_lat 4.85-5.17  write_lat 6.53-6.97  0.89-1.04
+//   spin 2 ms, yield               send_lat 2.72-3.05  write_lat 2.55-2.61  1.03-1.17
+// Not yielding wins the typical latency but loses the average (send_lat 3.5-4.9 µs
+// against 2.6-3.0, write_lat up to 15 µs): the engine then holds a core that one of
+// the two perftest processes needs. A longer spin buys nothing and takes the cores
+// from the applications between messages.
+constexpr uint64_t kSpinNs = 200'000;
+// While spinning, the control sockets are looked at every this many rounds, and at
+// least this often: under load a round (with the yield to the applications) can take
+// milliseconds, and 256 of them kept control requests (creating QPs, `softhca status`)
+// waiting for seconds while 8 processes ran traffic (tools/soak.sh saw it).
+constexpr unsigned kControlCheckEvery = 256;
+constexpr uint64_t kControlCheckNs = 1'000'000;
+
+kernel_shim::InstanceRegistration make_registration(const EngineConfig& config,
+                                                    const std::vector<Device>& devices,
+                                                    const PortSet& ports) {
+    kernel_shim::InstanceRegistration reg;
+    reg.sysfs_root = config.sysfs_root();
+    reg.cdev_dir = config.cdev_dir;
+    reg.driver_file = config.driver_dir + "/" + config.prefix + ".driver";
+    reg.provider_prefix = config.provider_prefix;
+    for (const auto& device : devices) {
+        const PortInfo& port = ports.info(device.port_index);
+        kernel_shim::DeviceRegistration d;
+        d.ibdev_name = device.name;
+        d.uverbs_name = device.name + "_uverbs";
+        d.node_guid = device.node_guid;
+        d.fw_ver = kFirmwareVersion;
+        d.engine_socket = config.socket_path();
+        d.ports.push_back({port.gids, port.netdev, port.global_traffic_class});
+        reg.devices.push_back(d);
+    }
+    reg.rdma_cm_socket = config.rdma_cm_socket_path();
+    return reg;
+}
+
+int run(const EngineConfig& config) {
+    ::mkdir(config.run_dir.c_str(), 0755);
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGTERM);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGHUP);
+    sigprocmask(SIG_BLOCK, &signals, nullptr);
+    std::signal(SIGPIPE, SIG_IGN);
+    // The card is a separate piece of hardware: applications spinning on their
+    // completions must not starve it of CPU on a machine with few cores. A raised
+    // priority costs nothing when idle, since the loop sleeps then.
+    setpriority(PRIO_PROCESS, 0, -10);
+    // One descriptor per open context (plus its async pipe): allow as many as the
+    // hard limit permits, as a card serves as many contexts as it has resources.
+    rlimit files{};
+    if (getrlimit(RLIMIT_NOFILE, &files) == 0) {
+        files.rlim_cur = files.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &files);
+    }
+
+    install_fast_crc32();
+    // One kind of port per instance: DPDK ethdevs (the built-in wire among them) or
+    // kernel UDP sockets.
+    std::unique_ptr<PortSet> port_set;
+    if (!config.ports.empty() && config.ports.front().is_kernel_udp())
+        port_set = std::make_unique<UdpPortSet>(config);
+    else
+        port_set = std::make_unique<DpdkPortSet>(config);
+    PortSet& ports = *port_set;
+    std::vector<Device> devices;
+    for (size_t i = 0; i < ports.size(); ++i)
+        devices.push_back(
+            {config.prefix + std::to_string(i), i, transport::guid_from_mac(ports.info(i).mac)});
+
+    ControlServer server(config.socket_path(), devices, ports, config.prefix);
+    server.tables().limits = config.limits;
+    Datapath datapath(ports, devices, server.tables());
+    RdmaCmServer rdma_cm(config.rdma_cm_socket_path(), devices, ports, datapath);
+    datapath.set_mad_receiver(&rdma_cm);
+    server.set_before_request([&datapath] { datapath.poll(monotonic_ns()); });
+    datapath.set_congestion_control(
+        {config.dcqcn, config.dcqcn_parameters, config.cnp_interval_ns});
+    server.set_rdma_cm_status([&rdma_cm] { return rdma_cm.status_document(); });
+
+    kernel_shim::Manifest manifest(config.manifest_path());
+    manifest.remove_all(); // leftovers of an engine that died without cleaning up
+    kernel_shim::register_instance(make_registration(config, devices, ports), manifest);
+    {
+        std::ofstream pid(config.pid_path());
+        pid << getpid() << "\n";
+    }
+    std::fprintf(stderr, "softhca-engine: serving %zu devices on %s\n", devices.size(),
+                 config.socket_path().c_str());
+
+    int epfd = epoll_create1(EPOLL_CLOEXEC);
+    int sigfd = signalfd(-1, &signals, SFD_CLOEXEC | SFD_NONBLOCK);
+    auto watch = [&](int fd) {
+        epoll_event ev{};
+        ev.events = EPOLLIN;
+        ev.data.fd = fd;
+        epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
+    };
+    watch(sigfd);
+    watch(server.listen_fd());
+    watch(rdma_cm.listen_fd());
+    std::set<int> rdma_cm_files;
+    // Providers write their context's doorbell pipe after posting when the engine said it
+    // sleeps.
+    const int doorbell = server.wakeup_fd();
+    watch(doorbell);
+    const std::vector<int> port_wakeups = ports.wakeup_fds();
+    for (int fd : port_wakeups)
+        watch(fd);
+    bool external_ports = false;
+    for (size_t i = 0; i < ports.size(); ++i)
+        external_ports |= !ports.info(i).devargs.empty();
+
+    // Scheduling on few cores (SCHEDULING above): the applications, their provider's polling
+    // and this loop share the cores. While spinning with nothing to do the loop yields,
+    // because on 2 cores the work it waits for comes from a process that needs the core
+    // it holds; on a machine with a core to spare for the engine SOFTHCA_ENGINE_YIELD=0
+    // keeps it on its core instead.
+    const char* spin_us = std::getenv("SOFTHCA_ENGINE_SPIN_US");
+    const uint64_t spin_ns = spin_us ? std::strtoull(spin_us, nullptr, 10) * 1000 : kSpinNs;
+    const bool idle_yield = environment_switch_on("SOFTHCA_ENGINE_YIELD");
+    uint64_t next_link_check = monotonic_ns() + kLinkCheckMs * 1'000'000ull;
+    uint64_t last_busy = 0;
+    uint64_t last_control_check = 0;
+    unsigned spins = 0;
+    bool stop = false;
+    while (!stop) {
+        uint64_t now = monotonic_ns();
+        if (datapath.poll(now) | rdma_cm.poll(now))
+            last_busy = now;
+        // Adaptive polling: spin while there is traffic, look at the control sockets
+        // every so often, and sleep once idle for a while (an idle engine must not
+        // burn a core). Sleeping arms the doorbells, then looks once more so that a
+        // post racing with the decision is not missed.
+        int timeout_ms = 0;
+        if (!datapath.has_qps() && now - last_busy >= spin_ns) {
+            // Nothing to serve: wake for the ports, for the CM's next timer, or for a
+            // frame held by a shaped link.
+            const uint64_t deadline = std::min(rdma_cm.next_deadline(), datapath.next_deadline());
+            timeout_ms = static_cast<int>(
+                deadline <= now
+                    ? 0
+                    : std::min<uint64_t>(kIdleWakeMs, (deadline - now) / 1'000'000 + 1));
+        } else if (now - last_busy < spin_ns) {
+            // Spinning with nothing to do: let the applications (which share the
+            // cores) run; they are who will give us work.
+            if (last_busy != now && idle_yield)
+                sched_yield();
+            if (++spins % kControlCheckEvery != 0 && now - last_control_check < kControlCheckNs)
+                continue;
+        } else {
+            datapath.arm_doorbells();
+            if (datapath.poll(now)) {
+                last_busy = now;
+            } else {
+                const uint64_t deadline =
+                    std::min(datapath.next_deadline(), rdma_cm.next_deadline());
+                const uint64_t wake_ms = external_ports ? 1 : kIdleWakeMs;
+                timeout_ms = static_cast<int>(
+                    deadline <= now
+                        ? 0
+                        : std::min<uint64_t>(wake_ms, (deadline - now) / 1'000'000 + 1));
+            }
+        }
+        epoll_event events[32];
+        last_control_check = now;
+        int n = epoll_wait(epfd, events, 32, timeout_ms);
+        for (int i = 0; i < n; ++i) {
+            const int fd = events[i].data.fd;
+            if (fd == sigfd) {
+                stop = true;
+            } else if (fd == doorbell) {
+                server.drain_wakeups();
+                last_busy = monotonic_ns();
+            } else if (std::find(port_wakeups.begin(), port_wakeups.end(), fd) !=
+                       port_wakeups.end()) {
+                uint64_t received = 0;
+                [[maybe_unused]] ssize_t r = read(fd, &received, sizeof(received));
+            } else if (fd == server.listen_fd()) {
+                for (int accepted : server.accept_pending())
+                    watch(accepted);
+            } else if (fd == rdma_cm.listen_fd()) {
+                for (int accepted : rdma_cm.accept_pending()) {
+                    watch(accepted);
+                    rdma_cm_files.insert(accepted);
+                }
+            } else if (rdma_cm_files.count(fd)) {
+                if (!rdma_cm.handle_input(fd)) {
+                    epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
+                    rdma_cm_files.erase(fd);
+                }
+            } else if (!server.handle_input(fd)) {
+                epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
+            }
+            if (fd != sigfd)
+                last_busy = monotonic_ns();
+        }
+        now = monotonic_ns();
+        if (now >= next_link_check) {
+            next_link_check = now + kLinkCheckMs * 1'000'000ull;
+            for (size_t port : ports.refresh_links()) {
+                const bool up = ports.info(port).link_up;
+                server.raise_device_event(port, 1,
+                                          up ? device_interface::kEventPortActive
+                                             : device_interface::kEventPortErr);
+            }
+        }
+    }
+    std::fprintf(stderr, "softhca-engine: shutting down\n");
+    manifest.remove_all();
+    ::unlink(config.pid_path().c_str());
+    ::close(sigfd);
+    ::close(epfd);
+    return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    std::string error;
+    auto config = parse_engine_args(argc, argv, error);
+    if (!config) {
+        std::fprintf(stderr, "softhca-engine: %s\n%s", error.c_str(), engine_usage());
+        return 2;
+    }
+    try {
+        return run(*config);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "softhca-engine: %s\n", e.what());
+        kernel_shim::Manifest(config->manifest_path()).remove_all();
+        return 1;
+    }
+}

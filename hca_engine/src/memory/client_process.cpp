@@ -1,0 +1,364 @@
+#include "client_process.hpp"
+
+#include "environment.hpp"
+#include "memory_map.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <fstream>
+#include <linux/capability.h>
+#include <linux/magic.h>
+#include <poll.h>
+#include <string>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77 // Linux 6.5
+#endif
+
+namespace softhca::engine {
+
+namespace {
+
+constexpr size_t kMaxRun = 1024; // IOV_MAX
+// A probe address below this could fall inside a small procfs file's text.
+constexpr uint64_t kLowestProbe = 1ull << 20;
+
+int pidfd_open(pid_t pid) {
+    return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+}
+
+// The pidfd's process has not exited (a pidfd turns readable when it does); needs no
+// right to signal it.
+bool pidfd_alive(int pidfd) {
+    pollfd p{pidfd, POLLIN, 0};
+    return ::poll(&p, 1, 0) == 0;
+}
+
+// A procfs regular file of mode 0600, opened for reading and writing, named "mem".
+bool looks_like_memory_file(int fd) {
+    struct statfs fs {};
+    struct stat st {};
+    if (::fstatfs(fd, &fs) != 0 || fs.f_type != PROC_SUPER_MAGIC || ::fstat(fd, &st) != 0 ||
+        !S_ISREG(st.st_mode) || (st.st_mode & 07777) != 0600)
+        return false;
+    const int flags = ::fcntl(fd, F_GETFL);
+    if (flags < 0 || (flags & O_ACCMODE) != O_RDWR)
+        return false;
+    char link[64];
+    char target[4096];
+    std::snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+    const ssize_t n = ::readlink(link, target, sizeof(target) - 1);
+    if (n < 4 || n >= static_cast<ssize_t>(sizeof(target)) - 1)
+        return false;
+    target[n] = '\0';
+    return std::strcmp(target + n - 4, "/mem") == 0;
+}
+
+// CapEff of the process, from its pinned status file.
+void read_effective_caps(const PeerProcess& peer, uint32_t caps[2]) {
+    std::ifstream status(peer.path("status"));
+    for (std::string line; std::getline(status, line);) {
+        if (line.rfind("CapEff:", 0) == 0) {
+            const uint64_t v = std::strtoull(line.c_str() + 7, nullptr, 16);
+            caps[0] = static_cast<uint32_t>(v);
+            caps[1] = static_cast<uint32_t>(v >> 32);
+        }
+    }
+}
+
+// RLIMIT_MEMLOCK of the process (its soft limit, from its pinned limits file, which
+// needs no capability to read), or unlimited with CAP_IPC_LOCK.
+uint64_t read_memlock_limit(const PeerProcess& peer, const uint32_t caps[2]) {
+    if ((caps[0] >> CAP_IPC_LOCK) & 1)
+        return UINT64_MAX;
+    std::ifstream limits(peer.path("limits"));
+    for (std::string line; std::getline(limits, line);) {
+        if (line.rfind("Max locked memory", 0) != 0)
+            continue;
+        const std::string soft = line.substr(26, line.find(' ', 26) - 26);
+        return soft == "unlimited" ? UINT64_MAX : std::strtoull(soft.c_str(), nullptr, 10);
+    }
+    return UINT64_MAX;
+}
+
+// Whether [addr, addr + length) lies in one anonymous mapping of the peer (no file
+// behind it: its pages come from memory or swap, never from a filesystem).
+bool in_anonymous_memory(const PeerProcess& peer, uint64_t addr, uint64_t length) {
+    std::ifstream maps(peer.path("maps"));
+    for (std::string line; std::getline(maps, line);) {
+        MapsEntry vma;
+        if (parse_maps_line(line, vma) && vma.start <= addr && addr + length <= vma.end)
+            return vma.inode == 0 && vma.readable;
+    }
+    return false;
+}
+
+} // namespace
+
+bool PeerProcess::pin(int socket) {
+    ucred cred{};
+    socklen_t len = sizeof(cred);
+    if (::getsockopt(socket, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+        return false;
+    pid = cred.pid;
+    uid = cred.uid;
+    gid = cred.gid;
+    groups.resize(64);
+    for (;;) {
+        socklen_t bytes = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+        if (::getsockopt(socket, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &bytes) == 0) {
+            groups.resize(bytes / sizeof(gid_t));
+            break;
+        }
+        if (errno != ERANGE || bytes <= groups.size() * sizeof(gid_t)) {
+            groups.clear();
+            break;
+        }
+        groups.resize(bytes / sizeof(gid_t));
+    }
+    len = sizeof(pidfd);
+    if (::getsockopt(socket, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) != 0)
+        pidfd = pidfd_open(pid); // before Linux 6.5: the PID, taken at once
+    if (pidfd < 0)
+        return false;
+    const std::string dir = "/proc/" + std::to_string(pid);
+    proc_dir = ::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    // Still alive after the directory was opened: it is the pidfd's process's.
+    if (proc_dir < 0 || !pidfd_alive(pidfd)) {
+        release();
+        return false;
+    }
+    return true;
+}
+
+bool PeerProcess::pin_process(pid_t process) {
+    pid = process;
+    uid = ::getuid();
+    gid = ::getgid();
+    pidfd = pidfd_open(pid);
+    proc_dir = ::open(("/proc/" + std::to_string(pid)).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    return pidfd >= 0 && proc_dir >= 0;
+}
+
+std::string PeerProcess::path(const char* name) const {
+    return "/proc/self/fd/" + std::to_string(proc_dir) + "/" + name;
+}
+
+void PeerProcess::release() {
+    if (pidfd >= 0)
+        ::close(pidfd);
+    if (proc_dir >= 0)
+        ::close(proc_dir);
+    pidfd = proc_dir = -1;
+}
+
+ClientProcess::ClientProcess(PeerProcess& peer, int mem_fd) : peer_(peer), mem_fd_(mem_fd) {
+    peer.pidfd = peer.proc_dir = -1; // ours now
+    // Capabilities are trusted only for root (uid 0 as the engine sees it). Anyone else's
+    // CapEff may be its own user namespace's (unshare -Ur shows them all), or belong to
+    // a set-ID program the process exec'd into while a forked child keeps the socket:
+    // a non-root client is taken to have none (RLIMIT_MEMLOCK always applies to it).
+    if (peer_.uid == 0)
+        read_effective_caps(peer_, effective_caps_);
+    memlock_limit_ = read_memlock_limit(peer_, effective_caps_);
+    static const bool allowed = environment_switch_on("SOFTHCA_CROSS_MEMORY");
+    cross_memory_ = allowed && peer_.uid == 0 && ((effective_caps_[0] >> CAP_SYS_PTRACE) & 1);
+}
+
+ClientProcess::~ClientProcess() {
+    if (mem_fd_ >= 0)
+        ::close(mem_fd_);
+    peer_.release();
+}
+
+int ClientProcess::adopt(PeerProcess& peer, int mem_fd, uint64_t probe_addr, const uint8_t* probe,
+                         std::shared_ptr<ClientProcess>& out) {
+    if (mem_fd < 0 || peer.proc_dir < 0 || !looks_like_memory_file(mem_fd))
+        return EBADF;
+    // The file reads the process's memory: 16 bytes it holds at an address of its own,
+    // in anonymous memory (a file's page could make the read wait, on FUSE for its
+    // daemon, which the client may run).
+    uint8_t seen[16];
+    if (probe_addr < kLowestProbe || !in_anonymous_memory(peer, probe_addr, sizeof(seen)) ||
+        ::pread(mem_fd, seen, sizeof(seen), static_cast<off_t>(probe_addr)) !=
+            static_cast<ssize_t>(sizeof(seen)) ||
+        std::memcmp(seen, probe, sizeof(seen)) != 0)
+        return EBADF;
+    out.reset(new ClientProcess(peer, mem_fd));
+    return 0;
+}
+
+std::shared_ptr<ClientProcess> ClientProcess::self() {
+    PeerProcess peer;
+    peer.pin_process(::getpid());
+    const int fd = ::open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+    return std::shared_ptr<ClientProcess>(new ClientProcess(peer, fd));
+}
+
+std::shared_ptr<ClientProcess> ClientProcess::posing(pid_t pid, uid_t uid, gid_t gid) {
+    PeerProcess peer;
+    peer.pin_process(pid);
+    peer.uid = uid;
+    peer.gid = gid;
+    const int fd = ::open(("/proc/" + std::to_string(pid) + "/mem").c_str(), O_RDWR | O_CLOEXEC);
+    std::shared_ptr<ClientProcess> process(new ClientProcess(peer, fd));
+    if (uid != 0)
+        process->effective_caps_[0] = process->effective_caps_[1] = 0;
+    return process;
+}
+
+ssize_t ClientProcess::read(const iovec* local, int count, uint64_t far) const {
+    return contiguous(false, local, count, far);
+}
+
+ssize_t ClientProcess::write(const iovec* local, int count, uint64_t far) const {
+    return contiguous(true, local, count, far);
+}
+
+ssize_t ClientProcess::contiguous(bool to_process, const iovec* local, int count,
+                                  uint64_t far) const {
+    if (cross_memory_) {
+        size_t bytes = 0;
+        for (int i = 0; i < count; ++i)
+            bytes += local[i].iov_len;
+        const iovec remote{reinterpret_cast<void*>(far), bytes};
+        return move(to_process, local, static_cast<size_t>(count), &remote, 1);
+    }
+    ssize_t n;
+    do {
+        n = to_process ? ::pwritev(mem_fd_, local, count, static_cast<off_t>(far))
+                       : ::preadv(mem_fd_, local, count, static_cast<off_t>(far));
+    } while (n < 0 && errno == EINTR);
+    return n;
+}
+
+ssize_t ClientProcess::move(bool to_process, const iovec* local, size_t local_count,
+                            const iovec* far, size_t far_count) const {
+    // Cross-memory attach: one call (the kernel takes up to IOV_MAX of each) and one look
+    // at the pidfd (a system call: one, not two). A write looks before: alive, the PID
+    // names this process (a PID is given again only once its process is gone and
+    // reaped), so nothing is written elsewhere. A read looks after: alive, the PID named
+    // it throughout, so what was read is its.
+    if (to_process && !pidfd_alive(peer_.pidfd))
+        return 0;
+    ssize_t total = 0;
+    for (size_t l = 0, f = 0; l < local_count && f < far_count;) {
+        const size_t ln = std::min(local_count - l, kMaxRun), fn = std::min(far_count - f, kMaxRun);
+        const ssize_t n = to_process ? ::process_vm_writev(peer_.pid, local + l, ln, far + f, fn, 0)
+                                     : ::process_vm_readv(peer_.pid, local + l, ln, far + f, fn, 0);
+        if (!to_process && !pidfd_alive(peer_.pidfd))
+            return 0; // gone: what was read is not the client's
+        if (n <= 0)
+            return total;
+        total += n;
+        if (ln == local_count - l && fn == far_count - f)
+            break;
+        // More than IOV_MAX pieces (only the joint writes have so many, one local piece
+        // per far piece): go on with the next ones.
+        l += ln;
+        f += fn;
+    }
+    return total;
+}
+
+ssize_t ClientProcess::move(bool to_process, const iovec* local, const iovec* far,
+                            size_t count) const {
+    if (cross_memory_)
+        return move(to_process, local, count, far, count);
+    ssize_t total = 0;
+    for (size_t i = 0; i < count;) {
+        // A run: pieces whose addresses in the process follow each other.
+        size_t end = i + 1;
+        uint64_t next = reinterpret_cast<uint64_t>(far[i].iov_base) + far[i].iov_len;
+        ssize_t bytes = static_cast<ssize_t>(far[i].iov_len);
+        while (end < count && end - i < kMaxRun &&
+               reinterpret_cast<uint64_t>(far[end].iov_base) == next) {
+            next += far[end].iov_len;
+            bytes += static_cast<ssize_t>(far[end].iov_len);
+            ++end;
+        }
+        const uint64_t at = reinterpret_cast<uint64_t>(far[i].iov_base);
+        const int pieces = static_cast<int>(end - i);
+        const ssize_t n = contiguous(to_process, local + i, pieces, at);
+        if (n > 0)
+            total += n;
+        if (n != bytes)
+            return total;
+        i = end;
+    }
+    return total;
+}
+
+bool ClientProcess::gone() const {
+    // A read from a live address space fails (address 0 is not mapped) or moves the
+    // byte; from one whose process exec'd or exited it moves nothing.
+    uint8_t byte;
+    return ::pread(mem_fd_, &byte, 1, 0) == 0 || (cross_memory_ && !pidfd_alive(peer_.pidfd));
+}
+
+bool ClientProcess::abandoned() const {
+    pollfd p{connection_, POLLRDHUP, 0};
+    return connection_ < 0 ||
+           (::poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR)) != 0);
+}
+
+FileCredentials::FileCredentials(const ClientProcess& client) {
+    if (::geteuid() != 0)
+        return; // an engine that is not root has nobody's rights to lend or drop
+    __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct data[2]{};
+    if (::syscall(SYS_capget, &header, data) != 0) {
+        ok_ = false;
+        return;
+    }
+    effective_[0] = data[0].effective;
+    effective_[1] = data[1].effective;
+    groups_.resize(static_cast<size_t>(std::max(::getgroups(0, nullptr), 0)));
+    if (::getgroups(static_cast<int>(groups_.size()), groups_.data()) < 0)
+        groups_.clear();
+    switched_ = true;
+    // The IDs first, while CAP_SETUID and CAP_SETGID are effective; per thread: the
+    // system calls themselves, not glibc's wrappers that change every thread. Each is
+    // read back: a switch that did not take must not open anything.
+    const bool groups_set =
+        ::syscall(SYS_setgroups, client.groups().size(), client.groups().data()) == 0;
+    ::syscall(SYS_setfsgid, client.gid());
+    ::syscall(SYS_setfsuid, client.uid());
+    const auto fsgid = static_cast<gid_t>(::syscall(SYS_setfsgid, -1));
+    const auto fsuid = static_cast<uid_t>(::syscall(SYS_setfsuid, -1));
+    // Then the capabilities: the client's own effective ones (what it could do itself)
+    // and CAP_CHECKPOINT_RESTORE, which map_files asks of whoever opens it.
+    data[0].effective &= client.effective_caps()[0];
+    data[1].effective &= client.effective_caps()[1];
+    data[1].effective |= CAP_TO_MASK(CAP_CHECKPOINT_RESTORE) & data[1].permitted;
+    const bool caps_set = ::syscall(SYS_capset, &header, data) == 0;
+    ok_ = groups_set && caps_set && fsuid == client.uid() && fsgid == client.gid();
+}
+
+FileCredentials::~FileCredentials() {
+    if (!switched_)
+        return;
+    // The capabilities first: setting the IDs back needs CAP_SETUID and CAP_SETGID.
+    __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct data[2]{};
+    if (::syscall(SYS_capget, &header, data) == 0) {
+        data[0].effective = effective_[0];
+        data[1].effective = effective_[1];
+        ::syscall(SYS_capset, &header, data);
+    }
+    ::syscall(SYS_setfsuid, 0);
+    ::syscall(SYS_setfsgid, 0);
+    ::syscall(SYS_setgroups, groups_.size(), groups_.data());
+}
+
+} // namespace softhca::engine

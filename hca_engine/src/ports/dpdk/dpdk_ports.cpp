@@ -1,0 +1,498 @@
+#include "dpdk_ports.hpp"
+
+#include "clock.hpp"
+#include "gid_table.hpp"
+#include "softhca/transport/priority_flow_control.hpp"
+
+#include <rte_eal.h>
+#include <rte_eth_ring.h>
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+#include <rte_ring.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <memory>
+#include <stdexcept>
+#include <unistd.h>
+
+namespace softhca::engine {
+
+namespace {
+constexpr uint16_t kRxDescriptors = 1024;
+constexpr uint16_t kTxDescriptors = 1024;
+constexpr unsigned kPoolMbufs = 4095;
+constexpr uint16_t kBurst = 32;
+
+// Locally administered unicast MACs for the built-in wire: 02:53:48:xx:yy:NN.
+transport::MacAddress builtin_mac(uint32_t instance_tag, size_t index) {
+    return {0x02,
+            0x53,
+            0x48,
+            static_cast<uint8_t>(instance_tag >> 8),
+            static_cast<uint8_t>(instance_tag),
+            static_cast<uint8_t>(index + 1)};
+}
+
+// Devargs with our defaults for PMDs whose own ones lose traffic: af_packet's receive
+// ring (512 frames) overflows under the burst of one 64 KiB UC message, which nothing
+// resends. What the devargs say themselves wins.
+std::string with_pmd_defaults(const std::string& devargs) {
+    if (devargs.starts_with("net_af_packet") && devargs.find("framecnt=") == std::string::npos)
+        return devargs + ",framecnt=4096";
+    return devargs;
+}
+} // namespace
+
+struct DpdkPortSet::Dpdk {
+    std::vector<rte_mempool*> pools;
+    std::vector<rte_ring*> rings;
+    struct TxQueue {
+        rte_mbuf* burst[kBurst];
+        uint16_t count = 0;
+        rte_mbuf* held = nullptr;          // a frame the fault injector sends late
+        CongestionPoint<rte_mbuf*> link;   // the shaped link, when configured
+        transport::PfcPauses pauses;       // what the peer paused (--pfc)
+        transport::PfcRequester requester; // what we ask the peer to pause
+    };
+    std::vector<TxQueue> tx;
+    bool eal_up = false;
+};
+
+DpdkPortSet::DpdkPortSet(const PortsConfig& config) : dpdk_(std::make_unique<Dpdk>()) {
+    const std::string file_prefix = "softhca-" + config.prefix + "-" + std::to_string(getpid());
+    const std::string memory = std::to_string(config.memory_mb);
+    // No hugepages, no shared config, no PCI scan (--in-memory cannot be combined with
+    // --no-huge, so each engine gets its own --file-prefix instead).
+    std::vector<std::string> args = {
+        "softhca-engine", "--no-huge",     "-m",        memory,        "--no-shconf", "--no-pci",
+        "--no-telemetry", "--file-prefix", file_prefix, "--log-level", "*:warning"};
+    for (const auto& port : config.ports) {
+        if (is_pci_devargs(port.devargs)) {
+            // A real NIC: let the EAL scan just that PCI device.
+            std::erase(args, std::string("--no-pci"));
+            args.push_back("-a");
+        } else {
+            args.push_back("--vdev");
+        }
+        args.push_back(with_pmd_defaults(port.devargs));
+    }
+    std::vector<char*> argv;
+    for (auto& a : args)
+        argv.push_back(a.data());
+    if (rte_eal_init(static_cast<int>(argv.size()), argv.data()) < 0)
+        throw std::runtime_error(std::string("DPDK EAL init failed: ") + rte_strerror(rte_errno));
+    dpdk_->eal_up = true;
+
+    const uint32_t tag = static_cast<uint32_t>(getpid()) & 0xffff;
+    std::vector<PortInfo> wanted;
+    if (config.ports.empty()) {
+        // The built-in wire: port 0 transmits into ring a->b, which port 1 receives.
+        const std::string base = "shw" + std::to_string(getpid());
+        rte_ring* ab = rte_ring_create((base + "ab").c_str(), 4096, SOCKET_ID_ANY,
+                                       RING_F_SP_ENQ | RING_F_SC_DEQ);
+        rte_ring* ba = rte_ring_create((base + "ba").c_str(), 4096, SOCKET_ID_ANY,
+                                       RING_F_SP_ENQ | RING_F_SC_DEQ);
+        if (!ab || !ba)
+            throw std::runtime_error("cannot create the built-in wire rings");
+        dpdk_->rings = {ab, ba};
+        int p0 = rte_eth_from_rings((base + "p0").c_str(), &ba, 1, &ab, 1, SOCKET_ID_ANY);
+        int p1 = rte_eth_from_rings((base + "p1").c_str(), &ab, 1, &ba, 1, SOCKET_ID_ANY);
+        if (p0 < 0 || p1 < 0)
+            throw std::runtime_error("cannot create the built-in wire ports");
+        for (int i = 0; i < 2; ++i) {
+            PortInfo info;
+            info.dpdk_port = static_cast<uint16_t>(i == 0 ? p0 : p1);
+            info.ipv4 = (198u << 24) | (18u << 16) | static_cast<uint32_t>(i + 1);
+            info.mac = builtin_mac(tag, static_cast<size_t>(i));
+            wanted.push_back(info);
+        }
+    } else {
+        for (const auto& port : config.ports) {
+            std::string name = port.devargs.substr(0, port.devargs.find(','));
+            uint16_t id = 0;
+            if (rte_eth_dev_get_port_by_name(name.c_str(), &id) != 0)
+                throw std::runtime_error("DPDK has no port named '" + name + "' (devargs '" +
+                                         port.devargs + "')");
+            PortInfo info;
+            info.dpdk_port = id;
+            info.devargs = port.devargs;
+            info.ipv4 = port.ipv4;
+            info.ipv6 = port.ipv6;
+            info.netdev = port.netdev;
+            rte_ether_addr mac{};
+            rte_eth_macaddr_get(id, &mac);
+            for (int b = 0; b < 6; ++b)
+                info.mac[static_cast<size_t>(b)] = mac.addr_bytes[b];
+            wanted.push_back(info);
+        }
+    }
+
+    for (auto& info : wanted) {
+        const uint16_t id = info.dpdk_port;
+        rte_eth_dev_info dev_info{};
+        if (rte_eth_dev_info_get(id, &dev_info) != 0)
+            throw std::runtime_error("cannot query DPDK port " + std::to_string(id));
+        info.pmd = dev_info.driver_name ? dev_info.driver_name : "?";
+        info.max_eth_mtu = dev_info.max_mtu;
+        info.eth_mtu = std::min<uint32_t>(config.eth_mtu, dev_info.max_mtu);
+        info.gids = build_gid_table(info.ipv4, info.ipv6, info.mac);
+
+        // An mbuf holds the largest frame of the MTU, and never less than the default data
+        // room: PMDs size their own receive buffers from it (af_packet needs 2016 bytes for
+        // its default 2048-byte ring frames, whatever the MTU).
+        const uint32_t frame = std::max<uint32_t>(
+            info.eth_mtu + RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN,
+            std::max<uint32_t>(RTE_MBUF_DEFAULT_DATAROOM, dev_info.min_rx_bufsize));
+        const std::string pool_name = "shp" + std::to_string(getpid()) + "_" + std::to_string(id);
+        rte_mempool* pool = rte_pktmbuf_pool_create(
+            pool_name.c_str(), kPoolMbufs, 256, 0,
+            static_cast<uint16_t>(std::min<uint32_t>(frame + RTE_PKTMBUF_HEADROOM, 65535)),
+            static_cast<int>(rte_socket_id()));
+        if (!pool)
+            throw std::runtime_error("cannot create the packet pool for port " +
+                                     std::to_string(id) + ": " + rte_strerror(rte_errno));
+        dpdk_->pools.push_back(pool);
+
+        rte_eth_conf conf{};
+        if (rte_eth_dev_configure(id, 1, 1, &conf) != 0 ||
+            rte_eth_rx_queue_setup(id, 0, kRxDescriptors, rte_eth_dev_socket_id(id), nullptr,
+                                   pool) != 0 ||
+            rte_eth_tx_queue_setup(id, 0, kTxDescriptors, rte_eth_dev_socket_id(id), nullptr) != 0)
+            throw std::runtime_error("cannot configure DPDK port " + std::to_string(id));
+        if (info.devargs.empty()) {
+            rte_ether_addr mac{};
+            for (int b = 0; b < 6; ++b)
+                mac.addr_bytes[b] = info.mac[static_cast<size_t>(b)];
+            rte_eth_dev_default_mac_addr_set(id, &mac);
+        } else {
+            // Best effort: PMDs bound to a kernel interface may refuse an MTU change.
+            rte_eth_dev_set_mtu(id, static_cast<uint16_t>(info.eth_mtu));
+            uint16_t mtu = 0;
+            if (rte_eth_dev_get_mtu(id, &mtu) == 0 && mtu)
+                info.eth_mtu = mtu;
+        }
+        if (rte_eth_dev_start(id) != 0)
+            throw std::runtime_error("cannot start DPDK port " + std::to_string(id));
+        rte_eth_link link{};
+        rte_eth_link_get_nowait(id, &link);
+        info.link_up = link.link_status == RTE_ETH_LINK_UP;
+        info.link_speed_mbps = link.link_speed;
+        info.faults = FaultInjector(config.faults, ports_.size());
+        info.congestion_point = config.congestion_point;
+        info.sl_to_vl = config.sl_to_vl_for(ports_.size());
+        info.global_traffic_class = config.traffic_class;
+        info.priority_tag = config.priority_tag;
+        info.pfc = config.pfc;
+        if (!config.pcap_prefix.empty()) {
+            info.capture = std::make_shared<PcapWriter>();
+            const std::string path =
+                config.pcap_prefix + "-" + config.prefix + std::to_string(ports_.size()) + ".pcap";
+            if (!info.capture->open(path))
+                throw std::runtime_error("cannot write the capture " + path);
+        }
+        // The built-in wire's rings are this engine's own: ICRC offload unless a capture
+        // or the fault injector sees the frames, or SOFTHCA_WIRE_ICRC=1 asks for it.
+        const char* wire_icrc = std::getenv("SOFTHCA_WIRE_ICRC");
+        info.in_engine_wire = info.devargs.empty();
+        info.icrc_offload = info.in_engine_wire && !info.capture && !info.faults.enabled() &&
+                            !(wire_icrc && std::string(wire_icrc) == "1");
+        ports_.push_back(info);
+    }
+    dpdk_->tx.resize(ports_.size());
+    for (size_t i = 0; i < ports_.size(); ++i)
+        if (config.congestion_point.shaper.enabled()) {
+            CongestionPointConfig point = config.congestion_point;
+            point.arbitration = config.arbitration_for(i); // the port's own, if it has them
+            ports_[i].congestion_point = point;
+            dpdk_->tx[i].link = CongestionPoint<rte_mbuf*>(point, config.faults.seed * 31 + i);
+        }
+}
+
+DpdkPortSet::~DpdkPortSet() {
+    for (auto& queue : dpdk_->tx) {
+        if (queue.held)
+            rte_pktmbuf_free(queue.held);
+        CongestionPointCounters ignored;
+        queue.link.release(UINT64_MAX, ignored, [](rte_mbuf* m) { rte_pktmbuf_free(m); });
+    }
+    flush();
+    for (const auto& info : ports_) {
+        rte_eth_dev_stop(info.dpdk_port);
+        rte_eth_dev_close(info.dpdk_port);
+    }
+    if (dpdk_->eal_up)
+        rte_eal_cleanup();
+}
+
+std::vector<size_t> DpdkPortSet::refresh_links() {
+    std::vector<size_t> changed;
+    for (size_t i = 0; i < ports_.size(); ++i) {
+        rte_eth_link link{};
+        if (rte_eth_link_get_nowait(ports_[i].dpdk_port, &link) != 0)
+            continue;
+        const bool up = link.link_status == RTE_ETH_LINK_UP && ports_[i].admin_up;
+        if (up != ports_[i].link_up) {
+            ports_[i].link_up = up;
+            changed.push_back(i);
+        }
+        if (up)
+            ports_[i].link_speed_mbps = link.link_speed;
+    }
+    return changed;
+}
+
+bool DpdkPortSet::set_admin_state(size_t index, bool up) {
+    PortInfo& port = ports_[index];
+    port.admin_up = up;
+    if (up)
+        rte_eth_dev_set_link_up(port.dpdk_port);
+    else
+        rte_eth_dev_set_link_down(port.dpdk_port);
+    rte_eth_link link{};
+    rte_eth_link_get_nowait(port.dpdk_port, &link);
+    const bool link_up = up && link.link_status == RTE_ETH_LINK_UP;
+    const bool changed = link_up != port.link_up;
+    port.link_up = link_up;
+    return changed;
+}
+
+size_t DpdkPortSet::receive(size_t index, RxFrame* frames, size_t max) {
+    PortInfo& info = ports_[index];
+    rte_mbuf* burst[kBurst];
+    const uint16_t n = rte_eth_rx_burst(info.dpdk_port, 0, burst,
+                                        static_cast<uint16_t>(std::min<size_t>(max, kBurst)));
+    size_t kept = 0;
+    CongestionPoint<rte_mbuf*>& link = dpdk_->tx[index].link;
+    for (uint16_t i = 0; i < n; ++i) {
+        rte_mbuf* m = burst[i];
+        info.counters.rx_bytes += rte_pktmbuf_pkt_len(m);
+        const auto* data = rte_pktmbuf_mtod(m, const uint8_t*);
+        if (info.pfc && transport::is_mac_control_frame(data, rte_pktmbuf_data_len(m))) {
+            // The link's own (802.1Qbb): the peer pauses or resumes priorities.
+            transport::PfcFrame pfc;
+            if (transport::parse_pfc_frame(data, rte_pktmbuf_data_len(m), pfc)) {
+                ++info.counters.rx_pfc_frames;
+                const uint64_t now = monotonic_ns();
+                dpdk_->tx[index].pauses.on_frame(pfc, now, info.line_rate_bps());
+                info.pfc_paused_by_peer = dpdk_->tx[index].pauses.paused_mask(now);
+            } else {
+                ++info.counters.rx_unhandled; // another MAC control frame (802.3x PAUSE)
+            }
+            rte_pktmbuf_free(m);
+            continue;
+        }
+        if (link.lossless() && transport::is_flow_control_frame(data, rte_pktmbuf_data_len(m))) {
+            // The link's own: the peer's credits for our sender, its total for our receiver.
+            transport::FlowControlPacket packets[transport::kCreditDataVls];
+            const int count =
+                transport::parse_flow_control_frame(data, rte_pktmbuf_data_len(m), packets);
+            link.on_flow_control(monotonic_ns(), packets, count, info.congestion_point_counters);
+            rte_pktmbuf_free(m);
+            continue;
+        }
+        if (m->nb_segs != 1) {
+            // Frames larger than one buffer are never RoCE of our MTU: drop them.
+            ++info.counters.rx_malformed;
+            rte_pktmbuf_free(m);
+            continue;
+        }
+        frames[kept++] = {data, rte_pktmbuf_data_len(m), m};
+    }
+    info.counters.rx_packets += n;
+    return kept;
+}
+
+void DpdkPortSet::release(void* handle) {
+    rte_pktmbuf_free(static_cast<rte_mbuf*>(handle));
+}
+
+bool DpdkPortSet::tx_alloc(size_t index, TxFrame& frame) {
+    rte_mbuf* m = rte_pktmbuf_alloc(dpdk_->pools[index]);
+    if (!m)
+        return false;
+    frame.data = rte_pktmbuf_mtod(m, uint8_t*);
+    frame.capacity = rte_pktmbuf_tailroom(m);
+    frame.handle = m;
+    return true;
+}
+
+void DpdkPortSet::tx_abort(TxFrame& frame) {
+    rte_pktmbuf_free(static_cast<rte_mbuf*>(frame.handle));
+    frame.handle = nullptr;
+}
+
+void DpdkPortSet::capture(size_t index, const rte_mbuf* m) {
+    PcapWriter* capture = ports_[index].capture.get();
+    if (!capture)
+        return;
+    timespec ts{};
+    clock_gettime(CLOCK_REALTIME, &ts);
+    capture->write(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_pkt_len(m),
+                   static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull +
+                       static_cast<uint64_t>(ts.tv_nsec));
+}
+
+void DpdkPortSet::tx_queue(size_t index, TxFrame& frame, uint32_t length) {
+    auto* m = static_cast<rte_mbuf*>(frame.handle);
+    frame.handle = nullptr;
+    const uint8_t vl = frame.vl;
+    m->data_len = static_cast<uint16_t>(length);
+    m->pkt_len = length;
+    auto& queue = dpdk_->tx[index];
+    auto enqueue = [&](rte_mbuf* mbuf) {
+        ports_[index].counters.tx_bytes += rte_pktmbuf_pkt_len(mbuf);
+        if (queue.link.enabled()) {
+            // Into the shaped link's queue (marked there when congested); flush() sends
+            // it when it has crossed the link.
+            if (!queue.link.enqueue(mbuf, rte_pktmbuf_mtod(mbuf, uint8_t*),
+                                    rte_pktmbuf_pkt_len(mbuf), monotonic_ns(), vl,
+                                    ports_[index].congestion_point_counters))
+                rte_pktmbuf_free(mbuf);
+            return;
+        }
+        queue.burst[queue.count++] = mbuf;
+        if (queue.count == kBurst)
+            flush();
+    };
+    // The capture sees what the port sends: here, or with a shaped link where the frame
+    // has crossed it (ECN marks and all; the fault injector's drops never get there).
+    if (!queue.link.enabled())
+        capture(index, m);
+    FaultInjector& faults = ports_[index].faults;
+    if (!faults.enabled()) {
+        enqueue(m);
+        return;
+    }
+    // Past the Ethernet, IP and UDP headers, so damage is the ICRC's to find.
+    const FaultDecision d = faults.decide(length, 14 + 20 + 8);
+    if (d.drop) {
+        rte_pktmbuf_free(m);
+        return;
+    }
+    if (d.corrupt_at >= 0)
+        rte_pktmbuf_mtod(m, uint8_t*)[d.corrupt_at] ^= 0x5a;
+    if (d.duplicate) {
+        if (rte_mbuf* copy = rte_pktmbuf_alloc(dpdk_->pools[index])) {
+            std::memcpy(rte_pktmbuf_append(copy, static_cast<uint16_t>(length)),
+                        rte_pktmbuf_mtod(m, const uint8_t*), length);
+            enqueue(copy);
+        }
+    }
+    if (d.hold && !queue.held) {
+        queue.held = m; // goes out after the next frame
+        return;
+    }
+    enqueue(m);
+    if (queue.held) {
+        enqueue(queue.held);
+        queue.held = nullptr;
+    }
+}
+
+template <typename SendBurst> void DpdkPortSet::send_flow_control(size_t i, SendBurst& send_burst) {
+    // After the frames just delivered, on the same in-order link: the total it carries
+    // counts exactly those (link_flow_control.hpp).
+    auto& queue = dpdk_->tx[i];
+    uint8_t frame[transport::kLinkFlowControlFrameBytes];
+    const size_t length = queue.link.flow_control_frame(monotonic_ns(), ports_[i].mac, frame,
+                                                        ports_[i].congestion_point_counters);
+    if (!length)
+        return;
+    rte_mbuf* m = rte_pktmbuf_alloc(dpdk_->pools[i]);
+    if (!m)
+        return; // sent again when a VL waits for credits (the refresh)
+    std::memcpy(rte_pktmbuf_append(m, static_cast<uint16_t>(length)), frame, length);
+    ports_[i].counters.tx_bytes += length;
+    capture(i, m);
+    queue.burst[queue.count++] = m;
+    if (queue.count == kBurst)
+        send_burst(i);
+}
+
+size_t DpdkPortSet::flush() {
+    size_t sent = 0;
+    auto send_burst = [&](size_t i) {
+        auto& queue = dpdk_->tx[i];
+        const uint16_t n = rte_eth_tx_burst(ports_[i].dpdk_port, 0, queue.burst, queue.count);
+        for (uint16_t k = n; k < queue.count; ++k)
+            rte_pktmbuf_free(queue.burst[k]); // the wire is full: a drop, as on a NIC
+        ports_[i].counters.tx_packets += n;
+        ports_[i].counters.tx_dropped += queue.count - n;
+        sent += n;
+        queue.count = 0;
+    };
+    for (size_t i = 0; i < ports_.size(); ++i) {
+        auto& queue = dpdk_->tx[i];
+        if (queue.link.held())
+            queue.link.release(monotonic_ns(), ports_[i].congestion_point_counters,
+                               [&](rte_mbuf* m) {
+                                   capture(i, m);
+                                   queue.burst[queue.count++] = m;
+                                   if (queue.count == kBurst)
+                                       send_burst(i);
+                               });
+        if (queue.link.lossless())
+            send_flow_control(i, send_burst);
+        if (queue.count)
+            send_burst(i);
+    }
+    return sent;
+}
+
+bool DpdkPortSet::tx_room(size_t index, uint8_t vl, uint32_t bytes) {
+    return dpdk_->tx[index].link.room(monotonic_ns(), vl, bytes); // asked of lossless ports
+}
+
+bool DpdkPortSet::tx_paused(size_t index, uint8_t priority, uint64_t now) {
+    PortInfo& info = ports_[index];
+    info.pfc_paused_by_peer = dpdk_->tx[index].pauses.paused_mask(now);
+    return (info.pfc_paused_by_peer >> (priority & 7)) & 1;
+}
+
+void DpdkPortSet::after_receive_round(size_t index, bool backlogged, uint8_t priorities,
+                                      uint64_t now) {
+    PortInfo& info = ports_[index];
+    auto& queue = dpdk_->tx[index];
+    transport::PfcFrame pfc;
+    if (!queue.requester.after_round(backlogged, priorities, now, info.line_rate_bps(), pfc))
+        return;
+    info.pfc_asked_peer = queue.requester.paused();
+    rte_mbuf* m = rte_pktmbuf_alloc(dpdk_->pools[index]);
+    if (!m)
+        return; // asked again next round while the backlog lasts
+    transport::write_pfc_frame(
+        reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, transport::kPfcFrameBytes)), info.mac,
+        pfc);
+    capture(index, m);
+    // Ahead of the data waiting in the burst: a pause is worth most when it is early.
+    if (rte_eth_tx_burst(info.dpdk_port, 0, &m, 1) == 1) {
+        ++info.counters.tx_pfc_frames;
+        ++info.counters.tx_packets;
+        info.counters.tx_bytes += transport::kPfcFrameBytes;
+    } else {
+        rte_pktmbuf_free(m);
+        ++info.counters.tx_dropped;
+    }
+}
+
+bool DpdkPortSet::awaiting_credits(uint64_t now) const {
+    for (const auto& queue : dpdk_->tx)
+        if (queue.link.awaiting_credits(now))
+            return true;
+    return false;
+}
+
+uint64_t DpdkPortSet::next_tx_release() const {
+    uint64_t next = UINT64_MAX;
+    const uint64_t now = monotonic_ns();
+    for (const auto& queue : dpdk_->tx) {
+        next = std::min(next, queue.link.next_release());
+        next = std::min(next, queue.pauses.next_resume(now)); // a paused priority resumes
+    }
+    return next;
+}
+
+} // namespace softhca::engine

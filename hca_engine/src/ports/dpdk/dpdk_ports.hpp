@@ -1,0 +1,47 @@
+// The engine's ports on DPDK ethdevs, one per device; with dpdk_ports.cpp the only
+// place DPDK appears. The default is a back-to-back pair joined by two rte_rings (the
+// built-in wire); any other PMD is named by its device arguments. Transmitted frames
+// pass the port's fault injector and capture (--faults, --pcap).
+#pragma once
+
+#include "port_config.hpp"
+#include "ports.hpp"
+
+#include <memory>
+
+struct rte_mbuf;
+
+namespace softhca::engine {
+
+class DpdkPortSet final : public PortSet {
+  public:
+    // Initialises the DPDK EAL without hugepages and brings every configured port up.
+    // Throws std::runtime_error with a readable message on failure.
+    explicit DpdkPortSet(const PortsConfig& config);
+    ~DpdkPortSet() override;
+
+    std::vector<size_t> refresh_links() override;
+    bool set_admin_state(size_t index, bool up) override;
+    size_t receive(size_t index, RxFrame* frames, size_t max) override;
+    void release(void* handle) override;
+    bool tx_alloc(size_t index, TxFrame& frame) override;
+    void tx_queue(size_t index, TxFrame& frame, uint32_t length) override;
+    void tx_abort(TxFrame& frame) override;
+    size_t flush() override;
+    uint64_t next_tx_release() const override;
+    bool tx_room(size_t index, uint8_t vl, uint32_t bytes) override;
+    bool awaiting_credits(uint64_t now) const override;
+    bool tx_paused(size_t index, uint8_t priority, uint64_t now) override;
+    void after_receive_round(size_t index, bool backlogged, uint8_t priorities,
+                             uint64_t now) override;
+
+  private:
+    // Writes a frame the port sends to its capture, if it has one.
+    void capture(size_t index, const ::rte_mbuf* m);
+    // flush(): the port's flow-control frame, when link-level credits want one sent.
+    template <typename SendBurst> void send_flow_control(size_t index, SendBurst& send_burst);
+    struct Dpdk;
+    std::unique_ptr<Dpdk> dpdk_;
+};
+
+} // namespace softhca::engine

@@ -1,0 +1,187 @@
+// The rdma_cm room (rdma_cm/): may use datapath/ (QP1 through MadSender/MadReceiver),
+// memory/, ports/ and support/; the daemon uses it. It does not use the control room.
+//
+// The engine's rdma_cm: what the kernel's rdma_ucm and ib_cm are, for programs that use
+// librdmacm. A listening SOCK_SEQPACKET socket takes one connection per open rdma_cm
+// file (the preload library makes them); each connection carries librdmacm's commands
+// unchanged (rdma/rdma_user_cm.h) and this class answers them as the kernel would:
+// ids, addresses and routes from the engine's own ports, events queued per file, and
+// the IB CM protocol (IBTA chapter 12) on each port's QP1 through the data path.
+//
+// rdma_cm_server.cpp: files, ids and events. rdma_cm_commands.cpp: the commands.
+// rdma_cm_addresses.cpp: binds, address and route resolution, QP attributes.
+// cm_protocol.cpp: the CM messages on the wire, their timers and retries.
+#pragma once
+
+#include "device_model.hpp"
+#include "management_datagrams.hpp"
+#include "rdma_cm_ids.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace softhca::engine {
+
+class RdmaCmServer final : public MadReceiver {
+  public:
+    RdmaCmServer(const std::string& socket_path, const std::vector<Device>& devices,
+                 const PortSet& ports, MadSender& wire);
+    ~RdmaCmServer() override;
+    RdmaCmServer(const RdmaCmServer&) = delete;
+    RdmaCmServer& operator=(const RdmaCmServer&) = delete;
+
+    int listen_fd() const { return listen_fd_; }
+    std::vector<int> accept_pending();
+    // False when the connection is gone (its ids destroyed, as closing the file does).
+    bool handle_input(int fd);
+
+    // Address resolution and CM retransmissions that are due. True when anything happened.
+    bool poll(uint64_t now);
+    // The earliest of those, or UINT64_MAX.
+    uint64_t next_deadline() const;
+
+    void receive_mad(size_t port, const MadPeer& from, const uint8_t* mad, size_t length,
+                     uint64_t now) override;
+
+    nlohmann::ordered_json status_document() const; // its part of `softhca status`
+
+    // Counters (status and tests).
+    struct Counters {
+        uint64_t commands = 0;
+        uint64_t bad_commands = 0; // refused with an errno
+        uint64_t mads_in = 0;
+        uint64_t mads_out = 0;
+        uint64_t mads_dropped = 0; // malformed, unknown attribute, or matching no id
+        uint64_t retransmissions = 0;
+        uint64_t duplicates = 0;   // answered from the last message sent
+        uint64_t backlog_full = 0; // connection requests refused past a listener's backlog
+    };
+    const Counters& counters() const { return counters_; }
+
+  private:
+    // What a command answers besides its result: bytes for the response pointer.
+    struct Reply {
+        uint64_t address = 0;
+        std::vector<uint8_t> bytes;
+        bool wait_again = false;
+        template <typename T> void set(uint64_t to, const T& value, size_t out) {
+            address = to;
+            bytes.assign(reinterpret_cast<const uint8_t*>(&value),
+                         reinterpret_cast<const uint8_t*>(&value) + std::min(out, sizeof(T)));
+        }
+    };
+
+    // rdma_cm_server.cpp
+    void close_file(CmFile& file);
+    void dispatch(CmFile& file, const uint8_t* message, size_t size);
+    // rdma_cm_commands.cpp
+    int command(CmFile& file, uint32_t cmd, const uint8_t* in, size_t in_bytes,
+                const uint8_t* extra, size_t extra_bytes, Reply& reply);
+    CmId* find_id(const CmFile& file, uint32_t handle);
+    CmId& create_id(CmFile* file, uint64_t uid, uint16_t port_space, uint8_t qp_type);
+    void destroy_id(CmId& id); // tears the connection down on the wire, drops its events
+    void release_id(CmId& id); // forgets it entirely
+    // rdma_cm_addresses.cpp
+    int bind(CmId& id, const sockaddr* addr, size_t length);
+    // `room`: the bytes each address has in its command (sockaddr_in6 for RESOLVE_IP,
+    // sockaddr_storage for RESOLVE_ADDR); no more is read.
+    int resolve_address(CmId& id, const sockaddr* src, const sockaddr* dst, size_t room,
+                        uint32_t timeout_ms, uint64_t now);
+    int device_for_address(const sockaddr* addr) const;
+    int device_toward(const transport::Gid& destination) const;
+    // The port's own address of the destination's family (zeros when it has none).
+    transport::Gid own_gid_toward(size_t device, const transport::Gid& destination) const;
+    // The id's source address as a GID (its bound address, or the port's toward the
+    // peer), and its index in the port's GID table.
+    transport::Gid source_gid(const CmId& id) const;
+    uint8_t source_gid_index(const CmId& id) const;
+    size_t device_of_port(size_t port) const; // devices_.size() when none
+    int first_active_device() const;          // -1 when every port is down
+    bool port_in_use(const CmId& id, uint16_t port) const;
+    void queue_event(CmId& owner, uint32_t type, int32_t status, uint32_t reported_id = 0);
+    void queue_event(CmId& owner, const CmEvent& event);
+    // An event of `owner`'s, counted on it and reported with its uid and handle.
+    static CmEvent event_for(const CmId& owner, uint32_t type, int32_t status = 0);
+    void drop_events(CmFile& file, uint32_t owner);
+    int join_multicast(CmId& id, uint64_t uid, const sockaddr* group, size_t length,
+                       uint16_t join_flags, uint32_t& handle);
+    int init_qp_attr(const CmId& id, uint32_t qp_state, struct ib_uverbs_qp_attr& attr) const;
+    void fill_route(const CmId& id, struct ib_user_path_rec& path) const;
+    static void fill_roce_ah(ib_uverbs_ah_attr& ah, const transport::Gid& dgid, uint8_t tos,
+                             uint8_t sgid_index = 0);
+    uint8_t active_mtu(const CmId& id) const;
+
+    // cm_protocol.cpp
+    int send_req(CmId& id, const rdma_ucm_conn_param& param, uint64_t now);
+    int send_rep(CmId& id, const rdma_ucm_conn_param& param, uint64_t now);
+    int send_rtu(CmId& id, uint64_t now);
+    int send_rej(CmId& id, uint16_t reason, const uint8_t* data, size_t bytes, uint64_t now);
+    int send_dreq(CmId& id, uint64_t now);
+    void send_drep(CmId& id, uint64_t now);
+    void send_mra(CmId& id, uint64_t now);
+    int send_sidr_req(CmId& id, const rdma_ucm_conn_param& param, uint64_t now);
+    int send_sidr_rep(CmId& id, uint8_t status, uint32_t qpn, const uint8_t* data, size_t bytes,
+                      uint64_t now);
+    void on_sidr_req(size_t port, const MadPeer& from, const transport::CmMad& mad, uint64_t now);
+    void on_sidr_rep(const transport::CmMad& mad);
+    CmId* new_request(CmId& listener, size_t device, const MadPeer& from,
+                      const transport::CmaHeader& cma, uint64_t sid);
+    void fill_ud_event(CmEvent& event, const CmId& id, uint32_t qpn, uint32_t qkey,
+                       const uint8_t* data, size_t bytes) const;
+    void transmit(CmId& id, uint64_t now, bool expect_reply);
+    void answer(size_t port, const MadPeer& to, const transport::CmMad& mad, uint64_t now);
+    void on_req(size_t port, const MadPeer& from, const transport::CmMad& mad, uint64_t now);
+    void on_rep(const transport::CmMad& mad, uint64_t now);
+    void on_rtu(const transport::CmMad& mad);
+    void on_rej(const transport::CmMad& mad);
+    void on_mra(const transport::CmMad& mad, uint64_t now);
+    void on_dreq(size_t port, const MadPeer& from, const transport::CmMad& mad, uint64_t now);
+    void on_drep(const transport::CmMad& mad, uint64_t now);
+    void on_timeout(CmId& id, uint64_t now);
+    void enter_time_wait(CmId& id, uint64_t now);
+    CmId* by_local_comm_id(uint32_t comm_id);
+    CmId* listener_for(uint16_t port_space, uint16_t port, size_t device,
+                       const transport::Gid& destination);
+    // The rdma_cm's IP addressing header of an id's REQ or SIDR_REQ.
+    transport::CmaHeader cma_header(const CmId& id) const;
+    void fill_conn_event(CmEvent& event, const CmId& id, const uint8_t* data, size_t bytes) const;
+    uint64_t cm_timeout_ns(uint8_t response_timeout) const;
+    // A timer starts (a retransmission, a time wait, a neighbour to wait for): poll()
+    // looks at the ids no later than `at`.
+    void schedule(uint64_t at) { wake_at_ = std::min(wake_at_, at); }
+    uint32_t new_comm_id();
+
+    int listen_fd_ = -1;
+    int spare_fd_ = -1; // kept to refuse a client when descriptors run out
+
+    std::string socket_path_;
+    const std::vector<Device>& devices_;
+    const PortSet& ports_;
+    MadSender& wire_;
+    std::map<int, std::unique_ptr<CmFile>> files_;
+    std::map<uint32_t, std::unique_ptr<CmId>> ids_;
+    std::map<uint32_t, CmId*> by_comm_id_;
+    std::map<uint32_t, CmMulticast> multicasts_;
+    uint32_t next_handle_ = 1;
+    uint64_t next_tid_ = 1;
+    std::mt19937 random_;
+    uint8_t response_timeout_ = 20; // CM response timeout (IBA exponent), as the kernel's
+    unsigned max_retries_ = 15;
+    // The path's packet life time (IBA exponent): the kernel's CMA_IBOE_PACKET_LIFETIME.
+    // Environment: SOFTHCA_CM_RESPONSE_TIMEOUT, SOFTHCA_CM_MAX_RETRIES, SOFTHCA_CM_PACKET_LIFE.
+    uint8_t packet_life_ = 16;
+    bool trace_ = false;
+    uint64_t wake_at_ = UINT64_MAX; // no id has anything due before this
+    static constexpr uint64_t kNeighborCheckNs =
+        1'000'000; // an address query looks again // SOFTHCA_RDMA_CM_TRACE: each command and its
+                   // result to the log
+    Counters counters_;
+};
+
+} // namespace softhca::engine

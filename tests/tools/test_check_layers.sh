@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# tools/check-layers.sh passes on the tree as it is and fails on each kind of wrong
+# dependency: an include that points up, a link that points up, DPDK outside
+# ports/dpdk, and a file outside every room. Runs on a copy in a temporary directory.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+fresh() {
+    rm -rf "$work/tree"
+    mkdir -p "$work/tree/tools" "$work/tree/hca_engine"
+    cp "$root/tools/check-layers.sh" "$work/tree/tools/"
+    cp -r "$root/hca_engine/src" "$work/tree/hca_engine/"
+}
+expect_pass() {
+    "$work/tree/tools/check-layers.sh" >"$work/out" 2>&1 ||
+        { cat "$work/out"; echo "FAIL: the tree as it is was refused" >&2; exit 1; }
+}
+expect_fail() { # expect_fail WHAT PATTERN
+    if "$work/tree/tools/check-layers.sh" >"$work/out" 2>&1; then
+        echo "FAIL: $1 was not refused" >&2
+        exit 1
+    fi
+    grep -q -- "$2" "$work/out" ||
+        { cat "$work/out"; echo "FAIL: $1: no message matching '$2'" >&2; exit 1; }
+    echo "refused: $1"
+}
+
+fresh
+expect_pass
+
+src=$work/tree/hca_engine/src
+sed -i '0,/^#include/s//#include "resource_tables.hpp"\n#include/' "$src/memory/process_memory.cpp"
+expect_fail "memory including control" "process_memory.cpp (memory) includes resource_tables.hpp (control)"
+
+fresh
+sed -i '0,/^#include/s//#include "datapath.hpp"\n#include/' "$src/ports/link_shaper.hpp"
+expect_fail "ports including datapath" "link_shaper.hpp (ports) includes datapath.hpp (datapath)"
+
+fresh
+sed -i 's/PUBLIC softhca_engine_support softhca_transport)/PUBLIC softhca_engine_support softhca_engine_control softhca_transport)/' \
+    "$src/memory/CMakeLists.txt"
+grep -q softhca_engine_control "$src/memory/CMakeLists.txt" || { echo "FAIL: edit did not apply" >&2; exit 1; }
+expect_fail "memory linking control" "links softhca_engine_control"
+
+fresh
+sed -i '0,/^#include/s//#include <rte_mbuf.h>\n#include/' "$src/datapath/datapath.cpp"
+expect_fail "DPDK in the data path" "DPDK belongs in ports/dpdk only"
+
+fresh
+echo '#pragma once' >"$src/stray.hpp"
+expect_fail "a file outside every room" "stray.hpp is in no room"
+
+echo "PASS"
