@@ -76,7 +76,7 @@ done
 "$SOFTHCA" down --prefix "$prefix" >/dev/null
 check_reports "softhca down after the faulty wire"
 
-# Issue 14's paths: a shaped link with a queue per VL and its arbiter, ECN marking, DCQCN
+# The QoS paths: a shaped link with a queue per VL and its arbiter, ECN marking, DCQCN
 # (CNPs, pacing), together with the fault injector; frames still held by the link when
 # the engine stops.
 "$SOFTHCA" up --prefix "$prefix" --shape rate_mbps=2000,delay_us=20,queue_kb=256 \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The traffic class and congestion control on the wire, as Wireshark decodes them
-# (issue 14): two ib_send_bw flows with --tclass 104 (DSCP 26, AF31) into a shaped link
+# The traffic class and congestion control on the wire, as Wireshark decodes them:
+# two ib_send_bw flows with --tclass 104 (DSCP 26, AF31) into a shaped link
 # with ECN marking and DCQCN on, each port captured (--pcap: with a shaped link, frames
 # are written as they leave the link). tshark must find
 #   on the sender's port: every request in DSCP 26 and ECN-capable, ECT(0) (binary 10),

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Congestion on a shaped link (issue 14): two bulk RC senders (ib_write_bw -q 2, 64 KiB
+# Congestion on a shaped link: two bulk RC senders (ib_write_bw -q 2, 64 KiB
 # writes) into one port whose link is shaped to 2 Gb/s with a 512 KiB queue, ECN marking
 # on that queue (RED, kmin 16 KiB, kmax 64 KiB, pmax 0.2).
 #   Without DCQCN: the marks change nothing, the queue fills, frames are dropped (RC

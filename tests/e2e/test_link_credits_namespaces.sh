@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Link-level credits between two softhca engines (issue 14): two namespaces joined by a
+# Link-level credits between two softhca engines: two namespaces joined by a
 # veth pair (tools/netns-pair.sh), an engine in each on an af_packet port with a 2 Gb/s
 # shaped link and --link-credits. Two bulk RC flows (ib_write_bw -q 2) from one host to
 # the other overload the link: the sender's queue fills to its limit and holds the

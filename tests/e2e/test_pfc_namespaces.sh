@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Priority flow control (802.1Qbb) with --pfc between two engines in two namespaces over
-# af_packet on veth (issue 14: the lossless option for ports to foreign peers).
+# af_packet on veth (the lossless option for ports to foreign peers).
 #   Honouring: two RC flows leave host a, one on priority 0 (traffic class 0) and one on
 #   priority 3 (traffic class 104: DSCP 26). PFC frames pausing priority 0 only, sent into
 #   host a's port from host b's end of the veth (a raw socket, as a switch would), stop

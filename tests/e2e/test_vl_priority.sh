@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Virtual lanes on a shaped link (issue 14): a bulk RC flow on SL 0 fills a 2 Gb/s link's
+# Virtual lanes on a shaped link: a bulk RC flow on SL 0 fills a 2 Gb/s link's
 # queue while a ping-pong (ib_send_lat) measures latency over the same link. The bulk flow
 # uses a 1 KiB path MTU: the arbiter does not preempt the frame on the wire (IBTA 7.6.9),
 # and a 4 KiB frame at 2 Gb/s would hold a ping up to 16 us (0.3 us at 100 Gb/s).

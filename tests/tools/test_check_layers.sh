@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tools/check-layers.sh passes on the tree as it is and fails on each kind of wrong
-# dependency: an include that points up, a link that points up, DPDK outside
-# ports/dpdk, and a file outside every room. Runs on a copy in a temporary directory.
+# dependency: an include that points up (by name, by path, bracketed), a link that points
+# up (named, built from a variable, or outside the room's CMakeLists), DPDK or liburing
+# outside their ports, and a file outside every room or of another kind. Runs on a copy in a temporary directory.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
@@ -12,6 +13,7 @@ fresh() {
     mkdir -p "$work/tree/tools" "$work/tree/hca_engine"
     cp "$root/tools/check-layers.sh" "$work/tree/tools/"
     cp -r "$root/hca_engine/src" "$work/tree/hca_engine/"
+    cp "$root/hca_engine/CMakeLists.txt" "$work/tree/hca_engine/"
 }
 expect_pass() {
     "$work/tree/tools/check-layers.sh" >"$work/out" 2>&1 ||
@@ -51,5 +53,39 @@ expect_fail "DPDK in the data path" "DPDK belongs in ports/dpdk only"
 fresh
 echo '#pragma once' >"$src/stray.hpp"
 expect_fail "a file outside every room" "stray.hpp is in no room"
+
+fresh
+sed -i '0,/^#include/s//#include "..\/control\/resource_tables.hpp"\n#include/' "$src/memory/process_memory.cpp"
+expect_fail "a path to a higher room's header" "name an engine header without a path"
+
+fresh
+sed -i '0,/^#include/s//#include "control\/resource_tables.hpp"\n#include/' "$src/memory/process_memory.cpp"
+expect_fail "a room-qualified include" "name an engine header without a path"
+
+fresh
+sed -i '0,/^#include/s//#include <resource_tables.hpp>\n#include/' "$src/memory/process_memory.cpp"
+expect_fail "a bracketed include of a higher room" "process_memory.cpp (memory) includes resource_tables.hpp (control)"
+
+fresh
+echo '#include "datapath.hpp"' >"$src/memory/extra.h"
+expect_fail "a source with another extension" "extra.h: the engine's sources are"
+
+fresh
+sed -i '0,/^#include/s//#include <liburing.h>\n#include/' "$src/ports/dpdk/dpdk_ports.cpp"
+expect_fail "liburing outside ports/udp" "liburing: it belongs in ports/udp only"
+
+fresh
+echo 'set(UP control)
+target_link_libraries(softhca_engine_memory PUBLIC softhca_engine_${UP})' >>"$src/memory/CMakeLists.txt"
+expect_fail "a target name built from a variable" "name it in full"
+
+fresh
+echo 'target_link_libraries(softhca_engine_memory PUBLIC PkgConfig::DPDK)' >>"$src/memory/CMakeLists.txt"
+expect_fail "DPDK linked outside ports/dpdk" "links DPDK: only ports/dpdk may"
+
+fresh
+echo 'target_link_libraries(softhca_engine_memory PUBLIC softhca_engine_control)' \
+    >>"$work/tree/hca_engine/CMakeLists.txt"
+expect_fail "a link outside the rooms' own CMakeLists" "each room's links belong in its own"
 
 echo "PASS"

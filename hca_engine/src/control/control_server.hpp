@@ -1,9 +1,9 @@
 // The control room (control/): the control server and its method table
 // (control_methods.cpp; control_device, control_memory, control_queues.cpp), each
 // context's resource tables (resource_tables.hpp) with the engine's limits, and the
-// status document. It may use datapath/, memory/, ports/ and support/; the daemon uses
-// it. The data path reaches its tables only through the interfaces it implements
-// (QueueDirectory, QueueContext, MemoryKeys).
+// status document. It may use datapath/, memory/, neighbors/, ports/ and support/; the
+// daemon uses it. The data path reaches its tables only through the interfaces they
+// implement (QueueDirectory, QueueContext, MemoryKeys).
 //
 // The control path: a listening SOCK_SEQPACKET Unix socket, one connection per open
 // device context, one request and one reply per message (layouts in

@@ -58,7 +58,7 @@ class Datapath final : public QpSchedule, public MadSender {
     void activate(EngineQp& qp) override;
     void forget(EngineQp& qp) override;
 
-    // DCQCN (issue 14; datapath_congestion.cpp): off unless the engine runs it. On, the
+    // DCQCN (datapath_congestion.cpp): off unless the engine runs it. On, the
     // requests of connected QPs leave ECN-capable, a request that arrives marked makes
     // its QP send a CNP to its peer, and a CNP cuts and paces the rate of the QP it names.
     struct CongestionControl {

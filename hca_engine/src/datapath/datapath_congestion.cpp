@@ -1,4 +1,4 @@
-// The data path's part of DCQCN (issue 14): the notification point (CNPs for requests
+// The data path's part of DCQCN: the notification point (CNPs for requests
 // that arrive marked Congestion Experienced) and the reaction point (a CNP cuts the rate
 // of the QP it names; transmit() paces the QP at that rate). Marking is the congestion
 // point's, at a shaped port's queue (congestion_point.hpp).

@@ -36,7 +36,7 @@ class Doorbells {
 
     // Rings `slot` from the engine: looked at again next round.
     void ring(uint32_t slot) { device_interface::ring_doorbell_slot(*page_, slot); }
-    // Before sleeping: the next post writes the engine's eventfd.
+    // Before sleeping: the next post writes the context's doorbell pipe.
     void arm() { page_->armed.store(1); }
     // Whether any bit is set (the look once more after arming).
     bool any_rung() const;

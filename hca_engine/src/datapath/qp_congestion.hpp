@@ -1,4 +1,4 @@
-// A QP's congestion control under DCQCN (issue 14; the engine's --dcqcn), kept by the
+// A QP's congestion control under DCQCN (the engine's --dcqcn), kept by the
 // data path beside the QP's transport. One QP plays two of DCQCN's roles:
 //   notification point: its responder received requests marked Congestion Experienced;
 //     it sends its peer a CNP for them, at most one per interval (CnpLimiter);

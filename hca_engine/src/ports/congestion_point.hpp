@@ -1,4 +1,4 @@
-// A port's congestion point (issue 14): the shaped link of link_shaper.hpp and, on its
+// A port's congestion point: the shaped link of link_shaper.hpp and, on its
 // queue, what a switch's egress does under congestion: RED marking of ECN Congestion
 // Experienced on ECN-capable frames (RFC 3168; RoCEv2 A17.9.1), and drops when the
 // queue is full. Sans I/O and generic over the frame handle, as LinkShaper: the port

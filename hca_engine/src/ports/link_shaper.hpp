@@ -1,4 +1,4 @@
-// A shaped link at a port's transmitter (issue 14's "shaped link"; like netem with a
+// A shaped link at a port's transmitter (like netem with a
 // token bucket, but in the engine): a rate limit, a one-way delay and a limit on the
 // bytes queued for the wire, with a queue per virtual lane and IBTA's arbiter (7.6.9,
 // transport/vl_arbiter.hpp) choosing which VL's head frame goes on the wire next. Off by

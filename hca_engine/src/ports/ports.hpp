@@ -45,7 +45,7 @@ struct PortCounters {
     uint64_t rx_mads = 0;             // to QP1, handed to the communication manager
     uint64_t rx_mads_dropped = 0;     // to QP1 but not a GSI datagram (opcode, Q_Key)
     uint64_t tx_mads = 0;
-    // Congestion control (issue 14), when the engine runs it:
+    // Congestion control, when the engine runs it:
     uint64_t rx_ecn_ce = 0;       // requests that arrived marked Congestion Experienced
     uint64_t tx_cnps = 0;         // CNPs sent for them (at most one per QP per interval)
     uint64_t rx_cnps = 0;         // CNPs that arrived for a QP of ours

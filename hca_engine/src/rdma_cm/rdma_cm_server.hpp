@@ -1,5 +1,6 @@
 // The rdma_cm room (rdma_cm/): may use datapath/ (QP1 through MadSender/MadReceiver),
-// memory/, ports/ and support/; the daemon uses it. It does not use the control room.
+// memory/, neighbors/, ports/ and support/; the daemon uses it. It does not use the
+// control room.
 //
 // The engine's rdma_cm: what the kernel's rdma_ucm and ib_cm are, for programs that use
 // librdmacm. A listening SOCK_SEQPACKET socket takes one connection per open rdma_cm

@@ -102,7 +102,7 @@ static_assert(sizeof(OpenDeviceRequest) == 112);
 // Sent with two SCM_RIGHTS fds: the write end of the context's async event pipe (the
 // engine writes 16-byte async event records (element, event_type, reserved) to it),
 // and the process's own /proc/self/mem, opened O_RDWR: the memory the context reaches
-// (hca_engine/src/client_process.hpp). The reply carries the write end of the
+// (hca_engine/src/memory/client_process.hpp). The reply carries the write end of the
 // context's doorbell pipe (see qp_ring.hpp).
 struct OpenDeviceReply {
     ReplyHeader reply;
