@@ -5,10 +5,10 @@
 
 namespace softhca::provider {
 
-void MrDirectory::add(uint32_t lkey, uint64_t iova, uint64_t addr, uint64_t length,
-                      bool on_demand) {
+void MrDirectory::add(uint32_t lkey, uint64_t iova, uint64_t addr, uint64_t length, bool on_demand,
+                      bool mapped) {
     std::unique_lock lock(lock_);
-    regions_[lkey] = {iova, addr, length, on_demand};
+    regions_[lkey] = {iova, addr, length, on_demand, mapped};
 }
 
 void MrDirectory::remove(uint32_t lkey) {
@@ -16,7 +16,7 @@ void MrDirectory::remove(uint32_t lkey) {
     regions_.erase(lkey);
 }
 
-const void* MrDirectory::locate(uint32_t lkey, uint64_t iova, uint32_t length) const {
+const void* MrDirectory::locate(uint32_t lkey, uint64_t iova, uint32_t length, bool* mapped) const {
     std::shared_lock lock(lock_);
     auto it = regions_.find(lkey);
     if (it == regions_.end() || it->second.on_demand)
@@ -24,6 +24,8 @@ const void* MrDirectory::locate(uint32_t lkey, uint64_t iova, uint32_t length) c
     const Region& r = it->second;
     if (iova < r.iova || iova - r.iova > r.length || r.length - (iova - r.iova) < length)
         return nullptr;
+    if (mapped)
+        *mapped = r.mapped;
     return reinterpret_cast<const void*>(r.addr + (iova - r.iova));
 }
 

@@ -17,11 +17,15 @@ class MrDirectory {
     // `iova` is the address work requests name the region by; `addr` where it lies here.
     // An on-demand-paging region may cover memory that is not mapped (implicit ODP: all
     // of it): locate never names it, locate_on_demand only it.
-    void add(uint32_t lkey, uint64_t iova, uint64_t addr, uint64_t length, bool on_demand = false);
+    // `mapped`: the engine maps the region's memory (RegMrReply's kMrMapped), so sends
+    // from it are not staged.
+    void add(uint32_t lkey, uint64_t iova, uint64_t addr, uint64_t length, bool on_demand = false,
+             bool mapped = false);
     void remove(uint32_t lkey);
     // Where [iova, iova + length) of region `lkey` lies in this process, or nullptr
     // when `lkey` is not a region registered here or the range is not inside it.
-    const void* locate(uint32_t lkey, uint64_t iova, uint32_t length) const;
+    // `mapped`, if asked, tells whether the engine maps the region.
+    const void* locate(uint32_t lkey, uint64_t iova, uint32_t length, bool* mapped = nullptr) const;
     // ibv_advise_mr: 0 and where [iova, iova + length) of on-demand region `lkey` lies,
     // EINVAL when `lkey` is no on-demand region of this context, EFAULT when the range
     // is not inside it.
@@ -33,6 +37,7 @@ class MrDirectory {
         uint64_t addr;
         uint64_t length;
         bool on_demand;
+        bool mapped;
     };
     mutable std::shared_mutex lock_;
     std::unordered_map<uint32_t, Region> regions_;

@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <pthread.h>
+#include <vector>
 
 namespace softhca::provider {
 
@@ -102,6 +103,13 @@ struct Qp {
     std::mutex rq_lock;
     uint64_t sq_next = 0; // producer indices, published to the ring after each post
     uint64_t rq_next = 0;
+    // The send staging area (qp_ring.hpp), under sq_lock: bytes handed out in order
+    // (staging_head) and taken back (staging_freed) once sq_completed passes the request
+    // that held them (staged_end: staging_head after each send slot's request).
+    uint8_t* staging = nullptr;
+    uint64_t staging_bytes = 0;
+    uint64_t staging_head = 0, staging_freed = 0, staging_seen_completed = 0;
+    std::vector<uint64_t> staged_end;
     std::unique_ptr<WrStaging> wr_staging; // with ibv_qp_ex's work-request API only
 };
 

@@ -150,6 +150,13 @@ Qp* engine_qp(ibv_context* context, di::Opcode opcode, Request& request, ibv_qp_
     qp->handle = reply.qp_handle;
     qp->ring_bytes = reply.ring_bytes;
     qp->caps = reply.caps;
+    if (const uint64_t staging = qp->ring->staging_bytes;
+        staging && qp->ring->sq_slots && qp->ring->staging_offset <= qp->ring_bytes &&
+        staging <= qp->ring_bytes - qp->ring->staging_offset) {
+        qp->staging = reinterpret_cast<uint8_t*>(qp->ring) + qp->ring->staging_offset;
+        qp->staging_bytes = staging;
+        qp->staged_end.assign(qp->ring->sq_slots, 0);
+    }
     qp->doorbell = state.doorbell;
     ibv_qp& q = qp->vqp.qp;
     q.context = context;
@@ -425,6 +432,71 @@ bool gather_at_post(const Qp& qp, const ibv_send_wr& wr, uint64_t total, uint8_t
     return true;
 }
 
+// Whether larger sends are staged at post time (SOFTHCA_STAGE_SENDS=0 turns it off):
+// read once per process.
+bool staging_enabled() {
+    static const bool enabled = [] {
+        const char* value = std::getenv("SOFTHCA_STAGE_SENDS");
+        return !value || std::strcmp(value, "0") != 0;
+    }();
+    return enabled;
+}
+
+// Takes back the staging of the requests that retired since the last post: everything
+// handed out up to the newest retired request. Its slot is read before any post can
+// write it again (a post that reuses it sees a later sq_completed first).
+void reclaim_staging(Qp& qp, uint64_t completed) {
+    if (!qp.staging || completed == qp.staging_seen_completed)
+        return;
+    qp.staging_seen_completed = completed;
+    qp.staging_freed = qp.staged_end[(completed - 1) & (qp.staged_end.size() - 1)];
+}
+
+// A SEND or RDMA WRITE too large to gather into its slot has its bytes copied into the
+// send staging area now (kSendStaged, the offset in `offset`), when every SGE lies in a
+// region this context registered, not all of them in memory the engine maps itself,
+// and the area has room: the engine then takes them with memcpy instead of reading the
+// application's private memory. The data may not change until the request completes
+// (10.8.3.1), so copying now reads what the engine would have read. Returns whether it
+// did; the request's bytes are read from memory otherwise.
+bool stage_at_post(Qp& qp, const ibv_send_wr& wr, uint64_t total, uint64_t& offset) {
+    if (!qp.staging || !di::may_gather(static_cast<uint8_t>(wr.opcode)) || total == 0 ||
+        total > qp.staging_bytes || !staging_enabled())
+        return false;
+    const MrDirectory& mrs = state_of(qp.vqp.qp.context).mrs;
+    constexpr int kMostSges = 16; // QpLimits::kMaxSge; validate_send bounds num_sge
+    const void* from[kMostSges];
+    if (wr.num_sge > kMostSges)
+        return false;
+    bool all_mapped = true;
+    for (int i = 0; i < wr.num_sge; ++i) {
+        const ibv_sge& sge = wr.sg_list[i];
+        bool mapped = false;
+        if (sge.length && !(from[i] = mrs.locate(sge.lkey, sge.addr, sge.length, &mapped)))
+            return false; // not a region of ours, or outside it: the engine reports it
+        all_mapped = all_mapped && (mapped || !sge.length);
+    }
+    if (all_mapped)
+        return false; // the engine copies it with memcpy already
+    // Contiguous room: from the head to the end of the area, or else from its start.
+    const uint64_t size = (total + di::kStagingAlign - 1) / di::kStagingAlign * di::kStagingAlign;
+    const uint64_t in_use = qp.staging_head - qp.staging_freed;
+    const uint64_t at = qp.staging_head % qp.staging_bytes;
+    const uint64_t skip = at + size > qp.staging_bytes ? qp.staging_bytes - at : 0;
+    if (in_use + skip + size > qp.staging_bytes)
+        return false; // full: this one is read from memory
+    qp.staging_head += skip;
+    offset = qp.staging_head % qp.staging_bytes;
+    uint8_t* to = qp.staging + offset;
+    for (int i = 0; i < wr.num_sge; ++i) {
+        if (wr.sg_list[i].length)
+            std::memcpy(to, from[i], wr.sg_list[i].length);
+        to += wr.sg_list[i].length;
+    }
+    qp.staging_head += size;
+    return true;
+}
+
 } // namespace
 
 int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
@@ -444,7 +516,9 @@ int post_send_requests(Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr, unsigned m
     std::lock_guard<std::mutex> lock(qp->sq_lock);
     di::QpRingHeader* ring = qp->ring;
     const uint64_t completed = ring->sq_completed.load(std::memory_order_acquire);
+    reclaim_staging(*qp, completed);
     const uint64_t first = qp->sq_next;
+    const uint64_t first_staging_head = qp->staging_head;
     int err = 0;
     for (; wr; wr = wr->next) {
         if ((err = validate_send(*qp, *wr, mode & kPostType1Bind)))
@@ -520,14 +594,23 @@ int post_send_requests(Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr, unsigned m
                 break;
             }
             h.length = static_cast<uint32_t>(total);
-            if (gather_at_post(*qp, *wr, total, payload + wr->num_sge * sizeof(di::WireSge)))
+            uint64_t staged_at = 0;
+            if (gather_at_post(*qp, *wr, total, payload + wr->num_sge * sizeof(di::WireSge))) {
                 h.flags |= di::kSendGathered;
+            } else if (stage_at_post(*qp, *wr, total, staged_at)) {
+                h.flags |= di::kSendStaged;
+                h.swap = staged_at;
+            }
         }
         std::memcpy(slot, &h, sizeof(h));
+        if (qp->staging)
+            qp->staged_end[qp->sq_next & (qp->staged_end.size() - 1)] = qp->staging_head;
         ++qp->sq_next;
     }
-    if (err && all_or_nothing)
+    if (err && all_or_nothing) {
         qp->sq_next = first; // the slots written stay unpublished
+        qp->staging_head = first_staging_head;
+    }
     ring->sq_producer.store(qp->sq_next, std::memory_order_release);
     ring_doorbell(ring, qp->doorbell);
     if (err)

@@ -199,6 +199,12 @@ size_t QueuePair::build_request(SendEntry& entry, uint8_t* buffer, size_t capaci
                 return 0;
             }
             std::memcpy(data, wqe.inline_bytes.data() + offset, payload);
+        } else if (wqe.staged) {
+            if (offset == 0 && !gathered_sges_valid(wqe)) {
+                complete_send_error(entry, WcStatus::LocalProtectionError);
+                return 0;
+            }
+            std::memcpy(data, wqe.staged + offset, payload);
         } else if (memory_.read_message(message_tag(entry), false, 0, wqe.sge.data(), wqe.num_sge,
                                         wqe.length, offset, data, payload) != MemoryStatus::Ok) {
             // A bad lkey or an SGE outside its MR: local protection error (10.7.3.1).
@@ -209,7 +215,7 @@ size_t QueuePair::build_request(SendEntry& entry, uint8_t* buffer, size_t capaci
     if (pad)
         std::memset(buffer + o.payload + payload, 0, pad);
     entry.next_packet = rd_atomic ? entry.packets : entry.next_packet + 1;
-    if (payload && !wqe.inline_data && entry.next_packet == entry.packets)
+    if (payload && !wqe.inline_data && !wqe.staged && entry.next_packet == entry.packets)
         memory_.forget_message(message_tag(entry));
     if (!reliable() && entry.next_packet == entry.packets) {
         // Nothing acknowledges UC or UD: the request is complete once sent.

@@ -18,6 +18,7 @@ di::RegMrReply mr_reply(const di::MessageHeader& header, int status, const Regis
     r.mr_handle = mr.handle;
     r.lkey = mr.lkey;
     r.rkey = mr.rkey;
+    r.flags = mr.mapped ? uint32_t{di::kMrMapped} : 0u;
     return r;
 }
 } // namespace

@@ -269,10 +269,11 @@ RegisteredMr ContextResources::add_mr(MemoryRegion mr) {
     ++pds_.at(mr.pd_handle).mr_count;
     if (mr.dm_handle)
         ++dms_.at(mr.dm_handle).mr_count;
+    const bool mapped = mr.mapping != nullptr;
     mrs_by_key_[key] = &mrs_.emplace(handle, std::move(mr)).first->second;
     ++mr_generation_;
     ++keys_.mrs;
-    return {handle, key, key};
+    return {handle, key, key, mapped};
 }
 
 int ContextResources::rereg_mr(const di::ReregMrRequest& request, RegisteredMr& out) {
@@ -322,7 +323,7 @@ int ContextResources::rereg_mr(const di::ReregMrRequest& request, RegisteredMr& 
     }
     mr = next; // same keys, same place in mrs_by_key_
     ++mr_generation_;
-    out = {request.mr_handle, mr.lkey, mr.rkey};
+    out = {request.mr_handle, mr.lkey, mr.rkey, mr.mapping != nullptr};
     return 0;
 }
 

@@ -94,6 +94,7 @@ struct DeviceMemory {
 
 struct RegisteredMr {
     uint32_t handle, lkey, rkey;
+    bool mapped = false; // the engine maps its memory (MemoryRegion::mapping)
 };
 
 // One context's resources; the keys and queue context its QPs and SRQs reach

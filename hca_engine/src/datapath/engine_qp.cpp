@@ -2,6 +2,7 @@
 
 #include "clock.hpp"
 #include "completion_queue.hpp"
+#include "environment.hpp"
 #include "gid_table.hpp"
 #include "ports.hpp"
 #include "queue_context.hpp"
@@ -92,7 +93,11 @@ void EngineQp::activate() {
 }
 
 uint64_t EngineQp::engine_bytes() const {
-    return ring_memory_.bytes() + uint64_t{caps_.max_send_wr} * sizeof(tp::SendWqe) +
+    // The send staging area is the application's memory: it writes every page of it
+    // first, so the kernel charges them to it (its memory cgroup), as it would memory
+    // the application allocated itself.
+    return ring_memory_.bytes() - staging_bytes_ +
+           uint64_t{caps_.max_send_wr} * sizeof(tp::SendWqe) +
            uint64_t{caps_.max_recv_wr} * sizeof(tp::RecvWqe);
 }
 
@@ -108,8 +113,18 @@ int EngineQp::create_ring(uint32_t doorbell_slot) {
     const uint64_t sq_offset = sizeof(di::QpRingHeader);
     const uint64_t rq_offset = sq_offset + uint64_t{sq_slot} * caps_.max_send_wr;
     // A QP on an SRQ has no receive slots (max_recv_wr 0).
-    if (int err =
-            ring_memory_.create("softhca-qp", rq_offset + uint64_t{rq_slot} * caps_.max_recv_wr))
+    const uint64_t rings_end = rq_offset + uint64_t{rq_slot} * caps_.max_recv_wr;
+    // The send staging area, page aligned after the rings (SOFTHCA_SEND_STAGING=0 in
+    // the engine's environment: none, and every source is read from memory).
+    static const bool staging = environment_switch_on("SOFTHCA_SEND_STAGING");
+    const uint64_t staging_offset = (rings_end + 4095) / 4096 * 4096;
+    const uint64_t staging_bytes =
+        staging && caps_.max_send_wr
+            ? std::min(uint64_t{caps_.max_send_wr} * QpLimits::kStagingPerSlot,
+                       QpLimits::kMaxStaging)
+            : 0;
+    if (int err = ring_memory_.create("softhca-qp",
+                                      staging_bytes ? staging_offset + staging_bytes : rings_end))
         return err;
     ring_ = new (ring_memory_.data()) di::QpRingHeader{};
     ring_->magic = di::kQpRingMagic;
@@ -121,7 +136,11 @@ int EngineQp::create_ring(uint32_t doorbell_slot) {
     ring_->sq_offset = sq_offset;
     ring_->rq_offset = rq_offset;
     ring_->doorbell_slot = doorbell_slot;
+    ring_->staging_offset = staging_bytes ? staging_offset : 0;
+    ring_->staging_bytes = staging_bytes;
     doorbell_slot_ = doorbell_slot;
+    staging_offset_ = staging_bytes ? staging_offset : 0;
+    staging_bytes_ = staging_bytes;
     sq_slot_size_ = sq_slot;
     rq_slot_size_ = rq_slot;
     sq_offset_ = sq_offset;
@@ -286,6 +305,7 @@ bool EngineQp::pull_work(tp::Nanoseconds now, bool& left_in_ring) {
         w.fence = h.flags & di::kSendFence;
         w.solicited = h.flags & di::kSendSolicited;
         w.inline_data = h.flags & di::kSendInline;
+        w.staged = nullptr;
         w.imm_data = h.imm_data;
         w.remote_addr = h.remote_addr;
         w.rkey = h.rkey;
@@ -320,6 +340,8 @@ bool EngineQp::pull_work(tp::Nanoseconds now, bool& left_in_ring) {
                 w.length = 8;
             else if (h.flags & di::kSendGathered)
                 take_gathered(slot, w);
+            else if (h.flags & di::kSendStaged)
+                take_staged(h, w);
         }
         transport_.post_prepared_send();
         ++sq_pulled_;
@@ -356,6 +378,17 @@ void EngineQp::take_gathered(const uint8_t* slot, tp::SendWqe& w) const {
         return;
     std::memcpy(w.inline_bytes.data(), slot + at, w.length);
     w.inline_data = true;
+}
+
+void EngineQp::take_staged(const di::SendWqeHeader& h, tp::SendWqe& w) const {
+    // The payload is in the send staging area at `swap` (kSendStaged), checked against
+    // the engine's own copy of the area's bounds; a request that does not fit there, or
+    // does not carry its SGEs' bytes, is read from memory as usual. The SGEs stay, and
+    // are checked before the bytes go out (10.7.3.1).
+    if (!di::may_gather(static_cast<uint8_t>(w.opcode)) || h.swap >= staging_bytes_ ||
+        w.length > staging_bytes_ - h.swap)
+        return;
+    w.staged = static_cast<const uint8_t*>(ring_memory_.data()) + staging_offset_ + h.swap;
 }
 
 const uint8_t* EngineQp::ring_slot(bool send, uint64_t index) const {

@@ -34,6 +34,11 @@ struct QpLimits {
     static constexpr uint32_t kMaxInline = transport::kMaxInlineData;
     static constexpr uint32_t kMaxRdAtomic =
         128; // as Linux rxe: responder state is cheap in software
+    // The send staging area (qp_ring.hpp): this much per send queue slot, at most
+    // kMaxStaging. Its pages cost memory only once the provider writes them, and are
+    // charged to the application's memory (it writes them first), not to the engine's.
+    static constexpr uint64_t kStagingPerSlot = 64 * 1024;
+    static constexpr uint64_t kMaxStaging = 16 * 1024 * 1024;
 };
 
 // What a QP is bound to at creation. An XRC initiator has no receive side, an XRC
@@ -127,6 +132,7 @@ class EngineQp : public transport::CompletionSink,
     void push_completion(CompletionQueue* cq, const transport::Completion& completion);
     const uint8_t* ring_slot(bool send, uint64_t index) const;
     void take_gathered(const uint8_t* slot, transport::SendWqe& w) const;
+    void take_staged(const device_interface::SendWqeHeader& h, transport::SendWqe& w) const;
     // Puts the QP on the data path's active list (a change it could not see arrive).
     void activate();
 
@@ -147,6 +153,7 @@ class EngineQp : public transport::CompletionSink,
     device_interface::QpRingHeader* ring_ = nullptr;
     uint32_t sq_slot_size_ = 0, rq_slot_size_ = 0;
     uint64_t sq_offset_ = 0, rq_offset_ = 0;
+    uint64_t staging_offset_ = 0, staging_bytes_ = 0;
     uint32_t doorbell_slot_ = device_interface::kNoDoorbellSlot;
     uint64_t sq_pulled_ = 0;
     uint64_t rq_pulled_ = 0;

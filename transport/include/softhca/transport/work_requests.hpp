@@ -97,6 +97,10 @@ struct SendWqeFields {
     // data; a request whose SGEs' bytes were gathered at post time keeps its SGEs,
     // which are checked as if they were read.
     bool inline_data = false;
+    // Not inline: the payload's `length` bytes were staged where the engine maps them,
+    // and stay there until the request retires; the SGEs are kept and checked as if they
+    // were read. Null: the payload is read from memory through the SGEs.
+    const uint8_t* staged = nullptr;
     uint32_t imm_data = 0; // network byte order, as the verbs carry it
     uint64_t remote_addr = 0;
     uint32_t rkey = 0; // RDMA and atomics; LOCAL_INV and SEND_WITH_INV: the rkey to invalidate

@@ -255,12 +255,19 @@ struct RegMrRequest {
 };
 static_assert(sizeof(RegMrRequest) == 48);
 
+// RegMrReply::flags
+enum RegMrFlags : uint32_t {
+    // The engine maps the region's memory and copies it with memcpy (shared memory,
+    // device memory): a provider gains nothing by staging sends from it.
+    kMrMapped = 1u << 0,
+};
+
 struct RegMrReply {
     ReplyHeader reply;
     uint32_t mr_handle;
     uint32_t lkey;
     uint32_t rkey;
-    uint32_t reserved;
+    uint32_t flags; // RegMrFlags (0 from engines that predate them)
 };
 static_assert(sizeof(RegMrReply) == 40);
 

@@ -6,6 +6,13 @@
 // advances `completed` as work requests retire, which frees their slots.
 // A shared receive queue uses the same layout with no send queue (sq_slots = 0); its
 // `rq_completed` counts requests taken by QPs.
+//
+// A QP's mapping ends with its send staging area (staging_bytes at staging_offset, none
+// when 0): the provider copies the source of a SEND or RDMA WRITE there inside
+// ibv_post_send (kSendStaged), so that the engine takes the bytes with memcpy instead of
+// reaching into the application's private memory. The provider allocates it as a ring of
+// bytes, in order, and takes back what a work request held once `sq_completed` has
+// passed it: the engine reads it until the request retires (retransmissions included).
 #pragma once
 
 #include <atomic>
@@ -15,7 +22,7 @@
 namespace softhca::device_interface {
 
 constexpr uint32_t kQpRingMagic = 0x53485150; // "SHQP"
-constexpr uint32_t kQpRingVersion = 5;
+constexpr uint32_t kQpRingVersion = 6;
 
 struct alignas(64) QpRingHeader {
     uint32_t magic;
@@ -28,6 +35,8 @@ struct alignas(64) QpRingHeader {
     uint64_t rq_offset;
     uint32_t doorbell_slot; // this queue's bit in the context's doorbell page
     uint32_t reserved;
+    uint64_t staging_offset; // the send staging area, from the start of the mapping
+    uint64_t staging_bytes;  // 0: none
     alignas(64) std::atomic<uint64_t> sq_producer;  // provider
     alignas(64) std::atomic<uint64_t> sq_completed; // engine: retired, slot reusable
     alignas(64) std::atomic<uint64_t> rq_producer;  // provider
@@ -46,7 +55,15 @@ enum SendFlags : uint8_t {
     // message for memory it cannot map. A request the data of which may not change
     // until it completes (10.8.3.1) reads the same either way.
     kSendGathered = 1 << 4,
+    // The SGEs' bytes were copied into the send staging area at post time: `swap` holds
+    // their offset in it, `length` bytes, contiguous. As with kSendGathered the engine
+    // checks the SGEs as usual and takes the payload from there; staged bytes stay until
+    // the request retires.
+    kSendStaged = 1 << 5,
 };
+
+// Staging is allocated in whole cache lines.
+constexpr uint64_t kStagingAlign = 64;
 
 // Every send slot has this much room beyond its SGEs for gathered bytes.
 constexpr uint32_t kSendGatherRoom = 64;
