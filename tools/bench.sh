@@ -13,7 +13,9 @@
 # each beside qperf's tcp_bw/tcp_lat and with its ratio to TCP; then 64 KiB bandwidth and
 # 8-byte latency over each kind of port (ring, memif, af_packet on a veth, the kernel UDP
 # socket port over loopback and over a veth). Writes a PNG plot of bandwidth against
-# message size (default build/bench.png).
+# message size (default build/bench.png). First the machine's limits, measured in the same
+# run by softhca-limits-probe: memcpy, one memory-file and one cross-memory-attach call at
+# 64 KiB and 1 MiB, and the one-way latency of a message relayed through a third process.
 # Needs a build (tools/build.sh) and root; installs qperf and gnuplot if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -76,6 +78,9 @@ tcp() {
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a != "" && b > 0) printf "%.2f", a / b; else print "-"}'; }
 
 echo "softhca $(git rev-parse --short HEAD 2>/dev/null || echo '?') on $(nproc) cores, $(date -u +%F)"
+# What the machine allows, in the same run: every figure below is read against these.
+build/tools/softhca-limits-probe $([ "$iters" -lt 2000 ] && echo --quick) ||
+    echo "softhca-limits-probe failed"
 echo "Bandwidth, MB/s (softhca: perftest BW average; TCP: qperf tcp_bw over loopback)"
 printf "%-9s %-6s %9s %9s %9s %9s %7s %7s %7s\n" size memory write read send tcp_bw \
     "w/tcp" "r/tcp" "s/tcp"

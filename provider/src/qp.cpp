@@ -6,6 +6,7 @@
 
 #include "softhca/device_interface/qp_ring.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -449,7 +450,8 @@ void reclaim_staging(Qp& qp, uint64_t completed) {
     if (!qp.staging || completed == qp.staging_seen_completed)
         return;
     qp.staging_seen_completed = completed;
-    qp.staging_freed = qp.staged_end[(completed - 1) & (qp.staged_end.size() - 1)];
+    qp.staging_freed =
+        std::max(qp.staging_freed, qp.staged_end[(completed - 1) & (qp.staged_end.size() - 1)]);
 }
 
 // A SEND or RDMA WRITE too large to gather into its slot has its bytes copied into the
@@ -478,6 +480,11 @@ bool stage_at_post(Qp& qp, const ibv_send_wr& wr, uint64_t total, uint64_t& offs
     }
     if (all_mapped)
         return false; // the engine copies it with memcpy already
+    // Nothing staged is in use: start again at the area's start, so that only as many of
+    // its pages are ever written as the sends in flight at once need.
+    if (qp.staging_head == qp.staging_freed)
+        qp.staging_head = qp.staging_freed =
+            (qp.staging_head + qp.staging_bytes - 1) / qp.staging_bytes * qp.staging_bytes;
     // Contiguous room: from the head to the end of the area, or else from its start.
     const uint64_t size = (total + di::kStagingAlign - 1) / di::kStagingAlign * di::kStagingAlign;
     const uint64_t in_use = qp.staging_head - qp.staging_freed;

@@ -615,7 +615,7 @@ TEST_CASE("large sends staged at post time send what was posted; their SGEs are 
 }
 
 TEST_CASE("more large sends at once than the staging area holds all arrive intact", "[integrity]") {
-    // A QP of depth 256 stages up to 16 MiB (256 slots of 64 KiB): 64 WRITEs of 512 KiB
+    // A QP of depth 256 stages up to 2 MiB (32 KiB a slot, at most 2 MiB): 64 WRITEs of 512 KiB
     // posted together, each from its own pattern, overflow it, so some are staged and
     // the rest read from memory; every byte of each is checked.
     constexpr size_t kSize = 512 * 1024, kCount = 64;

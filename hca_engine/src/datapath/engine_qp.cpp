@@ -93,11 +93,7 @@ void EngineQp::activate() {
 }
 
 uint64_t EngineQp::engine_bytes() const {
-    // The send staging area is the application's memory: it writes every page of it
-    // first, so the kernel charges them to it (its memory cgroup), as it would memory
-    // the application allocated itself.
-    return ring_memory_.bytes() - staging_bytes_ +
-           uint64_t{caps_.max_send_wr} * sizeof(tp::SendWqe) +
+    return ring_memory_.bytes() + uint64_t{caps_.max_send_wr} * sizeof(tp::SendWqe) +
            uint64_t{caps_.max_recv_wr} * sizeof(tp::RecvWqe);
 }
 

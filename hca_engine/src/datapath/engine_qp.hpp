@@ -35,10 +35,10 @@ struct QpLimits {
     static constexpr uint32_t kMaxRdAtomic =
         128; // as Linux rxe: responder state is cheap in software
     // The send staging area (qp_ring.hpp): this much per send queue slot, at most
-    // kMaxStaging. Its pages cost memory only once the provider writes them, and are
-    // charged to the application's memory (it writes them first), not to the engine's.
-    static constexpr uint64_t kStagingPerSlot = 64 * 1024;
-    static constexpr uint64_t kMaxStaging = 16 * 1024 * 1024;
+    // kMaxStaging. It is engine memory the context holds (the engine's reads can be the
+    // first to touch a page), so it counts in engine_bytes against --limits.
+    static constexpr uint64_t kStagingPerSlot = 32 * 1024;
+    static constexpr uint64_t kMaxStaging = 2 * 1024 * 1024;
 };
 
 // What a QP is bound to at creation. An XRC initiator has no receive side, an XRC
