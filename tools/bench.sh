@@ -12,7 +12,8 @@
 # QPs, 64 KiB bandwidth with 16 QPs, and latency (send/write/read at 8 B and 4 KiB),
 # each beside qperf's tcp_bw/tcp_lat and with its ratio to TCP; then 64 KiB bandwidth and
 # 8-byte latency over each kind of port (ring, memif, af_packet on a veth, the kernel UDP
-# socket port over loopback and over a veth). Writes a PNG plot of bandwidth against
+# socket port over loopback and over a veth), and UCX's ucx_perftest over softhca beside UCX
+# over TCP (applications). Writes a PNG plot of bandwidth against
 # message size (default build/bench.png). First the machine's limits, measured in the same
 # run by softhca-limits-probe: memcpy, one memory-file and one cross-memory-attach call at
 # 64 KiB and 1 MiB, and the one-way latency of a message relayed through a third process.
@@ -116,6 +117,39 @@ for size in 8 4096; do
     t=$(tcp tcp_lat "$size")
     printf "%-9s %9s %9s %9s %9s %8s %8s %8s\n" "$size" "$s" "$w" "$r" "$t" \
         "$(ratio "$t" "$s")" "$(ratio "$t" "$w")" "$(ratio "$t" "$r")"
+done
+
+# Applications: UCX's ucx_perftest (UCP tag matching) over softhca's RC (rc_verbs, the
+# server on <prefix>0, the client on <prefix>1) beside the same over UCX's own TCP
+# transport on loopback, in the same run. Prints column COLUMN of the "Final:" row
+# (7: overall bandwidth, MB/s; 5: overall latency, us).
+#   ucx TLS DEVICE_SERVER DEVICE_CLIENT TEST SIZE COLUMN
+ucx() {
+    local tls=$1 dev_s=$2 dev_c=$3 test=$4 size=$5 column=$6 port
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    local n=$((iters < 2000 ? 300 : 2000))
+    "$softhca" exec --prefix "$prefix" -- env UCX_TLS="$tls" UCX_NET_DEVICES="$dev_s" \
+        UCX_WARN_UNUSED_ENV_VARS=n timeout 120 ucx_perftest -p "$port" -t "$test" -s "$size" \
+        -n "$n" >/dev/null 2>&1 &
+    local server=$!
+    sleep 0.5
+    "$softhca" exec --prefix "$prefix" -- env UCX_TLS="$tls" UCX_NET_DEVICES="$dev_c" \
+        UCX_WARN_UNUSED_ENV_VARS=n timeout 120 ucx_perftest 127.0.0.1 -p "$port" -t "$test" \
+        -s "$size" -n "$n" 2>/dev/null |
+        awk -v col="$column" '$1 == "Final:" && NF >= col {print $col; exit}'
+    wait "$server" 2>/dev/null || true
+}
+echo "Applications: UCX ucx_perftest (tag matching) over softhca RC vs UCX over TCP on loopback"
+printf "%-24s %10s %10s %7s\n" test softhca tcp ratio
+for run in "tag_bw 65536 7" "tag_bw 1048576 7" "tag_lat 8 5"; do
+    read -r test size column <<<"$run"
+    v=$(ucx "rc_verbs,ud_verbs:aux" "${prefix}0:1" "${prefix}1:1" "$test" "$size" "$column")
+    t=$(ucx tcp lo lo "$test" "$size" "$column")
+    if [ "$test" = tag_lat ]; then
+        printf "%-24s %10s %10s %7s\n" "$test $size B (us)" "$v" "$t" "$(ratio "$t" "$v")"
+    else
+        printf "%-24s %10s %10s %7s\n" "$test $size B (MB/s)" "$v" "$t" "$(ratio "$v" "$t")"
+    fi
 done
 
 # The same perftest runs over each kind of port, between two engines (or two devices of
