@@ -52,12 +52,17 @@ sleep 0.5
 # access). Big enough for the largest message and both sides.
 dd if=/dev/zero of="$shm_file" bs=1M count=8 status=none
 
+# A TCP port nobody listens on, for a server to take.
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
 # perftest between <prefix>0 (server) and <prefix>1 (client); prints the value of
 # column $3 of the result row. Further arguments go to both sides.
 perftest() {
     local tool=$1 size=$2 column=$3 port
     shift 3
-    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    port=$(free_port)
     "$softhca" exec --prefix "$prefix" -- timeout 120 "$tool" -d "${prefix}0" -x 0 -p "$port" \
         -s "$size" -n "$iters" "$@" >/dev/null 2>&1 &
     local server=$!
@@ -126,7 +131,7 @@ done
 #   ucx TLS DEVICE_SERVER DEVICE_CLIENT TEST SIZE COLUMN
 ucx() {
     local tls=$1 dev_s=$2 dev_c=$3 test=$4 size=$5 column=$6 port
-    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    port=$(free_port)
     local n=$((iters < 2000 ? 300 : 2000))
     "$softhca" exec --prefix "$prefix" -- env UCX_TLS="$tls" UCX_NET_DEVICES="$dev_s" \
         UCX_WARN_UNUSED_ENV_VARS=n timeout 120 ucx_perftest -p "$port" -t "$test" -s "$size" \
@@ -164,7 +169,7 @@ on_pair() {
     local in_a=() in_b=() port
     [ -n "$ns_a" ] && in_a=(ip netns exec "$ns_a")
     [ -n "$ns_b" ] && in_b=(ip netns exec "$ns_b")
-    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    port=$(free_port)
     "${in_a[@]}" "$softhca" exec --prefix "$prefix_a" -- timeout 120 "$tool" -d "$dev_a" -x 0 \
         -p "$port" -s "$size" -n "$iters" "$@" >/dev/null 2>&1 &
     local server=$!

@@ -396,51 +396,58 @@ int destroy_qp(ibv_qp* ibqp) {
 
 namespace {
 
-// Whether small sends are gathered at post time (SOFTHCA_GATHER_AT_POST=0 turns it
-// off): read once per process.
-bool gathering_enabled() {
-    static const bool enabled = [] {
-        const char* value = std::getenv("SOFTHCA_GATHER_AT_POST");
-        return !value || std::strcmp(value, "0") != 0;
-    }();
-    return enabled;
+// A switch in the application's environment: on unless `name` is "0".
+bool switch_on(const char* name) {
+    const char* value = std::getenv(name);
+    return !value || std::strcmp(value, "0") != 0;
+}
+
+// Where the bytes of a SEND's or RDMA WRITE's SGEs lie in this process: true when every
+// non-empty SGE is inside a region this context registered (otherwise nothing is read
+// here; the engine reports the bad SGE). `all_mapped`: every such region is one the
+// engine maps itself.
+constexpr int kMostSges = 16; // QpLimits::kMaxSge; validate_send bounds num_sge
+bool locate_sges(const Qp& qp, const ibv_send_wr& wr, const void* (&from)[kMostSges],
+                 bool& all_mapped) {
+    if (!di::may_gather(static_cast<uint8_t>(wr.opcode)) || wr.num_sge > kMostSges)
+        return false;
+    const MrDirectory& mrs = state_of(qp.vqp.qp.context).mrs;
+    all_mapped = true;
+    for (int i = 0; i < wr.num_sge; ++i) {
+        const ibv_sge& sge = wr.sg_list[i];
+        if (!sge.length)
+            continue;
+        bool mapped = false;
+        if (!(from[i] = mrs.locate(sge.lkey, sge.addr, sge.length, &mapped)))
+            return false;
+        all_mapped = all_mapped && mapped;
+    }
+    return true;
+}
+
+void copy_sges(const ibv_send_wr& wr, const void* const (&from)[kMostSges], uint8_t* to) {
+    for (int i = 0; i < wr.num_sge; ++i) {
+        if (wr.sg_list[i].length)
+            std::memcpy(to, from[i], wr.sg_list[i].length);
+        to += wr.sg_list[i].length;
+    }
 }
 
 // A small SEND or RDMA WRITE has its bytes copied into the slot now, behind its SGEs
 // (kSendGathered), when every SGE lies in a region this context registered: the
 // engine then needs no system call to read them. The data may not change until the
 // request completes, so copying now or later reads the same. Returns whether it did.
+// SOFTHCA_GATHER_AT_POST=0 turns it off.
 bool gather_at_post(const Qp& qp, const ibv_send_wr& wr, uint64_t total, uint8_t* to) {
+    static const bool enabled = switch_on("SOFTHCA_GATHER_AT_POST");
     const size_t used = sizeof(di::SendWqeHeader) + size_t(wr.num_sge) * sizeof(di::WireSge);
-    if (!di::may_gather(static_cast<uint8_t>(wr.opcode)) || total == 0 ||
-        used + total > qp.ring->sq_slot_size || !gathering_enabled())
-        return false;
-    const MrDirectory& mrs = state_of(qp.vqp.qp.context).mrs;
-    constexpr int kMostSges = 16; // QpLimits::kMaxSge; validate_send bounds num_sge
     const void* from[kMostSges];
-    if (wr.num_sge > kMostSges)
+    bool all_mapped = false;
+    if (!enabled || total == 0 || used + total > qp.ring->sq_slot_size ||
+        !locate_sges(qp, wr, from, all_mapped))
         return false;
-    for (int i = 0; i < wr.num_sge; ++i) {
-        const ibv_sge& sge = wr.sg_list[i];
-        if (sge.length && !(from[i] = mrs.locate(sge.lkey, sge.addr, sge.length)))
-            return false; // not a region of ours, or outside it: the engine reports it
-    }
-    for (int i = 0; i < wr.num_sge; ++i) {
-        if (wr.sg_list[i].length)
-            std::memcpy(to, from[i], wr.sg_list[i].length);
-        to += wr.sg_list[i].length;
-    }
+    copy_sges(wr, from, to);
     return true;
-}
-
-// Whether larger sends are staged at post time (SOFTHCA_STAGE_SENDS=0 turns it off):
-// read once per process.
-bool staging_enabled() {
-    static const bool enabled = [] {
-        const char* value = std::getenv("SOFTHCA_STAGE_SENDS");
-        return !value || std::strcmp(value, "0") != 0;
-    }();
-    return enabled;
 }
 
 // Takes back the staging of the requests that retired since the last post: everything
@@ -460,26 +467,15 @@ void reclaim_staging(Qp& qp, uint64_t completed) {
 // and the area has room: the engine then takes them with memcpy instead of reading the
 // application's private memory. The data may not change until the request completes
 // (10.8.3.1), so copying now reads what the engine would have read. Returns whether it
-// did; the request's bytes are read from memory otherwise.
+// did; the request's bytes are read from memory otherwise. SOFTHCA_STAGE_SENDS=0 turns
+// it off.
 bool stage_at_post(Qp& qp, const ibv_send_wr& wr, uint64_t total, uint64_t& offset) {
-    if (!qp.staging || !di::may_gather(static_cast<uint8_t>(wr.opcode)) || total == 0 ||
-        total > qp.staging_bytes || !staging_enabled())
-        return false;
-    const MrDirectory& mrs = state_of(qp.vqp.qp.context).mrs;
-    constexpr int kMostSges = 16; // QpLimits::kMaxSge; validate_send bounds num_sge
+    static const bool enabled = switch_on("SOFTHCA_STAGE_SENDS");
     const void* from[kMostSges];
-    if (wr.num_sge > kMostSges)
-        return false;
-    bool all_mapped = true;
-    for (int i = 0; i < wr.num_sge; ++i) {
-        const ibv_sge& sge = wr.sg_list[i];
-        bool mapped = false;
-        if (sge.length && !(from[i] = mrs.locate(sge.lkey, sge.addr, sge.length, &mapped)))
-            return false; // not a region of ours, or outside it: the engine reports it
-        all_mapped = all_mapped && (mapped || !sge.length);
-    }
-    if (all_mapped)
-        return false; // the engine copies it with memcpy already
+    bool all_mapped = false;
+    if (!enabled || !qp.staging || total == 0 || total > qp.staging_bytes ||
+        !locate_sges(qp, wr, from, all_mapped) || all_mapped)
+        return false; // all mapped: the engine copies it with memcpy already
     // Nothing staged is in use: start again at the area's start, so that only as many of
     // its pages are ever written as the sends in flight at once need.
     if (qp.staging_head == qp.staging_freed)
@@ -487,19 +483,13 @@ bool stage_at_post(Qp& qp, const ibv_send_wr& wr, uint64_t total, uint64_t& offs
             (qp.staging_head + qp.staging_bytes - 1) / qp.staging_bytes * qp.staging_bytes;
     // Contiguous room: from the head to the end of the area, or else from its start.
     const uint64_t size = (total + di::kStagingAlign - 1) / di::kStagingAlign * di::kStagingAlign;
-    const uint64_t in_use = qp.staging_head - qp.staging_freed;
     const uint64_t at = qp.staging_head % qp.staging_bytes;
     const uint64_t skip = at + size > qp.staging_bytes ? qp.staging_bytes - at : 0;
-    if (in_use + skip + size > qp.staging_bytes)
+    if (qp.staging_head - qp.staging_freed + skip + size > qp.staging_bytes)
         return false; // full: this one is read from memory
     qp.staging_head += skip;
     offset = qp.staging_head % qp.staging_bytes;
-    uint8_t* to = qp.staging + offset;
-    for (int i = 0; i < wr.num_sge; ++i) {
-        if (wr.sg_list[i].length)
-            std::memcpy(to, from[i], wr.sg_list[i].length);
-        to += wr.sg_list[i].length;
-    }
+    copy_sges(wr, from, qp.staging + offset);
     qp.staging_head += size;
     return true;
 }

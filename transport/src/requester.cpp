@@ -193,18 +193,14 @@ size_t QueuePair::build_request(SendEntry& entry, uint8_t* buffer, size_t capaci
     if (payload) {
         uint8_t* data = buffer + o.payload;
         const uint32_t offset = packet * mtu;
-        if (wqe.inline_data) {
+        // Bytes taken at post time (inline, gathered or staged): their SGEs are checked
+        // when the first packet is built, as a read would check them.
+        if (const uint8_t* posted = wqe.inline_data ? wqe.inline_bytes.data() : wqe.staged) {
             if (offset == 0 && !gathered_sges_valid(wqe)) {
                 complete_send_error(entry, WcStatus::LocalProtectionError);
                 return 0;
             }
-            std::memcpy(data, wqe.inline_bytes.data() + offset, payload);
-        } else if (wqe.staged) {
-            if (offset == 0 && !gathered_sges_valid(wqe)) {
-                complete_send_error(entry, WcStatus::LocalProtectionError);
-                return 0;
-            }
-            std::memcpy(data, wqe.staged + offset, payload);
+            std::memcpy(data, posted + offset, payload);
         } else if (memory_.read_message(message_tag(entry), false, 0, wqe.sge.data(), wqe.num_sge,
                                         wqe.length, offset, data, payload) != MemoryStatus::Ok) {
             // A bad lkey or an SGE outside its MR: local protection error (10.7.3.1).
