@@ -26,6 +26,8 @@
 
 #include <algorithm>
 #include <arpa/inet.h>
+#include <cerrno>
+#include <cstdarg>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
@@ -45,6 +47,17 @@ namespace tp = softhca::transport;
 using namespace softhca::engine;
 
 namespace {
+
+// Every broken invariant says which before the fuzzer records the input.
+[[gnu::format(printf, 1, 2)]] [[noreturn]] void fail(const char* format, ...) {
+    std::va_list args;
+    va_start(args, format);
+    std::fprintf(stderr, "fuzz_rdma_cm: ");
+    std::vfprintf(stderr, format, args);
+    std::fprintf(stderr, "\n");
+    va_end(args);
+    std::abort();
+}
 
 // The MADs the CM sends, held until the input delivers or drops them.
 struct LoopbackWire final : MadSender {
@@ -166,33 +179,34 @@ struct File {
     explicit File(Engine& e) {
         RdmaCmFileEnds ends;
         if (!open_rdma_cm_file(e.path, ++sequence, ends))
-            std::abort();
+            fail("opening an rdma_cm file failed");
         sock = ends.sock;
         app = ends.app;
         const std::vector<int> accepted = e.cm.accept_pending();
         if (accepted.size() != 1)
-            std::abort();
+            fail("the engine accepted %zu connections, not 1", accepted.size());
         served = accepted[0];
         std::vector<uint8_t> response;
-        if (exchange(e, sequence, 0, response) != 0)
-            std::abort();
+        if (const int rc = exchange(e, sequence, 0, response); rc != 0)
+            fail("Open answered %d", rc);
     }
 
     // Lets the engine answer; returns the result and checks the reply's invariants.
     int exchange(Engine& e, uint32_t seq, uint16_t out, std::vector<uint8_t>& response) {
         if (!e.cm.handle_input(served))
-            std::abort(); // the engine hung up on a command
+            fail("the engine hung up on a command (errno %d)", errno);
         alignas(8) uint8_t buffer[di::kMaxRdmaCmMessage * 2];
         const ssize_t n = ::recv(sock, buffer, sizeof(buffer), MSG_DONTWAIT);
         if (n < static_cast<ssize_t>(sizeof(di::RdmaCmReply)))
-            std::abort(); // no reply
+            fail("no reply: recv returned %zd (errno %d)", n, errno);
         di::RdmaCmReply reply;
         std::memcpy(&reply, buffer, sizeof(reply));
         if (reply.header.sequence != seq || reply.response_bytes > out ||
             reply.response_bytes != n - sizeof(reply))
-            std::abort();
+            fail("reply %u with %u response bytes in %zd, for command %u asking %u",
+                 reply.header.sequence, reply.response_bytes, n, seq, out);
         if (::recv(sock, buffer, sizeof(buffer), MSG_DONTWAIT) >= 0)
-            std::abort(); // a second reply
+            fail("a second reply to command %u", seq);
         response.assign(buffer + sizeof(reply), buffer + n);
         return reply.result;
     }
@@ -407,11 +421,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                     std::memcpy(message.data() + sizeof(c) + sizeof(hdr), body.data(), body.size());
                 if (di::send_message(f.sock, message.data(), message.size()) !=
                     static_cast<ssize_t>(message.size()))
-                    std::abort();
+                    fail("sending command %u failed (errno %d)", cmd, errno);
                 std::vector<uint8_t> response;
                 const int result = f.exchange(e, c.header.sequence, out, response);
                 if (result > 0 && static_cast<uint32_t>(result) != c.write_bytes)
-                    std::abort(); // write(2) returns all it was given or an error
+                    fail("command %u returned %d, not %u or an errno", cmd, result,
+                         c.write_bytes); // write(2) returns all it was given or an error
                 if (cmd == RDMA_USER_CM_CMD_CREATE_ID && result > 0 &&
                     response.size() >= sizeof(rdma_ucm_create_id_resp)) {
                     rdma_ucm_create_id_resp r;

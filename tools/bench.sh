@@ -157,6 +157,62 @@ for run in "tag_bw 65536 7" "tag_bw 1048576 7" "tag_lat 8 5"; do
     fi
 done
 
+# Open MPI (softhca-mpi-bench: ping-pongs and a 1 MiB MPI_Allreduce, checked) with pml
+# ucx over softhca's RC, one rank on each device, beside ob1 over its TCP BTL on loopback
+# (shared memory off), in the same run. Prints "8 B latency, 1 MiB MB/s, allreduce us".
+mpi_apps=build/tools/softhca-mpi-bench
+mpi() {
+    local n=$((iters < 2000 ? 200 : 1000))
+    if [ "$1" = softhca ]; then
+        "$softhca" exec --prefix "$prefix" -- timeout 180 mpirun --allow-run-as-root \
+            -mca pml ucx -mca btl ^openib,uct -mca osc ^ucx \
+            -x UCX_TLS=rc_verbs,ud_verbs:aux,self -x UCX_WARN_UNUSED_ENV_VARS=n \
+            -np 1 -x UCX_NET_DEVICES="${prefix}0:1" "$mpi_apps" "$n" : \
+            -np 1 -x UCX_NET_DEVICES="${prefix}1:1" "$mpi_apps" "$n" 2>/dev/null
+    else
+        timeout 180 mpirun --allow-run-as-root -mca pml ob1 -mca btl tcp,self \
+            -mca btl_tcp_if_include lo -np 2 "$mpi_apps" "$n" 2>/dev/null
+    fi | awk '{v[$1 " " $2] = $4} END {print v["pingpong 8"], v["pingpong 1048576"], v["allreduce 1048576"]}'
+}
+# Gloo (softhca-gloo-bench: ring allreduce of 1 MiB of floats, checked), two ranks, over
+# its ibverbs transport on softhca's two devices, beside its TCP transport on loopback.
+gloo() {
+    local store n=$((iters < 2000 ? 20 : 100)) pids=() rank
+    store=$(mktemp -d -p "$work")
+    for rank in 0 1; do
+        if [ "$1" = softhca ]; then
+            "$softhca" exec --prefix "$prefix" -- timeout 120 build/tools/softhca-gloo-bench \
+                "ibverbs:${prefix}$rank" "$rank" 2 "$store" 1048576 "$n" >"$store.$rank" 2>&1 &
+        else
+            timeout 120 build/tools/softhca-gloo-bench tcp "$rank" 2 "$store" 1048576 "$n" \
+                >"$store.$rank" 2>&1 &
+        fi
+        pids+=($!)
+    done
+    wait "${pids[@]}" 2>/dev/null || true
+    awk '$1 == "allreduce" {print $4}' "$store.0"
+}
+if [ -x "$mpi_apps" ] && command -v mpirun >/dev/null; then
+    echo "Applications: Open MPI, pml ucx over softhca RC (a rank per device) vs ob1/tcp on loopback"
+    printf "%-24s %10s %10s %7s\n" test softhca tcp ratio
+    read -r v_lat v_bw v_sum <<<"$(mpi softhca)"
+    read -r t_lat t_bw t_sum <<<"$(mpi tcp)"
+    printf "%-24s %10s %10s %7s\n" "pingpong 8 B (us)" "$v_lat" "$t_lat" "$(ratio "$t_lat" "$v_lat")" \
+        "pingpong 1 MiB (MB/s)" "$v_bw" "$t_bw" "$(ratio "$v_bw" "$t_bw")" \
+        "allreduce 1 MiB (us)" "$v_sum" "$t_sum" "$(ratio "$t_sum" "$v_sum")"
+else
+    echo "Applications: Open MPI skipped (build/tools/softhca-mpi-bench or mpirun missing: tools/install-deps.sh)"
+fi
+if [ -x build/tools/softhca-gloo-bench ]; then
+    echo "Applications: Gloo ring allreduce, ibverbs transport on softhca vs its TCP transport on loopback"
+    printf "%-24s %10s %10s %7s\n" test softhca tcp ratio
+    v=$(gloo softhca)
+    t=$(gloo tcp)
+    printf "%-24s %10s %10s %7s\n" "allreduce 1 MiB (us)" "$v" "$t" "$(ratio "$t" "$v")"
+else
+    echo "Applications: Gloo skipped (build/tools/softhca-gloo-bench missing: tools/install-deps.sh)"
+fi
+
 # The same perftest runs over each kind of port, between two engines (or two devices of
 # one): the built-in wire (DPDK ring ethdevs), memif (shared-memory DPDK ports between two
 # engines), af_packet on a veth between two namespaces, and the kernel UDP socket port

@@ -28,6 +28,9 @@ packages=(
     ucx-utils
     # libfabric's verbs provider (fi_info, fi_pingpong over MSG, RDM and DGRAM endpoints)
     libfabric-bin
+    # Open MPI over UCX on softhca, and Gloo's ibverbs transport (tests/e2e/test_mpi.sh,
+    # test_gloo.sh and bench.sh's applications: tools/apps/)
+    openmpi-bin libopenmpi-dev libgloo-dev
     # The status document's schema check (tests/e2e/test_status_json.sh)
     python3-jsonschema
     # Wireshark's own decoding of our captures: DSCP and ECN, CNPs (test_capture_qos.sh)
