@@ -64,6 +64,18 @@ for target in "${targets[@]}"; do
         -artifact_prefix="$out/crashes/$target-" -print_final_stats=1 \
         "$corpus" "$out/seeds/$target" >"$log" 2>&1; then
         tail -40 "$log" >&2
+        # Whether the input alone does it again: a target that keeps state across inputs
+        # (rdma_cm's engine lives for the whole run) may need the inputs before it.
+        crash=$(ls -t "$out/crashes/$target-"* 2>/dev/null | head -1 || true)
+        if [ -n "$crash" ]; then
+            if "$out/fuzz_$target" "$crash" >"$log.again" 2>&1; then
+                echo "fuzz: $crash does not fail again when run alone" >&2
+            else
+                echo "fuzz: $crash fails again when run alone:" >&2
+                grep -E "ERROR|fuzz_|SUMMARY" "$log.again" | head -8 >&2 || true
+            fi
+            echo "fuzz: the input, in hex: $(od -An -tx1 -v "$crash" | tr -d ' \n' | head -c 4000)" >&2
+        fi
         echo "fuzz: $target FAILED (reproducer in $out/crashes)" >&2
         exit 1
     fi
