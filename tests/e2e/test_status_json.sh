@@ -33,11 +33,13 @@ want=$(query '" ".join(k + " " + str(v) for k, v in d["devices"][0]["counters"].
 grep -qF "counters: $want" <<<"$text" || fail "text and JSON differ: $want / $text"
 echo "idle: valid, text and JSON agree"
 
+# Ten seconds of traffic: beside other tests the checks below can take several before
+# watch samples, and watch needs the QPs still moving then.
 port=$(free_port)
-"$SOFTHCA" exec -- timeout 30 ib_write_bw -d "${SOFTHCA_PREFIX}0" -p "$port" -D 4 >/dev/null 2>&1 &
+"$SOFTHCA" exec -- timeout 30 ib_write_bw -d "${SOFTHCA_PREFIX}0" -p "$port" -D 10 >/dev/null 2>&1 &
 server=$!
 wait_listening "$port" || fail "ib_write_bw server did not start"
-"$SOFTHCA" exec -- timeout 30 ib_write_bw -d "${SOFTHCA_PREFIX}1" -p "$port" -D 4 127.0.0.1 \
+"$SOFTHCA" exec -- timeout 30 ib_write_bw -d "${SOFTHCA_PREFIX}1" -p "$port" -D 10 127.0.0.1 \
     >/dev/null 2>&1 &
 client=$!
 wait_until "\"$SOFTHCA\" status | grep -q ' RTS '" 10 || fail "no QP reached RTS"

@@ -72,5 +72,10 @@ int main(int argc, char** argv) {
         iterations;
     if (rank == 0)
         std::printf("allreduce %zu us %.0f\n", size, us);
-    return 0;
+    // Out without the destructors: Gloo's ring does not wait for its last sends to
+    // complete, and its ibverbs buffers refuse to be destroyed while one is pending
+    // ("Destructing buffer expecting completions"); PyTorch keeps them for the process's
+    // life.
+    std::fflush(stdout);
+    std::_Exit(0);
 }

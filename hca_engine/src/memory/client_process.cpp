@@ -37,11 +37,22 @@ int pidfd_open(pid_t pid) {
     return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
 }
 
+// poll(2) with no wait, again when a signal interrupts it: even a zero timeout fails
+// with EINTR when a signal is pending and nothing is ready (a timer's SIGALRM made the
+// engine refuse a live client as dead; fuzz_rdma_cm found it).
+int poll_now(pollfd& p) {
+    int rc;
+    do
+        rc = ::poll(&p, 1, 0);
+    while (rc < 0 && errno == EINTR);
+    return rc;
+}
+
 // The pidfd's process has not exited (a pidfd turns readable when it does); needs no
 // right to signal it.
 bool pidfd_alive(int pidfd) {
     pollfd p{pidfd, POLLIN, 0};
-    return ::poll(&p, 1, 0) == 0;
+    return poll_now(p) == 0;
 }
 
 // A procfs regular file of mode 0600, opened for reading and writing, named "mem".
@@ -309,7 +320,7 @@ bool ClientProcess::gone() const {
 bool ClientProcess::abandoned() const {
     pollfd p{connection_, POLLRDHUP, 0};
     return connection_ < 0 ||
-           (::poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR)) != 0);
+           (poll_now(p) == 1 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR)) != 0);
 }
 
 FileCredentials::FileCredentials(const ClientProcess& client) {
