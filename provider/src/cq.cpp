@@ -45,16 +45,49 @@ di::CqRingHeader* map_ring(int fd, size_t bytes) {
 
 } // namespace
 
-void land_staged(const di::CompletionEntry& e) {
+void land_staged(Cq& cq, const di::CompletionEntry& e) {
     // The engine checked the receive's lkey, rights and bounds; the bytes go where the
     // application's receive said, before it sees the completion.
-    if (e.staged_length)
-        std::memcpy(reinterpret_cast<void*>(e.staged_addr), e.staged,
-                    std::min<size_t>(e.staged_length, sizeof(e.staged)));
+    if (!e.staged_length)
+        return;
+    if (e.staged_length <= di::kEntryStagedBytes) {
+        std::memcpy(reinterpret_cast<void*>(e.staged_addr), e.staged, e.staged_length);
+        return;
+    }
+    // In the QP's receive staging area: copied on success, its room given back whatever
+    // the status. A QP no longer here was reset or destroyed, and its entries discarded.
+    for (Qp* qp : cq.staging_qps) {
+        if (qp->vqp.qp.qp_num != e.qp_num)
+            continue;
+        if (e.status == IBV_WC_SUCCESS && e.staging_offset <= qp->rq_staging_bytes &&
+            e.staged_length <= qp->rq_staging_bytes - e.staging_offset)
+            std::memcpy(reinterpret_cast<void*>(e.staged_addr), qp->rq_staging + e.staging_offset,
+                        e.staged_length);
+        uint64_t release;
+        std::memcpy(&release, e.staged, sizeof(release));
+        // Only up: another thread polling another CQ never shares this QP's receives,
+        // but a reset may have moved the position on already.
+        auto& released = qp->ring->rq_staging_released;
+        uint64_t now = released.load(std::memory_order_relaxed);
+        while (now < release &&
+               !released.compare_exchange_weak(now, release, std::memory_order_release)) {
+        }
+        return;
+    }
 }
 
-void to_wc(const di::CompletionEntry& e, ibv_wc& wc) {
-    land_staged(e);
+void attach_receive_staging(Cq& cq, Qp& qp) {
+    std::lock_guard<std::mutex> lock(cq.lock);
+    cq.staging_qps.push_back(&qp);
+}
+
+void detach_receive_staging(Cq& cq, Qp& qp) {
+    std::lock_guard<std::mutex> lock(cq.lock);
+    std::erase(cq.staging_qps, &qp);
+}
+
+void to_wc(Cq& cq, const di::CompletionEntry& e, ibv_wc& wc) {
+    land_staged(cq, e);
     wc = {};
     wc.wr_id = e.wr_id;
     wc.status = static_cast<ibv_wc_status>(e.status);
@@ -137,7 +170,7 @@ int poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
         ++consumer;
         if (entry.discarded)
             continue;
-        to_wc(entry, wc[polled]);
+        to_wc(*cq, entry, wc[polled]);
         ++polled;
     }
     ring->consumer.store(consumer, std::memory_order_release);

@@ -111,6 +111,10 @@ struct Qp {
     uint64_t staging_head = 0, staging_freed = 0, staging_seen_completed = 0;
     std::vector<uint64_t> staged_end;
     std::unique_ptr<WrStaging> wr_staging; // with ibv_qp_ex's work-request API only
+    // The receive staging area (qp_ring.hpp): the engine writes it, ibv_poll_cq on the
+    // QP's receive CQ copies from it (Cq::staging_qps).
+    uint8_t* rq_staging = nullptr;
+    uint64_t rq_staging_bytes = 0;
 };
 
 struct Srq {
@@ -147,6 +151,9 @@ struct Cq {
     // accessors read, and how far the batch has consumed.
     const device_interface::CompletionEntry* current = nullptr;
     uint64_t batch_consumer = 0;
+    // The QPs receiving into this CQ through receive staging, under `lock`: a completion
+    // whose bytes are in a QP's area is copied from there (land_staged).
+    std::vector<Qp*> staging_qps;
 };
 
 inline Context* to_context(ibv_context* ibctx) {
@@ -208,9 +215,13 @@ ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr);
 Cq* create_completion_queue(ibv_context* context, int cqe, ibv_comp_channel* channel,
                             int comp_vector, bool timestamps = false);
 // A completion as ibv_poll_cq returns it (cq.cpp).
-// Copies a receive's staged bytes into place (CompletionEntry::staged); to_wc does.
-void land_staged(const device_interface::CompletionEntry& e);
-void to_wc(const device_interface::CompletionEntry& e, ibv_wc& wc);
+// Copies a receive's staged bytes into place (CompletionEntry::staged, or the QP's
+// receive staging area) and gives the area's room back; to_wc does. Under cq.lock.
+void land_staged(Cq& cq, const device_interface::CompletionEntry& e);
+void to_wc(Cq& cq, const device_interface::CompletionEntry& e, ibv_wc& wc);
+// A QP's receive staging joins or leaves its receive CQ (create_qp, destroy_qp).
+void attach_receive_staging(Cq& cq, Qp& qp);
+void detach_receive_staging(Cq& cq, Qp& qp);
 uint8_t wc_sl(const device_interface::CompletionEntry& e);
 // An application that polls an empty CQ gives the engine a turn now and then (cq.cpp).
 void note_empty_poll(Cq& cq, bool empty);

@@ -158,6 +158,12 @@ Qp* engine_qp(ibv_context* context, di::Opcode opcode, Request& request, ibv_qp_
         qp->staging_bytes = staging;
         qp->staged_end.assign(qp->ring->sq_slots, 0);
     }
+    if (const uint64_t staging = qp->ring->rq_staging_bytes;
+        staging && qp->ring->rq_staging_offset <= qp->ring_bytes &&
+        staging <= qp->ring_bytes - qp->ring->rq_staging_offset) {
+        qp->rq_staging = reinterpret_cast<uint8_t*>(qp->ring) + qp->ring->rq_staging_offset;
+        qp->rq_staging_bytes = staging;
+    }
     qp->doorbell = state.doorbell;
     ibv_qp& q = qp->vqp.qp;
     q.context = context;
@@ -209,6 +215,8 @@ ibv_qp* create_queue_pair(ibv_context* context, ibv_pd* pd, ibv_xrcd* xrcd,
     q.send_cq = attr.send_cq;
     q.recv_cq = attr.recv_cq;
     q.srq = attr.srq;
+    if (qp->rq_staging && receives)
+        attach_receive_staging(*to_cq(attr.recv_cq), *qp);
     if (xrcd) {
         qp->vqp.comp_mask = SOFTHCA_VERBS_QP_XRCD;
         qp->vqp.xrcd = &to_xrcd(xrcd)->vxrcd;
@@ -389,6 +397,8 @@ int destroy_qp(ibv_qp* ibqp) {
     if (int err = state_of(ibqp->context).control.destroy(di::Opcode::DestroyQp, qp->handle))
         return err;
     forget_completions(*ibqp);
+    if (qp->rq_staging && ibqp->recv_cq)
+        detach_receive_staging(*to_cq(ibqp->recv_cq), *qp);
     ::munmap(qp->ring, qp->ring_bytes);
     delete qp;
     return 0;

@@ -107,7 +107,8 @@ class HostMemory : public MemoryAccess {
 
     // Set: small receives travel with their completions, as the engine's private memory.
     bool stage_receives = false;
-    bool stages_receive(uint32_t lkey, uint64_t addr, uint32_t length) override {
+    bool stages_receive(uint32_t lkey, uint64_t addr, uint32_t length, uint64_t& place) override {
+        place = addr;
         return stage_receives &&
                check(lkey, false, access::kLocalWrite, addr, length) == MemoryStatus::Ok;
     }
@@ -158,6 +159,23 @@ class Recorder : public CompletionSink {
     void qp_error(WcStatus cause, bool by_responder) override {
         errors.push_back(cause);
         errors_by_responder.push_back(by_responder);
+    }
+    // Set: receive staging into `area`, handed out in order and wrapping to its start
+    // (the tests read each message before the area comes round again).
+    bool stage_in_area = false;
+    std::vector<uint8_t> area = std::vector<uint8_t>(size_t{1} << 22);
+    uint64_t area_head = 0;
+    uint32_t reservations = 0;
+    uint8_t* reserve_receive_staging(uint32_t length, ReceiveStaging& out) override {
+        if (!stage_in_area || length > area.size())
+            return nullptr;
+        if (area_head + length > area.size())
+            area_head = 0;
+        out.offset = static_cast<uint32_t>(area_head);
+        out.release = area_head + length;
+        area_head += length;
+        ++reservations;
+        return area.data() + out.offset;
     }
 };
 

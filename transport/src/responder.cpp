@@ -32,6 +32,7 @@ void QueuePair::reject(uint8_t nak_syndrome, uint32_t psn) {
 
 void QueuePair::drop_message() {
     resp_.in_progress = OpKind::Invalid; // the rest of this message is dropped as it comes
+    resp_.staging = nullptr;             // its room, if any, is given back by the next one
     ++counters_.dropped_messages;
 }
 
@@ -238,11 +239,37 @@ void QueuePair::complete_recv(const IbPacket& packet, uint32_t byte_len,
     c.srq_num = resp_.xrc_srqn;
     if (staged) {
         c.staged_length = packet.payload_length;
-        c.staged_addr = resp_.recv.sge[0].addr;
+        c.staged_addr = resp_.small_staged_place;
         std::memcpy(c.staged.data(), packet.payload, packet.payload_length);
+    } else if (resp_.staging && packet.info->kind == OpKind::Send &&
+               byte_len <= resp_.staging_reservation.length) {
+        // Only the SEND that took the room: a WRITE with immediate that consumes the
+        // receive of a dropped UC message writes no receive buffer at all.
+        c.staged_length = byte_len;
+        c.staged_addr = resp_.staging_reservation.place;
+        c.staging = resp_.staging_reservation;
     }
+    resp_.staging = nullptr;
     resp_.recv_taken = false;
     sink_.recv_completion(c);
+}
+
+uint8_t* QueuePair::reserve_staging(const IbPacket& packet) {
+    // A SEND larger than a completion holds, into one receive buffer (one SGE) of
+    // memory the MemoryAccess would rather not write now: the range it may fill (the
+    // message when it is one packet, else the whole buffer) is checked now (lkey, local
+    // write, bounds: 10.7.3.1) and room for it taken in receive staging; the consumer of
+    // the completion copies the message into place.
+    const RecvWqe& wqe = resp_.recv;
+    const uint32_t length = packet.info->ends_message() ? packet.payload_length : wqe.length;
+    uint64_t place = 0;
+    if (wqe.num_sge != 1 || length <= kStagedReceiveBytes ||
+        !rq_->memory().stages_receive(wqe.sge[0].lkey, wqe.sge[0].addr, length, place))
+        return nullptr;
+    uint8_t* room = sink_.reserve_receive_staging(length, resp_.staging_reservation);
+    resp_.staging_reservation.length = length;
+    resp_.staging_reservation.place = place;
+    return room;
 }
 
 bool QueuePair::stage_receive(const IbPacket& packet) {
@@ -253,7 +280,8 @@ bool QueuePair::stage_receive(const IbPacket& packet) {
     return packet.info->starts_message() && packet.info->ends_message() && length &&
            length <= kStagedReceiveBytes && resp_.recv.num_sge &&
            resp_.recv.sge[0].length >= length &&
-           rq_->memory().stages_receive(resp_.recv.sge[0].lkey, resp_.recv.sge[0].addr, length);
+           rq_->memory().stages_receive(resp_.recv.sge[0].lkey, resp_.recv.sge[0].addr, length,
+                                        resp_.small_staged_place);
 }
 
 void QueuePair::memory_fault() {
@@ -274,6 +302,7 @@ void QueuePair::memory_fault() {
 void QueuePair::fail_receive(WcStatus status, uint8_t nak_code, uint32_t psn) {
     // A receive request that cannot hold the message completes in error and the QP
     // enters the error state (10.7.3.1); RC tells the requester with a NAK first.
+    resp_.staging = nullptr; // its room, if any, is given back by the next message
     Completion c;
     c.wr_id = resp_.recv.wr_id;
     c.status = status;
@@ -303,6 +332,7 @@ bool QueuePair::accept_send(const IbPacket& packet, uint32_t psn) {
             return false;
         }
         resp_.message_offset = 0;
+        resp_.staging = nullptr;
     }
     const RecvWqe& wqe = resp_.recv;
     if (resp_.message_offset + packet.payload_length > wqe.length) {
@@ -312,11 +342,16 @@ bool QueuePair::accept_send(const IbPacket& packet, uint32_t psn) {
         return false;
     }
     const bool staged = stage_receive(packet);
-    const MemoryStatus written =
-        packet.payload_length && !staged
-            ? scatter(rq_->memory(), wqe.sge.data(), wqe.num_sge, resp_.message_offset,
-                      packet.payload, packet.payload_length)
-            : MemoryStatus::Ok;
+    if (!staged && info.starts_message())
+        resp_.staging = reserve_staging(packet);
+    MemoryStatus written = MemoryStatus::Ok;
+    if (resp_.staging) { // inside the reservation: the length check above bounds it
+        if (packet.payload_length)
+            std::memcpy(resp_.staging + resp_.message_offset, packet.payload,
+                        packet.payload_length);
+    } else if (packet.payload_length && !staged)
+        written = scatter(rq_->memory(), wqe.sge.data(), wqe.num_sge, resp_.message_offset,
+                          packet.payload, packet.payload_length);
     if (written == MemoryStatus::Gone) {
         ++counters_.dropped; // as if the QP were already destroyed: nothing answers
         return false;

@@ -120,8 +120,24 @@ int EngineQp::create_ring(uint32_t doorbell_slot) {
             ? std::min(uint64_t{caps_.max_send_wr} * QpLimits::kStagingPerSlot,
                        QpLimits::kMaxStaging)
             : 0;
-    if (int err = ring_memory_.create("softhca-qp",
-                                      staging_bytes ? staging_offset + staging_bytes : rings_end))
+    // The receive staging area after it, when the environment has
+    // SOFTHCA_RECEIVE_STAGING=1: 8 KiB per receive queue slot, at least 64 KiB and at
+    // most 2 MiB; 256 KiB for a QP on an SRQ; none for UD, XRC (an XRC target's receives
+    // are in its domain's SRQs) or a QP that receives nothing.
+    static const bool rq_staging = environment_opt_in("SOFTHCA_RECEIVE_STAGING");
+    const uint64_t rq_staging_offset =
+        staging_bytes ? staging_offset + staging_bytes : (rings_end + 4095) / 4096 * 4096;
+    const bool receives = binding_.recv_cq && type_ != tp::QpType::XrcRecv &&
+                          type_ != tp::QpType::XrcSend && type_ != tp::QpType::UD;
+    const uint64_t rq_staging_bytes =
+        !rq_staging || !receives ? 0
+        : binding_.srq           ? QpLimits::kSrqReceiveStaging
+                       : std::clamp(uint64_t{caps_.max_recv_wr} * QpLimits::kReceiveStagingPerSlot,
+                                    QpLimits::kMinReceiveStaging, QpLimits::kMaxStaging);
+    const uint64_t ring_bytes = rq_staging_bytes ? rq_staging_offset + rq_staging_bytes
+                                : staging_bytes  ? staging_offset + staging_bytes
+                                                 : rings_end;
+    if (int err = ring_memory_.create("softhca-qp", ring_bytes))
         return err;
     ring_ = new (ring_memory_.data()) di::QpRingHeader{};
     ring_->magic = di::kQpRingMagic;
@@ -135,6 +151,10 @@ int EngineQp::create_ring(uint32_t doorbell_slot) {
     ring_->doorbell_slot = doorbell_slot;
     ring_->staging_offset = staging_bytes ? staging_offset : 0;
     ring_->staging_bytes = staging_bytes;
+    ring_->rq_staging_offset = rq_staging_bytes ? rq_staging_offset : 0;
+    ring_->rq_staging_bytes = rq_staging_bytes;
+    rq_staging_offset_ = rq_staging_bytes ? rq_staging_offset : 0;
+    rq_staging_bytes_ = rq_staging_bytes;
     doorbell_slot_ = doorbell_slot;
     staging_offset_ = staging_bytes ? staging_offset : 0;
     staging_bytes_ = staging_bytes;
@@ -263,6 +283,10 @@ int EngineQp::modify(const di::ModifyQpRequest& request, const PortInfo& port,
         rq_pulled_ = ring_->rq_producer.load(std::memory_order_acquire);
         ring_->sq_completed.store(sq_pulled_, std::memory_order_release);
         ring_->rq_completed.store(rq_pulled_, std::memory_order_release);
+        // The completions of staged receives not yet polled are discarded by the
+        // provider (it cleans the CQs of a reset QP): their room is free again.
+        rq_staging_open_ = false;
+        ring_->rq_staging_released.store(rq_staging_head_, std::memory_order_release);
     }
     if (mask & kState)
         transport_.set_state(next, now);
@@ -429,11 +453,19 @@ void EngineQp::push_completion(CompletionQueue* cq, const tp::Completion& c) {
                        : c.network_header == tp::NetworkHeader::Ipv6 ? di::kNetworkHeaderIpv6
                                                                      : di::kNetworkHeaderNone;
     e.pkey_index = c.pkey_index;
-    static_assert(sizeof(e.staged) == tp::kStagedReceiveBytes);
-    if (c.staged_length && status == tp::WcStatus::Success) {
-        e.staged_length = c.staged_length; // at most kStagedReceiveBytes (stage_receive)
+    static_assert(di::kEntryStagedBytes == tp::kStagedReceiveBytes);
+    if (c.staged_length && c.staged_length <= tp::kStagedReceiveBytes &&
+        status == tp::WcStatus::Success) {
+        e.staged_length = c.staged_length; // in the entry (stage_receive)
         e.staged_addr = c.staged_addr;
         std::memcpy(e.staged, c.staged.data(), e.staged_length);
+    } else if (c.staged_length > tp::kStagedReceiveBytes) {
+        // In receive staging (reserve_receive_staging): the provider copies it into
+        // place on success, and gives its room back whatever the status.
+        e.staged_length = c.staged_length;
+        e.staged_addr = c.staged_addr;
+        e.staging_offset = c.staging.offset;
+        std::memcpy(e.staged, &c.staging.release, sizeof(c.staging.release));
     }
     if (cq->timestamps)
         e.completion_ns = monotonic_ns(); // the card's free-running clock
@@ -460,7 +492,37 @@ void EngineQp::send_completion(const tp::Completion& c) {
     push_completion(binding_.send_cq, c);
 }
 
+uint8_t* EngineQp::reserve_receive_staging(uint32_t length, tp::ReceiveStaging& out) {
+    // In order of arrival, whole cache lines, never across the end of the area (the tail
+    // is skipped), and never over room the provider has not given back. The position the
+    // provider gives back is its to write: one beyond what was handed out, or that leaves
+    // less than nothing, stages nothing more.
+    if (!rq_staging_bytes_ || length > rq_staging_bytes_ / 4)
+        return nullptr;
+    if (rq_staging_open_) // the last message did not complete: its room is free again
+        rq_staging_head_ = rq_staging_open_start_;
+    rq_staging_open_ = false;
+    const uint64_t released = ring_->rq_staging_released.load(std::memory_order_acquire);
+    if (released > rq_staging_head_ || rq_staging_head_ - released > rq_staging_bytes_)
+        return nullptr;
+    const uint64_t size =
+        (uint64_t{length} + di::kStagingAlign - 1) / di::kStagingAlign * di::kStagingAlign;
+    uint64_t start = rq_staging_head_;
+    if (start % rq_staging_bytes_ + size > rq_staging_bytes_)
+        start += rq_staging_bytes_ - start % rq_staging_bytes_;
+    if (start + size - released > rq_staging_bytes_)
+        return nullptr; // full: this message is written into memory
+    rq_staging_open_ = true;
+    rq_staging_open_start_ = rq_staging_head_;
+    rq_staging_head_ = start + size;
+    out.offset = static_cast<uint32_t>(start % rq_staging_bytes_);
+    out.release = rq_staging_head_;
+    return static_cast<uint8_t*>(ring_memory_.data()) + rq_staging_offset_ + out.offset;
+}
+
 void EngineQp::recv_completion(const tp::Completion& c) {
+    if (c.staged_length > tp::kStagedReceiveBytes)
+        rq_staging_open_ = false; // its room is the provider's to give back now
     // The request's slot is free before its completion is visible: an application that
     // posts again on seeing it must find room. An SRQ's slots free as requests are taken.
     EngineSrq* srq = type_ == tp::QpType::XrcRecv

@@ -88,12 +88,11 @@ MemoryStatus ProcessMemory::check(uint32_t key, bool remote, uint32_t rights, ui
     return resolve(key, remote, rights, addr, length, ignored, nullptr);
 }
 
-bool ProcessMemory::stages_receive(uint32_t lkey, uint64_t addr, uint32_t length) {
+bool ProcessMemory::stages_receive(uint32_t lkey, uint64_t addr, uint32_t length, uint64_t& place) {
     static const bool enabled = environment_switch_on("SOFTHCA_STAGE_RECEIVES");
-    uint64_t at = 0;
     uint8_t* mapped = nullptr;
     return enabled &&
-           resolve(lkey, false, transport::access::kLocalWrite, addr, length, at, &mapped) ==
+           resolve(lkey, false, transport::access::kLocalWrite, addr, length, place, &mapped) ==
                transport::MemoryStatus::Ok &&
            !mapped;
 }

@@ -67,7 +67,7 @@ class ProcessMemory : public transport::MemoryAccess {
     // Private memory (no mapping) takes a small received SEND through its completion:
     // the provider copies it in poll_cq, which spares a system call per message here.
     // SOFTHCA_STAGE_RECEIVES=0 in the engine's environment turns this off.
-    bool stages_receive(uint32_t lkey, uint64_t addr, uint32_t length) override;
+    bool stages_receive(uint32_t lkey, uint64_t addr, uint32_t length, uint64_t& place) override;
     transport::MemoryStatus read(uint32_t key, bool remote, uint32_t rights, uint64_t addr,
                                  void* dst, uint32_t length) override;
     transport::MemoryStatus write(uint32_t key, bool remote, uint32_t rights, uint64_t addr,

@@ -45,6 +45,15 @@ class CompletionSink {
     // A QP on a shared receive queue is in the error state and will take no more
     // receive requests from it (11.6.3.1, last WQE reached).
     virtual void last_wqe_reached() {}
+    // Receive staging: room for the bytes of the SEND now starting (at most `length`),
+    // which whoever consumes its completion copies into the receive buffer, instead of
+    // their being written into memory now. Returns where byte 0 goes (and the
+    // reservation, which the completion carries), or nullptr: write memory as usual.
+    // One message is in progress at a time: a reservation whose message does not
+    // complete successfully is given back by the next call.
+    virtual uint8_t* reserve_receive_staging(uint32_t /*length*/, ReceiveStaging& /*out*/) {
+        return nullptr;
+    }
 };
 
 struct QpConfig {
@@ -283,6 +292,7 @@ class QueuePair {
     void complete_recv(const IbPacket& packet, uint32_t byte_len,
                        NetworkHeader network_header = NetworkHeader::None, bool staged = false);
     bool stage_receive(const IbPacket& packet);
+    uint8_t* reserve_staging(const IbPacket& packet);
     // The receive WQE in use fails: its error completion, a fatal NAK, the error state.
     void fail_receive(WcStatus status, uint8_t nak_code, uint32_t psn);
     size_t build_response(uint8_t* buffer, size_t capacity);
@@ -342,6 +352,11 @@ class QueuePair {
         uint32_t xrc_srqn = 0;   // XRC target: the SRQ of the message in progress
         RecvWqe recv;            // the receive request the message in progress fills
         bool recv_taken = false; // recv belongs to the message in progress
+        // The message in progress goes to receive staging (CompletionSink::
+        // reserve_receive_staging) rather than into memory: its bytes start here.
+        uint8_t* staging = nullptr;
+        ReceiveStaging staging_reservation;
+        uint64_t small_staged_place = 0; // a message staged in its completion goes here
         uint64_t write_va = 0;
         uint32_t write_rkey = 0;
         uint32_t write_remaining = 0;

@@ -131,6 +131,17 @@ struct RecvWqe {
     std::array<Sge, kMaxSge> sge{}; // the first num_sge mean anything
 };
 
+// Where a received message's bytes wait in receive staging
+// (CompletionSink::reserve_receive_staging): `offset` into the staging area, and what
+// the consumer of its completion gives back once it has copied them (`release`, a
+// position that only grows).
+struct ReceiveStaging {
+    uint32_t offset = 0;
+    uint32_t length = 0; // the room reserved: the message is never longer
+    uint64_t release = 0;
+    uint64_t place = 0; // where the consumer copies it (MemoryAccess::stages_receive)
+};
+
 // The network header a RoCEv2 datagram came with (Annex A17.4.5.1: for UD the
 // completion tells IPv4 from IPv6).
 enum class NetworkHeader : uint8_t { None, Ipv4, Ipv6 };
@@ -157,6 +168,9 @@ struct Completion {
     uint32_t staged_length = 0;
     uint64_t staged_addr = 0;
     std::array<uint8_t, kStagedReceiveBytes> staged{};
+    // Or, for a larger message (staged_length above kStagedReceiveBytes), its bytes are
+    // in receive staging (CompletionSink::reserve_receive_staging).
+    ReceiveStaging staging;
 };
 
 } // namespace softhca::transport

@@ -12,7 +12,7 @@
 namespace softhca::device_interface {
 
 constexpr uint32_t kCqRingMagic = 0x53484351; // "SHCQ"
-constexpr uint32_t kCqRingVersion = 4;
+constexpr uint32_t kCqRingVersion = 5;
 
 // Values of CqRingHeader::notify: what ibv_req_notify_cq asked for. The provider sets
 // it; the engine takes it back (exchange to kNotifyNone) when it adds a completion that
@@ -59,12 +59,15 @@ struct CompletionEntry {
     // destroyed before the entry was polled, and polling skips it, as an HCA driver
     // cleans a CQ of such a QP's completions (libmlx5's __mlx5_cq_clean).
     uint8_t discarded;
-    // A small received message staged in the entry (DESIGN.md: the provider copies it
-    // into the receive buffer inside poll_cq, before it returns the completion):
-    // staged_length bytes of `staged` go to staged_addr. 0: the engine wrote the buffer.
+    // A received message staged (DESIGN.md: the provider copies it into the receive
+    // buffer inside poll_cq, before it returns the completion): staged_length bytes go to
+    // staged_addr. 0: the engine wrote the buffer. Up to kEntryStagedBytes they are in
+    // `staged`; beyond, in the receive staging area of the QP (qp_ring.hpp) at
+    // `staging_offset`, and the first 8 bytes of `staged` are the position to raise the
+    // QP's rq_staging_released to once they are copied.
     uint64_t staged_addr;
     uint32_t staged_length;
-    uint32_t reserved1;
+    uint32_t staging_offset;
     uint8_t staged[56];
     // On a CQ created with kCreateCqTimestamps (0 otherwise): when the engine made the
     // completion, on the card's free-running clock — CLOCK_MONOTONIC in nanoseconds, so
@@ -72,6 +75,7 @@ struct CompletionEntry {
     uint64_t completion_ns;
 };
 static_assert(sizeof(CompletionEntry) == 128);
+constexpr uint32_t kEntryStagedBytes = sizeof(CompletionEntry::staged);
 
 constexpr size_t cq_ring_bytes(uint32_t slots) {
     return sizeof(CqRingHeader) + size_t{slots} * sizeof(CompletionEntry);

@@ -13,6 +13,15 @@
 // reaching into the application's private memory. The provider allocates it as a ring of
 // bytes, in order, and takes back what a work request held once `sq_completed` has
 // passed it: the engine reads it until the request retires (retransmissions included).
+//
+// After it, the receive staging area (rq_staging_bytes at rq_staging_offset, none when
+// 0): the engine puts there the bytes of a received SEND larger than a completion entry
+// holds, into private memory through a one-SGE receive, and the provider copies them
+// into the receive buffer inside ibv_poll_cq (cq_ring.hpp's CompletionEntry says where).
+// The engine hands the area out in order of the messages' arrival, which is the order of
+// the QP's receive completions; the provider gives each message's room back by raising
+// `rq_staging_released` to the position its completion names, and the engine never
+// reuses room beyond it.
 #pragma once
 
 #include <atomic>
@@ -22,7 +31,7 @@
 namespace softhca::device_interface {
 
 constexpr uint32_t kQpRingMagic = 0x53485150; // "SHQP"
-constexpr uint32_t kQpRingVersion = 6;
+constexpr uint32_t kQpRingVersion = 7;
 
 struct alignas(64) QpRingHeader {
     uint32_t magic;
@@ -35,14 +44,18 @@ struct alignas(64) QpRingHeader {
     uint64_t rq_offset;
     uint32_t doorbell_slot; // this queue's bit in the context's doorbell page
     uint32_t reserved;
-    uint64_t staging_offset; // the send staging area, from the start of the mapping
-    uint64_t staging_bytes;  // 0: none
+    uint64_t staging_offset;    // the send staging area, from the start of the mapping
+    uint64_t staging_bytes;     // 0: none
+    uint64_t rq_staging_offset; // the receive staging area, from the start of the mapping
+    uint64_t rq_staging_bytes;  // 0: none
     alignas(64) std::atomic<uint64_t> sq_producer;  // provider
     alignas(64) std::atomic<uint64_t> sq_completed; // engine: retired, slot reusable
     alignas(64) std::atomic<uint64_t> rq_producer;  // provider
     alignas(64) std::atomic<uint64_t> rq_completed; // engine
+    // Provider: receive staging given back up to here (a position that only grows).
+    alignas(64) std::atomic<uint64_t> rq_staging_released;
 };
-static_assert(sizeof(QpRingHeader) == 320);
+static_assert(sizeof(QpRingHeader) == 448);
 
 enum SendFlags : uint8_t {
     kSendSignaled = 1 << 0,
