@@ -491,16 +491,13 @@ bool stage_at_post(Qp& qp, const ibv_send_wr& wr, uint64_t total, uint64_t& offs
     if (qp.staging_head == qp.staging_freed)
         qp.staging_head = qp.staging_freed =
             (qp.staging_head + qp.staging_bytes - 1) / qp.staging_bytes * qp.staging_bytes;
-    // Contiguous room: from the head to the end of the area, or else from its start.
-    const uint64_t size = (total + di::kStagingAlign - 1) / di::kStagingAlign * di::kStagingAlign;
-    const uint64_t at = qp.staging_head % qp.staging_bytes;
-    const uint64_t skip = at + size > qp.staging_bytes ? qp.staging_bytes - at : 0;
-    if (qp.staging_head - qp.staging_freed + skip + size > qp.staging_bytes)
+    const di::StagingRoom room =
+        di::take_staging(qp.staging_head, qp.staging_freed, qp.staging_bytes, total);
+    if (!room.found)
         return false; // full: this one is read from memory
-    qp.staging_head += skip;
-    offset = qp.staging_head % qp.staging_bytes;
+    offset = room.start % qp.staging_bytes;
     copy_sges(wr, from, qp.staging + offset);
-    qp.staging_head += size;
+    qp.staging_head = room.end;
     return true;
 }
 

@@ -51,6 +51,29 @@ on_client() {
     fi
 }
 
+# The bytes the server's and the client's devices have sent, "SERVER CLIENT", from the
+# engine's counters (`softhca status`).
+devices_tx_bytes() {
+    local dev
+    for dev in "$SERVER_DEV" "$CLIENT_DEV"; do
+        "$SOFTHCA" status | awk -v d="device $dev " 'index($0, d) == 1 {f = 1; next}
+            f && /counters:/ {for (i = 1; i < NF; i++) if ($i == "tx_bytes") print $(i + 1); exit}'
+    done | paste -sd ' '
+}
+
+# Fails with "the devices did not carry WHAT" unless each device sent at least LEAST bytes
+# since BEFORE (what devices_tx_bytes printed then): a program that found another way
+# than softhca's devices fails.
+#   require_devices_sent BEFORE LEAST WHAT
+require_devices_sent() {
+    local before0 before1 now0 now1
+    read -r before0 before1 <<<"$1"
+    read -r now0 now1 <<<"$(devices_tx_bytes)"
+    echo "sent: $SERVER_DEV $((now0 - before0)) B, $CLIENT_DEV $((now1 - before1)) B (at least $2 each)"
+    [ $((now0 - before0)) -ge "$2" ] && [ $((now1 - before1)) -ge "$2" ] ||
+        fail "the devices did not carry $3"
+}
+
 # Whether something listens on TCP port $1 on the server's host.
 port_in_use() {
     if [ -n "${SERVER_NS:-}" ]; then

@@ -13,10 +13,7 @@ size=$((1048576 + 12))
 store=$(mktemp -d)
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$store"' EXIT
-tx_bytes() { "$SOFTHCA" status | awk -v d="device $1 " 'index($0, d) == 1 {f = 1; next}
-    f && /counters:/ {for (i = 1; i < NF; i++) if ($i == "tx_bytes") print $(i + 1); exit}'; }
-before0=$(tx_bytes "$SERVER_DEV")
-before1=$(tx_bytes "$CLIENT_DEV")
+before=$(devices_tx_bytes)
 devices=("$SERVER_DEV" "$CLIENT_DEV" "$SERVER_DEV")
 for rank in 0 1 2; do
     "$SOFTHCA" exec --prefix "$SOFTHCA_PREFIX" -- timeout 120 "$bench" \
@@ -33,10 +30,5 @@ echo "$out"
 [ "$rc" -eq 0 ] || fail "a Gloo rank failed"
 grep -qE "^allreduce $size us [0-9.]+$" <<<"$out" || fail "rank 0 printed no figure"
 # A ring allreduce sends 2 (ranks - 1) / ranks of the buffer from every rank, each round.
-least=$((iters * size))
-sent0=$(($(tx_bytes "$SERVER_DEV") - before0))
-sent1=$(($(tx_bytes "$CLIENT_DEV") - before1))
-echo "sent: $SERVER_DEV $sent0 B, $CLIENT_DEV $sent1 B (at least $least each)"
-[ "$sent0" -ge "$least" ] && [ "$sent1" -ge "$least" ] ||
-    fail "the devices did not carry the allreduces"
+require_devices_sent "$before" $((iters * size)) "the allreduces"
 echo "PASS"

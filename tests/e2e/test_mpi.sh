@@ -10,10 +10,7 @@ source "$(dirname "$0")/lib.sh"
 bench=${1:?softhca-mpi-bench}
 iters=${2:-100}
 command -v mpirun >/dev/null || fail "mpirun not installed (openmpi-bin)"
-tx_bytes() { "$SOFTHCA" status | awk -v d="device $1 " 'index($0, d) == 1 {f = 1; next}
-    f && /counters:/ {for (i = 1; i < NF; i++) if ($i == "tx_bytes") print $(i + 1); exit}'; }
-before0=$(tx_bytes "$SERVER_DEV")
-before1=$(tx_bytes "$CLIENT_DEV")
+before=$(devices_tx_bytes)
 # The environment of each rank: UCX on this rank's device only, over RC with UD to wire
 # up, and never shared memory or TCP. Open MPI's own verbs BTL stays out.
 ucx_env=(-x UCX_TLS=rc_verbs,ud_verbs:aux,self -x UCX_WARN_UNUSED_ENV_VARS=n)
@@ -27,10 +24,5 @@ for figure in "pingpong 8 us" "pingpong 1048576 MBps" "allreduce 1048576 us"; do
     grep -qE "^$figure [0-9.]+$" <<<"$out" || fail "no figure for $figure"
 done
 # 1 MiB ping-pongs (iters/10 + 1, and the warm-up rounds) go each way through each device.
-least=$(((iters / 10 + 1) * 1048576))
-sent0=$(($(tx_bytes "$SERVER_DEV") - before0))
-sent1=$(($(tx_bytes "$CLIENT_DEV") - before1))
-echo "sent: $SERVER_DEV $sent0 B, $CLIENT_DEV $sent1 B (at least $least each)"
-[ "$sent0" -ge "$least" ] && [ "$sent1" -ge "$least" ] ||
-    fail "the devices did not carry the job's messages"
+require_devices_sent "$before" $(((iters / 10 + 1) * 1048576)) "the job's messages"
 echo "PASS"

@@ -25,10 +25,10 @@ uint8_t pattern(size_t i, int round) {
     return static_cast<uint8_t>(i * 131 + round * 7 + 1);
 }
 
-// One-way time of a SIZE-byte message, microseconds: rank 0 sends, rank 1 checks and sends
-// it back changed, rank 0 checks. The first rounds warm up.
-double pingpong(size_t size, int iterations) {
-    std::vector<uint8_t> out(size), in(size);
+// Runs body(round, edge) for iterations / 10 + 1 warm-up rounds, then `iterations` timed
+// ones after a barrier; `edge` is true for the first and the last round. Returns the
+// seconds the timed rounds took.
+template <typename Body> double timed_rounds(int iterations, Body body) {
     const int warmup = iterations / 10 + 1;
     double start = 0;
     for (int round = 0; round < warmup + iterations; ++round) {
@@ -36,8 +36,18 @@ double pingpong(size_t size, int iterations) {
             MPI_Barrier(MPI_COMM_WORLD);
             start = MPI_Wtime();
         }
+        body(round, round == 0 || round == warmup + iterations - 1);
+    }
+    return MPI_Wtime() - start;
+}
+
+// One-way time of a SIZE-byte message, microseconds: rank 0 sends, rank 1 checks and sends
+// it back changed, rank 0 checks. The first rounds warm up.
+double pingpong(size_t size, int iterations) {
+    std::vector<uint8_t> out(size), in(size);
+    const double seconds = timed_rounds(iterations, [&](int round, bool edge) {
         // Every byte of the first and last rounds is checked, and a sample of each other.
-        const size_t step = (round == 0 || round == warmup + iterations - 1) ? 1 : 4093;
+        const size_t step = edge ? 1 : 4093;
         if (rank == 0) {
             for (size_t i = 0; i < size; i += step)
                 out[i] = pattern(i, round);
@@ -64,8 +74,8 @@ double pingpong(size_t size, int iterations) {
             }
             MPI_Send(in.data(), static_cast<int>(size), MPI_BYTE, 0, round, MPI_COMM_WORLD);
         }
-    }
-    return (MPI_Wtime() - start) * 1e6 / iterations / 2;
+    });
+    return seconds * 1e6 / iterations / 2;
 }
 
 // Time of one MPI_Allreduce (sum) of SIZE bytes of doubles, microseconds; every element
@@ -73,13 +83,7 @@ double pingpong(size_t size, int iterations) {
 double allreduce(size_t size, int iterations, int ranks) {
     const size_t n = size / sizeof(double);
     std::vector<double> in(n), out(n);
-    const int warmup = iterations / 10 + 1;
-    double start = 0;
-    for (int round = 0; round < warmup + iterations; ++round) {
-        if (round == warmup) {
-            MPI_Barrier(MPI_COMM_WORLD);
-            start = MPI_Wtime();
-        }
+    const double seconds = timed_rounds(iterations, [&](int round, bool) {
         for (size_t i = 0; i < n; ++i)
             in[i] = static_cast<double>((i % 1000) + rank * 3 + round);
         MPI_Allreduce(in.data(), out.data(), static_cast<int>(n), MPI_DOUBLE, MPI_SUM,
@@ -91,8 +95,8 @@ double allreduce(size_t size, int iterations, int ranks) {
             if (out[i] != want)
                 fail("allreduce sum", i);
         }
-    }
-    return (MPI_Wtime() - start) * 1e6 / iterations;
+    });
+    return seconds * 1e6 / iterations;
 }
 
 } // namespace

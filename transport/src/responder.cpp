@@ -332,7 +332,6 @@ bool QueuePair::accept_send(const IbPacket& packet, uint32_t psn) {
             return false;
         }
         resp_.message_offset = 0;
-        resp_.staging = nullptr;
     }
     const RecvWqe& wqe = resp_.recv;
     if (resp_.message_offset + packet.payload_length > wqe.length) {
@@ -342,8 +341,8 @@ bool QueuePair::accept_send(const IbPacket& packet, uint32_t psn) {
         return false;
     }
     const bool staged = stage_receive(packet);
-    if (!staged && info.starts_message())
-        resp_.staging = reserve_staging(packet);
+    if (info.starts_message())
+        resp_.staging = staged ? nullptr : reserve_staging(packet);
     MemoryStatus written = MemoryStatus::Ok;
     if (resp_.staging) { // inside the reservation: the length check above bounds it
         if (packet.payload_length)

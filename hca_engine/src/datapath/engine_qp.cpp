@@ -125,8 +125,7 @@ int EngineQp::create_ring(uint32_t doorbell_slot) {
     // most 2 MiB; 256 KiB for a QP on an SRQ; none for UD, XRC (an XRC target's receives
     // are in its domain's SRQs) or a QP that receives nothing.
     static const bool rq_staging = environment_opt_in("SOFTHCA_RECEIVE_STAGING");
-    const uint64_t rq_staging_offset =
-        staging_bytes ? staging_offset + staging_bytes : (rings_end + 4095) / 4096 * 4096;
+    const uint64_t rq_staging_offset = staging_offset + staging_bytes;
     const bool receives = binding_.recv_cq && type_ != tp::QpType::XrcRecv &&
                           type_ != tp::QpType::XrcSend && type_ != tp::QpType::UD;
     const uint64_t rq_staging_bytes =
@@ -134,9 +133,8 @@ int EngineQp::create_ring(uint32_t doorbell_slot) {
         : binding_.srq           ? QpLimits::kSrqReceiveStaging
                        : std::clamp(uint64_t{caps_.max_recv_wr} * QpLimits::kReceiveStagingPerSlot,
                                     QpLimits::kMinReceiveStaging, QpLimits::kMaxStaging);
-    const uint64_t ring_bytes = rq_staging_bytes ? rq_staging_offset + rq_staging_bytes
-                                : staging_bytes  ? staging_offset + staging_bytes
-                                                 : rings_end;
+    const uint64_t ring_bytes =
+        staging_bytes || rq_staging_bytes ? rq_staging_offset + rq_staging_bytes : rings_end;
     if (int err = ring_memory_.create("softhca-qp", ring_bytes))
         return err;
     ring_ = new (ring_memory_.data()) di::QpRingHeader{};
@@ -493,10 +491,9 @@ void EngineQp::send_completion(const tp::Completion& c) {
 }
 
 uint8_t* EngineQp::reserve_receive_staging(uint32_t length, tp::ReceiveStaging& out) {
-    // In order of arrival, whole cache lines, never across the end of the area (the tail
-    // is skipped), and never over room the provider has not given back. The position the
-    // provider gives back is its to write: one beyond what was handed out, or that leaves
-    // less than nothing, stages nothing more.
+    // In order of arrival (di::take_staging), never over room the provider has not given
+    // back. The position the provider gives back is its to write: one beyond what was
+    // handed out, or that leaves less than nothing, stages nothing more.
     if (!rq_staging_bytes_ || length > rq_staging_bytes_ / 4)
         return nullptr;
     if (rq_staging_open_) // the last message did not complete: its room is free again
@@ -505,18 +502,15 @@ uint8_t* EngineQp::reserve_receive_staging(uint32_t length, tp::ReceiveStaging& 
     const uint64_t released = ring_->rq_staging_released.load(std::memory_order_acquire);
     if (released > rq_staging_head_ || rq_staging_head_ - released > rq_staging_bytes_)
         return nullptr;
-    const uint64_t size =
-        (uint64_t{length} + di::kStagingAlign - 1) / di::kStagingAlign * di::kStagingAlign;
-    uint64_t start = rq_staging_head_;
-    if (start % rq_staging_bytes_ + size > rq_staging_bytes_)
-        start += rq_staging_bytes_ - start % rq_staging_bytes_;
-    if (start + size - released > rq_staging_bytes_)
+    const di::StagingRoom room =
+        di::take_staging(rq_staging_head_, released, rq_staging_bytes_, length);
+    if (!room.found)
         return nullptr; // full: this message is written into memory
     rq_staging_open_ = true;
     rq_staging_open_start_ = rq_staging_head_;
-    rq_staging_head_ = start + size;
-    out.offset = static_cast<uint32_t>(start % rq_staging_bytes_);
-    out.release = rq_staging_head_;
+    rq_staging_head_ = room.end;
+    out.offset = static_cast<uint32_t>(room.start % rq_staging_bytes_);
+    out.release = room.end;
     return static_cast<uint8_t*>(ring_memory_.data()) + rq_staging_offset_ + out.offset;
 }
 

@@ -78,6 +78,28 @@ enum SendFlags : uint8_t {
 // Staging is allocated in whole cache lines.
 constexpr uint64_t kStagingAlign = 64;
 
+// Room in a staging area (either one) seen as a ring of `area` bytes whose positions only
+// grow: [freed, head) is in use (freed <= head). take_staging finds `length` bytes,
+// rounded up to kStagingAlign and contiguous: from `head`, or from the area's start when
+// the tail is too short (the skipped tail counts as used until freed passes it).
+// `found` is false when that would reach past `freed + area`.
+struct StagingRoom {
+    bool found = false;
+    uint64_t start = 0; // position of the first byte: its offset is start % area
+    uint64_t end = 0;   // the new head
+};
+constexpr StagingRoom take_staging(uint64_t head, uint64_t freed, uint64_t area, uint64_t length) {
+    const uint64_t size = (length + kStagingAlign - 1) / kStagingAlign * kStagingAlign;
+    const uint64_t at = head % area;
+    const uint64_t start = at + size > area ? head + (area - at) : head;
+    if (start + size - freed > area)
+        return {};
+    return {true, start, start + size};
+}
+static_assert(take_staging(0, 0, 256, 1).end == 64);
+static_assert(take_staging(192, 0, 256, 128).found == false); // the skipped tail is in use
+static_assert(take_staging(192, 128, 256, 128).start == 256); // from the start, once freed
+
 // Every send slot has this much room beyond its SGEs for gathered bytes.
 constexpr uint32_t kSendGatherRoom = 64;
 
