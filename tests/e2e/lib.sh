@@ -69,6 +69,7 @@ require_devices_sent() {
     local before0 before1 now0 now1
     read -r before0 before1 <<<"$1"
     read -r now0 now1 <<<"$(devices_tx_bytes)"
+    [ -n "$before1" ] && [ -n "$now1" ] || fail "no tx_bytes counter for $SERVER_DEV or $CLIENT_DEV"
     echo "sent: $SERVER_DEV $((now0 - before0)) B, $CLIENT_DEV $((now1 - before1)) B (at least $2 each)"
     [ $((now0 - before0)) -ge "$2" ] && [ $((now1 - before1)) -ge "$2" ] ||
         fail "the devices did not carry $3"
