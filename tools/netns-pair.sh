@@ -15,6 +15,8 @@
 # engines' `softhca up` (e.g. --faults drop=0.01,seed=3). SOFTHCA_PAIR_PORT=udp gives the
 # engines kernel UDP socket ports (--port udp@...) on the veths' own addresses instead of
 # af_packet ports (their GID table then has no link-local entry: the IPv6 one is index 1).
+# SOFTHCA_PAIR_MTU sets the veths' MTU (default 1500; 9000 for jumbo frames): the ports
+# take it from the interface.
 set -euo pipefail
 cmd=${1:?up|down}
 name=${2:?name}
@@ -27,7 +29,9 @@ case "$cmd" in
 up)
     ip netns add "$ns_a"
     ip netns add "$ns_b"
-    ip link add "$veth_a" netns "$ns_a" type veth peer name "$veth_b" netns "$ns_b"
+    mtu=${SOFTHCA_PAIR_MTU:-1500}
+    ip link add "$veth_a" netns "$ns_a" mtu "$mtu" type veth peer name "$veth_b" netns "$ns_b" \
+        mtu "$mtu"
     ip -n "$ns_a" addr add 198.18.2.1/24 dev "$veth_a"
     ip -n "$ns_b" addr add 198.18.2.2/24 dev "$veth_b"
     ip -n "$ns_a" -6 addr add 2001:2:0:2::1/64 dev "$veth_a" nodad

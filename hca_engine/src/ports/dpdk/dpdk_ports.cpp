@@ -2,6 +2,7 @@
 
 #include "clock.hpp"
 #include "gid_table.hpp"
+#include "softhca/transport/path_mtu.hpp"
 #include "softhca/transport/priority_flow_control.hpp"
 
 #include <rte_eal.h>
@@ -15,7 +16,10 @@
 #include <cstring>
 #include <ctime>
 #include <memory>
+#include <net/if.h>
 #include <stdexcept>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 namespace softhca::engine {
@@ -36,14 +40,83 @@ transport::MacAddress builtin_mac(uint32_t instance_tag, size_t index) {
             static_cast<uint8_t>(index + 1)};
 }
 
-// Devargs with our defaults for PMDs whose own ones lose traffic: af_packet's receive
-// ring (512 frames) overflows under the burst of one 64 KiB UC message, which nothing
-// resends. What the devargs say themselves wins.
-std::string with_pmd_defaults(const std::string& devargs) {
-    if (devargs.starts_with("net_af_packet") && devargs.find("framecnt=") == std::string::npos)
-        return devargs + ",framecnt=4096";
-    return devargs;
+// The value of `key` in DPDK device arguments ("net_af_packet0,iface=veth0,..."), or "".
+std::string devargs_value(const std::string& devargs, const std::string& key) {
+    size_t at = devargs.find(',');
+    while (at != std::string::npos) {
+        const size_t end = devargs.find(',', at + 1);
+        const std::string pair = devargs.substr(at + 1, end - at - 1);
+        if (pair.starts_with(key + "="))
+            return pair.substr(key.size() + 1);
+        at = end;
+    }
+    return "";
 }
+
+// The MTU of the kernel interface a PMD sits on (af_packet, af_xdp), or 0.
+uint32_t kernel_interface_mtu(uint32_t if_index) {
+    char name[IF_NAMESIZE] = {};
+    if (!if_index || !if_indextoname(if_index, name))
+        return 0;
+    const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return 0;
+    ifreq request{};
+    std::memcpy(request.ifr_name, name, IFNAMSIZ);
+    const int rc = ioctl(fd, SIOCGIFMTU, &request);
+    ::close(fd);
+    return rc == 0 && request.ifr_mtu > 0 ? static_cast<uint32_t>(request.ifr_mtu) : 0;
+}
+// Whether a PMD binds an existing kernel interface (the kernel owns its MTU and link).
+bool on_kernel_interface(const std::string& devargs) {
+    return devargs.starts_with("net_af_packet") || devargs.starts_with("net_af_xdp");
+}
+
+// The MTU a port can have: --mtu, or its kernel interface's if that is less.
+uint32_t port_mtu_limit(const PortConfig& port, uint32_t configured) {
+    const std::string iface = devargs_value(port.devargs, "iface");
+    if (!on_kernel_interface(port.devargs) || iface.empty())
+        return configured;
+    const uint32_t kernel = kernel_interface_mtu(if_nametoindex(iface.c_str()));
+    return kernel ? std::min(configured, kernel) : configured;
+}
+
+// The largest Ethernet MTU a RoCE frame needs: a 4096-byte path MTU over IPv6 (the
+// largest path MTU, IBTA 9.6.1.1, under the larger IP header) and its headers.
+constexpr uint32_t kLargestRoceMtu = 4096 + transport::kRoceV2IpOverhead + 20;
+// An af_packet ring frame (TPACKET_V2) holds the kernel's header (the packet starts 64
+// bytes in, TPACKET_ALIGN(TPACKET2_HDRLEN)) and one Ethernet frame with a VLAN tag.
+constexpr uint32_t kAfPacketFrameOverhead = 64 + 18;
+
+// Devargs with our defaults for PMDs whose own ones lose traffic. af_packet: its ring
+// frames (2048 bytes by default) must hold the largest frame of the port's MTU — the
+// kernel truncates a longer received frame, and the PMD drops a longer one to send —
+// so they are the power of two that holds a RoCE frame of the MTU (8 KiB for jumbo
+// frames); its receive ring (512 frames) overflows under the burst of one 64 KiB UC
+// message, which nothing resends, so it has 4096 frames (2048 of 8 KiB: the same 16 MiB
+// a ring as 8 KiB frames at the default count would be twice of); and the qdisc is
+// bypassed (the default of the PMD, said here so it holds). What the devargs say
+// themselves wins.
+std::string with_pmd_defaults(const std::string& devargs, uint32_t eth_mtu) {
+    if (!devargs.starts_with("net_af_packet"))
+        return devargs;
+    std::string out = devargs;
+    uint32_t frame = 2048;
+    while (frame < kAfPacketFrameOverhead + std::min(eth_mtu, kLargestRoceMtu))
+        frame *= 2;
+    if (devargs_value(devargs, "framesz").empty())
+        out += ",framesz=" + std::to_string(frame);
+    if (devargs_value(devargs, "blocksz").empty())
+        out +=
+            ",blocksz=" +
+            std::to_string(std::max<uint32_t>(frame, static_cast<uint32_t>(sysconf(_SC_PAGESIZE))));
+    if (devargs_value(devargs, "framecnt").empty())
+        out += ",framecnt=" + std::to_string(frame > 4096 ? 2048 : 4096);
+    if (devargs_value(devargs, "qdisc_bypass").empty())
+        out += ",qdisc_bypass=1";
+    return out;
+}
+
 } // namespace
 
 struct DpdkPortSet::Dpdk {
@@ -77,7 +150,7 @@ DpdkPortSet::DpdkPortSet(const PortsConfig& config) : dpdk_(std::make_unique<Dpd
         } else {
             args.push_back("--vdev");
         }
-        args.push_back(with_pmd_defaults(port.devargs));
+        args.push_back(with_pmd_defaults(port.devargs, port_mtu_limit(port, config.eth_mtu)));
     }
     std::vector<char*> argv;
     for (auto& a : args)
@@ -132,20 +205,38 @@ DpdkPortSet::DpdkPortSet(const PortsConfig& config) : dpdk_(std::make_unique<Dpd
 
     for (auto& info : wanted) {
         const uint16_t id = info.dpdk_port;
+        uint32_t af_packet_frame = 0; // its PMD's ring frame size: what an mbuf must hold
         rte_eth_dev_info dev_info{};
         if (rte_eth_dev_info_get(id, &dev_info) != 0)
             throw std::runtime_error("cannot query DPDK port " + std::to_string(id));
         info.pmd = dev_info.driver_name ? dev_info.driver_name : "?";
         info.max_eth_mtu = dev_info.max_mtu;
         info.eth_mtu = std::min<uint32_t>(config.eth_mtu, dev_info.max_mtu);
+        const bool kernel_interface = on_kernel_interface(info.devargs);
+        if (const uint32_t kernel =
+                kernel_interface ? kernel_interface_mtu(dev_info.if_index) : 0) {
+            // The interface's MTU is the link's: the port follows it and never changes it.
+            info.max_eth_mtu = std::min<uint32_t>(info.max_eth_mtu, kernel);
+            info.eth_mtu = std::min(info.eth_mtu, kernel);
+        }
+        if (info.devargs.starts_with("net_af_packet")) {
+            // Never more than the ring frames hold (devargs may have made them small).
+            const std::string framesz =
+                devargs_value(with_pmd_defaults(info.devargs, info.eth_mtu), "framesz");
+            const uint32_t holds = static_cast<uint32_t>(std::max(
+                0L, std::strtol(framesz.c_str(), nullptr, 10) - long{kAfPacketFrameOverhead}));
+            if (holds < kLargestRoceMtu)
+                info.eth_mtu = std::min(info.eth_mtu, holds);
+            af_packet_frame = static_cast<uint32_t>(std::strtol(framesz.c_str(), nullptr, 10));
+        }
         info.gids = build_gid_table(info.ipv4, info.ipv6, info.mac);
 
         // An mbuf holds the largest frame of the MTU, and never less than the default data
         // room: PMDs size their own receive buffers from it (af_packet needs 2016 bytes for
         // its default 2048-byte ring frames, whatever the MTU).
         const uint32_t frame = std::max<uint32_t>(
-            info.eth_mtu + RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN,
-            std::max<uint32_t>(RTE_MBUF_DEFAULT_DATAROOM, dev_info.min_rx_bufsize));
+            {info.eth_mtu + RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN, RTE_MBUF_DEFAULT_DATAROOM,
+             dev_info.min_rx_bufsize, af_packet_frame});
         const std::string pool_name = "shp" + std::to_string(getpid()) + "_" + std::to_string(id);
         rte_mempool* pool = rte_pktmbuf_pool_create(
             pool_name.c_str(), kPoolMbufs, 256, 0,
@@ -167,8 +258,8 @@ DpdkPortSet::DpdkPortSet(const PortsConfig& config) : dpdk_(std::make_unique<Dpd
             for (int b = 0; b < 6; ++b)
                 mac.addr_bytes[b] = info.mac[static_cast<size_t>(b)];
             rte_eth_dev_default_mac_addr_set(id, &mac);
-        } else {
-            // Best effort: PMDs bound to a kernel interface may refuse an MTU change.
+        } else if (!kernel_interface) {
+            // Best effort: a PMD may refuse an MTU change.
             rte_eth_dev_set_mtu(id, static_cast<uint16_t>(info.eth_mtu));
             uint16_t mtu = 0;
             if (rte_eth_dev_get_mtu(id, &mtu) == 0 && mtu)
