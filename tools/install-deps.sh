@@ -35,8 +35,9 @@ packages=(
     python3-jsonschema
     # Wireshark's own decoding of our captures: DSCP and ECN, CNPs (test_capture_qos.sh)
     tshark
-    # Tests and scripts: network namespaces and process inspection
-    iproute2 procps
+    # Tests and scripts: network namespaces, process inspection, interface offloads (the
+    # udp port's GSO cut into packets on a bridge: test_udp_af_packet.sh)
+    iproute2 procps ethtool
     # The Linux kernel peer (tools/rxe-guest.sh, ../shared/rxe-guest): Debian's kernel with
     # rdma_rxe booted under QEMU, a busybox userland, its initramfs packed with cpio
     qemu-system-x86 busybox-static cpio binutils

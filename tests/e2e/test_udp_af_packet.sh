@@ -4,7 +4,8 @@
 # on a kernel UDP socket port bound to the bridge's address (198.18.15.1, the kernel's
 # stack). The DPDK side numbers its IPv4 packets; the UDP side cannot see those numbers
 # and solves for them in its ICRC check. RC, UD and SRQ pingpongs and perftest's RC
-# bandwidth tools run both ways; neither side may see a bad ICRC or a malformed packet.
+# bandwidth tools run both ways; neither side may see a bad ICRC or a malformed packet,
+# and the af_packet side receives the udp side's GSO runs as numbered packets.
 source "$(dirname "$0")/lib.sh"
 here_dir=$(cd "$(dirname "$0")" && pwd)
 ns=${SOFTHCA_PREFIX}
@@ -24,6 +25,14 @@ $n link add "${ns}v0" type veth peer name "${ns}v1"
 $n link set "${ns}v1" master "${ns}br"
 for l in br v0 v1; do $n link set "${ns}$l" up; done
 $n addr add 198.18.15.1/24 dev "${ns}br"
+# The udp port sends a message's packets as one UDP GSO buffer. Over a veth or a bridge
+# such a buffer is not cut into packets unless an interface on the way lacks UDP
+# segmentation, and an af_packet port would see it whole (the kernel's UDP sockets take
+# it whole or cut it, a NIC cuts it): the bridge cuts it here, numbering the packets'
+# IPv4 identification 0, 1, 2, ... as a NIC does, so the af_packet side's strict ICRC check
+# tests the ICRCs the udp port computed for those numbers.
+ip netns exec "$ns" ethtool -K "${ns}br" tx-udp-segmentation off >/dev/null ||
+    fail "ethtool could not turn off the bridge's UDP segmentation"
 ip netns exec "$ns" "$SOFTHCA" up --prefix "$dpdk" \
     --port "net_af_packet0,iface=${ns}v0@198.18.15.3" >/dev/null || fail "af_packet engine"
 ip netns exec "$ns" "$SOFTHCA" up --prefix "$udp" --port udp@198.18.15.1 >/dev/null ||

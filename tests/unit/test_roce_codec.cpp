@@ -5,6 +5,7 @@
 #include "softhca/transport/byte_order.hpp"
 #include "softhca/transport/congestion_control.hpp"
 #include "softhca/transport/ib_packet.hpp"
+#include "softhca/transport/icrc_ipv4_id.hpp"
 #include "softhca/transport/roce_frame.hpp"
 
 #include <catch2/catch.hpp>
@@ -93,6 +94,34 @@ TEST_CASE("an IPv4 header rebuilt without its identification still checks the IC
     }
     CHECK(frames_checked > 400);
     CHECK(nonzero_ids > 400); // rxe numbers its packets
+}
+
+TEST_CASE("an ICRC carried to another IPv4 identification is the packet's ICRC with it") {
+    // What a udp port sending one UDP GSO run does: every datagram built with
+    // identification 0, and the ICRC of datagram k changed to identification k, the number
+    // the kernel gives it when it segments the run.
+    size_t frames_checked = 0;
+    for (const auto& captured :
+         read_pcap(std::string(SOFTHCA_VECTORS_DIR) + "/rxe-rc-uc-ud-ipv4.pcap")) {
+        auto bytes = captured.bytes;
+        if (bytes.size() < 14 + 20 + 8 + 12 + 4 || load_be16(bytes.data() + 12) != kEtherTypeIpv4)
+            continue;
+        uint8_t* ip = bytes.data() + 14;
+        const size_t ip_length = load_be16(ip + 2) - kIcrcBytes;
+        const uint16_t carried_id = load_be16(ip + 4);
+        const uint32_t carried = compute_icrc(ip, ip_length);
+        INFO("frame of " << bytes.size() << " bytes, identification " << carried_id);
+        for (const uint16_t id : {uint16_t{0}, uint16_t{1}, uint16_t{2}, uint16_t{63},
+                                  uint16_t{0x8000}, uint16_t{0xffff}, uint16_t(carried_id + 1)}) {
+            store_be16(ip + 4, id);
+            CHECK(icrc_for_ipv4_id(carried, ip_length, carried_id, id) ==
+                  compute_icrc(ip, ip_length));
+        }
+        store_be16(ip + 4, carried_id);
+        CHECK(icrc_for_ipv4_id(carried, ip_length, carried_id, carried_id) == carried);
+        ++frames_checked;
+    }
+    CHECK(frames_checked > 100);
 }
 
 TEST_CASE("a corrupted byte anywhere in the IB packet fails the ICRC") {

@@ -139,4 +139,21 @@ bool icrc_explained_by_ipv4_id(uint32_t computed, uint32_t carried, size_t ip_le
     return true;
 }
 
+uint32_t icrc_for_ipv4_id(uint32_t icrc, size_t ip_length, uint16_t from, uint16_t to) {
+    const uint16_t change = from ^ to;
+    if (!change || ip_length < 20)
+        return icrc;
+    thread_local size_t shift_length = 0;
+    thread_local uint32_t shift = 0;
+    if (shift_length != ip_length) {
+        shift = x_to_8n(ip_length - 7);
+        shift_length = ip_length;
+    }
+    uint32_t raw = 0;
+    for (unsigned bit = 0; bit < 16; ++bit)
+        if (change & (1u << bit))
+            raw ^= kBitCrcs[bit];
+    return icrc ^ multiply_mod_p(shift, raw);
+}
+
 } // namespace softhca::transport

@@ -2,6 +2,7 @@
 
 #include "udp_port_uring.hpp"
 
+#include "environment.hpp"
 #include "gid_table.hpp"
 #include "softhca/transport/byte_order.hpp"
 #include "softhca/transport/roce_frame.hpp"
@@ -130,7 +131,10 @@ UdpPortSet::UdpPortSet(const PortsConfig& config) : uring_(std::make_unique<Urin
         fail("udp port: io_uring eventfd", errno);
 
     // The provided buffers every socket's receives take from.
-    u.rx_memory.resize(size_t{kRxBuffers} * kRxBufferBytes);
+    u.rx_memory = std::make_unique_for_overwrite<uint8_t[]>(size_t{kRxBuffers} * kRxBufferBytes);
+    u.copy_memory = std::make_unique_for_overwrite<uint8_t[]>(size_t{kRxCopies} * kFrameBytes);
+    for (uint32_t i = kRxCopies; i-- > 0;)
+        u.copies_free.push_back(i);
     u.buffers_bytes = kRxBuffers * sizeof(io_uring_buf);
     void* ring_memory =
         mmap(nullptr, u.buffers_bytes, PROT_READ | PROT_WRITE, MAP_ANONYMOUS | MAP_PRIVATE, -1, 0);
@@ -152,6 +156,12 @@ UdpPortSet::UdpPortSet(const PortsConfig& config) : uring_(std::make_unique<Urin
     u.tx.resize(kTxSlots);
     for (unsigned i = kTxSlots; i-- > 0;)
         u.tx_free.push_back(i);
+    u.runs.resize(kTxSlots); // a run holds one slot at least
+    for (uint32_t i = kTxSlots; i-- > 0;)
+        u.runs_free.push_back(i);
+    // Segmentation offload both ways (SOFTHCA_UDP_GSO=0, SOFTHCA_UDP_GRO=0 turn them off).
+    static const bool gso = environment_switch_on("SOFTHCA_UDP_GSO");
+    static const bool gro = environment_switch_on("SOFTHCA_UDP_GRO");
 
     for (const PortConfig& port : config.ports) {
         const size_t index = ports_.size();
@@ -219,6 +229,13 @@ UdpPortSet::UdpPortSet(const PortsConfig& config) : uring_(std::make_unique<Urin
                 // DF, and (unconnected) identification 0: what the ICRC was computed with.
                 set_option(s.fd, IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO, "IP_MTU_DISCOVER");
             }
+            // GSO: the option is there (Linux 4.18); a send the kernel still refuses
+            // turns it off for the socket (udp_port_io.cpp). GRO: runs arrive coalesced.
+            int none = 0;
+            s.gso = gso && setsockopt(s.fd, IPPROTO_UDP, UDP_SEGMENT, &none, sizeof(none)) == 0;
+            int on = 1;
+            if (gro)
+                setsockopt(s.fd, IPPROTO_UDP, UDP_GRO, &on, sizeof(on));
             const int buffer_bytes = 8 << 20;
             if (setsockopt(s.fd, SOL_SOCKET, SO_RCVBUFFORCE, &buffer_bytes, sizeof(int)) != 0)
                 setsockopt(s.fd, SOL_SOCKET, SO_RCVBUF, &buffer_bytes, sizeof(int));
@@ -238,6 +255,7 @@ UdpPortSet::UdpPortSet(const PortsConfig& config) : uring_(std::make_unique<Urin
     u.pending.resize(ports_.size());
     for (auto& queue : u.pending)
         queue.reserve(kRxBuffers);
+    u.open_run.assign(ports_.size(), -1);
     u.pending_head.assign(ports_.size(), 0);
     u.held.assign(ports_.size(), -1);
     for (size_t i = 0; i < u.sockets.size(); ++i)

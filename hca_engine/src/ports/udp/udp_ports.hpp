@@ -15,14 +15,30 @@
 // ancillary data. The kernel sends with the socket's port (4791) as UDP source, IPv4
 // identification 0 and DF; the data path builds its frames so (PortInfo::kernel_udp),
 // so that the ICRC it computed is the one the wire needs.
+//
+// Segmentation offload. A flush's datagrams to one destination of one size (a
+// message's packets; the last may be shorter) leave as one run: one sendmsg with
+// UDP_SEGMENT (GSO), up to 64 datagrams and 64 KiB in one trip through the kernel's
+// stack, which cuts it into datagrams as late as it can (a NIC with UDP segmentation
+// offload, else the last device without it). Datagram k of a run is numbered k in its
+// IPv4 identification when cut, so the port gives it the ICRC of identification k. With
+// UDP_GRO a run that arrives coalesced (over loopback, a veth or a bridge a GSO send
+// arrives whole; a NIC's GRO coalesces) is one receive, its datagrams copied out behind
+// headers of their own. Where the kernel refuses a GSO send the socket goes back to
+// datagram by datagram. An af_packet port on the same virtual link receives an uncut run
+// whole and drops it: turn the udp side's segmentation off on an interface on the way
+// (`ethtool -K IF tx-udp-segmentation off`) or GSO off (SOFTHCA_UDP_GSO=0).
 #pragma once
 
 #include "port_config.hpp"
 #include "ports.hpp"
 
 #include <memory>
+#include <sys/socket.h>
 
 namespace softhca::engine {
+
+struct Landed;
 
 class UdpPortSet final : public PortSet {
   public:
@@ -44,13 +60,26 @@ class UdpPortSet final : public PortSet {
   private:
     struct Uring;
     std::unique_ptr<Uring> uring_;
-    // Takes every completion: received datagrams become frames of their port, sent ones
-    // free their slots; receives that ended are started again.
+    // Takes every completion: received datagrams wait for receive(), sent runs free their
+    // slots; receives that ended are started again.
     void reap();
-    // Turns a received datagram (in provided buffer `id`, `bytes` long) into a frame.
-    void take_datagram(size_t socket, unsigned id, int bytes);
-    // Hands a frame to the kernel as a datagram (the fault injector already had it).
+    // Takes a received datagram or run (in landing buffer `id`, `bytes` long).
+    void land(size_t socket, unsigned id, int bytes);
+    // Rebuilds the Ethernet, IP and UDP headers of one received datagram so that they end
+    // at `payload`; returns where the frame starts.
+    uint8_t* rebuild_headers(const Landed& landed, uint8_t* payload, uint32_t length);
+    // Hands a frame to the kernel as a datagram (the fault injector already had it): into
+    // the port's open run when it continues it, else in a run of its own.
     void send_frame(size_t index, uint32_t slot, uint32_t length);
+    // Opens a run for the port with one datagram (its payload in transmit slot `slot`).
+    void start_run(size_t index, uint32_t slot, uint8_t* payload, uint32_t length,
+                   const sockaddr_storage& to, int socket, uint8_t hop_limit,
+                   uint8_t traffic_class);
+    // Queues the port's open run as one sendmsg.
+    void close_run(size_t index);
+    // A run's sendmsg completed with `result`.
+    void run_sent(uint32_t run, int result);
+    void free_run(uint32_t run);
 };
 
 } // namespace softhca::engine

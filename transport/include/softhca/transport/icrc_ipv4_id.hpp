@@ -20,4 +20,10 @@ namespace softhca::transport {
 bool icrc_explained_by_ipv4_id(uint32_t computed, uint32_t carried, size_t ip_length,
                                uint16_t& identification, bool& dont_fragment);
 
+// The ICRC of the same packet with its IPv4 identification changed from `from` to `to`
+// (the CRC is linear: the change adds a term that depends only on the two values and the
+// length). A kernel that segments one UDP GSO send numbers its datagrams 0, 1, 2, ...;
+// a sender that built them all with identification 0 puts this ICRC in datagram k.
+uint32_t icrc_for_ipv4_id(uint32_t icrc, size_t ip_length, uint16_t from, uint16_t to);
+
 } // namespace softhca::transport
