@@ -12,8 +12,9 @@
 # QPs, 64 KiB bandwidth with 16 QPs, and latency (send/write/read at 8 B and 4 KiB),
 # each beside qperf's tcp_bw/tcp_lat and with its ratio to TCP; then 64 KiB bandwidth and
 # 8-byte latency over each kind of port (ring, memif, af_packet on a veth, the kernel UDP
-# socket port over loopback and over a veth), and UCX's ucx_perftest over softhca beside UCX
-# over TCP (applications). Writes a PNG plot of bandwidth against
+# socket port over loopback), two hosts over a veth (namespaces) at MTU 1500 and 9000 for
+# af_packet and udp ports beside TCP over the same veth, and UCX's ucx_perftest over
+# softhca beside UCX over TCP (applications). Writes a PNG plot of bandwidth against
 # message size (default build/bench.png). First the machine's limits, measured in the same
 # run by softhca-limits-probe: memcpy, one memory-file and one cross-memory-attach call at
 # 64 KiB and 1 MiB, and the one-way latency of a message relayed through a third process.
@@ -215,8 +216,8 @@ fi
 
 # The same perftest runs over each kind of port, between two engines (or two devices of
 # one): the built-in wire (DPDK ring ethdevs), memif (shared-memory DPDK ports between two
-# engines), af_packet on a veth between two namespaces, and the kernel UDP socket port
-# (io_uring) over loopback and over a veth. Heap buffers, 64 KiB writes and 8-byte sends.
+# engines) and the kernel UDP socket port (io_uring) over loopback. Heap buffers, 64 KiB
+# writes and 8-byte sends. (Ports on a veth: the two hosts section below.)
 #   on_pair NS_A PREFIX_A DEV_A NS_B PREFIX_B DEV_B ADDR TOOL SIZE COLUMN [ARGS...]
 on_pair() {
     local ns_a=$1 prefix_a=$2 dev_a=$3 ns_b=$4 prefix_b=$5 dev_b=$6 addr=$7 tool=$8 size=$9
@@ -261,12 +262,42 @@ port_row "memif (two engines)" "" shbma shbma0 "" shbmb shbmb0 127.0.0.1
 "$softhca" up --prefix shbu --port udp@127.0.0.1 --port udp@127.0.0.2 >/dev/null
 port_row "udp over loopback" "" shbu shbu0 "" shbu shbu1 127.0.0.1
 "$softhca" down --prefix shbu >/dev/null
-SOFTHCA=$softhca tools/netns-pair.sh up shbp >/dev/null
-port_row "af_packet over a veth" shbp-a shbpa shbpa0 shbp-b shbpb shbpb0 198.18.2.1
-tools/netns-pair.sh down shbp >/dev/null
-SOFTHCA=$softhca SOFTHCA_PAIR_PORT=udp tools/netns-pair.sh up shbp >/dev/null
-port_row "udp over a veth" shbp-a shbpa shbpa0 shbp-b shbpb shbpb0 198.18.2.1
-tools/netns-pair.sh down shbp >/dev/null
+
+# Two hosts: two namespaces joined by a veth (tools/netns-pair.sh), an engine in each,
+# beside TCP (qperf) over the same veth in the same setup, at the veth's MTU 1500 and
+# 9000 (the ports take it: path MTU 1024 and 4096). Heap buffers.
+#   pair_tcp TEST SIZE: qperf from the second namespace to the first
+pair_tcp() {
+    local test=$1 size=$2
+    ip netns exec shbp-b qperf -t 2 --msg_size "$size" -uu 198.18.2.1 "$test" 2>/dev/null |
+        awk '$1 == "bw" {printf "%.2f\n", $3 / 1e6; exit} $1 == "latency" {printf "%.2f\n", $3 / 1000; exit}'
+}
+echo "Two hosts over a veth: write/send bandwidth (MB/s) and 8 B send latency (us), TCP over the same veth"
+printf "%-18s %8s %8s %8s %7s %8s %7s %6s %6s %7s\n" port "w 64K" "w 1M" "s 64K" lat \
+    "tcp 64K" "tcp lat" "w/tcp" "s/tcp" "tcp/lat"
+for kind in af_packet udp; do
+    for mtu in 1500 9000; do
+        pair_kind=
+        [ "$kind" = udp ] && pair_kind=udp
+        SOFTHCA=$softhca SOFTHCA_PAIR_PORT=$pair_kind SOFTHCA_PAIR_MTU=$mtu \
+            tools/netns-pair.sh up shbp >/dev/null
+        ip netns exec shbp-a qperf >/dev/null 2>&1 &
+        pair_qperf=$!
+        sleep 0.3
+        set -- shbp-a shbpa shbpa0 shbp-b shbpb shbpb0 198.18.2.1
+        w=$(on_pair "$@" ib_write_bw 65536 4)
+        w1=$(on_pair "$@" ib_write_bw 1048576 4)
+        s=$(on_pair "$@" ib_send_bw 65536 4)
+        l=$(on_pair "$@" ib_send_lat 8 5)
+        tb=$(pair_tcp tcp_bw 65536)
+        tl=$(pair_tcp tcp_lat 8)
+        kill "$pair_qperf" 2>/dev/null || true
+        wait "$pair_qperf" 2>/dev/null || true
+        tools/netns-pair.sh down shbp >/dev/null
+        printf "%-18s %8s %8s %8s %7s %8s %7s %6s %6s %7s\n" "$kind, MTU $mtu" "$w" "$w1" "$s" \
+            "$l" "$tb" "$tl" "$(ratio "$w" "$tb")" "$(ratio "$s" "$tb")" "$(ratio "$tl" "$l")"
+    done
+done
 
 # Bandwidth against message size, softhca (both memory kinds) and TCP.
 awk '$2 == "heap"' "$work/bw.dat" >"$work/heap.dat"
