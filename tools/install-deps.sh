@@ -35,6 +35,8 @@ packages=(
     python3-jsonschema
     # Wireshark's own decoding of our captures: DSCP and ECN, CNPs (test_capture_qos.sh)
     tshark
+    # af_xdp ports' XDP program (hca_engine/src/ports/xdp): libbpf's headers, built by clang
+    libbpf-dev
     # Tests and scripts: network namespaces, process inspection, interface offloads (the
     # udp port's GSO cut into packets on a bridge: test_udp_af_packet.sh)
     iproute2 procps ethtool

@@ -14,7 +14,8 @@
 # NAME must be 1..10 characters of [a-z0-9]. SOFTHCA_UP_ARGS adds options to both
 # engines' `softhca up` (e.g. --faults drop=0.01,seed=3). SOFTHCA_PAIR_PORT=udp gives the
 # engines kernel UDP socket ports (--port udp@...) on the veths' own addresses instead of
-# af_packet ports (their GID table then has no link-local entry: the IPv6 one is index 1).
+# af_packet ports (their GID table then has no link-local entry: the IPv6 one is index 1);
+# SOFTHCA_PAIR_PORT=af_xdp gives them DPDK af_xdp ports (the kernel keeps ARP, ND, TCP).
 # SOFTHCA_PAIR_MTU sets the veths' MTU (default 1500; 9000 for jumbo frames): the ports
 # take it from the interface.
 set -euo pipefail
@@ -43,6 +44,9 @@ up)
     ip -n "$ns_b" link set "$veth_b" up
     port_a="net_af_packet0,iface=$veth_a" port_b="net_af_packet0,iface=$veth_b"
     [ "${SOFTHCA_PAIR_PORT:-}" = udp ] && port_a=udp port_b=udp
+    if [ "${SOFTHCA_PAIR_PORT:-}" = af_xdp ]; then
+        port_a="net_af_xdp0,iface=$veth_a" port_b="net_af_xdp0,iface=$veth_b"
+    fi
     # shellcheck disable=SC2086 # SOFTHCA_UP_ARGS is a list of options
     ip netns exec "$ns_a" "$softhca" up --prefix "${name}a" \
         --port "$port_a@198.18.2.1,2001:2:0:2::1" ${SOFTHCA_UP_ARGS:-} >/dev/null

@@ -56,6 +56,7 @@ Json port_counters(const PortCounters& k) {
             {"arp_replies", k.arp_replies},
             {"nd_solicitations", k.nd_solicitations},
             {"nd_advertisements", k.nd_advertisements},
+            {"kernel_resolutions", k.kernel_resolutions},
             {"rx_neighbor_dropped", k.rx_neighbor_dropped},
             {"rx_mads", k.rx_mads},
             {"rx_mads_dropped", k.rx_mads_dropped},

@@ -4,6 +4,7 @@
 // in the port's NeighborTable; an answer nobody asked for is dropped and counted.
 #include "datapath.hpp"
 #include "gid_table.hpp"
+#include "kernel_neighbors.hpp"
 #include "softhca/transport/byte_order.hpp"
 
 namespace softhca::engine {
@@ -103,6 +104,19 @@ bool Datapath::mac_for(size_t port, const tp::Gid& destination, const tp::Gid& s
     }
     // Resolve first; the QP's packets wait in the transport meanwhile.
     const PortInfo& info = ports_.info(port);
+    if (info.kernel_neighbors) {
+        // The kernel resolves for the interface it shares with the port: ask its table,
+        // and have it resolve what it does not know yet.
+        if (!neighbors_[port].may_request(destination, now))
+            return false;
+        if (kernel_neighbor(info.kernel_ifindex, destination, mac)) {
+            neighbors_[port].learn(destination, mac);
+            return true;
+        }
+        if (kernel_resolve_neighbor(info.kernel_ifindex, destination))
+            ++ports_.counters(port).kernel_resolutions;
+        return false;
+    }
     if ((ipv4 && !info.ipv4) || !neighbors_[port].may_request(destination, now))
         return false;
     TxFrame frame;

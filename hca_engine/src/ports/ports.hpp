@@ -41,6 +41,7 @@ struct PortCounters {
     uint64_t arp_replies = 0;         // sent
     uint64_t nd_solicitations = 0;    // IPv6 Neighbor Solicitations sent
     uint64_t nd_advertisements = 0;   // IPv6 Neighbor Advertisements sent
+    uint64_t kernel_resolutions = 0;  // destinations the kernel was asked to resolve (af_xdp)
     uint64_t rx_neighbor_dropped = 0; // ARP or ND nobody asked for, or malformed: dropped
     uint64_t rx_mads = 0;             // to QP1, handed to the communication manager
     uint64_t rx_mads_dropped = 0;     // to QP1 but not a GSI datagram (opcode, Q_Key)
@@ -86,6 +87,12 @@ struct PortInfo {
     // A kernel UDP socket port (udp_ports.hpp): the kernel resolves neighbours, and sends
     // with UDP source port 4791, IPv4 identification 0 and DF, so frames are built so.
     bool kernel_udp = false;
+    // The kernel shares the port's interface and owns its ARP and neighbour discovery (an
+    // af_xdp port, whose XDP program passes the kernel all but RoCEv2): destinations are
+    // resolved in the kernel's neighbour table of interface kernel_ifindex
+    // (kernel_neighbors.hpp), and the engine neither asks nor answers on the wire.
+    bool kernel_neighbors = false;
+    int kernel_ifindex = 0;
     // Frames on this port go from this engine to itself and nothing in between can see or
     // change them (the built-in wire, without a capture or injected faults): their ICRC
     // is neither computed nor checked, as a NIC's loopback with ICRC offload

@@ -67,6 +67,20 @@ uint32_t kernel_interface_mtu(uint32_t if_index) {
     ::close(fd);
     return rc == 0 && request.ifr_mtu > 0 ? static_cast<uint32_t>(request.ifr_mtu) : 0;
 }
+// The XDP program of af_xdp ports (xdp/roce_redirect.bpf.c): beside the engine's binary,
+// where the build and the package put it. Throws when it is not there: the PMD's own
+// program would take all the interface's traffic from the kernel.
+std::string roce_redirect_program() {
+    char self[4096] = {};
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    std::string path = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string();
+    path = path.substr(0, path.rfind('/') + 1) + "softhca-roce-redirect.bpf.o";
+    if (access(path.c_str(), R_OK) != 0)
+        throw std::runtime_error("af_xdp port: no XDP program at " + path +
+                                 " (built when clang is installed; or give xdp_prog=PATH)");
+    return path;
+}
+
 // Whether a PMD binds an existing kernel interface (the kernel owns its MTU and link).
 bool on_kernel_interface(const std::string& devargs) {
     return devargs.starts_with("net_af_packet") || devargs.starts_with("net_af_xdp");
@@ -98,6 +112,10 @@ constexpr uint32_t kAfPacketFrameOverhead = 64 + 18;
 // bypassed (the default of the PMD, said here so it holds). What the devargs say
 // themselves wins.
 std::string with_pmd_defaults(const std::string& devargs, uint32_t eth_mtu) {
+    if (devargs.starts_with("net_af_xdp"))
+        return devargs_value(devargs, "xdp_prog").empty()
+                   ? devargs + ",xdp_prog=" + roce_redirect_program()
+                   : devargs;
     if (!devargs.starts_with("net_af_packet"))
         return devargs;
     std::string out = devargs;
@@ -219,6 +237,11 @@ DpdkPortSet::DpdkPortSet(const PortsConfig& config) : dpdk_(std::make_unique<Dpd
             info.max_eth_mtu = std::min<uint32_t>(info.max_eth_mtu, kernel);
             info.eth_mtu = std::min(info.eth_mtu, kernel);
         }
+        if (info.devargs.starts_with("net_af_xdp")) {
+            // The kernel keeps the interface's ARP and ND (the XDP program passes them).
+            info.kernel_neighbors = true;
+            info.kernel_ifindex = static_cast<int>(dev_info.if_index);
+        }
         if (info.devargs.starts_with("net_af_packet")) {
             // Never more than the ring frames hold (devargs may have made them small).
             const std::string framesz =
@@ -251,8 +274,16 @@ DpdkPortSet::DpdkPortSet(const PortsConfig& config) : dpdk_(std::make_unique<Dpd
         if (rte_eth_dev_configure(id, 1, 1, &conf) != 0 ||
             rte_eth_rx_queue_setup(id, 0, kRxDescriptors, rte_eth_dev_socket_id(id), nullptr,
                                    pool) != 0 ||
-            rte_eth_tx_queue_setup(id, 0, kTxDescriptors, rte_eth_dev_socket_id(id), nullptr) != 0)
-            throw std::runtime_error("cannot configure DPDK port " + std::to_string(id));
+            rte_eth_tx_queue_setup(id, 0, kTxDescriptors, rte_eth_dev_socket_id(id), nullptr) !=
+                0) {
+            std::string why = "cannot configure DPDK port " + std::to_string(id);
+            const uint32_t kernel = kernel_interface_mtu(dev_info.if_index);
+            if (info.devargs.starts_with("net_af_xdp") && kernel > dev_info.max_mtu)
+                why += " (af_xdp: XDP takes frames of up to a page, so the interface's MTU must "
+                       "be at most " +
+                       std::to_string(dev_info.max_mtu) + "; it is " + std::to_string(kernel) + ")";
+            throw std::runtime_error(why);
+        }
         if (info.devargs.empty()) {
             rte_ether_addr mac{};
             for (int b = 0; b < 6; ++b)
