@@ -13,7 +13,7 @@
 # each beside qperf's tcp_bw/tcp_lat and with its ratio to TCP; then 64 KiB bandwidth and
 # 8-byte latency over each kind of port (ring, memif, af_packet on a veth, the kernel UDP
 # socket port over loopback), two hosts over a veth (namespaces) at MTU 1500 and 9000 for
-# af_packet and udp ports beside TCP over the same veth, and UCX's ucx_perftest over
+# af_packet, udp and af_xdp ports beside TCP over the same veth, and UCX's ucx_perftest over
 # softhca beside UCX over TCP (applications). Writes a PNG plot of bandwidth against
 # message size (default build/bench.png). First the machine's limits, measured in the same
 # run by softhca-limits-probe: memcpy, one memory-file and one cross-memory-attach call at
@@ -42,6 +42,8 @@ cleanup() {
     "$softhca" down --prefix "$prefix" >/dev/null 2>&1 || true
     for p in shbma shbmb shbu; do "$softhca" down --prefix "$p" >/dev/null 2>&1 || true; done
     SOFTHCA=$softhca tools/netns-pair.sh down shbp >/dev/null 2>&1 || true
+    ip netns del shbt-a 2>/dev/null || true
+    ip netns del shbt-b 2>/dev/null || true
     rm -rf "$work" "$shm_file"
 }
 trap cleanup EXIT
@@ -264,35 +266,53 @@ port_row "udp over loopback" "" shbu shbu0 "" shbu shbu1 127.0.0.1
 "$softhca" down --prefix shbu >/dev/null
 
 # Two hosts: two namespaces joined by a veth (tools/netns-pair.sh), an engine in each,
-# beside TCP (qperf) over the same veth in the same setup, at the veth's MTU 1500 and
-# 9000 (the ports take it: path MTU 1024 and 4096). Heap buffers.
-#   pair_tcp TEST SIZE: qperf from the second namespace to the first
-pair_tcp() {
-    local test=$1 size=$2
-    ip netns exec shbp-b qperf -t 2 --msg_size "$size" -uu 198.18.2.1 "$test" 2>/dev/null |
-        awk '$1 == "bw" {printf "%.2f\n", $3 / 1e6; exit} $1 == "latency" {printf "%.2f\n", $3 / 1000; exit}'
+# beside TCP (qperf) over a veth of the same MTU in the same run, at the veth's MTU 1500 and
+# 9000 (the ports take it: path MTU 1024 and 4096; af_xdp 3500 and 2048). Heap buffers.
+#   veth_tcp MTU: TCP (qperf, 64 KiB bandwidth and 8-byte latency) between two namespaces
+#   of their own joined by a plain veth of that MTU, what the two hosts would otherwise
+#   use (an af_xdp port's XDP program would cost TCP its GRO and GSO on the port's veth).
+veth_tcp() {
+    local mtu=$1 server
+    ip netns add shbt-a
+    ip netns add shbt-b
+    ip link add shbtva netns shbt-a mtu "$mtu" type veth peer name shbtvb netns shbt-b mtu "$mtu"
+    ip -n shbt-a addr add 198.18.3.1/24 dev shbtva
+    ip -n shbt-b addr add 198.18.3.2/24 dev shbtvb
+    for ns in shbt-a shbt-b; do ip -n "$ns" link set lo up; done
+    ip -n shbt-a link set shbtva up
+    ip -n shbt-b link set shbtvb up
+    ip netns exec shbt-a qperf >/dev/null 2>&1 &
+    server=$!
+    sleep 0.5
+    local test size
+    for run in "tcp_bw 65536" "tcp_lat 8"; do
+        read -r test size <<<"$run"
+        ip netns exec shbt-b qperf -t 2 --msg_size "$size" -uu 198.18.3.1 "$test" 2>/dev/null |
+            awk '$1 == "bw" {printf "%.2f ", $3 / 1e6; exit} $1 == "latency" {printf "%.2f\n", $3 / 1000; exit}'
+    done
+    kill "$server" 2>/dev/null || true
+    wait "$server" 2>/dev/null || true
+    ip netns del shbt-a
+    ip netns del shbt-b
 }
-echo "Two hosts over a veth: write/send bandwidth (MB/s) and 8 B send latency (us), TCP over the same veth"
+echo "Two hosts over a veth: write/send bandwidth (MB/s) and 8 B send latency (us), TCP over a veth of the same MTU"
 printf "%-18s %8s %8s %8s %7s %8s %7s %6s %6s %7s\n" port "w 64K" "w 1M" "s 64K" lat \
     "tcp 64K" "tcp lat" "w/tcp" "s/tcp" "tcp/lat"
-for kind in af_packet udp; do
-    for mtu in 1500 9000; do
-        pair_kind=
-        [ "$kind" = udp ] && pair_kind=udp
+for kind in af_packet udp af_xdp; do
+    # XDP on a veth takes frames of up to a page: af_xdp's jumbo frames are 3500 bytes.
+    mtus="1500 9000"
+    [ "$kind" = af_xdp ] && mtus="1500 3500"
+    for mtu in $mtus; do
+        pair_kind=$kind
+        [ "$kind" = af_packet ] && pair_kind=
+        read -r tb tl <<<"$(veth_tcp "$mtu")"
         SOFTHCA=$softhca SOFTHCA_PAIR_PORT=$pair_kind SOFTHCA_PAIR_MTU=$mtu \
             tools/netns-pair.sh up shbp >/dev/null
-        ip netns exec shbp-a qperf >/dev/null 2>&1 &
-        pair_qperf=$!
-        sleep 0.3
         set -- shbp-a shbpa shbpa0 shbp-b shbpb shbpb0 198.18.2.1
         w=$(on_pair "$@" ib_write_bw 65536 4)
         w1=$(on_pair "$@" ib_write_bw 1048576 4)
         s=$(on_pair "$@" ib_send_bw 65536 4)
         l=$(on_pair "$@" ib_send_lat 8 5)
-        tb=$(pair_tcp tcp_bw 65536)
-        tl=$(pair_tcp tcp_lat 8)
-        kill "$pair_qperf" 2>/dev/null || true
-        wait "$pair_qperf" 2>/dev/null || true
         tools/netns-pair.sh down shbp >/dev/null
         printf "%-18s %8s %8s %8s %7s %8s %7s %6s %6s %7s\n" "$kind, MTU $mtu" "$w" "$w1" "$s" \
             "$l" "$tb" "$tl" "$(ratio "$w" "$tb")" "$(ratio "$s" "$tb")" "$(ratio "$tl" "$l")"

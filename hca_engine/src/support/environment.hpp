@@ -6,7 +6,7 @@ namespace softhca::engine {
 
 // A fast path the engine's environment may turn off: on unless `name` is set to "0"
 // (SOFTHCA_SHARED_MAPPING, SOFTHCA_STAGE_RECEIVES, SOFTHCA_CROSS_MEMORY,
-// SOFTHCA_ENGINE_YIELD). Read once per name by its caller.
+// SOFTHCA_ENGINE_YIELD, SOFTHCA_UDP_GSO, SOFTHCA_UDP_GRO). Read once per name by its caller.
 bool environment_switch_on(const char* name);
 
 // A path the engine's environment may turn on: off unless `name` is set to "1"
