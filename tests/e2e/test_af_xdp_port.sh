@@ -7,7 +7,8 @@
 # and send no ARP of their own. Pingpongs with their data checks, perftest, UD and an SRQ
 # at the veth's MTU 1500 (path MTU 1024) and over IPv6; RC under 1% loss, duplication
 # and reordering; a 3500-byte veth gives path MTU 2048 (XDP on a veth takes frames of up
-# to a page); a 9000-byte one is refused with the reason; `down` leaves no XDP program.
+# to a page); a 9000-byte one is refused with the reason, and so is an interface with two
+# receive queues (the port reads queue 0); `down` leaves no XDP program.
 source "$(dirname "$0")/lib.sh"
 here=$(cd "$(dirname "$0")" && pwd)
 pair=${SOFTHCA_PREFIX}
@@ -87,4 +88,15 @@ out=$(ip netns exec "$pair-c" "$SOFTHCA" up --prefix "${pair}c" \
     fail "af_xdp on a 9000-byte veth came up: $out"
 }
 grep -q "MTU" <<<"$out" || fail "the refusal does not name the MTU: $out"
+# An interface with two receive queues: RSS would take RoCE flows past the port's queue.
+ip -n "$pair-c" link add "${pair}q0" numrxqueues 2 numtxqueues 2 type veth peer name \
+    "${pair}q1" numrxqueues 2 numtxqueues 2
+ip -n "$pair-c" link set "${pair}q0" up
+ip -n "$pair-c" link set "${pair}q1" up
+out=$(ip netns exec "$pair-c" "$SOFTHCA" up --prefix "${pair}c" \
+    --port "net_af_xdp0,iface=${pair}q0@198.18.2.5" 2>&1) && {
+    ip netns exec "$pair-c" "$SOFTHCA" down --prefix "${pair}c" >/dev/null 2>&1
+    fail "af_xdp on an interface with two receive queues came up: $out"
+}
+grep -q "2 receive queues" <<<"$out" || fail "the refusal does not name the queues: $out"
 echo PASS

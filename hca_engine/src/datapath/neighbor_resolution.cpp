@@ -107,7 +107,7 @@ bool Datapath::mac_for(size_t port, const tp::Gid& destination, const tp::Gid& s
     if (info.kernel_neighbors) {
         // The kernel resolves for the interface it shares with the port: ask its table,
         // and have it resolve what it does not know yet.
-        if (!neighbors_[port].may_request(destination, now))
+        if (!neighbors_[port].may_request(destination, now) || !kernel_neighbors_may_ask(now))
             return false;
         if (kernel_neighbor(info.kernel_ifindex, destination, mac)) {
             neighbors_[port].learn(destination, mac);

@@ -1,10 +1,12 @@
 #include "kernel_neighbors.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <linux/neighbour.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 namespace softhca::engine {
@@ -20,19 +22,44 @@ struct Request {
     alignas(NLA_ALIGNTO) uint8_t attributes[64];
 };
 
-// Sends `request` and reads the kernel's answer into `answer`; its length, or -1.
+// The engine's one rtnetlink socket, opened at first use; a reply that does not come
+// within 100 ms counts as none.
+int netlink_socket() {
+    static const int fd = [] {
+        const int s = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+        if (s >= 0) {
+            timeval wait{0, 100'000};
+            setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
+        }
+        return s;
+    }();
+    return fd;
+}
+
+// Sends `request` and reads the kernel's answer to it into `answer` (the message with
+// its sequence number: answers to requests that timed out are skipped); its length, or
+// -1.
 ssize_t exchange(Request& request, uint8_t* answer, size_t capacity) {
-    const int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+    static uint32_t sequence = 0;
+    const int fd = netlink_socket();
     if (fd < 0)
         return -1;
+    request.header.nlmsg_seq = ++sequence;
     sockaddr_nl kernel{};
     kernel.nl_family = AF_NETLINK;
-    ssize_t n = -1;
     if (sendto(fd, &request, request.header.nlmsg_len, 0, reinterpret_cast<sockaddr*>(&kernel),
-               sizeof(kernel)) == static_cast<ssize_t>(request.header.nlmsg_len))
-        n = recv(fd, answer, capacity, 0);
-    ::close(fd);
-    return n;
+               sizeof(kernel)) != static_cast<ssize_t>(request.header.nlmsg_len))
+        return -1;
+    for (int tries = 0; tries < 8; ++tries) {
+        const ssize_t n = recv(fd, answer, capacity, 0);
+        if (n < static_cast<ssize_t>(sizeof(nlmsghdr)))
+            return -1;
+        nlmsghdr header;
+        std::memcpy(&header, answer, sizeof(header));
+        if (header.nlmsg_seq == sequence)
+            return n;
+    }
+    return -1;
 }
 
 // A neighbour request for `address` on `ifindex`.
@@ -42,7 +69,6 @@ Request make_request(uint16_t type, uint16_t flags, int ifindex, const tp::Gid& 
     const size_t address_bytes = ipv4 ? 4 : 16;
     r.header.nlmsg_type = type;
     r.header.nlmsg_flags = static_cast<uint16_t>(NLM_F_REQUEST | flags);
-    r.header.nlmsg_seq = 1;
     r.neighbor.ndm_family = ipv4 ? AF_INET : AF_INET6;
     r.neighbor.ndm_ifindex = ifindex;
     nlattr destination{};
@@ -56,6 +82,18 @@ Request make_request(uint16_t type, uint16_t flags, int ifindex, const tp::Gid& 
 }
 
 } // namespace
+
+bool kernel_neighbors_may_ask(uint64_t now_ns) {
+    // A token bucket: one question a millisecond on average, 32 at once.
+    constexpr uint64_t kPerQuestionNs = 1'000'000;
+    constexpr uint64_t kBurstNs = 32 * kPerQuestionNs;
+    static uint64_t spent_until = 0;
+    spent_until = std::max(spent_until, now_ns - std::min(now_ns, kBurstNs));
+    if (spent_until >= now_ns)
+        return false;
+    spent_until += kPerQuestionNs;
+    return true;
+}
 
 bool kernel_neighbor(int ifindex, const tp::Gid& address, tp::MacAddress& mac) {
     Request request = make_request(RTM_GETNEIGH, 0, ifindex, address);

@@ -2,12 +2,20 @@
 // port: its XDP program hands the kernel everything but RoCEv2, ARP and neighbour
 // discovery included, so the kernel resolves and answers for the address it shares with
 // the port, as it does for Linux rxe). Read and asked over rtnetlink; the data path calls
-// these only for a destination it does not know yet, at most once per request interval.
+// these only for a destination it does not know yet, at most once per request interval
+// and within kernel_neighbors_may_ask, over one rtnetlink socket.
 #pragma once
 
 #include "softhca/transport/roce_frame.hpp"
 
+#include <cstdint>
+
 namespace softhca::engine {
+
+// Whether the engine may ask the kernel now: at most 1000 destinations a second (bursts
+// of 32), whatever they are, so that a process posting to many made-up addresses costs
+// the engine and the kernel's table little. Counts the question when it says yes.
+bool kernel_neighbors_may_ask(uint64_t now_ns);
 
 // The MAC the kernel has for `address` on interface `ifindex`, when its entry is usable
 // (reachable, stale, delay, probe or permanent).

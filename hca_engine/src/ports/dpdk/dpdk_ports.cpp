@@ -15,6 +15,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <linux/ethtool.h>
+#include <linux/sockios.h>
 #include <memory>
 #include <net/if.h>
 #include <stdexcept>
@@ -81,6 +83,23 @@ std::string roce_redirect_program() {
     return path;
 }
 
+// The receive queues a kernel interface has (ETHTOOL_GCHANNELS), or 1 when its driver
+// does not say.
+uint32_t kernel_interface_rx_queues(const std::string& name) {
+    const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return 1;
+    ethtool_channels channels{};
+    channels.cmd = ETHTOOL_GCHANNELS;
+    ifreq request{};
+    std::memcpy(request.ifr_name, name.c_str(), std::min(name.size(), size_t{IFNAMSIZ - 1}));
+    request.ifr_data = reinterpret_cast<char*>(&channels);
+    const int rc = ioctl(fd, SIOCETHTOOL, &request);
+    ::close(fd);
+    const uint32_t queues = channels.rx_count + channels.combined_count;
+    return rc == 0 && queues > 0 ? queues : 1;
+}
+
 // Whether a PMD binds an existing kernel interface (the kernel owns its MTU and link).
 bool on_kernel_interface(const std::string& devargs) {
     return devargs.starts_with("net_af_packet") || devargs.starts_with("net_af_xdp");
@@ -107,23 +126,40 @@ constexpr uint32_t kAfPacketFrameOverhead = 64 + 18;
 // kernel truncates a longer received frame, and the PMD drops a longer one to send —
 // so they are the power of two that holds a RoCE frame of the MTU (8 KiB for jumbo
 // frames); its receive ring (512 frames) overflows under the burst of one 64 KiB UC
-// message, which nothing resends, so it has 4096 frames (2048 of 8 KiB: the same 16 MiB
-// a ring as 8 KiB frames at the default count would be twice of); and the qdisc is
-// bypassed (the default of the PMD, said here so it holds). What the devargs say
-// themselves wins.
+// message, which nothing resends, so it has 4096 frames of 2 KiB, or 2048 of 8 KiB
+// (16 MiB a ring); a block holds whole frames; and the qdisc is bypassed (the default
+// of the PMD, said here so it holds). What the devargs say themselves wins, and the
+// defaults added follow a frame size they give (a number of bytes, 2048 or more).
 std::string with_pmd_defaults(const std::string& devargs, uint32_t eth_mtu) {
-    if (devargs.starts_with("net_af_xdp"))
+    if (devargs.starts_with("net_af_xdp")) {
+        // The port's socket is on queue 0; RSS would spread RoCE flows (each QP has its
+        // own UDP source port) over the others, where the kernel drops them.
+        const std::string iface = devargs_value(devargs, "iface");
+        if (const uint32_t queues = kernel_interface_rx_queues(iface);
+            queues > 1 && devargs_value(devargs, "queue_count").empty())
+            throw std::runtime_error("af_xdp port: " + iface + " has " + std::to_string(queues) +
+                                     " receive queues and the port reads queue 0 only: " +
+                                     "`ethtool -L " + iface + " combined 1` (or rx 1) first");
         return devargs_value(devargs, "xdp_prog").empty()
                    ? devargs + ",xdp_prog=" + roce_redirect_program()
                    : devargs;
+    }
     if (!devargs.starts_with("net_af_packet"))
         return devargs;
     std::string out = devargs;
     uint32_t frame = 2048;
     while (frame < kAfPacketFrameOverhead + std::min(eth_mtu, kLargestRoceMtu))
         frame *= 2;
-    if (devargs_value(devargs, "framesz").empty())
+    if (const std::string given = devargs_value(devargs, "framesz"); !given.empty()) {
+        char* end = nullptr;
+        const unsigned long bytes = std::strtoul(given.c_str(), &end, 10);
+        if (*end != '\0' || bytes < 2048 || bytes > (1u << 20))
+            throw std::runtime_error("af_packet port: framesz=" + given +
+                                     " is not a number of bytes from 2048 to 1 MiB");
+        frame = static_cast<uint32_t>(bytes);
+    } else {
         out += ",framesz=" + std::to_string(frame);
+    }
     if (devargs_value(devargs, "blocksz").empty())
         out +=
             ",blocksz=" +

@@ -97,9 +97,10 @@ void UdpPortSet::land(size_t socket, unsigned id, int bytes) {
     auto* payload = static_cast<uint8_t*>(io_uring_recvmsg_payload(out, &s.receive_template));
     const uint32_t length = io_uring_recvmsg_payload_length(out, bytes, &s.receive_template);
     info.counters.rx_bytes += out->payloadlen;
-    // A datagram (or run) longer than the buffer was cut: dropped.
-    if ((out->flags & MSG_TRUNC) || out->payloadlen != length || out->namelen > kNameBytes ||
-        length == 0) {
+    // A datagram (or run) longer than the buffer was cut, or its ancillary data was:
+    // dropped.
+    if ((out->flags & (MSG_TRUNC | MSG_CTRUNC)) || out->payloadlen != length ||
+        out->namelen > kNameBytes || length == 0) {
         ++info.counters.rx_malformed;
         ++info.counters.rx_packets;
         u.give_buffer(id);
@@ -430,16 +431,18 @@ void UdpPortSet::run_sent(uint32_t id, int result) {
     UdpSocket& s = u.sockets[static_cast<size_t>(run.socket)];
     if (result >= 0) {
         info.counters.tx_packets += run.count;
-    } else if (run.count > 1 && s.gso && result != -EAGAIN && result != -ENOBUFS &&
-               result != -EMSGSIZE) {
-        // The kernel refused the segmented send (no checksum offload on the route's
-        // device, a transform on it, ...): the socket sends datagram by datagram from
-        // now on, starting with these (numbered 0 again).
+    } else if (run.count > 1 && (result == -EIO || result == -EINVAL)) {
+        // The kernel refused the segmented send itself (EIO: a transform or no checksum
+        // help on the route; EINVAL: what it will not segment): the socket sends datagram
+        // by datagram from now on, starting with these (numbered 0 again), and so do the
+        // runs already on their way when it said so. Other errors (no route, a full
+        // buffer) are the datagrams', not the segmentation's: dropped, as one would be.
+        if (s.gso)
+            std::fprintf(stderr,
+                         "softhca-engine: udp port %s: the kernel refused UDP segmentation "
+                         "(%s); sending datagram by datagram\n",
+                         info.netdev.c_str(), std::strerror(-result));
         s.gso = false;
-        std::fprintf(stderr,
-                     "softhca-engine: udp port %s: the kernel refused UDP segmentation "
-                     "(%s); sending datagram by datagram\n",
-                     info.netdev.c_str(), std::strerror(-result));
         const bool ipv6 = run.to.ss_family == AF_INET6;
         const TxRun copy = run;
         run.count = 0; // its slots go out again, one run each

@@ -1,6 +1,8 @@
 // The XDP program an af_xdp port puts on its interface (--port net_af_xdp0,iface=IF@...):
-// RoCEv2 frames (UDP to port 4791 over IPv4 or IPv6, untagged or with one 802.1Q tag)
-// go to the port's AF_XDP socket; everything else goes on to the kernel's stack, which
+// RoCEv2 frames (UDP to port 4791 over IPv4 or IPv6, untagged or with one 802.1Q tag,
+// to any address: the interface's RoCE is the port's) go to the port's AF_XDP socket,
+// which reads queue 0 (the port refuses an interface with more receive queues);
+// everything else goes on to the kernel's stack, which
 // keeps the interface's other traffic (TCP, ARP and ND, which the kernel answers for the
 // address it shares with the port). The default program of the PMD (libxdp's) would take
 // every frame. Built with clang -target bpf; the PMD loads it (devargs xdp_prog=) and
