@@ -6,7 +6,9 @@
 # pingpong and ib_send_bw over the IPv6 GID, and rping over both families run between
 # them; then bad datagrams sent to
 # port 4791 from the other namespace (truncated, oversized, a corrupted ICRC, a valid
-# packet for a QP that does not exist) are dropped and counted, and the ports work on.
+# packet for a QP that does not exist, and the same as UDP GSO runs, one with a short
+# last segment, one of segments that are not RoCE) are dropped and counted, one by one,
+# and the ports work on.
 source "$(dirname "$0")/lib.sh"
 here=$(cd "$(dirname "$0")" && pwd)
 pair=${SOFTHCA_PREFIX}
@@ -81,6 +83,36 @@ sleep 0.5
 [ "$(counter rx_bad_icrc)" -ge $((bad_icrc + 1)) ] || fail "bad ICRC not counted: $(status)"
 [ "$(counter rx_no_qp)" -eq $((no_qp + 1)) ] ||
     fail "the packet for no QP: rx_no_qp $(counter rx_no_qp), was $no_qp"
+# UDP GSO runs (the port's sockets take them whole with UDP_GRO over the veth): three
+# copies of that packet and a short piece of garbage as its last segment, then a run of
+# four segments that are not RoCE at all. Each segment is a packet of its own: three more
+# for no QP, five malformed or with a bad ICRC.
+malformed=$(counter rx_malformed) bad_icrc=$(counter rx_bad_icrc) no_qp=$(counter rx_no_qp)
+ip netns exec "$CLIENT_NS" python3 - <<'PY' || fail "could not send the GSO runs"
+import socket, struct, zlib
+UDP_SEGMENT = 103
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("198.18.2.2", 50124))
+to = ("198.18.2.1", 4791)
+bth = struct.pack(">BBHII", 0x04, 0x40, 0xffff, 0x123456, 0x00000001)
+payload = bth + b"\x00" * 16
+length = 20 + 8 + len(payload) + 4
+ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0xff, length, 0, 0x4000, 0xff, 17, 0xffff,
+                 socket.inet_aton("198.18.2.2"), socket.inet_aton("198.18.2.1"))
+udp = struct.pack(">HHHH", 50124, 4791, length - 20, 0xffff)
+masked = bytearray(payload)
+masked[4] = 0xff
+packet = payload + struct.pack("<I", zlib.crc32(b"\xff" * 8 + ip + udp + bytes(masked)))
+s.setsockopt(socket.SOL_UDP, UDP_SEGMENT, len(packet))
+s.sendto(packet * 3 + b"\x04" * 10, to)
+s.setsockopt(socket.SOL_UDP, UDP_SEGMENT, 40)
+s.sendto(b"\x04" * 160, to)
+PY
+sleep 0.5
+[ "$(counter rx_no_qp)" -eq $((no_qp + 3)) ] ||
+    fail "a GSO run's packets for no QP: rx_no_qp $(counter rx_no_qp), was $no_qp"
+[ $(($(counter rx_malformed) + $(counter rx_bad_icrc))) -ge $((malformed + bad_icrc + 5)) ] ||
+    fail "a GSO run's bad segments not counted: $(status)"
 "$here/test_pingpong.sh" ibv_rc_pingpong 4096 || fail "ibv_rc_pingpong after bad datagrams"
 status | grep -E "counters"
 echo PASS
