@@ -51,6 +51,23 @@ on_client() {
     fi
 }
 
+# Two hosts from tools/netns-pair.sh: `pair_hosts NAME` makes the server the engine in
+# NAME-a (device NAMEa0, 198.18.2.1) and the client the one in NAME-b, for on_server,
+# on_client and the pingpong and perftest scripts; `pair_up NAME` brings a fresh pair up
+# (one of that name goes down first), with what SOFTHCA_PAIR_PORT, SOFTHCA_PAIR_MTU and
+# SOFTHCA_UP_ARGS say; `pair_down NAME` takes it down.
+NETNS_PAIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/tools/netns-pair.sh"
+pair_hosts() {
+    export SERVER_NS="$1-a" CLIENT_NS="$1-b" SERVER_PREFIX="${1}a" CLIENT_PREFIX="${1}b"
+    export SERVER_DEV="${1}a0" CLIENT_DEV="${1}b0" SERVER_ADDR=198.18.2.1
+}
+pair_down() { SOFTHCA="$SOFTHCA" "$NETNS_PAIR" down "$1" >/dev/null 2>&1 || true; }
+pair_up() {
+    pair_down "$1"
+    SOFTHCA="$SOFTHCA" "$NETNS_PAIR" up "$1" >/dev/null ||
+        fail "netns-pair up failed (${SOFTHCA_PAIR_PORT:-af_packet} ports, MTU ${SOFTHCA_PAIR_MTU:-1500})"
+}
+
 # The bytes the server's and the client's devices have sent, "SERVER CLIENT", from the
 # engine's counters (`softhca status`).
 devices_tx_bytes() {

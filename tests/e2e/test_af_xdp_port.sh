@@ -2,9 +2,9 @@
 # af_xdp ports between two hosts (tools/netns-pair.sh with SOFTHCA_PAIR_PORT=af_xdp): each
 # engine's DPDK af_xdp port puts softhca's XDP program on its veth, which hands RoCEv2 to
 # the port and everything else to the kernel. The kernel keeps the interface: TCP (the
-# tools' side channels, a connection of its own) still works over it, and the kernel resolves the engine's
-# destinations (ARP, and ND for the IPv6 GIDs) — the engines ask it (kernel_resolutions)
-# and send no ARP of their own. Pingpongs with their data checks, perftest, UD and an SRQ
+# tools' side channels, a connection of its own) still works over it, and the kernel
+# resolves the engines' destinations (ARP, and ND for the IPv6 GIDs) — the engines ask it
+# (kernel_resolutions) and send no ARP of their own. Pingpongs with their data checks, perftest, UD and an SRQ
 # at the veth's MTU 1500 (path MTU 1024) and over IPv6; RC under 1% loss, duplication
 # and reordering; a 3500-byte veth gives path MTU 2048 (XDP on a veth takes frames of up
 # to a page); a 9000-byte one is refused with the reason, and so is an interface with two
@@ -12,20 +12,15 @@
 source "$(dirname "$0")/lib.sh"
 here=$(cd "$(dirname "$0")" && pwd)
 pair=${SOFTHCA_PREFIX}
-export SOFTHCA
-trap '"$here/../../tools/netns-pair.sh" down "$pair" >/dev/null 2>&1 || true' EXIT
-export SERVER_NS="$pair-a" CLIENT_NS="$pair-b"
-export SERVER_PREFIX="${pair}a" CLIENT_PREFIX="${pair}b"
-export SERVER_DEV="${pair}a0" CLIENT_DEV="${pair}b0" SERVER_ADDR=198.18.2.1
+trap 'pair_down "$pair"' EXIT
+pair_hosts "$pair"
 export SOFTHCA_PAIR_PORT=af_xdp
 
 # up MTU [softhca up options]: a fresh pair of af_xdp ports.
 up() {
     local mtu=$1
     shift
-    "$here/../../tools/netns-pair.sh" down "$pair" >/dev/null 2>&1 || true
-    SOFTHCA_PAIR_MTU=$mtu SOFTHCA_UP_ARGS="$*" "$here/../../tools/netns-pair.sh" up "$pair" \
-        >/dev/null || fail "netns-pair up with af_xdp ports at MTU $mtu"
+    SOFTHCA_PAIR_MTU=$mtu SOFTHCA_UP_ARGS="$*" pair_up "$pair"
 }
 server_status() { ip netns exec "$SERVER_NS" "$SOFTHCA" status --prefix "$SERVER_PREFIX"; }
 client_status() { ip netns exec "$CLIENT_NS" "$SOFTHCA" status --prefix "$CLIENT_PREFIX"; }
@@ -75,28 +70,28 @@ grep -qE "ACTIVE .* mtu 3500 active_mtu 2048 " <<<"$(server_status)" ||
 "$here/test_pingpong.sh" ibv_rc_pingpong 65536 1048576 -- -m 2048 ||
     fail "ibv_rc_pingpong at path MTU 2048 over af_xdp"
 
-"$here/../../tools/netns-pair.sh" down "$pair" >/dev/null
+pair_down "$pair"
 xdp_on "$SERVER_NS" "${pair}va" 2>/dev/null && fail "down left the XDP program on ${pair}va"
 ip netns add "$pair-c"
 trap 'ip netns del "$pair-c" 2>/dev/null || true' EXIT
+# refused IFACE WHAT: an af_xdp port on IFACE (in $pair-c) does not come up; its
+# refusal in $out.
+refused() {
+    out=$(ip netns exec "$pair-c" "$SOFTHCA" up --prefix "${pair}c" \
+        --port "net_af_xdp0,iface=$1@198.18.2.5" 2>&1) || return 0
+    ip netns exec "$pair-c" "$SOFTHCA" down --prefix "${pair}c" >/dev/null 2>&1
+    fail "af_xdp on $2 came up: $out"
+}
 ip -n "$pair-c" link add "${pair}j0" mtu 9000 type veth peer name "${pair}j1" mtu 9000
 ip -n "$pair-c" link set "${pair}j0" up
 ip -n "$pair-c" link set "${pair}j1" up
-out=$(ip netns exec "$pair-c" "$SOFTHCA" up --prefix "${pair}c" \
-    --port "net_af_xdp0,iface=${pair}j0@198.18.2.5" 2>&1) && {
-    ip netns exec "$pair-c" "$SOFTHCA" down --prefix "${pair}c" >/dev/null 2>&1
-    fail "af_xdp on a 9000-byte veth came up: $out"
-}
+refused "${pair}j0" "a 9000-byte veth"
 grep -q "MTU" <<<"$out" || fail "the refusal does not name the MTU: $out"
 # An interface with two receive queues: RSS would take RoCE flows past the port's queue.
 ip -n "$pair-c" link add "${pair}q0" numrxqueues 2 numtxqueues 2 type veth peer name \
     "${pair}q1" numrxqueues 2 numtxqueues 2
 ip -n "$pair-c" link set "${pair}q0" up
 ip -n "$pair-c" link set "${pair}q1" up
-out=$(ip netns exec "$pair-c" "$SOFTHCA" up --prefix "${pair}c" \
-    --port "net_af_xdp0,iface=${pair}q0@198.18.2.5" 2>&1) && {
-    ip netns exec "$pair-c" "$SOFTHCA" down --prefix "${pair}c" >/dev/null 2>&1
-    fail "af_xdp on an interface with two receive queues came up: $out"
-}
+refused "${pair}q0" "an interface with two receive queues"
 grep -q "2 receive queues" <<<"$out" || fail "the refusal does not name the queues: $out"
 echo PASS

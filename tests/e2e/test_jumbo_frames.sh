@@ -10,19 +10,14 @@
 source "$(dirname "$0")/lib.sh"
 here=$(cd "$(dirname "$0")" && pwd)
 pair=${SOFTHCA_PREFIX}
-export SOFTHCA
-trap '"$here/../../tools/netns-pair.sh" down "$pair" >/dev/null 2>&1 || true' EXIT
-export SERVER_NS="$pair-a" CLIENT_NS="$pair-b"
-export SERVER_PREFIX="${pair}a" CLIENT_PREFIX="${pair}b"
-export SERVER_DEV="${pair}a0" CLIENT_DEV="${pair}b0" SERVER_ADDR=198.18.2.1
+trap 'pair_down "$pair"' EXIT
+pair_hosts "$pair"
 
 # up KIND MTU [softhca up options]: a fresh pair; both ports' status lines in $ports.
 up() {
     local kind=$1 mtu=$2
     shift 2
-    "$here/../../tools/netns-pair.sh" down "$pair" >/dev/null 2>&1 || true
-    SOFTHCA_PAIR_PORT=$kind SOFTHCA_PAIR_MTU=$mtu SOFTHCA_UP_ARGS="$*" \
-        "$here/../../tools/netns-pair.sh" up "$pair" >/dev/null || fail "netns-pair up ($kind, $mtu)"
+    SOFTHCA_PAIR_PORT=$kind SOFTHCA_PAIR_MTU=$mtu SOFTHCA_UP_ARGS="$*" pair_up "$pair"
     ports="$(ip netns exec "$SERVER_NS" "$SOFTHCA" status --prefix "$SERVER_PREFIX" | grep "port 1")
 $(ip netns exec "$CLIENT_NS" "$SOFTHCA" status --prefix "$CLIENT_PREFIX" | grep "port 1")"
 }

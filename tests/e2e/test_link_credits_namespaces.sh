@@ -16,9 +16,7 @@ trap '"$here/../../tools/netns-pair.sh" down "$pair" >/dev/null 2>&1 || true; rm
 "$here/../../tools/netns-pair.sh" down "$pair" >/dev/null 2>&1 || true
 SOFTHCA_UP_ARGS="--shape rate_mbps=2000,queue_kb=512 --link-credits buffer_kb=128" \
     "$here/../../tools/netns-pair.sh" up "$pair" >/dev/null || fail "netns-pair up failed"
-export SERVER_NS="$pair-a" CLIENT_NS="$pair-b"
-export SERVER_PREFIX="${pair}a" CLIENT_PREFIX="${pair}b"
-export SERVER_DEV="${pair}a0" CLIENT_DEV="${pair}b0" SERVER_ADDR=198.18.2.1
+pair_hosts "$pair"
 
 status_of() { ip netns exec "$pair-$1" "$SOFTHCA" status --prefix "$pair$1" --json; }
 

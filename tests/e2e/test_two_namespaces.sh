@@ -19,9 +19,7 @@ trap '"$here/../../tools/netns-pair.sh" down "$pair" >/dev/null 2>&1 || true' EX
 "$here/../../tools/netns-pair.sh" down "$pair" >/dev/null 2>&1 || true
 "$here/../../tools/netns-pair.sh" up "$pair" || fail "netns-pair up failed"
 
-export SERVER_NS="$pair-a" CLIENT_NS="$pair-b"
-export SERVER_PREFIX="${pair}a" CLIENT_PREFIX="${pair}b"
-export SERVER_DEV="${pair}a0" CLIENT_DEV="${pair}b0" SERVER_ADDR=198.18.2.1
+pair_hosts "$pair"
 
 "$here/test_pingpong.sh" ibv_rc_pingpong 1 4096 65536 1048576 ||
     fail "ibv_rc_pingpong across namespaces"

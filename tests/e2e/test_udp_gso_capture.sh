@@ -12,14 +12,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 PCAP_CHECK=${1:?path to pcap_check}
 pair=${SOFTHCA_PREFIX}
 dir=$(mktemp -d)
-export SOFTHCA
-trap '[ -n "${capture:-}" ] && kill "$capture" 2>/dev/null; "$here/../../tools/netns-pair.sh" down "$pair" >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
-"$here/../../tools/netns-pair.sh" down "$pair" >/dev/null 2>&1 || true
-SOFTHCA_PAIR_PORT=udp "$here/../../tools/netns-pair.sh" up "$pair" >/dev/null ||
-    fail "netns-pair up failed"
-export SERVER_NS="$pair-a" CLIENT_NS="$pair-b"
-export SERVER_PREFIX="${pair}a" CLIENT_PREFIX="${pair}b"
-export SERVER_DEV="${pair}a0" CLIENT_DEV="${pair}b0" SERVER_ADDR=198.18.2.1
+trap '[ -n "${capture:-}" ] && kill "$capture" 2>/dev/null; pair_down "$pair"; rm -rf "$dir"' EXIT
+SOFTHCA_PAIR_PORT=udp pair_up "$pair"
+pair_hosts "$pair"
 ip netns exec "$CLIENT_NS" ethtool -K "${pair}vb" tx-udp-segmentation off >/dev/null ||
     fail "ethtool could not turn off the client veth's UDP segmentation"
 

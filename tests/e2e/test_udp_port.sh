@@ -13,13 +13,10 @@ source "$(dirname "$0")/lib.sh"
 here=$(cd "$(dirname "$0")" && pwd)
 pair=${SOFTHCA_PREFIX}
 export SOFTHCA
-trap '"$here/../../tools/netns-pair.sh" down "$pair" >/dev/null 2>&1 || true' EXIT
-"$here/../../tools/netns-pair.sh" down "$pair" >/dev/null 2>&1 || true
-SOFTHCA_PAIR_PORT=udp "$here/../../tools/netns-pair.sh" up "$pair" || fail "netns-pair up failed"
+trap 'pair_down "$pair"' EXIT
+SOFTHCA_PAIR_PORT=udp pair_up "$pair"
 
-export SERVER_NS="$pair-a" CLIENT_NS="$pair-b"
-export SERVER_PREFIX="${pair}a" CLIENT_PREFIX="${pair}b"
-export SERVER_DEV="${pair}a0" CLIENT_DEV="${pair}b0" SERVER_ADDR=198.18.2.1
+pair_hosts "$pair"
 status() { ip netns exec "$SERVER_NS" "$SOFTHCA" status --prefix "$SERVER_PREFIX"; }
 status | head -3
 status | grep -q "pmd kernel udp (io_uring) udp" || fail "not a udp port: $(status)"
@@ -55,60 +52,53 @@ done
 
 # Bad datagrams from the other host: each is dropped and counted, nothing else moves.
 counter() { status | grep -m1 "counters:" | sed -n "s/.* $1 \([0-9]*\).*/\1/p"; }
-malformed=$(counter rx_malformed) bad_icrc=$(counter rx_bad_icrc) no_qp=$(counter rx_no_qp)
-ip netns exec "$CLIENT_NS" python3 - <<'PY' || fail "could not send the bad datagrams"
-import socket, struct, zlib
+# send_bad single|runs: the bad datagrams, one by one or as UDP GSO runs.
+send_bad() {
+    ip netns exec "$CLIENT_NS" python3 - "$1" <<'PY' || fail "could not send the bad datagrams ($1)"
+import socket, struct, sys, zlib
+UDP_SEGMENT = 103
+runs = sys.argv[1] == "runs"
+source_port = 50124 if runs else 50123
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.bind(("198.18.2.2", 50123))
+s.bind(("198.18.2.2", source_port))
 to = ("198.18.2.1", 4791)
-s.sendto(b"\x04\x00", to)                     # shorter than a BTH and an ICRC
-s.sendto(b"\x04" * 6000, to)                  # longer than any RoCEv2 packet
-# A SEND_ONLY to QP 0x123456, which does not exist, with a wrong ICRC and then a right
-# one (A17.4.2: ones for the LRH, the IPv4 and UDP headers with their variant fields as
-# ones; the kernel sends identification 0 and DF from this unconnected socket).
+# A SEND_ONLY to QP 0x123456, which does not exist, with its right ICRC (A17.4.2: ones
+# for the LRH, the IPv4 and UDP headers with their variant fields as ones; the kernel
+# sends identification 0 and DF from this unconnected socket).
 bth = struct.pack(">BBHII", 0x04, 0x40, 0xffff, 0x123456, 0x00000001)
 payload = bth + b"\x00" * 16
-s.sendto(payload + b"\xde\xad\xbe\xef", to)
 length = 20 + 8 + len(payload) + 4
 ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0xff, length, 0, 0x4000, 0xff, 17, 0xffff,
                  socket.inet_aton("198.18.2.2"), socket.inet_aton("198.18.2.1"))
-udp = struct.pack(">HHHH", 50123, 4791, length - 20, 0xffff)
+udp = struct.pack(">HHHH", source_port, 4791, length - 20, 0xffff)
 masked = bytearray(payload)
 masked[4] = 0xff
-icrc = zlib.crc32(b"\xff" * 8 + ip + udp + bytes(masked))
-s.sendto(payload + struct.pack("<I", icrc), to)
+packet = payload + struct.pack("<I", zlib.crc32(b"\xff" * 8 + ip + udp + bytes(masked)))
+if not runs:
+    s.sendto(b"\x04\x00", to)                     # shorter than a BTH and an ICRC
+    s.sendto(b"\x04" * 6000, to)                  # longer than any RoCEv2 packet
+    s.sendto(payload + b"\xde\xad\xbe\xef", to)   # a wrong ICRC
+    s.sendto(packet, to)
+else:
+    # Three copies of that packet and a short piece of garbage as the run's last
+    # segment, then a run of four segments that are not RoCE at all.
+    s.setsockopt(socket.SOL_UDP, UDP_SEGMENT, len(packet))
+    s.sendto(packet * 3 + b"\x04" * 10, to)
+    s.setsockopt(socket.SOL_UDP, UDP_SEGMENT, 40)
+    s.sendto(b"\x04" * 160, to)
 PY
-sleep 0.5
+    sleep 0.5
+}
+malformed=$(counter rx_malformed) bad_icrc=$(counter rx_bad_icrc) no_qp=$(counter rx_no_qp)
+send_bad single
 [ "$(counter rx_malformed)" -ge $((malformed + 2)) ] || fail "short/long datagrams not counted: $(status)"
 [ "$(counter rx_bad_icrc)" -ge $((bad_icrc + 1)) ] || fail "bad ICRC not counted: $(status)"
 [ "$(counter rx_no_qp)" -eq $((no_qp + 1)) ] ||
     fail "the packet for no QP: rx_no_qp $(counter rx_no_qp), was $no_qp"
-# UDP GSO runs (the port's sockets take them whole with UDP_GRO over the veth): three
-# copies of that packet and a short piece of garbage as its last segment, then a run of
-# four segments that are not RoCE at all. Each segment is a packet of its own: three more
-# for no QP, five malformed or with a bad ICRC.
+# UDP GSO runs (the port's sockets take them whole with UDP_GRO over the veth): each
+# segment is a packet of its own: three more for no QP, five malformed or with a bad ICRC.
 malformed=$(counter rx_malformed) bad_icrc=$(counter rx_bad_icrc) no_qp=$(counter rx_no_qp)
-ip netns exec "$CLIENT_NS" python3 - <<'PY' || fail "could not send the GSO runs"
-import socket, struct, zlib
-UDP_SEGMENT = 103
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.bind(("198.18.2.2", 50124))
-to = ("198.18.2.1", 4791)
-bth = struct.pack(">BBHII", 0x04, 0x40, 0xffff, 0x123456, 0x00000001)
-payload = bth + b"\x00" * 16
-length = 20 + 8 + len(payload) + 4
-ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0xff, length, 0, 0x4000, 0xff, 17, 0xffff,
-                 socket.inet_aton("198.18.2.2"), socket.inet_aton("198.18.2.1"))
-udp = struct.pack(">HHHH", 50124, 4791, length - 20, 0xffff)
-masked = bytearray(payload)
-masked[4] = 0xff
-packet = payload + struct.pack("<I", zlib.crc32(b"\xff" * 8 + ip + udp + bytes(masked)))
-s.setsockopt(socket.SOL_UDP, UDP_SEGMENT, len(packet))
-s.sendto(packet * 3 + b"\x04" * 10, to)
-s.setsockopt(socket.SOL_UDP, UDP_SEGMENT, 40)
-s.sendto(b"\x04" * 160, to)
-PY
-sleep 0.5
+send_bad runs
 [ "$(counter rx_no_qp)" -eq $((no_qp + 3)) ] ||
     fail "a GSO run's packets for no QP: rx_no_qp $(counter rx_no_qp), was $no_qp"
 [ $(($(counter rx_malformed) + $(counter rx_bad_icrc))) -ge $((malformed + bad_icrc + 5)) ] ||

@@ -2,6 +2,7 @@
 
 #include "clock.hpp"
 #include "gid_table.hpp"
+#include "kernel_interface.hpp"
 #include "softhca/transport/path_mtu.hpp"
 #include "softhca/transport/priority_flow_control.hpp"
 
@@ -15,13 +16,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <linux/ethtool.h>
-#include <linux/sockios.h>
 #include <memory>
-#include <net/if.h>
 #include <stdexcept>
-#include <sys/ioctl.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 namespace softhca::engine {
@@ -55,20 +51,6 @@ std::string devargs_value(const std::string& devargs, const std::string& key) {
     return "";
 }
 
-// The MTU of the kernel interface a PMD sits on (af_packet, af_xdp), or 0.
-uint32_t kernel_interface_mtu(uint32_t if_index) {
-    char name[IF_NAMESIZE] = {};
-    if (!if_index || !if_indextoname(if_index, name))
-        return 0;
-    const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return 0;
-    ifreq request{};
-    std::memcpy(request.ifr_name, name, IFNAMSIZ);
-    const int rc = ioctl(fd, SIOCGIFMTU, &request);
-    ::close(fd);
-    return rc == 0 && request.ifr_mtu > 0 ? static_cast<uint32_t>(request.ifr_mtu) : 0;
-}
 // The XDP program of af_xdp ports (xdp/roce_redirect.bpf.c): beside the engine's binary,
 // where the build and the package put it. Throws when it is not there: the PMD's own
 // program would take all the interface's traffic from the kernel.
@@ -83,35 +65,9 @@ std::string roce_redirect_program() {
     return path;
 }
 
-// The receive queues a kernel interface has (ETHTOOL_GCHANNELS), or 1 when its driver
-// does not say.
-uint32_t kernel_interface_rx_queues(const std::string& name) {
-    const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return 1;
-    ethtool_channels channels{};
-    channels.cmd = ETHTOOL_GCHANNELS;
-    ifreq request{};
-    std::memcpy(request.ifr_name, name.c_str(), std::min(name.size(), size_t{IFNAMSIZ - 1}));
-    request.ifr_data = reinterpret_cast<char*>(&channels);
-    const int rc = ioctl(fd, SIOCETHTOOL, &request);
-    ::close(fd);
-    const uint32_t queues = channels.rx_count + channels.combined_count;
-    return rc == 0 && queues > 0 ? queues : 1;
-}
-
 // Whether a PMD binds an existing kernel interface (the kernel owns its MTU and link).
 bool on_kernel_interface(const std::string& devargs) {
     return devargs.starts_with("net_af_packet") || devargs.starts_with("net_af_xdp");
-}
-
-// The MTU a port can have: --mtu, or its kernel interface's if that is less.
-uint32_t port_mtu_limit(const PortConfig& port, uint32_t configured) {
-    const std::string iface = devargs_value(port.devargs, "iface");
-    if (!on_kernel_interface(port.devargs) || iface.empty())
-        return configured;
-    const uint32_t kernel = kernel_interface_mtu(if_nametoindex(iface.c_str()));
-    return kernel ? std::min(configured, kernel) : configured;
 }
 
 // The largest Ethernet MTU a RoCE frame needs: a 4096-byte path MTU over IPv6 (the
@@ -121,34 +77,47 @@ constexpr uint32_t kLargestRoceMtu = 4096 + transport::kRoceV2IpOverhead + 20;
 // bytes in, TPACKET_ALIGN(TPACKET2_HDRLEN)) and one Ethernet frame with a VLAN tag.
 constexpr uint32_t kAfPacketFrameOverhead = 64 + 18;
 
-// Devargs with our defaults for PMDs whose own ones lose traffic. af_packet: its ring
-// frames (2048 bytes by default) must hold the largest frame of the port's MTU — the
-// kernel truncates a longer received frame, and the PMD drops a longer one to send —
-// so they are the power of two that holds a RoCE frame of the MTU (8 KiB for jumbo
+// What the engine makes of a --port before the EAL sees it.
+struct PortPlan {
+    std::string devargs;     // with our defaults for the PMD
+    uint32_t kernel_mtu = 0; // the kernel interface's MTU (af_packet, af_xdp), or 0
+    uint32_t ring_frame = 0; // af_packet: the size of its ring frames, what an mbuf must hold
+};
+
+// A port's devargs with our defaults for PMDs whose own ones lose traffic, and what the
+// port learns from its kernel interface. af_packet: its ring frames (2048 bytes by
+// default) must hold the largest frame of the port's MTU (--mtu, or the interface's if
+// less) — the kernel truncates a longer received frame, and the PMD drops a longer one to
+// send — so they are the power of two that holds a RoCE frame of the MTU (8 KiB for jumbo
 // frames); its receive ring (512 frames) overflows under the burst of one 64 KiB UC
 // message, which nothing resends, so it has 4096 frames of 2 KiB, or 2048 of 8 KiB
-// (16 MiB a ring); a block holds whole frames; and the qdisc is bypassed (the default
-// of the PMD, said here so it holds). What the devargs say themselves wins, and the
+// (16 MiB a ring); a block holds whole frames; and the qdisc is bypassed (the default of
+// the PMD, said here so it holds). What the devargs say themselves wins, and the
 // defaults added follow a frame size they give (a number of bytes, 2048 or more).
-std::string with_pmd_defaults(const std::string& devargs, uint32_t eth_mtu) {
+// af_xdp: softhca's XDP program, on an interface with one receive queue.
+PortPlan plan_port(const PortConfig& port, uint32_t configured_mtu) {
+    const std::string& devargs = port.devargs;
+    PortPlan plan{devargs};
+    if (!on_kernel_interface(devargs))
+        return plan;
+    const std::string iface = devargs_value(devargs, "iface");
+    plan.kernel_mtu = kernel_interface_mtu(iface);
     if (devargs.starts_with("net_af_xdp")) {
         // The port's socket is on queue 0; RSS would spread RoCE flows (each QP has its
         // own UDP source port) over the others, where the kernel drops them.
-        const std::string iface = devargs_value(devargs, "iface");
         if (const uint32_t queues = kernel_interface_rx_queues(iface);
             queues > 1 && devargs_value(devargs, "queue_count").empty())
             throw std::runtime_error("af_xdp port: " + iface + " has " + std::to_string(queues) +
                                      " receive queues and the port reads queue 0 only: " +
                                      "`ethtool -L " + iface + " combined 1` (or rx 1) first");
-        return devargs_value(devargs, "xdp_prog").empty()
-                   ? devargs + ",xdp_prog=" + roce_redirect_program()
-                   : devargs;
+        if (devargs_value(devargs, "xdp_prog").empty())
+            plan.devargs += ",xdp_prog=" + roce_redirect_program();
+        return plan;
     }
-    if (!devargs.starts_with("net_af_packet"))
-        return devargs;
-    std::string out = devargs;
+    const uint32_t mtu =
+        plan.kernel_mtu ? std::min(configured_mtu, plan.kernel_mtu) : configured_mtu;
     uint32_t frame = 2048;
-    while (frame < kAfPacketFrameOverhead + std::min(eth_mtu, kLargestRoceMtu))
+    while (frame < kAfPacketFrameOverhead + std::min(mtu, kLargestRoceMtu))
         frame *= 2;
     if (const std::string given = devargs_value(devargs, "framesz"); !given.empty()) {
         char* end = nullptr;
@@ -158,17 +127,18 @@ std::string with_pmd_defaults(const std::string& devargs, uint32_t eth_mtu) {
                                      " is not a number of bytes from 2048 to 1 MiB");
         frame = static_cast<uint32_t>(bytes);
     } else {
-        out += ",framesz=" + std::to_string(frame);
+        plan.devargs += ",framesz=" + std::to_string(frame);
     }
+    plan.ring_frame = frame;
     if (devargs_value(devargs, "blocksz").empty())
-        out +=
+        plan.devargs +=
             ",blocksz=" +
             std::to_string(std::max<uint32_t>(frame, static_cast<uint32_t>(sysconf(_SC_PAGESIZE))));
     if (devargs_value(devargs, "framecnt").empty())
-        out += ",framecnt=" + std::to_string(frame > 4096 ? 2048 : 4096);
+        plan.devargs += ",framecnt=" + std::to_string(frame > 4096 ? 2048 : 4096);
     if (devargs_value(devargs, "qdisc_bypass").empty())
-        out += ",qdisc_bypass=1";
-    return out;
+        plan.devargs += ",qdisc_bypass=1";
+    return plan;
 }
 
 } // namespace
@@ -196,7 +166,9 @@ DpdkPortSet::DpdkPortSet(const PortsConfig& config) : dpdk_(std::make_unique<Dpd
     std::vector<std::string> args = {
         "softhca-engine", "--no-huge",     "-m",        memory,        "--no-shconf", "--no-pci",
         "--no-telemetry", "--file-prefix", file_prefix, "--log-level", "*:warning"};
+    std::vector<PortPlan> plans; // one per --port, in order
     for (const auto& port : config.ports) {
+        plans.push_back(plan_port(port, config.eth_mtu));
         if (is_pci_devargs(port.devargs)) {
             // A real NIC: let the EAL scan just that PCI device.
             std::erase(args, std::string("--no-pci"));
@@ -204,7 +176,7 @@ DpdkPortSet::DpdkPortSet(const PortsConfig& config) : dpdk_(std::make_unique<Dpd
         } else {
             args.push_back("--vdev");
         }
-        args.push_back(with_pmd_defaults(port.devargs, port_mtu_limit(port, config.eth_mtu)));
+        args.push_back(plans.back().devargs);
     }
     std::vector<char*> argv;
     for (auto& a : args)
@@ -257,37 +229,29 @@ DpdkPortSet::DpdkPortSet(const PortsConfig& config) : dpdk_(std::make_unique<Dpd
         }
     }
 
-    for (auto& info : wanted) {
+    for (size_t i = 0; i < wanted.size(); ++i) {
+        PortInfo& info = wanted[i];
+        const PortPlan plan = i < plans.size() ? plans[i] : PortPlan{};
         const uint16_t id = info.dpdk_port;
-        uint32_t af_packet_frame = 0; // its PMD's ring frame size: what an mbuf must hold
         rte_eth_dev_info dev_info{};
         if (rte_eth_dev_info_get(id, &dev_info) != 0)
             throw std::runtime_error("cannot query DPDK port " + std::to_string(id));
         info.pmd = dev_info.driver_name ? dev_info.driver_name : "?";
         info.max_eth_mtu = dev_info.max_mtu;
         info.eth_mtu = std::min<uint32_t>(config.eth_mtu, dev_info.max_mtu);
-        const bool kernel_interface = on_kernel_interface(info.devargs);
-        if (const uint32_t kernel =
-                kernel_interface ? kernel_interface_mtu(dev_info.if_index) : 0) {
+        if (plan.kernel_mtu) {
             // The interface's MTU is the link's: the port follows it and never changes it.
-            info.max_eth_mtu = std::min<uint32_t>(info.max_eth_mtu, kernel);
-            info.eth_mtu = std::min(info.eth_mtu, kernel);
+            info.max_eth_mtu = std::min(info.max_eth_mtu, plan.kernel_mtu);
+            info.eth_mtu = std::min(info.eth_mtu, plan.kernel_mtu);
         }
         if (info.devargs.starts_with("net_af_xdp")) {
             // The kernel keeps the interface's ARP and ND (the XDP program passes them).
             info.kernel_neighbors = true;
             info.kernel_ifindex = static_cast<int>(dev_info.if_index);
         }
-        if (info.devargs.starts_with("net_af_packet")) {
-            // Never more than the ring frames hold (devargs may have made them small).
-            const std::string framesz =
-                devargs_value(with_pmd_defaults(info.devargs, info.eth_mtu), "framesz");
-            const uint32_t holds = static_cast<uint32_t>(std::max(
-                0L, std::strtol(framesz.c_str(), nullptr, 10) - long{kAfPacketFrameOverhead}));
-            if (holds < kLargestRoceMtu)
-                info.eth_mtu = std::min(info.eth_mtu, holds);
-            af_packet_frame = static_cast<uint32_t>(std::strtol(framesz.c_str(), nullptr, 10));
-        }
+        // Never more than af_packet's ring frames hold (devargs may have made them small).
+        if (plan.ring_frame && plan.ring_frame - kAfPacketFrameOverhead < kLargestRoceMtu)
+            info.eth_mtu = std::min(info.eth_mtu, plan.ring_frame - kAfPacketFrameOverhead);
         info.gids = build_gid_table(info.ipv4, info.ipv6, info.mac);
 
         // An mbuf holds the largest frame of the MTU, and never less than the default data
@@ -295,7 +259,7 @@ DpdkPortSet::DpdkPortSet(const PortsConfig& config) : dpdk_(std::make_unique<Dpd
         // its default 2048-byte ring frames, whatever the MTU).
         const uint32_t frame = std::max<uint32_t>(
             {info.eth_mtu + RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN, RTE_MBUF_DEFAULT_DATAROOM,
-             dev_info.min_rx_bufsize, af_packet_frame});
+             dev_info.min_rx_bufsize, plan.ring_frame});
         const std::string pool_name = "shp" + std::to_string(getpid()) + "_" + std::to_string(id);
         rte_mempool* pool = rte_pktmbuf_pool_create(
             pool_name.c_str(), kPoolMbufs, 256, 0,
@@ -313,11 +277,11 @@ DpdkPortSet::DpdkPortSet(const PortsConfig& config) : dpdk_(std::make_unique<Dpd
             rte_eth_tx_queue_setup(id, 0, kTxDescriptors, rte_eth_dev_socket_id(id), nullptr) !=
                 0) {
             std::string why = "cannot configure DPDK port " + std::to_string(id);
-            const uint32_t kernel = kernel_interface_mtu(dev_info.if_index);
-            if (info.devargs.starts_with("net_af_xdp") && kernel > dev_info.max_mtu)
+            if (info.devargs.starts_with("net_af_xdp") && plan.kernel_mtu > dev_info.max_mtu)
                 why += " (af_xdp: XDP takes frames of up to a page, so the interface's MTU must "
                        "be at most " +
-                       std::to_string(dev_info.max_mtu) + "; it is " + std::to_string(kernel) + ")";
+                       std::to_string(dev_info.max_mtu) + "; it is " +
+                       std::to_string(plan.kernel_mtu) + ")";
             throw std::runtime_error(why);
         }
         if (info.devargs.empty()) {
@@ -325,7 +289,7 @@ DpdkPortSet::DpdkPortSet(const PortsConfig& config) : dpdk_(std::make_unique<Dpd
             for (int b = 0; b < 6; ++b)
                 mac.addr_bytes[b] = info.mac[static_cast<size_t>(b)];
             rte_eth_dev_default_mac_addr_set(id, &mac);
-        } else if (!kernel_interface) {
+        } else if (!on_kernel_interface(info.devargs)) {
             // Best effort: a PMD may refuse an MTU change.
             rte_eth_dev_set_mtu(id, static_cast<uint16_t>(info.eth_mtu));
             uint16_t mtu = 0;

@@ -97,15 +97,6 @@ void UdpPortSet::land(size_t socket, unsigned id, int bytes) {
     auto* payload = static_cast<uint8_t*>(io_uring_recvmsg_payload(out, &s.receive_template));
     const uint32_t length = io_uring_recvmsg_payload_length(out, bytes, &s.receive_template);
     info.counters.rx_bytes += out->payloadlen;
-    // A datagram (or run) longer than the buffer was cut, or its ancillary data was:
-    // dropped.
-    if ((out->flags & (MSG_TRUNC | MSG_CTRUNC)) || out->payloadlen != length ||
-        out->namelen > kNameBytes || length == 0) {
-        ++info.counters.rx_malformed;
-        ++info.counters.rx_packets;
-        u.give_buffer(id);
-        return;
-    }
     Landed landed;
     landed.buffer = id;
     landed.socket = socket;
@@ -114,8 +105,12 @@ void UdpPortSet::land(size_t socket, unsigned id, int bytes) {
     landed.meta = read_control(out, &s.receive_template);
     if (landed.meta.segment >= length)
         landed.meta.segment = 0; // one datagram
-    // A datagram longer than any RoCEv2 packet (the largest path MTU's) is not ours.
-    if ((landed.meta.segment ? landed.meta.segment : length) > kFrameBytes - kMaxHeaders) {
+    // Dropped: a datagram (or run) longer than the buffer, which was cut, or whose
+    // ancillary data was; and a datagram longer than any RoCEv2 packet (the largest path
+    // MTU's), which is not ours.
+    if ((out->flags & (MSG_TRUNC | MSG_CTRUNC)) || out->payloadlen != length ||
+        out->namelen > kNameBytes || length == 0 ||
+        (landed.meta.segment ? landed.meta.segment : length) > kFrameBytes - kMaxHeaders) {
         ++info.counters.rx_malformed;
         ++info.counters.rx_packets;
         u.give_buffer(id);
@@ -429,14 +424,11 @@ void UdpPortSet::run_sent(uint32_t id, int result) {
     TxRun& run = u.runs[id];
     PortInfo& info = ports_[run.port];
     UdpSocket& s = u.sockets[static_cast<size_t>(run.socket)];
-    if (result >= 0) {
-        info.counters.tx_packets += run.count;
-    } else if (run.count > 1 && (result == -EIO || result == -EINVAL)) {
+    if (run.count > 1 && (result == -EIO || result == -EINVAL)) {
         // The kernel refused the segmented send itself (EIO: a transform or no checksum
         // help on the route; EINVAL: what it will not segment): the socket sends datagram
         // by datagram from now on, starting with these (numbered 0 again), and so do the
-        // runs already on their way when it said so. Other errors (no route, a full
-        // buffer) are the datagrams', not the segmentation's: dropped, as one would be.
+        // runs already on their way when it said so.
         if (s.gso)
             std::fprintf(stderr,
                          "softhca-engine: udp port %s: the kernel refused UDP segmentation "
@@ -458,9 +450,13 @@ void UdpPortSet::run_sent(uint32_t id, int result) {
             close_run(copy.port);
         }
         return;
-    } else {
-        info.counters.tx_dropped += run.count; // no route, too long for the path, ...
     }
+    // Other errors (no route, too long for the path, a full buffer) are the datagrams',
+    // not the segmentation's: dropped, as one would be.
+    if (result >= 0)
+        info.counters.tx_packets += run.count;
+    else
+        info.counters.tx_dropped += run.count;
     free_run(id);
 }
 

@@ -48,6 +48,7 @@ constexpr uint32_t kMaxRunBytes = 65000;
 constexpr uint64_t kSendTag = 1ull << 63; // user_data of sends: the tag and the run
 // Frame handles: a landing buffer's id + 1, or a copy's index + 1 with this bit.
 constexpr uintptr_t kCopyTag = uintptr_t{1} << 20;
+static_assert(kRxBuffers < kCopyTag && kRxCopies < kCopyTag);
 constexpr size_t kMaxHeaders =
     transport::kEthernetHeaderBytes + transport::kIpv6HeaderBytes + transport::kUdpHeaderBytes;
 static_assert(sizeof(io_uring_recvmsg_out) + kNameBytes + kControlBytes >= kMaxHeaders);

@@ -4,6 +4,7 @@
 
 #include "environment.hpp"
 #include "gid_table.hpp"
+#include "kernel_interface.hpp"
 #include "softhca/transport/byte_order.hpp"
 #include "softhca/transport/roce_frame.hpp"
 
@@ -53,7 +54,7 @@ bool same_address(const sockaddr* a, const tp::Gid& gid) {
     return false;
 }
 
-Interface interface_of(const tp::Gid& address, int ioctl_fd) {
+Interface interface_of(const tp::Gid& address) {
     ifaddrs* list = nullptr;
     if (getifaddrs(&list) != 0)
         fail("getifaddrs", errno);
@@ -88,10 +89,8 @@ Interface interface_of(const tp::Gid& address, int ioctl_fd) {
         throw std::runtime_error(
             std::string("udp port: no interface of this network namespace has ") + text);
     }
-    ifreq request{};
-    std::strncpy(request.ifr_name, found.name.c_str(), IFNAMSIZ - 1);
-    if (ioctl(ioctl_fd, SIOCGIFMTU, &request) == 0 && request.ifr_mtu > 0)
-        found.mtu = static_cast<uint32_t>(request.ifr_mtu);
+    if (const uint32_t mtu = kernel_interface_mtu(found.name))
+        found.mtu = mtu;
     if (found.mac == tp::MacAddress{}) {
         // The loopback interface has no MAC: a locally administered one from the address,
         // for the node GUID.
@@ -175,7 +174,7 @@ UdpPortSet::UdpPortSet(const PortsConfig& config) : uring_(std::make_unique<Urin
         if (port.ipv4)
             addresses.push_back(tp::gid_from_ipv4(port.ipv4));
         addresses.insert(addresses.end(), port.ipv6.begin(), port.ipv6.end());
-        const Interface interface = interface_of(addresses.front(), u.ioctl_fd);
+        const Interface interface = interface_of(addresses.front());
         info.netdev = port.netdev.empty() ? interface.name : port.netdev;
         info.mac = interface.mac;
         info.max_eth_mtu = interface.mtu;
