@@ -10,7 +10,8 @@
 # buffers from the heap, which the engine reaches with cross-memory attach, and with
 # buffers in a shared file, which it maps), message rate of 8-byte writes with 1 and 16
 # QPs, 64 KiB bandwidth with 16 QPs, and latency (send/write/read at 8 B and 4 KiB),
-# each beside qperf's tcp_bw/tcp_lat and with its ratio to TCP; then 64 KiB bandwidth and
+# each beside qperf's tcp_bw/tcp_lat and with its ratio to TCP; heap bandwidth and latency
+# with one and two engine data-path threads (--threads); then 64 KiB bandwidth and
 # 8-byte latency over each kind of port (ring, memif, af_packet on a veth, the kernel UDP
 # socket port over loopback), two hosts over a veth (namespaces) at MTU 1500 and 9000 for
 # af_packet, udp and af_xdp ports beside TCP over the same veth, and UCX's ucx_perftest over
@@ -126,6 +127,27 @@ for size in 8 4096; do
     printf "%-9s %9s %9s %9s %9s %8s %8s %8s\n" "$size" "$s" "$w" "$r" "$t" \
         "$(ratio "$t" "$s")" "$(ratio "$t" "$w")" "$(ratio "$t" "$r")"
 done
+
+# Engine threads (--threads): heap bandwidth at 64 KiB and 1 MiB and 8-byte send latency
+# with one data-path thread and with two (one per device: the sender's copy out of one
+# process and the receiver's into the other on threads of their own), one after the other.
+echo "Engine data-path threads: heap buffers, MB/s and 8 B send latency (us), $(nproc) cores"
+printf "%-8s %11s %11s %11s %11s %11s %11s %9s\n" threads write_64K write_1M read_64K \
+    read_1M send_64K send_1M lat_8B
+for threads in 1 2; do
+    "$softhca" down --prefix "$prefix" >/dev/null
+    "$softhca" up --prefix "$prefix" --threads "$threads" >/dev/null
+    row=()
+    for tool in ib_write_bw ib_read_bw ib_send_bw; do
+        for size in 65536 1048576; do
+            row+=("$(perftest "$tool" "$size" 4)")
+        done
+    done
+    printf "%-8s %11s %11s %11s %11s %11s %11s %9s\n" "$threads" "${row[@]}" \
+        "$(perftest ib_send_lat 8 5)"
+done
+"$softhca" down --prefix "$prefix" >/dev/null
+"$softhca" up --prefix "$prefix" >/dev/null
 
 # Applications: UCX's ucx_perftest (UCP tag matching) over softhca's RC (rc_verbs, the
 # server on <prefix>0, the client on <prefix>1) beside the same over UCX's own TCP

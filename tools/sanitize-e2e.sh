@@ -6,7 +6,8 @@
 # tests of every transport (RC integrity and atomics on a faulty wire, on both memory
 # paths), bad input and control-socket garbage, rdma_cm's errors and librdmacm's tools,
 # a process killed with SIGKILL, rdma-core's own test suite, and a short soak (many
-# processes, every transport, faults, SIGKILLs). Any
+# processes, every transport, faults, SIGKILLs); the faulty wire and the soak with two
+# data-path threads. Any
 # sanitizer report of the engine, during the run or at its exit (leaks), fails.
 #   tools/sanitize-e2e.sh   (after tools/build.sh; builds build/sanitize's engine)
 set -euo pipefail
@@ -67,8 +68,9 @@ run "librdmacm's tools (rping, ucmatose, udaddy, mckey, rsockets)" \
 "$SOFTHCA" down --prefix "$prefix" >/dev/null
 check_reports "softhca down (leaks at the engine's exit)"
 
-"$SOFTHCA" up --prefix "$prefix" --faults drop=0.01,dup=0.01,reorder=0.01,corrupt=0.002,seed=7 \
-    >/dev/null
+# Two data-path threads, one per device: every packet crosses threads.
+"$SOFTHCA" up --prefix "$prefix" --threads 2 \
+    --faults drop=0.01,dup=0.01,reorder=0.01,corrupt=0.002,seed=7 >/dev/null
 for memory in heap shared; do
     run "RC integrity and atomics under faults, $memory memory" env SOFTHCA_TEST_MEMORY=$memory \
         SOFTHCA_TEST_LOSSY=1 "$SOFTHCA" exec --prefix "$prefix" -- "$tests/rc_verbs_test"
@@ -103,6 +105,6 @@ check_reports "softhca down with link credits"
 # rdma-core's own suite brings its instance up and down itself.
 run "rdma-core's test suite" tests/e2e/test_rdma_core_suite.sh
 check_reports "rdma-core's test suite (its engine's exit)"
-run "soak, short" tools/soak.sh --procs 4 --flows 6,6,6,6 --seconds 15 --life 3,8 \
+run "soak, short, two data-path threads" env SOFTHCA_ENGINE_THREADS=2 tools/soak.sh --procs 4 --flows 6,6,6,6 --seconds 15 --life 3,8 \
     --prefix "$prefix" --seed 3 --memory-bound-mb 1024
 echo "sanitize-e2e: PASS (no sanitizer report of the engine)"

@@ -50,7 +50,7 @@ int usage() {
            "                  [--pcap PATH_PREFIX] [--shape rate_mbps=R,delay_us=D,queue_kb=Q]\n"
            "                  [--ecn kmin_kb=K,kmax_kb=K,pmax=P] [--dcqcn on|PARAMETERS]\n"
            "                  [--vl-arbitration TABLES] [--sl-to-vl SL:VL,...]\n"
-           "                  [--link-credits on|buffer_kb=K,refresh_us=U]\n"
+           "                  [--link-credits on|buffer_kb=K,refresh_us=U] [--threads N]\n"
            "       softhca down [--prefix P]\n"
            "       softhca status [--prefix P] [--json]\n"
            "       softhca watch [--prefix P] [--interval SECONDS] [--count N]\n"

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The built-in wire with a fault injector on both ports. First 1% drop plus 1%
-# duplication and 1% reordering (and a little corruption): ib_write_bw, ib_read_bw,
+# duplication and 1% reordering (and a little corruption), on an engine of two data-path
+# threads (one per device: every packet crosses threads): ib_write_bw, ib_read_bw,
 # ib_send_bw and ib_send_bw over an SRQ complete, the RC data-integrity and atomics tests
 # pass with every byte checked (with heap buffers and with shared memory, the engine's
 # two memory paths), and UC and UD deliver only whole messages. Then
 # corruption alone: the ICRC rejects every corrupted frame and the same byte-checking
-# tests pass.
+# tests pass, on an engine of one thread.
 #   test_faults.sh RC_VERBS_TEST UD_SRQ_VERBS_TEST
 source "$(dirname "$0")/lib.sh"
 RC_VERBS_TEST=${1:?path to rc_verbs_test}
@@ -40,8 +41,9 @@ port_total() {
     "$SOFTHCA" status | grep -oE "$1 [0-9]+" | awk '{s += $2} END {print s + 0}'
 }
 
-"$SOFTHCA" up --faults drop=0.01,dup=0.01,reorder=0.01,corrupt=0.002,seed=11 >/dev/null ||
-    fail "softhca up with faults failed"
+"$SOFTHCA" up --threads 2 --faults drop=0.01,dup=0.01,reorder=0.01,corrupt=0.002,seed=11 \
+    >/dev/null || fail "softhca up with faults failed"
+"$SOFTHCA" status | head -1 | grep -q "datapath_threads 2" || fail "the engine runs one thread"
 for tool in ib_write_bw ib_read_bw ib_send_bw; do
     run_perftest "$tool"
 done
@@ -61,7 +63,8 @@ grep "arrived whole" <<<"$out"
 [ "$(port_total reordered)" -gt 0 ] || fail "no reordering was injected"
 "$SOFTHCA" down >/dev/null
 
-"$SOFTHCA" up --faults corrupt=0.01,seed=5 >/dev/null || fail "softhca up with corruption failed"
+"$SOFTHCA" up --threads 1 --faults corrupt=0.01,seed=5 >/dev/null ||
+    fail "softhca up with corruption failed"
 for memory in heap shared; do
     "$SOFTHCA" exec -- env SOFTHCA_PREFIX="$SOFTHCA_PREFIX" SOFTHCA_TEST_MEMORY=$memory \
         timeout 300 "$RC_VERBS_TEST" "[integrity]" ||

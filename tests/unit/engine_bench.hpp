@@ -5,6 +5,7 @@
 #pragma once
 
 #include "datapath.hpp"
+#include "datapath_threads.hpp"
 #include "device_model.hpp"
 #include "engine_qp.hpp"
 #include "process_memory.hpp"
@@ -220,20 +221,23 @@ inline KeySpace two_devices() {
     return keys;
 }
 
-// Two devices on the simulated wire, host A on port 0 and host B on port 1.
+// Two devices on the simulated wire, host A on port 0 and host B on port 1, served by one
+// data path, or by two (`datapaths`: A's port and device by the first, B's by the
+// second, as two engine threads would, polled here one after the other).
 struct Bench {
     sim::SimulatedPortSet ports;
     KeySpace keys;
     std::vector<Device> devices;
-    Datapath datapath;
+    DatapathThreads paths;
+    Datapath& datapath; // the first
     std::unique_ptr<Host> a, b;
     uint64_t now = 1'000'000;
 
     // The QPs connect through GID `gid_index` of each port: 0 is IPv4 (198.18.0.1 and
     // .2), 1 the link-local IPv6 address, 2 the global one (2001:2::1 and ::2).
-    Bench(const FaultConfig& faults, bool shared, uint32_t gid_index = 0)
+    Bench(const FaultConfig& faults, bool shared, uint32_t gid_index = 0, size_t datapaths = 1)
         : ports(faults), keys(two_devices()), devices{{"sim0", 0, 1}, {"sim1", 1, 2}},
-          datapath(ports, devices, keys) {
+          paths(ports, devices, keys, datapaths), datapath(paths.main()) {
         a = std::make_unique<Host>(keys, 0, ports.info(0), shared);
         b = std::make_unique<Host>(keys, 1, ports.info(1), shared);
         a->connect(*b, ports.info(1).gids.at(gid_index), gid_index, ports.info(0));
@@ -243,7 +247,7 @@ struct Bench {
     // One polling round per 5 us of simulated time.
     void round() {
         now += 5000;
-        datapath.poll(now);
+        paths.poll_all(now);
     }
 };
 

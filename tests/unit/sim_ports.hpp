@@ -124,30 +124,32 @@ class SimulatedPortSet final : public softhca::engine::PortSet {
     // Sees every frame the wire delivers (from port `from`), as a capture would.
     std::function<void(size_t from, const uint8_t* frame, uint32_t length)> tap;
 
-    size_t flush() override {
+    size_t flush() override { return flush_port(0) + flush_port(1); }
+    // Each port's queue on its own, as the engine's data paths take them when each serves
+    // one port (datapath_threads.hpp; the tests poll them one after the other).
+    size_t flush_port(size_t i) override {
         size_t sent = 0;
-        for (size_t i = 0; i < 2; ++i) {
-            auto& peer = rx_[1 - i];
-            for (size_t f : tx_[i]) {
-                if (cut) {
-                    free_.push_back(f);
-                    continue;
-                }
-                if (peer.size() >= kWireFrames) {
-                    free_.push_back(f); // the wire is full: a drop, as on a NIC
-                    ++ports_[i].counters.tx_dropped;
-                    continue;
-                }
-                if (tap)
-                    tap(i, frame(f), lengths_[f]);
-                peer.push_back(f);
-                ++ports_[i].counters.tx_packets;
-                ++sent;
+        auto& peer = rx_[1 - i];
+        for (size_t f : tx_[i]) {
+            if (cut) {
+                free_.push_back(f);
+                continue;
             }
-            tx_[i].clear();
+            if (peer.size() >= kWireFrames) {
+                free_.push_back(f); // the wire is full: a drop, as on a NIC
+                ++ports_[i].counters.tx_dropped;
+                continue;
+            }
+            if (tap)
+                tap(i, frame(f), lengths_[f]);
+            peer.push_back(f);
+            ++ports_[i].counters.tx_packets;
+            ++sent;
         }
+        tx_[i].clear();
         return sent;
     }
+    bool ports_serve_threads() const override { return true; }
 
     // A frame from elsewhere on the wire (a foreign host, an attacker) arrives at `index`.
     void deliver(size_t index, const uint8_t* data, uint32_t length) {

@@ -49,8 +49,8 @@ TEST_CASE("doorbells: each queue rings its own slot, taken once, a freed slot ri
     REQUIRE(page != MAP_FAILED);
     CHECK(page->magic == di::kDoorbellPageMagic);
     CHECK(page->slots == di::kDoorbellSlots);
-    CHECK(std::find(keys.doorbell_pages.begin(), keys.doorbell_pages.end(), &doorbells) !=
-          keys.doorbell_pages.end());
+    const auto& pages = keys.doorbell_pages_by_device[0];
+    CHECK(std::find(pages.begin(), pages.end(), &doorbells) != pages.end());
 
     uint32_t pd = 0, cq_handle = 0;
     REQUIRE(ctx.alloc_pd(pd) == 0);
@@ -136,13 +136,19 @@ TEST_CASE("doorbells: each queue rings its own slot, taken once, a freed slot ri
     munmap(page, doorbells.bytes());
 }
 
-TEST_CASE("doorbells: a context's page leaves the data path's list with the context") {
+TEST_CASE("doorbells: a context's page is on its device's list, and leaves it with the context") {
     KeySpace keys;
+    keys.set_device_count(2);
     {
-        ContextResources a(ClientProcess::self(), keys), b(ClientProcess::self(), keys);
-        CHECK(keys.doorbell_pages.size() == 2);
+        ContextResources a(ClientProcess::self(), keys), b(ClientProcess::self(), keys),
+            c(ClientProcess::self(), keys, 1);
+        CHECK(keys.doorbell_pages_by_device[0].size() == 2);
+        // The data-path thread serving device 1 reads only its own device's pages.
+        REQUIRE(keys.doorbell_pages_by_device[1].size() == 1);
+        CHECK(keys.doorbell_pages_by_device[1].front() == &c.doorbells());
     }
-    CHECK(keys.doorbell_pages.empty());
+    CHECK(keys.doorbell_pages_by_device[0].empty());
+    CHECK(keys.doorbell_pages_by_device[1].empty());
 }
 
 TEST_CASE("doorbells: every slot of the page can be given, then none, then a released one") {

@@ -14,18 +14,19 @@
 using namespace engine_bench;
 
 TEST_CASE("engine data path: RC writes, reads and sends over a lossy simulated wire, every byte "
-          "checked, on private and on shared memory") {
+          "checked, on private and on shared memory, with one data path and with one per port") {
     const bool shared = GENERATE(false, true);
+    const size_t datapaths = GENERATE(1, 2);
     FaultConfig faults;
     faults.drop = 0.02;
     faults.duplicate = 0.02;
     faults.reorder = 0.02;
     faults.corrupt = 0.01;
     faults.seed = shared ? 11 : 12;
-    Bench bench(faults, shared);
+    Bench bench(faults, shared, 0, datapaths);
     Host& a = *bench.a;
     Host& b = *bench.b;
-    INFO((shared ? "shared memfd" : "private heap"));
+    INFO((shared ? "shared memfd" : "private heap") << ", " << datapaths << " data paths");
     CHECK(a.shared_mapped() == shared);
     CHECK(b.shared_mapped() == shared);
 
@@ -108,6 +109,14 @@ TEST_CASE("engine data path: RC writes, reads and sends over a lossy simulated w
     CHECK(bench.ports.faults(0).corrupted > 0);
     CHECK(counters.retransmitted_packets > 0);
     CHECK(bench.ports.counters(0).rx_bad_icrc + bench.ports.counters(1).rx_bad_icrc > 0);
+    if (datapaths == 2) {
+        // Each host's QP was scheduled on the data path of its own port: A's sends and
+        // B's responses came from different ones.
+        CHECK(bench.paths.ports_of(0) == std::vector<size_t>{0});
+        CHECK(bench.paths.ports_of(1) == std::vector<size_t>{1});
+        CHECK(bench.paths.path(0).qp_visits() > 0);
+        CHECK(bench.paths.path(1).qp_visits() > 0);
+    }
     // Every frame came back to the pool.
     for (int i = 0; i < 100; ++i)
         bench.round();

@@ -68,7 +68,7 @@ void ControlServer::open_device(Call& call) {
         return;
     }
     // The context's own doorbell pipe: the provider gets the write end, the engine keeps
-    // the read end (a description no client holds), watched through wakeup_fd().
+    // the read end (a description no client holds), watched through wakeup_fd(device).
     int doorbell[2];
     if (::pipe2(doorbell, O_NONBLOCK | O_CLOEXEC) != 0) {
         const int err = errno;
@@ -80,7 +80,7 @@ void ControlServer::open_device(Call& call) {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = doorbell[0];
-    ::epoll_ctl(wakeups_, EPOLL_CTL_ADD, doorbell[0], &ev);
+    ::epoll_ctl(wakeups_[static_cast<size_t>(index)], EPOLL_CTL_ADD, doorbell[0], &ev);
     c.doorbell_fd = doorbell[0];
     c.device = index;
     c.async_fd = async_fd;

@@ -67,7 +67,8 @@ void read_pid_namespace(const PeerProcess& peer, ino_t& pidns, pid_t& ns_pid) {
 ControlServer::ControlServer(const std::string& socket_path, const std::vector<Device>& devices,
                              PortSet& ports, std::string prefix)
     : socket_path_(socket_path), devices_(devices), ports_(ports), prefix_(std::move(prefix)) {
-    wakeups_ = ::epoll_create1(EPOLL_CLOEXEC);
+    for (size_t i = 0; i < devices.size(); ++i)
+        wakeups_.push_back(::epoll_create1(EPOLL_CLOEXEC));
     keys_.set_device_count(devices.size());
     listen_fd_ = listen_seqpacket(socket_path);
     spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -80,20 +81,10 @@ ControlServer::~ControlServer() {
         ::close(listen_fd_);
     if (spare_fd_ >= 0)
         ::close(spare_fd_);
-    if (wakeups_ >= 0)
-        ::close(wakeups_);
+    for (int pipes : wakeups_)
+        if (pipes >= 0)
+            ::close(pipes);
     ::unlink(socket_path_.c_str());
-}
-
-void ControlServer::drain_wakeups() {
-    epoll_event ready[64];
-    const int n = ::epoll_wait(wakeups_, ready, 64, 0);
-    for (int i = 0; i < n; ++i) {
-        uint8_t bytes[512];
-        // Non-blocking, and a description only the engine holds: a client that fills
-        // its own pipe costs the engine one read of it per wake-up.
-        [[maybe_unused]] ssize_t r = ::read(ready[i].data.fd, bytes, sizeof(bytes));
-    }
 }
 
 std::vector<int> ControlServer::accept_pending() {

@@ -40,10 +40,11 @@ class ControlServer {
     int listen_fd() const { return listen_fd_; }
     // Requests served from one connection before the others get their turn.
     static constexpr unsigned kRequestsPerRound = 16;
-    // Readable when some context's provider rang its doorbell pipe (it does so after
-    // posting when the engine said it sleeps); drain_wakeups() empties them.
-    int wakeup_fd() const { return wakeups_; }
-    void drain_wakeups();
+    // Readable when some context of `device` rang its doorbell pipe (its provider does so
+    // after posting when the engine said it sleeps): an epoll set of those pipes, which
+    // drain_doorbell_pipes() (doorbells.hpp) empties. One per device, so that each
+    // data-path thread sleeps on its own devices' (datapath_threads.hpp).
+    int wakeup_fd(size_t device) const { return wakeups_[device]; }
 
     // Accepts pending connections; returns the new fds (to be watched for input).
     std::vector<int> accept_pending();
@@ -66,6 +67,10 @@ class ControlServer {
     // The rdma_cm's part of the status document (its "rdma_cm" member).
     void set_rdma_cm_status(std::function<StatusDocument()> report) {
         rdma_cm_status_ = std::move(report);
+    }
+    // What the engine's loop adds to the status's "engine" object (its data-path threads).
+    void set_engine_status(std::function<StatusDocument()> report) {
+        engine_status_ = std::move(report);
     }
     // status_document.cpp: the whole status.
     StatusDocument status_document() const { return status_document_for(nullptr); }
@@ -173,10 +178,11 @@ class ControlServer {
     KeySpace keys_;
     uint32_t next_context_id_ = 1;
     uint64_t refused_connections_ = 0;
-    int spare_fd_ = -1; // reserve descriptor, see accept_pending()
-    int wakeups_ = -1;  // epoll set of every context's doorbell pipe
+    int spare_fd_ = -1;        // reserve descriptor, see accept_pending()
+    std::vector<int> wakeups_; // by device: epoll set of its contexts' doorbell pipes
     std::map<int, Connection> connections_;
     std::function<StatusDocument()> rdma_cm_status_;
+    std::function<StatusDocument()> engine_status_;
     std::function<void()> take_posted_work_;
 };
 

@@ -72,7 +72,7 @@ ContextResources::ContextResources(std::shared_ptr<ClientProcess> client, KeySpa
     : client_(std::move(client)), keys_(keys), device_(device) {
     if (keys_.qps_by_device.size() <= device)
         keys_.set_device_count(device + 1);
-    keys_.doorbell_pages.push_back(&doorbells_);
+    keys_.doorbell_pages_by_device[device].push_back(&doorbells_);
     keys_.contexts.push_back(this);
 }
 
@@ -93,7 +93,7 @@ ContextResources::~ContextResources() {
     keys_.cqs -= static_cast<uint32_t>(cqs_.size());
     for (const auto& [handle, dm] : dms_)
         keys_.dm_bytes_by_device[device_] -= dm.length;
-    std::erase(keys_.doorbell_pages, &doorbells_);
+    std::erase(keys_.doorbell_pages_by_device[device_], &doorbells_);
     std::erase(keys_.contexts, this);
 }
 

@@ -195,6 +195,8 @@ StatusDocument ControlServer::status_document_for(const Connection* viewer) cons
     doc["schema"] = "softhca-status";
     doc["version"] = 1;
     doc["engine"] = {{"pid", ::getpid()}, {"prefix", prefix_}};
+    if (engine_status_)
+        doc["engine"].update(engine_status_());
     Json& devices = doc["devices"] = Json::array();
     for (const Device& d : devices_) {
         const PortInfo& p = ports_.info(d.port_index);
@@ -279,7 +281,21 @@ StatusDocument ControlServer::status_document_for(const Connection* viewer) cons
 std::string status_text(const Json& doc) {
     std::ostringstream out;
     out << "engine pid " << doc["engine"]["pid"] << " prefix "
-        << doc["engine"]["prefix"].get<std::string>() << "\n";
+        << doc["engine"]["prefix"].get<std::string>();
+    if (const auto threads = doc["engine"].find("datapath_threads");
+        threads != doc["engine"].end()) {
+        out << " datapath_threads " << threads->size() << " (ports";
+        for (const Json& thread : *threads) {
+            out << ' ';
+            const char* separator = "";
+            for (const Json& port : thread["ports"]) {
+                out << separator << port.get<size_t>();
+                separator = ",";
+            }
+        }
+        out << ')';
+    }
+    out << "\n";
     for (const Json& d : doc["devices"]) {
         const std::string state = d["state"] == "ACTIVE"      ? "ACTIVE"
                                   : d["admin_up"].get<bool>() ? "DOWN"

@@ -24,7 +24,7 @@ const char* engine_usage() {
            "                      [--ecn kmin_kb=K,kmax_kb=K,pmax=P]\n"
            "                      [--dcqcn on|g=G,k_us=K,t_us=T,b=B,f=F,ai_mbps=A,hai_mbps=H,"
            "min_mbps=M]\n"
-           "                      [--cnp-interval-us US]\n"
+           "                      [--cnp-interval-us US] [--threads N]\n"
            "                      [--vl-arbitration [PORT@]high=VL:W,..;low=VL:W,..;limit=N]\n"
            "                      [--sl-to-vl [PORT@]SL:VL,...]\n"
            "                      [--link-credits on|buffer_kb=K,refresh_us=U]\n"
@@ -254,6 +254,11 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
                 return std::nullopt;
             }
             config.cnp_interval_ns = uint64_t{us} * 1000;
+        } else if (arg == "--threads" && (v = value())) {
+            if (!parse_number(v, 1, 64, config.datapath_threads)) {
+                error = "--threads must be 1..64";
+                return std::nullopt;
+            }
         } else if (arg == "--port" && (v = value())) {
             PortConfig port;
             if (!parse_port(v, port, error))
@@ -325,6 +330,12 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
         error = "udp ports and DPDK ports cannot share an instance: run them in two (--prefix)";
         return std::nullopt;
     }
+    if (config.datapath_threads == 0)
+        if (const char* threads = std::getenv("SOFTHCA_ENGINE_THREADS");
+            threads && *threads && !parse_number(threads, 1, 64, config.datapath_threads)) {
+            error = "SOFTHCA_ENGINE_THREADS must be 1..64";
+            return std::nullopt;
+        }
     if (config.run_dir.empty() || config.provider_prefix.empty()) {
         error = "--run-dir and --provider-prefix are required";
         return std::nullopt;
@@ -336,6 +347,13 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
         return std::nullopt;
     }
     return config;
+}
+
+size_t datapath_threads_for(const EngineConfig& config, size_t port_count, size_t cores) {
+    if (!config.ports.empty() && config.ports.front().is_kernel_udp())
+        return 1; // one io_uring serves every udp port
+    const size_t wanted = config.datapath_threads ? size_t{config.datapath_threads} : cores / 4;
+    return std::clamp<size_t>(wanted, 1, std::max<size_t>(port_count, 1));
 }
 
 } // namespace softhca::engine

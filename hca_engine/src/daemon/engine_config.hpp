@@ -30,6 +30,10 @@ struct EngineConfig : PortsConfig {
     bool dcqcn = false;
     transport::DcqcnParameters dcqcn_parameters;
     uint64_t cnp_interval_ns = 50'000;
+    // --threads N (or SOFTHCA_ENGINE_THREADS): data-path threads, the ports shared out
+    // among them (datapath_threads.hpp). 0: one per four cores the engine may run on, at
+    // least 1, at most one per port; udp ports always take one (one io_uring).
+    uint32_t datapath_threads = 0;
 
     std::string socket_path() const { return run_dir + "/engine.sock"; }
     std::string rdma_cm_socket_path() const { return run_dir + "/rdma_cm.sock"; }
@@ -37,6 +41,10 @@ struct EngineConfig : PortsConfig {
     std::string manifest_path() const { return run_dir + "/manifest"; }
     std::string pid_path() const { return run_dir + "/engine.pid"; }
 };
+
+// The data-path threads an engine of `config` runs (datapath_threads above): what was asked,
+// or what `cores` (the CPUs it may run on) suggest, within 1..ports.
+size_t datapath_threads_for(const EngineConfig& config, size_t port_count, size_t cores);
 
 // Parses argv; on error returns nullopt and fills `error`.
 std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string& error);

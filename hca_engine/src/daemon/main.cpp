@@ -8,7 +8,9 @@
 #include "clock.hpp"
 #include "control_server.hpp"
 #include "datapath.hpp"
+#include "datapath_threads.hpp"
 #include "device_model.hpp"
+#include "doorbells.hpp"
 #include "dpdk_ports.hpp"
 #include "engine_config.hpp"
 #include "environment.hpp"
@@ -111,6 +113,13 @@ int run(const EngineConfig& config) {
     }
 
     install_fast_crc32();
+    // The CPUs the engine may run on, before DPDK's EAL pins this thread to one of them:
+    // the data-path threads get them all back.
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    if (sched_getaffinity(0, sizeof(cpus), &cpus) != 0)
+        CPU_SET(0, &cpus);
+    const auto cores = static_cast<size_t>(CPU_COUNT(&cpus));
     // One kind of port per instance: DPDK ethdevs (the built-in wire among them) or
     // kernel UDP sockets.
     std::unique_ptr<PortSet> port_set;
@@ -126,13 +135,23 @@ int run(const EngineConfig& config) {
 
     ControlServer server(config.socket_path(), devices, ports, config.prefix);
     server.tables().limits = config.limits;
-    Datapath datapath(ports, devices, server.tables());
-    RdmaCmServer rdma_cm(config.rdma_cm_socket_path(), devices, ports, datapath);
-    datapath.set_mad_receiver(&rdma_cm);
-    server.set_before_request([&datapath] { datapath.poll(monotonic_ns()); });
-    datapath.set_congestion_control(
-        {config.dcqcn, config.dcqcn_parameters, config.cnp_interval_ns});
+    // The data paths (datapath_threads.hpp): this loop runs the first, each other one has
+    // a thread; everything below that touches what they read holds the world.
+    DatapathThreads threads(ports, devices, server.tables(),
+                            datapath_threads_for(config, ports.size(), cores));
+    Datapath& datapath = threads.main();
+    RdmaCmServer rdma_cm(config.rdma_cm_socket_path(), devices, ports, threads);
+    threads.set_mad_receiver(&rdma_cm);
+    server.set_before_request([&threads] { threads.poll_all(monotonic_ns()); });
+    threads.set_congestion_control({config.dcqcn, config.dcqcn_parameters, config.cnp_interval_ns});
     server.set_rdma_cm_status([&rdma_cm] { return rdma_cm.status_document(); });
+    server.set_engine_status([&threads] {
+        StatusDocument threads_status = StatusDocument::array();
+        for (size_t t = 0; t < threads.count(); ++t)
+            threads_status.push_back(
+                {{"ports", threads.ports_of(t)}, {"rounds", threads.rounds(t)}});
+        return StatusDocument{{"datapath_threads", threads_status}};
+    });
 
     kernel_shim::Manifest manifest(config.manifest_path());
     manifest.remove_all(); // leftovers of an engine that died without cleaning up
@@ -141,8 +160,8 @@ int run(const EngineConfig& config) {
         std::ofstream pid(config.pid_path());
         pid << getpid() << "\n";
     }
-    std::fprintf(stderr, "softhca-engine: serving %zu devices on %s\n", devices.size(),
-                 config.socket_path().c_str());
+    std::fprintf(stderr, "softhca-engine: serving %zu devices on %s (%zu data-path threads)\n",
+                 devices.size(), config.socket_path().c_str(), threads.count());
 
     int epfd = epoll_create1(EPOLL_CLOEXEC);
     int sigfd = signalfd(-1, &signals, SFD_CLOEXEC | SFD_NONBLOCK);
@@ -157,10 +176,19 @@ int run(const EngineConfig& config) {
     watch(rdma_cm.listen_fd());
     std::set<int> rdma_cm_files;
     // Providers write their context's doorbell pipe after posting when the engine said it
-    // sleeps.
-    const int doorbell = server.wakeup_fd();
-    watch(doorbell);
-    const std::vector<int> port_wakeups = ports.wakeup_fds();
+    // sleeps: this loop sleeps on those of its own data path's devices.
+    std::vector<int> doorbell_pipes, own_doorbells;
+    for (size_t device = 0; device < devices.size(); ++device) {
+        doorbell_pipes.push_back(server.wakeup_fd(device));
+        if (threads.thread_of_port(devices[device].port_index) == 0)
+            own_doorbells.push_back(doorbell_pipes.back());
+    }
+    for (int fd : own_doorbells)
+        watch(fd);
+    // Another data-path thread sent this loop's ports frames or MADs while it slept.
+    const int kicked = threads.main_kick_fd();
+    watch(kicked);
+    const std::vector<int> port_wakeups = ports.wakeup_fds(); // udp ports: one thread
     for (int fd : port_wakeups)
         watch(fd);
     bool external_ports = false;
@@ -175,14 +203,25 @@ int run(const EngineConfig& config) {
     const char* spin_us = std::getenv("SOFTHCA_ENGINE_SPIN_US");
     const uint64_t spin_ns = spin_us ? std::strtoull(spin_us, nullptr, 10) * 1000 : kSpinNs;
     const bool idle_yield = environment_switch_on("SOFTHCA_ENGINE_YIELD");
+    threads.start({spin_ns, idle_yield, kIdleWakeMs, external_ports ? 1 : kIdleWakeMs, cpus},
+                  doorbell_pipes);
     uint64_t next_link_check = monotonic_ns() + kLinkCheckMs * 1'000'000ull;
     uint64_t last_busy = 0;
     uint64_t last_control_check = 0;
     unsigned spins = 0;
     bool stop = false;
-    while (!stop) {
+    while (!stop && !threads.failed()) {
         uint64_t now = monotonic_ns();
-        if (datapath.poll(now) | rdma_cm.poll(now))
+        bool busy = threads.poll_main(now);
+        if (threads.mads_waiting()) {
+            const auto world = threads.world();
+            busy |= threads.deliver_mads(now);
+        }
+        if (now >= rdma_cm.next_deadline()) {
+            const auto world = threads.world();
+            busy |= rdma_cm.poll(now);
+        }
+        if (busy)
             last_busy = now;
         // Adaptive polling: spin while there is traffic, look at the control sockets
         // every so often, and sleep once idle for a while (an idle engine must not
@@ -190,13 +229,19 @@ int run(const EngineConfig& config) {
         // post racing with the decision is not missed.
         int timeout_ms = 0;
         if (!datapath.has_qps() && now - last_busy >= spin_ns) {
-            // Nothing to serve: wake for the ports, for the CM's next timer, or for a
-            // frame held by a shaped link.
+            // Nothing to serve: wake for the ports, for the CM's next timer, for a frame
+            // held by a shaped link, or for what another data-path thread sends here (a
+            // frame, a MAD for the inbox: it looks once more after saying it sleeps).
+            threads.main_going_to_sleep();
             const uint64_t deadline = std::min(rdma_cm.next_deadline(), datapath.next_deadline());
             timeout_ms = static_cast<int>(
                 deadline <= now
                     ? 0
                     : std::min<uint64_t>(kIdleWakeMs, (deadline - now) / 1'000'000 + 1));
+            if (threads.count() > 1 && (threads.poll_main(now) || threads.mads_waiting())) {
+                last_busy = now;
+                timeout_ms = 0;
+            }
         } else if (now - last_busy < spin_ns) {
             // Spinning with nothing to do: let the applications (which share the
             // cores) run; they are who will give us work.
@@ -206,7 +251,9 @@ int run(const EngineConfig& config) {
                 continue;
         } else {
             datapath.arm_doorbells();
-            if (datapath.poll(now)) {
+            threads.main_going_to_sleep();
+            if (threads.poll_main(now) || threads.mads_waiting()) {
+                threads.main_awake();
                 last_busy = now;
             } else {
                 const uint64_t deadline =
@@ -221,38 +268,45 @@ int run(const EngineConfig& config) {
         epoll_event events[32];
         last_control_check = now;
         int n = epoll_wait(epfd, events, 32, timeout_ms);
+        threads.main_awake();
         for (int i = 0; i < n; ++i) {
             const int fd = events[i].data.fd;
             if (fd == sigfd) {
                 stop = true;
-            } else if (fd == doorbell) {
-                server.drain_wakeups();
+            } else if (std::find(own_doorbells.begin(), own_doorbells.end(), fd) !=
+                       own_doorbells.end()) {
+                drain_doorbell_pipes(fd);
                 last_busy = monotonic_ns();
-            } else if (std::find(port_wakeups.begin(), port_wakeups.end(), fd) !=
-                       port_wakeups.end()) {
+            } else if (fd == kicked || std::find(port_wakeups.begin(), port_wakeups.end(), fd) !=
+                                           port_wakeups.end()) {
                 uint64_t received = 0;
                 [[maybe_unused]] ssize_t r = read(fd, &received, sizeof(received));
-            } else if (fd == server.listen_fd()) {
-                for (int accepted : server.accept_pending())
-                    watch(accepted);
-            } else if (fd == rdma_cm.listen_fd()) {
-                for (int accepted : rdma_cm.accept_pending()) {
-                    watch(accepted);
-                    rdma_cm_files.insert(accepted);
-                }
-            } else if (rdma_cm_files.count(fd)) {
-                if (!rdma_cm.handle_input(fd)) {
+            } else {
+                // The control path and rdma_cm: every other data-path thread between rounds.
+                const auto world = threads.world();
+                if (fd == server.listen_fd()) {
+                    for (int accepted : server.accept_pending())
+                        watch(accepted);
+                } else if (fd == rdma_cm.listen_fd()) {
+                    for (int accepted : rdma_cm.accept_pending()) {
+                        watch(accepted);
+                        rdma_cm_files.insert(accepted);
+                    }
+                } else if (rdma_cm_files.count(fd)) {
+                    if (!rdma_cm.handle_input(fd)) {
+                        epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
+                        rdma_cm_files.erase(fd);
+                    }
+                } else if (!server.handle_input(fd)) {
                     epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
-                    rdma_cm_files.erase(fd);
                 }
-            } else if (!server.handle_input(fd)) {
-                epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
             }
             if (fd != sigfd)
                 last_busy = monotonic_ns();
         }
         now = monotonic_ns();
         if (now >= next_link_check) {
+            const auto world = threads.world();
             next_link_check = now + kLinkCheckMs * 1'000'000ull;
             for (size_t port : ports.refresh_links()) {
                 const bool up = ports.info(port).link_up;
@@ -263,11 +317,12 @@ int run(const EngineConfig& config) {
         }
     }
     std::fprintf(stderr, "softhca-engine: shutting down\n");
+    threads.stop();
     manifest.remove_all();
     ::unlink(config.pid_path().c_str());
     ::close(sigfd);
     ::close(epfd);
-    return 0;
+    return threads.failed() ? 1 : 0;
 }
 
 } // namespace

@@ -42,9 +42,19 @@ tp::Icrc Datapath::received_icrc(const PortInfo& port) {
                              : tp::Icrc::Computed;
 }
 
-Datapath::Datapath(PortSet& ports, const std::vector<Device>& devices, QueueDirectory& tables)
-    : ports_(ports), devices_(devices), tables_(tables), neighbors_(ports.size()), loopback_(16384),
-      gsi_psn_(ports.size()), rx_priorities_(ports.size()) {
+Datapath::Datapath(PortSet& ports, const std::vector<Device>& devices, QueueDirectory& tables,
+                   std::vector<size_t> own_ports)
+    : ports_(ports), devices_(devices), tables_(tables), own_ports_(std::move(own_ports)),
+      neighbors_(ports.size()), loopback_(16384), gsi_psn_(ports.size()),
+      rx_priorities_(ports.size()) {
+    if (own_ports_.empty())
+        for (size_t port = 0; port < ports_.size(); ++port)
+            own_ports_.push_back(port);
+    owns_every_port_ = own_ports_.size() == ports_.size();
+    for (size_t device = 0; device < devices_.size(); ++device)
+        if (std::find(own_ports_.begin(), own_ports_.end(), devices_[device].port_index) !=
+            own_ports_.end())
+            own_devices_.push_back(device);
     // Room for a busy engine's lists, so that rounds do not allocate.
     active_.reserve(1024);
     round_.reserve(1024);
@@ -114,26 +124,27 @@ bool Datapath::poll(uint64_t now) {
     }
     // New work requests: only the queues whose doorbells were rung. A queue whose ring
     // still holds requests its transport queue had no room for rings itself again.
-    for (Doorbells* doorbells : tables_.doorbell_pages)
-        doorbells->take(
-            [&](EngineQp& qp, uint32_t slot) {
-                ++queue_pulls_;
-                bool left_in_ring = false;
-                if (qp.pull_work(now, left_in_ring)) {
-                    busy = true;
-                    activate(qp);
-                }
-                if (left_in_ring)
-                    doorbells->ring(slot);
-            },
-            [&](EngineSrq& srq, uint32_t slot) {
-                ++queue_pulls_;
-                bool left_in_ring = false;
-                busy |= srq.pull_work(left_in_ring);
-                if (left_in_ring)
-                    doorbells->ring(slot);
-            });
-    for (size_t port = 0; port < ports_.size(); ++port) {
+    for (size_t device : own_devices_)
+        for (Doorbells* doorbells : tables_.doorbell_pages_by_device[device])
+            doorbells->take(
+                [&](EngineQp& qp, uint32_t slot) {
+                    ++queue_pulls_;
+                    bool left_in_ring = false;
+                    if (qp.pull_work(now, left_in_ring)) {
+                        busy = true;
+                        activate(qp);
+                    }
+                    if (left_in_ring)
+                        doorbells->ring(slot);
+                },
+                [&](EngineSrq& srq, uint32_t slot) {
+                    ++queue_pulls_;
+                    bool left_in_ring = false;
+                    busy |= srq.pull_work(left_in_ring);
+                    if (left_in_ring)
+                        doorbells->ring(slot);
+                });
+    for (size_t port : own_ports_) {
         const uint64_t before = ports_.info(port).counters.rx_packets;
         // Take in what waits, up to about what a round may send: frames left in a ring
         // from round to round grow past the caches (16 QPs with full windows hold 16 MiB
@@ -173,20 +184,35 @@ bool Datapath::poll(uint64_t now) {
         schedule_timer(qp);
     }
     round_.clear();
-    if (ports_.flush() > 0) {
+    if (flush_own_ports() > 0) {
         busy = true;
         // What went out on the built-in wire is already in the other port's queue: take it
         // in now, a round earlier (a message's responder and completion, half a round
-        // trip's latency).
-        for (size_t port = 0; port < ports_.size(); ++port)
+        // trip's latency), when the other port is ours.
+        for (size_t port : own_ports_)
             if (ports_.info(port).in_engine_wire)
                 receive(port, now);
     }
-    for (auto& device : tables_.srqs_by_device)
-        for (auto& [srqn, srq] : device)
+    for (size_t device : own_devices_)
+        for (auto& [srqn, srq] : tables_.srqs_by_device[device])
             srq->sync();
+    // Nothing of this round's stays queued for a process's memory: a QP the control path
+    // destroys between rounds is on no thread's write-behind list (process_memory.hpp).
+    ProcessMemory::flush_all_writes();
     // Requesters held back by a lossless port: their credits come in the next frames.
-    return busy || ports_.awaiting_credits(now);
+    bool awaiting = false;
+    for (size_t port : own_ports_)
+        awaiting |= ports_.awaiting_credits_on(port, now);
+    return busy || awaiting;
+}
+
+size_t Datapath::flush_own_ports() {
+    if (owns_every_port_)
+        return ports_.flush();
+    size_t sent = 0;
+    for (size_t port : own_ports_)
+        sent += ports_.flush_port(port);
+    return sent;
 }
 
 uint64_t Datapath::next_deadline() const {
@@ -194,13 +220,19 @@ uint64_t Datapath::next_deadline() const {
     // QPs left active are waiting for something that wakes the engine itself: an ACK
     // to open their window, a link, an ARP reply.
     // A shaped link's held frames go out when they have crossed it.
-    return std::min(timers_.empty() ? UINT64_MAX : timers_.front().deadline,
-                    ports_.next_tx_release());
+    uint64_t release = UINT64_MAX;
+    if (owns_every_port_)
+        release = ports_.next_tx_release();
+    else
+        for (size_t port : own_ports_)
+            release = std::min(release, ports_.next_tx_release_on(port));
+    return std::min(timers_.empty() ? UINT64_MAX : timers_.front().deadline, release);
 }
 
 void Datapath::arm_doorbells() {
-    for (Doorbells* doorbells : tables_.doorbell_pages)
-        doorbells->arm();
+    for (size_t device : own_devices_)
+        for (Doorbells* doorbells : tables_.doorbell_pages_by_device[device])
+            doorbells->arm();
 }
 
 size_t Datapath::receive(size_t port, uint64_t now) {

@@ -41,7 +41,13 @@ namespace softhca::engine {
 
 class Datapath final : public QpSchedule, public MadSender {
   public:
-    Datapath(PortSet& ports, const std::vector<Device>& devices, QueueDirectory& tables);
+    // Serves `own_ports` (every port when empty) and their devices (device i sits on port
+    // i): their doorbell pages, frames and QPs. Several data paths serve disjoint sets of
+    // ports from threads of their own (datapath_threads.hpp); nothing one touches in a
+    // round is touched by another. The tables are sized for every device
+    // (QueueDirectory::set_device_count) before.
+    Datapath(PortSet& ports, const std::vector<Device>& devices, QueueDirectory& tables,
+             std::vector<size_t> own_ports = {});
     ~Datapath() override;
     Datapath(const Datapath&) = delete;
     Datapath& operator=(const Datapath&) = delete;
@@ -128,9 +134,15 @@ class Datapath final : public QpSchedule, public MadSender {
         bool operator<(const TimerEntry& other) const { return deadline > other.deadline; }
     };
 
+    // Sends what this data path's ports have queued.
+    size_t flush_own_ports();
+
     PortSet& ports_;
     const std::vector<Device>& devices_;
     QueueDirectory& tables_;
+    std::vector<size_t> own_ports_;   // the ports this data path serves
+    std::vector<size_t> own_devices_; // and the devices on them
+    bool owns_every_port_ = true;
     std::vector<NeighborTable> neighbors_;
     std::vector<uint8_t> loopback_; // one frame built for a destination on the same port
     uint16_t ipv4_id_ = 0;

@@ -1,11 +1,24 @@
 #include "doorbells.hpp"
 
 #include <new>
+#include <sys/epoll.h>
 #include <system_error>
+#include <unistd.h>
 
 namespace softhca::engine {
 
 namespace di = device_interface;
+
+void drain_doorbell_pipes(int pipes) {
+    epoll_event ready[64];
+    const int n = ::epoll_wait(pipes, ready, 64, 0);
+    for (int i = 0; i < n; ++i) {
+        uint8_t bytes[512];
+        // Non-blocking, and a description only the engine holds: a client that fills
+        // its own pipe costs the engine one read of it per wake-up.
+        [[maybe_unused]] ssize_t r = ::read(ready[i].data.fd, bytes, sizeof(bytes));
+    }
+}
 
 Doorbells::Doorbells() {
     if (int err = memory_.create("softhca-doorbells", sizeof(di::DoorbellPage)))

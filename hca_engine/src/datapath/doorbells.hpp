@@ -16,6 +16,11 @@ namespace softhca::engine {
 class EngineQp;
 class EngineSrq;
 
+// Empties the doorbell pipes that are readable in `pipes`, an epoll set of contexts'
+// doorbell pipes (the control server keeps one per device): called by the thread that
+// serves those devices, once it has woken up for them.
+void drain_doorbell_pipes(int pipes);
+
 class Doorbells {
   public:
     // Creates and maps the page; throws std::system_error when it cannot.

@@ -37,15 +37,16 @@ struct QueueDirectory {
     // them by number)
     std::vector<std::unordered_map<uint32_t, EngineSrq*>> srqs_by_device;
     std::vector<MulticastGroups> mcast_by_device;
-    // Every open context's doorbell page: where the data path learns which work queues
-    // have new requests.
-    std::vector<Doorbells*> doorbell_pages;
+    // Every open context's doorbell page, by device: where the data path learns which
+    // work queues have new requests (each data-path thread reads its devices' pages).
+    std::vector<std::vector<Doorbells*>> doorbell_pages_by_device;
     QpSchedule* schedule = nullptr; // the data path, while there is one
     // Sizes the per-device tables.
     void set_device_count(size_t count) {
         qp_numbers_by_device.resize(count);
         srqs_by_device.resize(count);
         mcast_by_device.resize(count);
+        doorbell_pages_by_device.resize(count);
     }
 };
 

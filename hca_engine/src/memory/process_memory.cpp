@@ -249,7 +249,7 @@ MemoryStatus ProcessMemory::read_message(uint64_t tag, bool remote, uint32_t rig
     return MemoryStatus::Ok;
 }
 
-ProcessMemory* ProcessMemory::dirty_head_ = nullptr;
+thread_local ProcessMemory* ProcessMemory::dirty_head_ = nullptr;
 
 ProcessMemory::~ProcessMemory() {
     flush_writes();
@@ -322,9 +322,9 @@ void ProcessMemory::flush_dirty() {
     // moves its consecutive runs together. If the joint call falls short (some QP's memory is
     // gone), each member flushes alone, so that the fault is its own; writing again what
     // the joint call already wrote puts the same bytes in the same place.
-    static iovec local[kJointWrites];
-    static iovec far[kJointWrites];
-    static ProcessMemory* members[kJointWrites];
+    thread_local iovec local[kJointWrites];
+    thread_local iovec far[kJointWrites];
+    thread_local ProcessMemory* members[kJointWrites];
     for (ProcessMemory* lead = dirty_head_; lead; lead = lead->next_dirty_) {
         if (!lead->queued_)
             continue;

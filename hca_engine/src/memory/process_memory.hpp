@@ -155,7 +155,10 @@ class ProcessMemory : public transport::MemoryAccess {
     bool write_fault_ = false; // a flush failed, not yet taken by a completion
     bool fault_to_report_ = false;
     ProcessMemory* next_dirty_ = nullptr;
-    static ProcessMemory* dirty_head_; // the engine's data path is one thread
+    // Each data-path thread's own list: a ProcessMemory serves one QP or SRQ, whose
+    // device one thread serves, and that thread flushes its list before every round ends
+    // (Datapath::poll), so a QP destroyed between rounds is on no other thread's list.
+    static thread_local ProcessMemory* dirty_head_;
     MemoryFaultListener* listener_ = nullptr;
     unsigned ahead_victim_ = 0; // the read-ahead buffer to reuse next
 

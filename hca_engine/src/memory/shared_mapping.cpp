@@ -20,7 +20,7 @@
 
 namespace softhca::engine {
 
-uint64_t SharedMapping::live_ = 0;
+std::atomic<uint64_t> SharedMapping::live_{0};
 
 namespace {
 

@@ -16,6 +16,7 @@
 // SOFTHCA_SHARED_MAPPING=0 in the engine's environment turns this path off.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -44,7 +45,7 @@ class SharedMapping {
     uint8_t* local() const { return local_; }
 
     // Mappings alive now, for `softhca status` and tests.
-    static uint64_t live() { return live_; }
+    static uint64_t live() { return live_.load(std::memory_order_relaxed); }
 
   private:
     SharedMapping(void* base, size_t bytes, uint8_t* local)
@@ -52,7 +53,7 @@ class SharedMapping {
     void* base_;
     size_t bytes_;
     uint8_t* local_;
-    static uint64_t live_;
+    static std::atomic<uint64_t> live_; // made and dropped by every data-path thread's QPs
 };
 
 } // namespace softhca::engine

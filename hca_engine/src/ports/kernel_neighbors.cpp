@@ -5,6 +5,7 @@
 #include <linux/neighbour.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
+#include <mutex>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -24,6 +25,10 @@ struct Request {
 
 // The engine's one rtnetlink socket, opened at first use; a reply that does not come
 // within 100 ms counts as none.
+// Data-path threads serving several af_xdp ports ask through one socket, one sequence
+// number and one budget: a question at a time.
+std::mutex asking;
+
 int netlink_socket() {
     static const int fd = [] {
         const int s = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
@@ -84,6 +89,7 @@ Request make_request(uint16_t type, uint16_t flags, int ifindex, const tp::Gid& 
 } // namespace
 
 bool kernel_neighbors_may_ask(uint64_t now_ns) {
+    const std::lock_guard lock(asking);
     // A token bucket: one question a millisecond on average, 32 at once.
     constexpr uint64_t kPerQuestionNs = 1'000'000;
     constexpr uint64_t kBurstNs = 32 * kPerQuestionNs;
@@ -96,6 +102,7 @@ bool kernel_neighbors_may_ask(uint64_t now_ns) {
 }
 
 bool kernel_neighbor(int ifindex, const tp::Gid& address, tp::MacAddress& mac) {
+    const std::lock_guard lock(asking);
     Request request = make_request(RTM_GETNEIGH, 0, ifindex, address);
     alignas(nlmsghdr) uint8_t answer[1024];
     const ssize_t n = exchange(request, answer, sizeof(answer));
@@ -128,6 +135,7 @@ bool kernel_neighbor(int ifindex, const tp::Gid& address, tp::MacAddress& mac) {
 }
 
 bool kernel_resolve_neighbor(int ifindex, const tp::Gid& address) {
+    const std::lock_guard lock(asking);
     Request request = make_request(RTM_NEWNEIGH, NLM_F_CREATE | NLM_F_ACK, ifindex, address);
     request.neighbor.ndm_flags = NTF_USE;
     alignas(nlmsghdr) uint8_t answer[256];

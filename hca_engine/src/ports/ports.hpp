@@ -160,6 +160,23 @@ class PortSet {
     virtual size_t flush() = 0;
     // When a shaped link next lets a frame out (flush() sends it), or UINT64_MAX.
     virtual uint64_t next_tx_release() const { return UINT64_MAX; }
+    // The same for one port: what a data-path thread that serves only some of the ports
+    // asks (datapath_threads.hpp). Port sets that serve one thread only (the udp ports,
+    // whose sockets share one io_uring) answer for all their ports.
+    virtual size_t flush_port(size_t index) {
+        (void)index;
+        return flush();
+    }
+    virtual uint64_t next_tx_release_on(size_t index) const {
+        (void)index;
+        return next_tx_release();
+    }
+    virtual bool awaiting_credits_on(size_t index, uint64_t now) const {
+        (void)index;
+        return awaiting_credits(now);
+    }
+    // Whether each port may be served by a data-path thread of its own.
+    virtual bool ports_serve_threads() const { return false; }
     // Whether a frame of `bytes` on `vl` should be built now: false while a lossless
     // port's queue for the VL is full (link-level credits; the sender waits, as an HCA's
     // send queue waits for its VL's credits). Lossy ports always say yes.

@@ -477,7 +477,7 @@ void DpdkPortSet::tx_queue(size_t index, TxFrame& frame, uint32_t length) {
         }
         queue.burst[queue.count++] = mbuf;
         if (queue.count == kBurst)
-            flush();
+            flush_port(index);
     };
     // The capture sees what the port sends: here, or with a shaped link where the frame
     // has crossed it (ECN marks and all; the fault injector's drops never get there).
@@ -536,31 +536,34 @@ template <typename SendBurst> void DpdkPortSet::send_flow_control(size_t i, Send
 
 size_t DpdkPortSet::flush() {
     size_t sent = 0;
-    auto send_burst = [&](size_t i) {
-        auto& queue = dpdk_->tx[i];
-        const uint16_t n = rte_eth_tx_burst(ports_[i].dpdk_port, 0, queue.burst, queue.count);
+    for (size_t i = 0; i < ports_.size(); ++i)
+        sent += flush_port(i);
+    return sent;
+}
+
+size_t DpdkPortSet::flush_port(size_t i) {
+    size_t sent = 0;
+    auto& queue = dpdk_->tx[i];
+    auto send_burst = [&](size_t port) {
+        const uint16_t n = rte_eth_tx_burst(ports_[port].dpdk_port, 0, queue.burst, queue.count);
         for (uint16_t k = n; k < queue.count; ++k)
             rte_pktmbuf_free(queue.burst[k]); // the wire is full: a drop, as on a NIC
-        ports_[i].counters.tx_packets += n;
-        ports_[i].counters.tx_dropped += queue.count - n;
+        ports_[port].counters.tx_packets += n;
+        ports_[port].counters.tx_dropped += queue.count - n;
         sent += n;
         queue.count = 0;
     };
-    for (size_t i = 0; i < ports_.size(); ++i) {
-        auto& queue = dpdk_->tx[i];
-        if (queue.link.held())
-            queue.link.release(monotonic_ns(), ports_[i].congestion_point_counters,
-                               [&](rte_mbuf* m) {
-                                   capture(i, m);
-                                   queue.burst[queue.count++] = m;
-                                   if (queue.count == kBurst)
-                                       send_burst(i);
-                               });
-        if (queue.link.lossless())
-            send_flow_control(i, send_burst);
-        if (queue.count)
-            send_burst(i);
-    }
+    if (queue.link.held())
+        queue.link.release(monotonic_ns(), ports_[i].congestion_point_counters, [&](rte_mbuf* m) {
+            capture(i, m);
+            queue.burst[queue.count++] = m;
+            if (queue.count == kBurst)
+                send_burst(i);
+        });
+    if (queue.link.lossless())
+        send_flow_control(i, send_burst);
+    if (queue.count)
+        send_burst(i);
     return sent;
 }
 
@@ -601,20 +604,27 @@ void DpdkPortSet::after_receive_round(size_t index, bool backlogged, uint8_t pri
 }
 
 bool DpdkPortSet::awaiting_credits(uint64_t now) const {
-    for (const auto& queue : dpdk_->tx)
-        if (queue.link.awaiting_credits(now))
+    for (size_t i = 0; i < ports_.size(); ++i)
+        if (awaiting_credits_on(i, now))
             return true;
     return false;
 }
 
+bool DpdkPortSet::awaiting_credits_on(size_t index, uint64_t now) const {
+    return dpdk_->tx[index].link.awaiting_credits(now);
+}
+
 uint64_t DpdkPortSet::next_tx_release() const {
     uint64_t next = UINT64_MAX;
-    const uint64_t now = monotonic_ns();
-    for (const auto& queue : dpdk_->tx) {
-        next = std::min(next, queue.link.next_release());
-        next = std::min(next, queue.pauses.next_resume(now)); // a paused priority resumes
-    }
+    for (size_t i = 0; i < ports_.size(); ++i)
+        next = std::min(next, next_tx_release_on(i));
     return next;
+}
+
+uint64_t DpdkPortSet::next_tx_release_on(size_t index) const {
+    const auto& queue = dpdk_->tx[index];
+    // The shaped link's next frame, or a paused priority that resumes.
+    return std::min(queue.link.next_release(), queue.pauses.next_resume(monotonic_ns()));
 }
 
 } // namespace softhca::engine

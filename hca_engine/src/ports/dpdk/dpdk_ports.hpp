@@ -29,6 +29,13 @@ class DpdkPortSet final : public PortSet {
     void tx_abort(TxFrame& frame) override;
     size_t flush() override;
     uint64_t next_tx_release() const override;
+    // Each port is its own: its pool (multi-producer, multi-consumer, so the frames a
+    // port receives from another thread's port go back from here), its transmit queue
+    // and shaped link, its side of the built-in wire's single-producer rings.
+    size_t flush_port(size_t index) override;
+    uint64_t next_tx_release_on(size_t index) const override;
+    bool awaiting_credits_on(size_t index, uint64_t now) const override;
+    bool ports_serve_threads() const override { return true; }
     bool tx_room(size_t index, uint8_t vl, uint32_t bytes) override;
     bool awaiting_credits(uint64_t now) const override;
     bool tx_paused(size_t index, uint8_t priority, uint64_t now) override;
