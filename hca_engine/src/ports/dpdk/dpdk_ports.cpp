@@ -166,6 +166,13 @@ DpdkPortSet::DpdkPortSet(const PortsConfig& config) : dpdk_(std::make_unique<Dpd
     std::vector<std::string> args = {
         "softhca-engine", "--no-huge",     "-m",        memory,        "--no-shconf", "--no-pci",
         "--no-telemetry", "--file-prefix", file_prefix, "--log-level", "*:warning"};
+    // DPDK's drivers that are plugins (the mempool ops, most PMDs) come from where DPDK
+    // was installed; a folder carried to a host without DPDK (tools/gpu-bundle.sh) names
+    // its own with SOFTHCA_DPDK_PLUGINS.
+    if (const char* plugins = std::getenv("SOFTHCA_DPDK_PLUGINS"); plugins && *plugins) {
+        args.push_back("-d");
+        args.push_back(plugins);
+    }
     std::vector<PortPlan> plans; // one per --port, in order
     for (const auto& port : config.ports) {
         plans.push_back(plan_port(port, config.eth_mtu));
