@@ -108,6 +108,64 @@ TEST_CASE("RDMA WRITE READ and SEND move patterns intact with every byte checked
     }
 }
 
+namespace {
+// Waits for the byte at `at` to become `stamp` (as a program polling memory does), then
+// returns the offset of the first byte of [begin, end) that is not `stamp` yet, or -1.
+long poll_then_scan(const uint8_t* begin, const uint8_t* at, const uint8_t* end, uint8_t stamp) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (__atomic_load_n(at, __ATOMIC_ACQUIRE) != stamp)
+        if (std::chrono::steady_clock::now() > deadline)
+            return -2;
+    for (const uint8_t* p = begin; p < end; ++p)
+        if (__atomic_load_n(p, __ATOMIC_RELAXED) != stamp)
+            return p - begin;
+    return -1;
+}
+} // namespace
+
+TEST_CASE("the bytes of an RDMA WRITE and of a READ response appear in ascending order: a "
+          "poller that sees the last byte sees all the others",
+          "[integrity]") {
+    // As NCCL's sender polls the idx at the end of a FIFO entry the receiver WRITEs, and
+    // perftest's write_lat the last byte of each message: a real HCA places a packet's
+    // bytes in ascending address order, and packets in order.
+    Pair pair;
+    constexpr size_t kMost = 1 << 16;
+    Buffer src(dev(0), kMost, kAllAccess), dst(dev(1), kMost, kAllAccess);
+    Buffer back(dev(0), kMost, kAllAccess);
+    const size_t sizes[] = {9, 16, 64, 200, 1000, 4096, 4097, 9000, 65536};
+    unsigned stamp = 0;
+    for (size_t size : sizes) {
+        INFO("size " << size);
+        for (int i = 0; i < 150; ++i) {
+            stamp = stamp % 250 + 1;
+            // WRITE: B's buffer polled at its last byte.
+            std::memset(src.bytes.data(), static_cast<int>(stamp), size);
+            ibv_sge sge{src.addr(), static_cast<uint32_t>(size), src.mr->lkey};
+            ibv_send_wr wr = signaled_wr(IBV_WR_RDMA_WRITE, &sge, 1, stamp);
+            wr.wr.rdma.remote_addr = dst.addr();
+            wr.wr.rdma.rkey = dst.mr->rkey;
+            post(pair.a, wr);
+            const uint8_t* d = dst.bytes.data();
+            const long bad = poll_then_scan(d, d + size - 1, d + size, static_cast<uint8_t>(stamp));
+            INFO("WRITE " << i << ": byte " << bad << " not placed when the last one was");
+            REQUIRE(bad == -1);
+            REQUIRE(wait_completions(dev(0), 1)[0].status == IBV_WC_SUCCESS);
+            // READ of it back: A's buffer polled at its last byte before the completion.
+            ibv_sge rsge{back.addr(), static_cast<uint32_t>(size), back.mr->lkey};
+            wr.opcode = IBV_WR_RDMA_READ;
+            wr.sg_list = &rsge;
+            post(pair.a, wr);
+            const uint8_t* r = back.bytes.data();
+            const long late =
+                poll_then_scan(r, r + size - 1, r + size, static_cast<uint8_t>(stamp));
+            INFO("READ " << i << ": byte " << late << " not placed when the last one was");
+            REQUIRE(late == -1);
+            REQUIRE(wait_completions(dev(0), 1)[0].status == IBV_WC_SUCCESS);
+        }
+    }
+}
+
 TEST_CASE("inline sends, unsignaled requests, zero-length WRITE_WITH_IMM and zero-SGE receives") {
     Pair pair;
     Buffer src(dev(0), 4096, kAllAccess);

@@ -59,6 +59,21 @@ bool guarded_copy(void* dst, const void* src, size_t n) {
     return guarded([&] { std::memcpy(dst, src, n); });
 }
 
+bool guarded_copy_ascending(void* dst, const void* src, size_t n) {
+    return guarded([&] {
+        constexpr size_t kTail = 8;
+        const size_t body = n > kTail ? n - kTail : 0;
+        auto* to = static_cast<uint8_t*>(dst);
+        const auto* from = static_cast<const uint8_t*>(src);
+        std::memcpy(to, from, body);
+        std::atomic_thread_fence(std::memory_order_release);
+        // One store per byte: never merged into a wider store that could cross a cache
+        // line and become visible in two halves.
+        for (size_t i = body; i < n; ++i)
+            __atomic_store_n(to + i, from[i], __ATOMIC_RELAXED);
+    });
+}
+
 bool guarded_atomic(uint64_t* word, bool compare_swap, uint64_t compare_add, uint64_t swap,
                     uint64_t& original) {
     return guarded([&] {

@@ -13,6 +13,13 @@ namespace softhca::engine {
 
 // memcpy(dst, src, n); false when a page of either was gone.
 bool guarded_copy(void* dst, const void* src, size_t n);
+// The same into client memory in ascending order, as an HCA places a packet: a CPU that
+// sees the last byte sees every other (NCCL polls the last word of a FIFO entry that an
+// RDMA WRITE places, perftest's write_lat the last byte). memcpy promises no order: glibc's
+// stores the first 32 bytes of a large copy last. So the body goes first, then the last
+// bytes one store each after a release fence (x86 keeps stores in program order, and a
+// string copy's stores before the stores that follow it).
+bool guarded_copy_ascending(void* dst, const void* src, size_t n);
 // An 8-byte atomic on `word`: compare-and-swap (compare_add the expected value, swap the
 // new one) or fetch-and-add (compare_add the addend); `original` gets the value found.
 // False when the page was gone.

@@ -123,7 +123,7 @@ MemoryStatus ProcessMemory::write(uint32_t key, bool remote, uint32_t rights, ui
         s != MemoryStatus::Ok)
         return s;
     if (mapped) {
-        if (!guarded_copy(mapped, src, length))
+        if (!guarded_copy_ascending(mapped, src, length))
             return failure();
     } else if (length) {
         queue_write(reinterpret_cast<void*>(at), src, length);
@@ -161,7 +161,7 @@ MemoryStatus ProcessMemory::transfer(const transport::MemoryPiece* pieces, uint3
             uint8_t* packet = buffer + pieces[i].buffer_offset;
             if (!r.local[i])
                 queue_write(reinterpret_cast<void*>(r.process[i]), packet, pieces[i].length);
-            else if (to_process ? !guarded_copy(r.local[i], packet, pieces[i].length)
+            else if (to_process ? !guarded_copy_ascending(r.local[i], packet, pieces[i].length)
                                 : !guarded_copy(packet, r.local[i], pieces[i].length))
                 return failure();
         }
