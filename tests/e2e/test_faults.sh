@@ -7,10 +7,11 @@
 # two memory paths), and UC and UD deliver only whole messages. Then
 # corruption alone: the ICRC rejects every corrupted frame and the same byte-checking
 # tests pass, on an engine of one thread.
-#   test_faults.sh RC_VERBS_TEST UD_SRQ_VERBS_TEST
+#   test_faults.sh RC_VERBS_TEST UD_SRQ_VERBS_TEST NCCL_SHAPED_TEST
 source "$(dirname "$0")/lib.sh"
 RC_VERBS_TEST=${1:?path to rc_verbs_test}
 UD_SRQ_VERBS_TEST=${2:?path to ud_srq_verbs_test}
+NCCL_SHAPED_TEST=${3:?path to nccl_shaped_test}
 trap '"$SOFTHCA" down >/dev/null 2>&1 || true; rm -f "${server_out:-}"' EXIT
 server_out=$(mktemp)
 
@@ -57,6 +58,10 @@ for memory in heap shared; do
 done
 out=$("$SOFTHCA" exec -- env SOFTHCA="$SOFTHCA" SOFTHCA_PREFIX="$SOFTHCA_PREFIX" timeout 300 \
     "$UD_SRQ_VERBS_TEST" "[faults]" 2>&1) || fail "UC/UD delivered a partial message: $out"
+# NCCL's sequence of verbs (FIFO entries polled in memory, WRITE chains with immediate,
+# the flush READ) on both memory paths, across the two threads, on the faulty wire.
+"$SOFTHCA" exec -- env SOFTHCA_PREFIX="$SOFTHCA_PREFIX" timeout 300 "$NCCL_SHAPED_TEST" 40 ||
+    fail "NCCL's sequence of verbs under faults"
 grep "arrived whole" <<<"$out"
 "$SOFTHCA" status
 [ "$(port_total dropped)" -gt 0 ] || fail "no drops were injected"
