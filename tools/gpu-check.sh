@@ -16,6 +16,8 @@
 #      cross-memory attach, `softhca status` sampled during the run);
 #   5. runs the same over NCCL's socket transport and prints the bus bandwidth side by
 #      side. Within 5 minutes on a 16-core machine.
+# NCCL picks the GID itself (2.21 and later: the first IPv4 one of RoCE v2, from
+# gid_attrs/types), unless GPU_CHECK_GID_INDEX=N sets NCCL_IB_GID_INDEX.
 #   gpu-check.sh [--dry-run]   (GPU_CHECK_OUT=DIR keeps the logs there; GPU_CHECK_PREFIX
 #   names the instance, default gpuchk; GPU_CHECK_KEEP_UP=1 leaves it up for a look)
 set -euo pipefail
@@ -125,7 +127,7 @@ run_pair() { # NAME NET PROTO
             CUDA_VISIBLE_DEVICES=0 NCCL_HOSTID="softhca-host$rank" NCCL_NET="$net" \
             NCCL_PROTO="$proto" NCCL_IB_HCA="=$prefix$rank" NCCL_IBEXT_DISABLE=1 \
             NCCL_NET_PLUGIN=none NCCL_NET_GDR_LEVEL=LOC NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 \
-            NCCL_SOCKET_IFNAME=lo NCCL_IB_GID_INDEX="${GPU_CHECK_GID_INDEX:-0}" \
+            NCCL_SOCKET_IFNAME=lo ${GPU_CHECK_GID_INDEX:+NCCL_IB_GID_INDEX=$GPU_CHECK_GID_INDEX} \
             NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET \
             timeout 240 "$python" "$here/nccl_check.py" >"$logs/$name.rank$rank.log" 2>&1 &
         pids+=($!)

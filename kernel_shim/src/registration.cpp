@@ -63,22 +63,34 @@ void write_port(const fs::path& port_dir, const PortRegistration& port) {
     write_file(port_dir / "rate", "10 Gb/sec (1X QDR)\n");
 }
 
-// The `device` link of a device whose port has a kernel netdev: the netdev's own device
-// (a NIC's PCI function, whose net/ names the interface) as a real HCA's links to its
-// PCI function; for a netdev with no device (veth, bridge, tap), a directory of the
-// tree that holds net/<netdev>. Programs find a device's interface through it
-// (rdma-core's tests list /sys/class/infiniband/DEV/device/net/). None on the built-in
-// wire, which has no netdev.
+// The `device` link of every device, as a real HCA's links to its PCI function. With a
+// kernel netdev, the netdev's own device (a NIC's PCI function, whose net/ names the
+// interface); programs find a device's interface through it (rdma-core's tests list
+// /sys/class/infiniband/DEV/device/net/). Otherwise (the built-in wire, or a netdev with
+// no device: veth, bridge, tap) a virtual device of the tree,
+// devices/virtual/softhca/DEV_0000 (with net/NETDEV where there is one), whose subsystem
+// is not PCI. NCCL takes realpath() of the link for each device: without one it warns on
+// every start; it then writes '0' over the last character and the third and fourth from
+// last (merging a NIC's ports and virtual functions), which "_0000" leaves as it is, so
+// each device keeps a path of its own; and a path whose subsystem is not PCI puts the NIC
+// under the CPU, where NCCL never turns GPUDirect on by itself.
 void write_device_link(const fs::path& root, const DeviceRegistration& device,
                        const fs::path& ib_dir) {
-    if (device.ports.empty() || device.ports[0].netdev.empty())
-        return;
-    const std::string& netdev = device.ports[0].netdev;
+    const std::string netdev = device.ports.empty() ? std::string() : device.ports[0].netdev;
     std::error_code ec;
-    fs::path target = fs::canonical(fs::path("/sys/class/net") / netdev / "device", ec);
-    if (ec || !fs::is_directory(target / "net" / netdev)) {
-        target = root / "devices" / device.ibdev_name;
-        fs::create_directories(target / "net" / netdev);
+    fs::path target;
+    if (!netdev.empty())
+        target = fs::canonical(fs::path("/sys/class/net") / netdev / "device", ec);
+    if (netdev.empty() || ec || !fs::is_directory(target / "net" / netdev)) {
+        target = root / "devices" / "virtual" / "softhca" / (device.ibdev_name + "_0000");
+        fs::create_directories(target);
+        if (!netdev.empty())
+            fs::create_directories(target / "net" / netdev);
+        const fs::path subsystem = root / "class" / "softhca";
+        fs::create_directories(subsystem);
+        fs::create_directory_symlink(subsystem, target / "subsystem", ec);
+        if (ec && ec != std::errc::file_exists)
+            fail("symlink " + (target / "subsystem").string());
     }
     fs::create_directory_symlink(target, ib_dir / "device", ec);
     if (ec)

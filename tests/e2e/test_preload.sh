@@ -17,6 +17,21 @@ run ls /sys/class/infiniband_verbs | grep -qx "${dev}_uverbs" ||
 run test -d "/sys/class/infiniband/$dev/ports/1" || fail "stat of a port directory"
 run python3 -c "import os,sys; sys.exit(not os.path.exists('/sys/class/infiniband/$dev/node_guid'))" ||
     fail "python os.path.exists"
+# Each device has a `device` link as NCCL reads it: realpath() resolves, to a path of its
+# own that NCCL's port and VF merging ('0' over the last and the third and fourth from last
+# characters) leaves unchanged, whose subsystem is not PCI (NCCL then puts the NIC under
+# the CPU instead of warning on every start).
+paths=()
+for d in 0 1; do
+    real=$(run realpath "/sys/class/infiniband/${SOFTHCA_PREFIX}$d/device") ||
+        fail "no device link for ${SOFTHCA_PREFIX}$d"
+    [[ $real == *_0000 ]] || fail "device path $real would be changed by NCCL's merging"
+    subsystem=$(run realpath "$real/subsystem") || fail "no subsystem for $real"
+    [[ $subsystem != *pci ]] || fail "a virtual device with subsystem $subsystem"
+    paths+=("$real")
+done
+[ "${paths[0]}" != "${paths[1]}" ] || fail "both devices have the device path ${paths[0]}"
+echo "device links: ${paths[*]}"
 # A device that is not in the tree: the path is the kernel's, untouched.
 if run test -e /sys/class/infiniband/softhca_no_such_dev/node_type; then
     fail "a device outside the tree resolved"
