@@ -73,7 +73,8 @@ grep -qE "ACTIVE .* mtu 3500 active_mtu 2048 " <<<"$(server_status)" ||
 pair_down "$pair"
 xdp_on "$SERVER_NS" "${pair}va" 2>/dev/null && fail "down left the XDP program on ${pair}va"
 ip netns add "$pair-c"
-trap 'ip netns del "$pair-c" 2>/dev/null || true' EXIT
+# (A refused `up` leaves its engine.log in the instance's run folder: removed here too.)
+trap 'ip netns del "$pair-c" 2>/dev/null || true; rm -rf "${SOFTHCA_RUN_ROOT:-/run/softhca}/${pair}c"' EXIT
 # refused IFACE WHAT: an af_xdp port on IFACE (in $pair-c) does not come up; its
 # refusal in $out.
 refused() {
