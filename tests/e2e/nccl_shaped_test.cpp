@@ -17,6 +17,8 @@
 // Buffers come from a MAP_SHARED anonymous mapping (as cudaHostAlloc's) and from
 // posix_memalign (NCCL's FIFO and its private structures): the engine's two memory paths.
 //   nccl_shaped_test [MESSAGES]   (SOFTHCA_PREFIX names the instance; prints one line)
+#include "connect_qp.hpp"
+
 #include <infiniband/verbs.h>
 
 #include <arpa/inet.h>
@@ -120,38 +122,15 @@ struct Side {
         return mr;
     }
     void connect(ibv_qp* q, uint32_t remote_qpn, const ibv_gid& remote_gid) {
-        ibv_qp_attr a{};
-        a.qp_state = IBV_QPS_INIT;
-        a.port_num = 1;
-        a.qp_access_flags =
-            IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE;
-        if (ibv_modify_qp(q, &a,
-                          IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-            die(role, "INIT");
-        a = {};
-        a.qp_state = IBV_QPS_RTR;
-        a.path_mtu = IBV_MTU_4096;
-        a.dest_qp_num = remote_qpn;
-        a.max_dest_rd_atomic = 1;
-        a.min_rnr_timer = 12;
-        a.ah_attr.is_global = 1;
-        a.ah_attr.grh.dgid = remote_gid;
-        a.ah_attr.grh.hop_limit = 255;
-        a.ah_attr.port_num = 1;
-        if (ibv_modify_qp(q, &a,
-                          IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                              IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-            die(role, "RTR");
-        a = {};
-        a.qp_state = IBV_QPS_RTS;
-        a.timeout = 14; // NCCL_IB_TIMEOUT 20 is ~4 s a retry; tests want less
-        a.retry_cnt = 7;
-        a.rnr_retry = 7;
-        a.max_rd_atomic = 1;
-        if (ibv_modify_qp(q, &a,
-                          IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                              IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
-            die(role, "RTS");
+        qp_setup::ConnectedPath path;
+        path.access = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE;
+        path.mtu = IBV_MTU_4096;
+        path.hop_limit = 255;
+        path.min_rnr_timer = 12;
+        path.rd_atomic = 1;
+        path.timeout = 14; // NCCL_IB_TIMEOUT 20 is ~4 s a retry; tests want less
+        if (const char* state = qp_setup::connect_qp(q, remote_qpn, remote_gid, path))
+            die(role, state);
     }
     ibv_wc wait_one() {
         ibv_wc wc{};

@@ -20,6 +20,8 @@
 // (late: a UC/UD message received after it was counted lost; ud_again: a UD datagram
 // the wire duplicated or reordered, received again or after a newer one).
 // Exits 0 when E is 0; the first error is described on stderr.
+#include "connect_qp.hpp"
+
 #include <infiniband/verbs.h>
 
 #include <algorithm>
@@ -352,39 +354,11 @@ class Worker {
     }
 
     static void connect(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& remote_gid, uint32_t psn) {
-        const bool reliable = qp->qp_type != IBV_QPT_UC;
-        ibv_qp_attr a{};
-        a.qp_state = IBV_QPS_INIT;
-        a.port_num = 1;
-        a.qp_access_flags =
-            IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-        modify(qp, a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-        a = {};
-        a.qp_state = IBV_QPS_RTR;
-        a.path_mtu = IBV_MTU_1024;
-        a.dest_qp_num = remote_qpn;
-        a.rq_psn = psn;
-        a.max_dest_rd_atomic = 4;
-        a.min_rnr_timer = 1;
-        a.ah_attr.is_global = 1;
-        a.ah_attr.grh.dgid = remote_gid;
-        a.ah_attr.grh.hop_limit = 64;
-        a.ah_attr.port_num = 1;
-        int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-        if (reliable)
-            mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-        modify(qp, a, mask);
-        a = {};
-        a.qp_state = IBV_QPS_RTS;
-        a.sq_psn = psn;
-        a.timeout = 12;
-        a.retry_cnt = 7;
-        a.rnr_retry = 7;
-        a.max_rd_atomic = 4;
-        mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
-        if (reliable)
-            mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
-        modify(qp, a, mask);
+        qp_setup::ConnectedPath path;
+        path.psn = psn;
+        path.timeout = 12;
+        if (qp_setup::connect_qp(qp, remote_qpn, remote_gid, path))
+            die("modify_qp");
     }
 
     // wr_id: flow index << 8 | what (0 send side, 1 receive, 2 SRQ receive by buffer).

@@ -3,6 +3,7 @@
 // registered buffers, bounded waits for completions and async events, and posting.
 #pragma once
 
+#include "connect_qp.hpp"
 #include "test_device.hpp"
 
 #include <catch2/catch.hpp>
@@ -136,43 +137,19 @@ struct Path {
     uint8_t sl = 0;
 };
 
-// RESET -> INIT -> RTR -> RTS for a connected QP (RC, XRC or UC: the attributes each state
-// requires of its type) towards remote_qpn at remote_gid, PSNs near the wrap.
+// RESET -> INIT -> RTR -> RTS for a connected QP (connect_qp.hpp) towards remote_qpn at
+// remote_gid, PSNs near the wrap.
 inline void connect(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& remote_gid, Path path = {}) {
-    const bool rc = qp->qp_type != IBV_QPT_UC; // RC or XRC: RC's attributes serve both
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-    REQUIRE(ibv_modify_qp(
-                qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0);
-    a = {};
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = IBV_MTU_1024;
-    a.dest_qp_num = remote_qpn;
-    a.rq_psn = 0xfffff0; // near the wrap
-    a.max_dest_rd_atomic = path.rd_atomic;
-    a.min_rnr_timer = 1;
-    a.ah_attr.is_global = 1;
-    a.ah_attr.grh.dgid = remote_gid;
-    a.ah_attr.grh.hop_limit = 64;
-    a.ah_attr.port_num = 1;
-    a.ah_attr.sl = path.sl;
-    int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-    if (rc)
-        mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-    REQUIRE(ibv_modify_qp(qp, &a, mask) == 0);
-    a = {};
-    a.qp_state = IBV_QPS_RTS;
-    a.sq_psn = 0xfffff0;
-    a.timeout = path.timeout;
-    a.retry_cnt = path.retry_cnt;
-    a.rnr_retry = path.rnr_retry;
-    a.max_rd_atomic = path.rd_atomic;
-    mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
-    if (rc)
-        mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
-    REQUIRE(ibv_modify_qp(qp, &a, mask) == 0);
+    qp_setup::ConnectedPath p;
+    p.psn = 0xfffff0; // near the wrap
+    p.sl = path.sl;
+    p.rd_atomic = path.rd_atomic;
+    p.timeout = path.timeout;
+    p.retry_cnt = path.retry_cnt;
+    p.rnr_retry = path.rnr_retry;
+    const char* failed = qp_setup::connect_qp(qp, remote_qpn, remote_gid, p);
+    INFO("the QP did not enter " << (failed ? failed : "-"));
+    REQUIRE(failed == nullptr);
 }
 
 // A QP of `type` in `d`'s PD with `cap`, completing into `cq` (default: the device's)

@@ -3,6 +3,7 @@
 // a peer, each failing the program at once with what went wrong.
 #pragma once
 
+#include "connect_qp.hpp"
 #include "test_device.hpp"
 
 #include <cerrno>
@@ -52,39 +53,15 @@ inline ibv_qp* make_qp(const Side& s) {
 }
 
 inline void connect_qp(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& remote_gid) {
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.pkey_index = 0;
-    a.port_num = 1;
-    a.qp_access_flags = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
-    if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-        die("INIT");
-    a = {};
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = IBV_MTU_1024;
-    a.dest_qp_num = remote_qpn;
-    a.rq_psn = 0;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 12;
-    a.ah_attr.is_global = 1;
-    a.ah_attr.grh.dgid = remote_gid;
-    a.ah_attr.grh.hop_limit = 64;
-    a.ah_attr.port_num = 1;
-    if (ibv_modify_qp(qp, &a,
-                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-        die("RTR");
-    a = {};
-    a.qp_state = IBV_QPS_RTS;
-    a.timeout = 10; // ~4 ms: a peer that never answers fails soon
-    a.retry_cnt = 2;
-    a.rnr_retry = 2;
-    a.sq_psn = 0;
-    a.max_rd_atomic = 1;
-    if (ibv_modify_qp(qp, &a,
-                      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                          IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
-        die("RTS");
+    qp_setup::ConnectedPath path;
+    path.access = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+    path.min_rnr_timer = 12;
+    path.rd_atomic = 1;
+    path.timeout = 10; // ~4 ms: a peer that never answers fails soon
+    path.retry_cnt = 2;
+    path.rnr_retry = 2;
+    if (const char* state = qp_setup::connect_qp(qp, remote_qpn, remote_gid, path))
+        die(state);
 }
 
 } // namespace attack

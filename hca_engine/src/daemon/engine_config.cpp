@@ -350,8 +350,6 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
 }
 
 size_t datapath_threads_for(const EngineConfig& config, size_t port_count, size_t cores) {
-    if (!config.ports.empty() && config.ports.front().is_kernel_udp())
-        return 1; // one io_uring serves every udp port
     const size_t wanted = config.datapath_threads ? size_t{config.datapath_threads} : cores / 4;
     return std::clamp<size_t>(wanted, 1, std::max<size_t>(port_count, 1));
 }

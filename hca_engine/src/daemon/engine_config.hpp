@@ -32,7 +32,8 @@ struct EngineConfig : PortsConfig {
     uint64_t cnp_interval_ns = 50'000;
     // --threads N (or SOFTHCA_ENGINE_THREADS): data-path threads, the ports shared out
     // among them (datapath_threads.hpp). 0: one per four cores the engine may run on, at
-    // least 1, at most one per port; udp ports always take one (one io_uring).
+    // least 1, at most one per port; udp ports always take one (one io_uring: their
+    // PortSet says so, PortSet::ports_serve_threads).
     uint32_t datapath_threads = 0;
 
     std::string socket_path() const { return run_dir + "/engine.sock"; }

@@ -17,7 +17,7 @@ namespace softhca::engine {
 
 DatapathThreads::DatapathThreads(PortSet& ports, const std::vector<Device>& devices,
                                  QueueDirectory& tables, size_t threads)
-    : ports_(ports), devices_(devices), tables_(tables) {
+    : devices_(devices), tables_(tables) {
     // Port sets whose ports share one engine-wide resource (the udp ports' io_uring) run
     // on one thread.
     if (!ports.ports_serve_threads())

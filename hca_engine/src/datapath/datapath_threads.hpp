@@ -158,7 +158,6 @@ class DatapathThreads final : public QpSchedule, public MadSender {
     void going_to_sleep(Path& path);
     void after_round(Path& path, bool busy);
 
-    PortSet& ports_;
     const std::vector<Device>& devices_;
     QueueDirectory& tables_;
     std::vector<std::unique_ptr<Path>> paths_;
