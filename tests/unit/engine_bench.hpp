@@ -85,14 +85,17 @@ struct Host {
     uint32_t cq_handle = 0;
     size_t ring_bytes = 0;
 
-    Host(KeySpace& keys, size_t device, const PortInfo& port, bool shared)
-        : ctx(softhca::engine::ClientProcess::self(), keys, device), buffer(kBufferBytes, shared) {
+    // `client`: the process as the engine reaches it; by default this one with its own
+    // rights (cross-memory attach when it runs as root).
+    Host(KeySpace& keys, size_t device, const PortInfo& port, bool shared,
+         std::shared_ptr<ClientProcess> client = nullptr, size_t buffer_bytes = kBufferBytes)
+        : ctx(client ? client : ClientProcess::self(), keys, device), buffer(buffer_bytes, shared) {
         doorbells =
             static_cast<di::DoorbellPage*>(map_fd(ctx.doorbells().fd(), ctx.doorbells().bytes()));
         REQUIRE(ctx.alloc_pd(pd) == 0);
         di::RegMrRequest reg{};
         reg.addr = reg.iova = buffer.addr();
-        reg.length = kBufferBytes;
+        reg.length = buffer_bytes;
         reg.pd_handle = pd;
         reg.access = kIbvAccess;
         REQUIRE(ctx.reg_mr(reg, mr) == 0);
@@ -235,11 +238,12 @@ struct Bench {
 
     // The QPs connect through GID `gid_index` of each port: 0 is IPv4 (198.18.0.1 and
     // .2), 1 the link-local IPv6 address, 2 the global one (2001:2::1 and ::2).
-    Bench(const FaultConfig& faults, bool shared, uint32_t gid_index = 0, size_t datapaths = 1)
+    Bench(const FaultConfig& faults, bool shared, uint32_t gid_index = 0, size_t datapaths = 1,
+          std::shared_ptr<ClientProcess> client = nullptr, size_t buffer_bytes = kBufferBytes)
         : ports(faults), keys(two_devices()), devices{{"sim0", 0, 1}, {"sim1", 1, 2}},
           paths(ports, devices, keys, datapaths), datapath(paths.main()) {
-        a = std::make_unique<Host>(keys, 0, ports.info(0), shared);
-        b = std::make_unique<Host>(keys, 1, ports.info(1), shared);
+        a = std::make_unique<Host>(keys, 0, ports.info(0), shared, client, buffer_bytes);
+        b = std::make_unique<Host>(keys, 1, ports.info(1), shared, client, buffer_bytes);
         a->connect(*b, ports.info(1).gids.at(gid_index), gid_index, ports.info(0));
         b->connect(*a, ports.info(0).gids.at(gid_index), gid_index, ports.info(1));
     }

@@ -278,6 +278,8 @@ void QueuePair::on_read_response(const IbPacket& packet, Nanoseconds now) {
         complete_send_error(*read, WcStatus::LocalProtectionError);
         return;
     }
+    if (want && last)
+        memory_.end_message();
     ++read->received_packets;
     reset_retry_counts();
     arm_retry_timer(now);

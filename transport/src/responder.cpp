@@ -362,6 +362,8 @@ bool QueuePair::accept_send(const IbPacket& packet, uint32_t psn) {
     }
     resp_.message_offset += packet.payload_length;
     if (info.ends_message()) {
+        if (packet.payload_length && !resp_.staging && !staged)
+            rq_->memory().end_message();
         // SEND with Invalidate (9.4.1.1, 10.6.7.2.2): the rkey in the IETH stops granting
         // access before the receive completes. One that is not a valid window of ours
         // fails the message as an invalid request (9.7.5.1.7).
@@ -438,6 +440,8 @@ bool QueuePair::accept_write(const IbPacket& packet, uint32_t psn) {
     resp_.write_va += packet.payload_length;
     resp_.write_remaining -= packet.payload_length;
     if (info.ends_message()) {
+        if (packet.payload_length)
+            responder_memory().end_message();
         resp_.in_progress = OpKind::Invalid;
         resp_.msn = (resp_.msn + 1) & kPsnMask;
         if (packet.imm)

@@ -101,6 +101,7 @@ void QueuePair::on_ud_request(const IbPacket& packet, const uint8_t* grh) {
         fail_receive(WcStatus::LocalProtectionError, 0, psn);
         return;
     }
+    rq_->memory().end_message();
     // An IPv6 header fills the GRH area; an IPv4 one its second half (A17.4.5.2).
     complete_recv(packet, byte_len,
                   !grh                 ? NetworkHeader::None

@@ -282,8 +282,8 @@ ssize_t ClientProcess::move(bool to_process, const iovec* local, size_t local_co
     return total;
 }
 
-ssize_t ClientProcess::move(bool to_process, const iovec* local, const iovec* far,
-                            size_t count) const {
+ssize_t ClientProcess::move(bool to_process, const iovec* local, const iovec* far, size_t count,
+                            const uint8_t* starts_run) const {
     if (cross_memory_)
         return move(to_process, local, count, far, count);
     ssize_t total = 0;
@@ -292,7 +292,7 @@ ssize_t ClientProcess::move(bool to_process, const iovec* local, const iovec* fa
         size_t end = i + 1;
         uint64_t next = reinterpret_cast<uint64_t>(far[i].iov_base) + far[i].iov_len;
         ssize_t bytes = static_cast<ssize_t>(far[i].iov_len);
-        while (end < count && end - i < kMaxRun &&
+        while (end < count && end - i < kMaxRun && !(starts_run && starts_run[end]) &&
                reinterpret_cast<uint64_t>(far[end].iov_base) == next) {
             next += far[end].iov_len;
             bytes += static_cast<ssize_t>(far[end].iov_len);

@@ -96,8 +96,10 @@ class ClientProcess {
     ssize_t write(const iovec* local, int count, uint64_t far) const;
     // The same for pieces each with its own address there (far[i] as long as
     // local[i]): runs of consecutive addresses move in one call each. Returns the
-    // bytes moved up to the first piece that could not be moved.
-    ssize_t move(bool to_process, const iovec* local, const iovec* far, size_t count) const;
+    // bytes moved up to the first piece that could not be moved. A piece with
+    // `starts_run[i]` set begins a new run (a message's last bytes, placed after the rest).
+    ssize_t move(bool to_process, const iovec* local, const iovec* far, size_t count,
+                 const uint8_t* starts_run = nullptr) const;
     // Cross-memory attach of `local` to `far` pieces (counts may differ).
     ssize_t move(bool to_process, const iovec* local, size_t local_count, const iovec* far,
                  size_t far_count) const;

@@ -122,11 +122,13 @@ MemoryStatus ProcessMemory::write(uint32_t key, bool remote, uint32_t rights, ui
     if (MemoryStatus s = resolve(key, remote, rights, addr, length, at, &mapped);
         s != MemoryStatus::Ok)
         return s;
+    last_write_queued_ = false;
     if (mapped) {
         if (!guarded_copy_ascending(mapped, src, length))
             return failure();
     } else if (length) {
         queue_write(reinterpret_cast<void*>(at), src, length);
+        last_write_queued_ = true;
     }
     return MemoryStatus::Ok;
 }
@@ -157,8 +159,10 @@ MemoryStatus ProcessMemory::transfer(const transport::MemoryPiece* pieces, uint3
     if (to_process || r.mapped) {
         // Shared memory is touched directly (a page the client truncated away fails the
         // transfer); writes to the rest are queued.
+        last_write_queued_ = false;
         for (uint32_t i = 0; i < r.count; ++i) {
             uint8_t* packet = buffer + pieces[i].buffer_offset;
+            last_write_queued_ = !r.local[i] && pieces[i].length;
             if (!r.local[i])
                 queue_write(reinterpret_cast<void*>(r.process[i]), packet, pieces[i].length);
             else if (to_process ? !guarded_copy_ascending(r.local[i], packet, pieces[i].length)
@@ -263,7 +267,8 @@ ProcessMemory::~ProcessMemory() {
 
 void ProcessMemory::queue_write(void* far, const void* local, size_t length) {
     const bool small = length <= kSmallWrite;
-    if (queued_ == kMaxQueuedWrites || (small && small_used_ + length > kSmallArena))
+    // One place stays free for end_message() to split this write in two.
+    if (queued_ + 1 >= kMaxQueuedWrites || (small && small_used_ + length > kSmallArena))
         flush_writes();
     if (small) {
         // Small sources (an atomic's result, a GRH) may live on the caller's stack:
@@ -289,6 +294,7 @@ void ProcessMemory::queue_write(void* far, const void* local, size_t length) {
     }
     queued_far_[queued_] = {far, length};
     queued_local_[queued_] = {const_cast<void*>(local), length};
+    queued_starts_run_[queued_] = 0;
     ++queued_;
     queued_bytes_ += static_cast<ssize_t>(length);
     if (!dirty_) {
@@ -298,10 +304,34 @@ void ProcessMemory::queue_write(void* far, const void* local, size_t length) {
     }
 }
 
+void ProcessMemory::end_message() {
+    // Placement order: the kernel places each element of a cross-memory write in a copy
+    // of its own, in order, and the memory file each run of consecutive addresses; within
+    // one copy x86 promises no order for a string copy's stores. So the message's last 8
+    // bytes go last, in an element (and a run) of their own: a CPU that polls them sees
+    // the rest of the message, as on an HCA.
+    if (!last_write_queued_ || !queued_)
+        return;
+    last_write_queued_ = false;
+    const uint32_t last = queued_ - 1;
+    iovec& local = queued_local_[last];
+    iovec& far = queued_far_[last];
+    if (far.iov_len > kOrderedTail) { // queue_write left room for this
+        local.iov_len -= kOrderedTail;
+        far.iov_len -= kOrderedTail;
+        queued_local_[queued_] = {static_cast<uint8_t*>(local.iov_base) + local.iov_len,
+                                  kOrderedTail};
+        queued_far_[queued_] = {static_cast<uint8_t*>(far.iov_base) + far.iov_len, kOrderedTail};
+        ++queued_;
+    }
+    queued_starts_run_[queued_ - 1] = 1;
+}
+
 bool ProcessMemory::flush_writes() {
     if (!queued_)
         return true;
-    const ssize_t moved = client_.move(true, queued_local_, queued_far_, queued_);
+    const ssize_t moved =
+        client_.move(true, queued_local_, queued_far_, queued_, queued_starts_run_);
     const bool ok = moved == queued_bytes_;
     clear_queue();
     if (!ok && failure() == MemoryStatus::Fault) {
@@ -324,6 +354,7 @@ void ProcessMemory::flush_dirty() {
     // the joint call already wrote puts the same bytes in the same place.
     thread_local iovec local[kJointWrites];
     thread_local iovec far[kJointWrites];
+    thread_local uint8_t starts_run[kJointWrites];
     thread_local ProcessMemory* members[kJointWrites];
     for (ProcessMemory* lead = dirty_head_; lead; lead = lead->next_dirty_) {
         if (!lead->queued_)
@@ -335,6 +366,7 @@ void ProcessMemory::flush_dirty() {
                 continue;
             std::copy_n(m->queued_local_, m->queued_, local + count);
             std::copy_n(m->queued_far_, m->queued_, far + count);
+            std::copy_n(m->queued_starts_run_, m->queued_, starts_run + count);
             count += m->queued_;
             bytes += m->queued_bytes_;
             members[joined++] = m;
@@ -343,7 +375,7 @@ void ProcessMemory::flush_dirty() {
             lead->flush_writes();
             continue;
         }
-        const bool ok = lead->client_.move(true, local, far, count) == bytes;
+        const bool ok = lead->client_.move(true, local, far, count, starts_run) == bytes;
         for (size_t i = 0; i < joined; ++i) {
             if (ok)
                 members[i]->clear_queue();

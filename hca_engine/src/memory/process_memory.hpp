@@ -83,6 +83,9 @@ class ProcessMemory : public transport::MemoryAccess {
                                          const transport::Sge* sge, uint32_t num_sge,
                                          uint32_t message_length, uint32_t offset, uint8_t* dst,
                                          uint32_t length) override;
+    // Placement order (memory-model.md): the last 8 bytes of the message just queued
+    // become a write of their own, after the rest.
+    void end_message() override;
     void forget_message(uint64_t tag) override;
     transport::MemoryStatus atomic(uint32_t rkey, uint64_t addr, bool compare_swap,
                                    uint64_t compare_add, uint64_t swap,
@@ -145,6 +148,11 @@ class ProcessMemory : public transport::MemoryAccess {
     static constexpr size_t kJointWrites = 1024; // IOV_MAX
     iovec queued_local_[kMaxQueuedWrites];
     iovec queued_far_[kMaxQueuedWrites];
+    // A message's last bytes (end_message): the memory file writes them in a call of their
+    // own, after the run before them.
+    uint8_t queued_starts_run_[kMaxQueuedWrites];
+    static constexpr size_t kOrderedTail = 8;
+    bool last_write_queued_ = false; // the last write()/write_pieces() ended in the queue
     static constexpr uint32_t kSmallWrite = 256;
     static constexpr uint32_t kSmallArena = 8192;
     uint8_t small_[kSmallArena]; // copies of small sources (see queue_write)

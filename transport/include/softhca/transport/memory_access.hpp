@@ -72,6 +72,13 @@ class MemoryAccess {
                                 uint64_t& /*place*/) {
         return false;
     }
+    // The write just made placed the last bytes of a message: an RDMA WRITE's, a READ
+    // response's, a received SEND's. An HCA places a packet's bytes in ascending address
+    // order, packet after packet, so a CPU that polls a message's last byte sees every
+    // other (perftest's write_lat, NCCL's FIFO). An implementation that places bytes
+    // later, or with copies that promise no order, must make the last 8 visible after the
+    // rest of the message. The default writes at once, in order: nothing to do.
+    virtual void end_message() {}
     // kEveryMessage forgets them all (the QP was reset or flushed).
     virtual void forget_message(uint64_t /*tag*/) {}
     static constexpr uint64_t kEveryMessage = ~0ull;
