@@ -3,6 +3,7 @@
 #include "provider.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -54,20 +55,36 @@ void land_staged(Cq& cq, const di::CompletionEntry& e) {
         std::memcpy(reinterpret_cast<void*>(e.staged_addr), e.staged, e.staged_length);
         return;
     }
-    // In the QP's receive staging area: copied on success, its room given back whatever
-    // the status. A QP no longer here was reset or destroyed, and its entries discarded.
+    // In the QP's receive or read staging area: copied on success, its room given back
+    // whatever the status. A QP no longer here was reset or destroyed, and its entries
+    // discarded.
+    const bool read = e.staged[di::kStagedAreaByte] == di::kStagedInReadArea;
     for (Qp* qp : cq.staging_qps) {
         if (qp->vqp.qp.qp_num != e.qp_num)
             continue;
-        if (e.status == IBV_WC_SUCCESS && e.staging_offset <= qp->rq_staging_bytes &&
-            e.staged_length <= qp->rq_staging_bytes - e.staging_offset)
-            std::memcpy(reinterpret_cast<void*>(e.staged_addr), qp->rq_staging + e.staging_offset,
-                        e.staged_length);
+        const uint8_t* area = read ? qp->read_staging : qp->rq_staging;
+        const uint64_t bytes = read ? qp->read_staging_bytes : qp->rq_staging_bytes;
+        if (!area)
+            return;
         uint64_t release;
         std::memcpy(&release, e.staged, sizeof(release));
-        // Only up: another thread polling another CQ never shares this QP's receives,
-        // but a reset may have moved the position on already.
-        auto& released = qp->ring->rq_staging_released;
+        if (read) {
+            // Landing now: the engine, which may be putting a later overlapping write
+            // into the area, either sees this or its bytes are seen by the copy below.
+            auto& landing = qp->ring->read_staging_landing;
+            uint64_t was = landing.load(std::memory_order_relaxed);
+            while (was < release &&
+                   !landing.compare_exchange_weak(was, release, std::memory_order_relaxed)) {
+            }
+            std::atomic_thread_fence(std::memory_order_seq_cst);
+        }
+        if (e.status == IBV_WC_SUCCESS && e.staging_offset <= bytes &&
+            e.staged_length <= bytes - e.staging_offset)
+            std::memcpy(reinterpret_cast<void*>(e.staged_addr), area + e.staging_offset,
+                        e.staged_length);
+        // Only up: another thread polling another CQ never shares this QP's receives (or
+        // its reads), but a reset may have moved the position on already.
+        auto& released = read ? qp->ring->read_staging_released : qp->ring->rq_staging_released;
         uint64_t now = released.load(std::memory_order_relaxed);
         while (now < release &&
                !released.compare_exchange_weak(now, release, std::memory_order_release)) {

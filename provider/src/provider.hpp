@@ -115,6 +115,10 @@ struct Qp {
     // QP's receive CQ copies from it (Cq::staging_qps).
     uint8_t* rq_staging = nullptr;
     uint64_t rq_staging_bytes = 0;
+    // The read staging area (qp_ring.hpp): the same for RDMA READs, copied by
+    // ibv_poll_cq on the QP's send CQ.
+    uint8_t* read_staging = nullptr;
+    uint64_t read_staging_bytes = 0;
 };
 
 struct Srq {

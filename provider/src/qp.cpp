@@ -164,6 +164,12 @@ Qp* engine_qp(ibv_context* context, di::Opcode opcode, Request& request, ibv_qp_
         qp->rq_staging = reinterpret_cast<uint8_t*>(qp->ring) + qp->ring->rq_staging_offset;
         qp->rq_staging_bytes = staging;
     }
+    if (const uint64_t staging = qp->ring->read_staging_bytes;
+        staging && qp->ring->read_staging_offset <= qp->ring_bytes &&
+        staging <= qp->ring_bytes - qp->ring->read_staging_offset) {
+        qp->read_staging = reinterpret_cast<uint8_t*>(qp->ring) + qp->ring->read_staging_offset;
+        qp->read_staging_bytes = staging;
+    }
     qp->doorbell = state.doorbell;
     ibv_qp& q = qp->vqp.qp;
     q.context = context;
@@ -217,6 +223,8 @@ ibv_qp* create_queue_pair(ibv_context* context, ibv_pd* pd, ibv_xrcd* xrcd,
     q.srq = attr.srq;
     if (qp->rq_staging && receives)
         attach_receive_staging(*to_cq(attr.recv_cq), *qp);
+    if (qp->read_staging && sends && attr.send_cq != (qp->rq_staging ? attr.recv_cq : nullptr))
+        attach_receive_staging(*to_cq(attr.send_cq), *qp);
     if (xrcd) {
         qp->vqp.comp_mask = SOFTHCA_VERBS_QP_XRCD;
         qp->vqp.xrcd = &to_xrcd(xrcd)->vxrcd;
@@ -399,6 +407,8 @@ int destroy_qp(ibv_qp* ibqp) {
     forget_completions(*ibqp);
     if (qp->rq_staging && ibqp->recv_cq)
         detach_receive_staging(*to_cq(ibqp->recv_cq), *qp);
+    if (qp->read_staging && ibqp->send_cq)
+        detach_receive_staging(*to_cq(ibqp->send_cq), *qp);
     ::munmap(qp->ring, qp->ring_bytes);
     delete qp;
     return 0;

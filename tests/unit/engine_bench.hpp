@@ -16,8 +16,10 @@
 #include "softhca/device_interface/qp_ring.hpp"
 
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <sys/mman.h>
 #include <unistd.h>
 #include <vector>
@@ -162,12 +164,12 @@ struct Host {
     // As the provider's post_send: header and SGE into the next slot, then the producer,
     // then the QP's doorbell.
     void post_send(uint64_t wr_id, uint8_t opcode, uint64_t offset, uint32_t length,
-                   uint64_t remote_addr, uint32_t rkey) {
+                   uint64_t remote_addr, uint32_t rkey, uint8_t flags = di::kSendSignaled) {
         uint8_t* slot = di::qp_ring_slot(ring, true, sq_next);
         di::SendWqeHeader h{};
         h.wr_id = wr_id;
         h.opcode = opcode;
-        h.flags = di::kSendSignaled;
+        h.flags = flags;
         h.num_sge = 1;
         h.length = length;
         h.remote_addr = remote_addr;
@@ -189,14 +191,35 @@ struct Host {
         di::ring_doorbell_slot(*doorbells, ring->doorbell_slot);
     }
 
-    // As poll_cq: staged bytes land before the completion is returned.
+    // As poll_cq: staged bytes land before the completion is returned, from the entry or
+    // from the QP's receive or read staging area, whose room is then given back.
+    uint64_t staged_from_area = 0; // completions that came through an area
     bool poll(di::CompletionEntry& e) {
         const uint64_t consumer = cq_ring->consumer.load(std::memory_order_relaxed);
         if (consumer == cq_ring->producer.load(std::memory_order_acquire))
             return false;
         e = di::cq_ring_entries(cq_ring)[consumer & (cq_ring->slots - 1)];
-        if (e.staged_length)
+        if (e.staged_length > di::kEntryStagedBytes) {
+            const bool read = e.staged[di::kStagedAreaByte] == di::kStagedInReadArea;
+            const uint8_t* area = reinterpret_cast<const uint8_t*>(ring) +
+                                  (read ? ring->read_staging_offset : ring->rq_staging_offset);
+            REQUIRE(e.staging_offset + uint64_t{e.staged_length} <=
+                    (read ? ring->read_staging_bytes : ring->rq_staging_bytes));
+            uint64_t release;
+            std::memcpy(&release, e.staged, sizeof(release));
+            if (read) { // landing now (qp_ring.hpp), before the copy
+                ring->read_staging_landing.store(release, std::memory_order_relaxed);
+                std::atomic_thread_fence(std::memory_order_seq_cst);
+            }
+            if (e.status == 0)
+                std::memcpy(reinterpret_cast<void*>(e.staged_addr), area + e.staging_offset,
+                            e.staged_length);
+            auto& released = read ? ring->read_staging_released : ring->rq_staging_released;
+            released.store(std::max(released.load(), release), std::memory_order_release);
+            ++staged_from_area;
+        } else if (e.staged_length) {
             std::memcpy(reinterpret_cast<void*>(e.staged_addr), e.staged, e.staged_length);
+        }
         cq_ring->consumer.store(consumer + 1, std::memory_order_release);
         return true;
     }
@@ -217,6 +240,30 @@ inline int64_t first_mismatch(const uint8_t* at, uint64_t message, uint32_t leng
             return i;
     return -1;
 }
+
+// Sets an environment variable of the engine's (read as each QP is created) for as long as
+// it lives.
+class ScopedEnvironment {
+  public:
+    ScopedEnvironment(const char* name, const char* value) : name_(name) {
+        if (const char* old = std::getenv(name))
+            old_ = old, had_ = true;
+        setenv(name, value, 1);
+    }
+    ~ScopedEnvironment() {
+        if (had_)
+            setenv(name_, old_.c_str(), 1);
+        else
+            unsetenv(name_);
+    }
+    ScopedEnvironment(const ScopedEnvironment&) = delete;
+    ScopedEnvironment& operator=(const ScopedEnvironment&) = delete;
+
+  private:
+    const char* name_;
+    std::string old_;
+    bool had_ = false;
+};
 
 inline KeySpace two_devices() {
     KeySpace keys;

@@ -14,9 +14,13 @@
 using namespace engine_bench;
 
 TEST_CASE("engine data path: RC writes, reads and sends over a lossy simulated wire, every byte "
-          "checked, on private and on shared memory, with one data path and with one per port") {
+          "checked, on private and on shared memory, with one data path and with one per port, "
+          "with receive and read staging and without") {
     const bool shared = GENERATE(false, true);
     const size_t datapaths = GENERATE(1, 2);
+    const bool staging = GENERATE(false, true);
+    ScopedEnvironment receive_staging("SOFTHCA_RECEIVE_STAGING", staging ? "1" : "0");
+    ScopedEnvironment read_staging("SOFTHCA_READ_STAGING", staging ? "1" : "0");
     FaultConfig faults;
     faults.drop = 0.02;
     faults.duplicate = 0.02;
@@ -26,7 +30,8 @@ TEST_CASE("engine data path: RC writes, reads and sends over a lossy simulated w
     Bench bench(faults, shared, 0, datapaths);
     Host& a = *bench.a;
     Host& b = *bench.b;
-    INFO((shared ? "shared memfd" : "private heap") << ", " << datapaths << " data paths");
+    INFO((shared ? "shared memfd" : "private heap")
+         << ", " << datapaths << " data paths" << (staging ? ", staging" : ""));
     CHECK(a.shared_mapped() == shared);
     CHECK(b.shared_mapped() == shared);
 
@@ -98,6 +103,10 @@ TEST_CASE("engine data path: RC writes, reads and sends over a lossy simulated w
     }
     CHECK(completed == kMessages);
     CHECK(received == kMessages / 3);
+    // Private memory with staging on: READs landed from A's read staging area, SENDs from
+    // B's receive staging area (when the area had room); otherwise none did.
+    CHECK((a.staged_from_area > 0) == (staging && !shared));
+    CHECK((b.staged_from_area > 0) == (staging && !shared));
     // The wire did its worst, and the transport recovered through the engine's glue.
     const auto& counters = a.qp->transport().counters();
     INFO("dropped " << bench.ports.faults(0).dropped << " retransmitted "

@@ -28,6 +28,7 @@ bool QueuePair::run_local_operation(SendEntry& entry) {
     entry.first_psn = req_.next_psn;
     entry.next_packet = 0;
     entry.received_packets = 0;
+    entry.read_staging = nullptr;
     entry.started = true;
     const bool bind = wqe.opcode == WrOpcode::BindMemoryWindow;
     const MemoryStatus s =
@@ -77,6 +78,7 @@ bool QueuePair::start_entry(SendEntry& entry) {
     entry.first_psn = req_.next_psn;
     entry.next_packet = 0;
     entry.received_packets = 0;
+    entry.read_staging = nullptr;
     entry.started = true;
     req_.next_psn = psn_add(req_.next_psn, entry.packets);
     if (rd_atomic)

@@ -124,7 +124,9 @@ int EngineQp::create_ring(uint32_t doorbell_slot) {
     // SOFTHCA_RECEIVE_STAGING=1: 8 KiB per receive queue slot, at least 64 KiB and at
     // most 2 MiB; 256 KiB for a QP on an SRQ; none for UD, XRC (an XRC target's receives
     // are in its domain's SRQs) or a QP that receives nothing.
-    static const bool rq_staging = environment_opt_in("SOFTHCA_RECEIVE_STAGING");
+    // (Read at each QP's creation, as the next one is: the engine's environment does not
+    // change, and a unit test switches them.)
+    const bool rq_staging = environment_opt_in("SOFTHCA_RECEIVE_STAGING");
     const uint64_t rq_staging_offset = staging_offset + staging_bytes;
     const bool receives = binding_.recv_cq && type_ != tp::QpType::XrcRecv &&
                           type_ != tp::QpType::XrcSend && type_ != tp::QpType::UD;
@@ -133,8 +135,20 @@ int EngineQp::create_ring(uint32_t doorbell_slot) {
         : binding_.srq           ? QpLimits::kSrqReceiveStaging
                        : std::clamp(uint64_t{caps_.max_recv_wr} * QpLimits::kReceiveStagingPerSlot,
                                     QpLimits::kMinReceiveStaging, QpLimits::kMaxStaging);
-    const uint64_t ring_bytes =
-        staging_bytes || rq_staging_bytes ? rq_staging_offset + rq_staging_bytes : rings_end;
+    // The read staging area after it, when the environment has SOFTHCA_READ_STAGING=1:
+    // 8 KiB per send queue slot, at least 64 KiB and at most 2 MiB, for the QPs that
+    // issue RDMA READs (RC and XRC initiators).
+    const bool read_staging = environment_opt_in("SOFTHCA_READ_STAGING");
+    const uint64_t read_staging_offset = rq_staging_offset + rq_staging_bytes;
+    const bool reads = type_ == tp::QpType::RC || type_ == tp::QpType::XrcSend;
+    const uint64_t read_staging_bytes =
+        !read_staging || !reads || !caps_.max_send_wr
+            ? 0
+            : std::clamp(uint64_t{caps_.max_send_wr} * QpLimits::kReadStagingPerSlot,
+                         QpLimits::kMinReceiveStaging, QpLimits::kMaxStaging);
+    const uint64_t ring_bytes = staging_bytes || rq_staging_bytes || read_staging_bytes
+                                    ? read_staging_offset + read_staging_bytes
+                                    : rings_end;
     if (int err = ring_memory_.create("softhca-qp", ring_bytes))
         return err;
     ring_ = new (ring_memory_.data()) di::QpRingHeader{};
@@ -153,6 +167,12 @@ int EngineQp::create_ring(uint32_t doorbell_slot) {
     ring_->rq_staging_bytes = rq_staging_bytes;
     rq_staging_offset_ = rq_staging_bytes ? rq_staging_offset : 0;
     rq_staging_bytes_ = rq_staging_bytes;
+    ring_->read_staging_offset = read_staging_bytes ? read_staging_offset : 0;
+    ring_->read_staging_bytes = read_staging_bytes;
+    read_staging_offset_ = ring_->read_staging_offset;
+    read_staging_bytes_ = read_staging_bytes;
+    if (read_staging_bytes)
+        memory_.set_read_staging(&ring_->read_staging_landing, &ring_->read_staging_released);
     doorbell_slot_ = doorbell_slot;
     staging_offset_ = staging_bytes ? staging_offset : 0;
     staging_bytes_ = staging_bytes;
@@ -285,6 +305,7 @@ int EngineQp::modify(const di::ModifyQpRequest& request, const PortInfo& port,
         // provider (it cleans the CQs of a reset QP): their room is free again.
         rq_staging_open_ = false;
         ring_->rq_staging_released.store(rq_staging_head_, std::memory_order_release);
+        ring_->read_staging_released.store(read_staging_head_, std::memory_order_release);
     }
     if (mask & kState)
         transport_.set_state(next, now);
@@ -464,6 +485,8 @@ void EngineQp::push_completion(CompletionQueue* cq, const tp::Completion& c) {
         e.staged_addr = c.staged_addr;
         e.staging_offset = c.staging.offset;
         std::memcpy(e.staged, &c.staging.release, sizeof(c.staging.release));
+        e.staged[di::kStagedAreaByte] =
+            c.staging.read ? di::kStagedInReadArea : di::kStagedInReceiveArea;
     }
     if (cq->timestamps)
         e.completion_ns = monotonic_ns(); // the card's free-running clock
@@ -512,6 +535,29 @@ uint8_t* EngineQp::reserve_receive_staging(uint32_t length, tp::ReceiveStaging& 
     out.offset = static_cast<uint32_t>(room.start % rq_staging_bytes_);
     out.release = room.end;
     return static_cast<uint8_t*>(ring_memory_.data()) + rq_staging_offset_ + out.offset;
+}
+
+uint8_t* EngineQp::reserve_read_staging(uint32_t length, tp::ReceiveStaging& out) {
+    // In send queue order, never over room the provider has not given back (a position
+    // it gives back beyond what was handed out stages nothing more).
+    if (!read_staging_bytes_ || length > read_staging_bytes_ / 4)
+        return nullptr;
+    const uint64_t released = ring_->read_staging_released.load(std::memory_order_acquire);
+    if (released > read_staging_head_ || read_staging_head_ - released > read_staging_bytes_)
+        return nullptr;
+    const di::StagingRoom room =
+        di::take_staging(read_staging_head_, released, read_staging_bytes_, length);
+    if (!room.found)
+        return nullptr; // full: this READ is written into memory
+    uint8_t* staged = static_cast<uint8_t*>(ring_memory_.data()) + read_staging_offset_ +
+                      room.start % read_staging_bytes_;
+    // Later local writes into its range must reach the staged bytes (ProcessMemory).
+    if (!memory_.hold_staged_read(out.place, length, staged, room.end))
+        return nullptr;
+    read_staging_head_ = room.end;
+    out.offset = static_cast<uint32_t>(room.start % read_staging_bytes_);
+    out.release = room.end;
+    return staged;
 }
 
 void EngineQp::recv_completion(const tp::Completion& c) {

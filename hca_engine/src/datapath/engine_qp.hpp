@@ -45,6 +45,10 @@ struct QpLimits {
     static constexpr uint64_t kReceiveStagingPerSlot = 8 * 1024;
     static constexpr uint64_t kMinReceiveStaging = 64 * 1024;
     static constexpr uint64_t kSrqReceiveStaging = 256 * 1024;
+    // The read staging area (qp_ring.hpp): this much per send queue slot, between
+    // kMinReceiveStaging and kMaxStaging, counted the same way. One READ takes at most a
+    // quarter of it.
+    static constexpr uint64_t kReadStagingPerSlot = 8 * 1024;
 };
 
 // What a QP is bound to at creation. An XRC initiator has no receive side, an XRC
@@ -128,6 +132,7 @@ class EngineQp : public transport::CompletionSink,
     void send_queue_drained() override;
     void last_wqe_reached() override;
     uint8_t* reserve_receive_staging(uint32_t length, transport::ReceiveStaging& out) override;
+    uint8_t* reserve_read_staging(uint32_t length, transport::ReceiveStaging& out) override;
 
     // MemoryFaultListener: queued writes into this QP's memory failed.
     void deferred_memory_fault() override;
@@ -166,6 +171,9 @@ class EngineQp : public transport::CompletionSink,
     uint64_t rq_staging_offset_ = 0, rq_staging_bytes_ = 0;
     uint64_t rq_staging_head_ = 0, rq_staging_open_start_ = 0;
     bool rq_staging_open_ = false;
+    // The read staging area: where the next READ's room starts.
+    uint64_t read_staging_offset_ = 0, read_staging_bytes_ = 0;
+    uint64_t read_staging_head_ = 0;
     uint32_t doorbell_slot_ = device_interface::kNoDoorbellSlot;
     uint64_t sq_pulled_ = 0;
     uint64_t rq_pulled_ = 0;

@@ -4,7 +4,10 @@
 #include "memory_guard.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <sched.h>
 #include <string>
 #include <sys/uio.h>
 
@@ -100,7 +103,11 @@ bool ProcessMemory::stages_receive(uint32_t lkey, uint64_t addr, uint32_t length
 bool ProcessMemory::read_process(uint64_t at, void* dst, uint32_t length) {
     flush_writes_now(); // reads see every write accepted before them
     iovec local{dst, length};
-    return client_.read(&local, 1, at) == static_cast<ssize_t>(length);
+    if (client_.read(&local, 1, at) != static_cast<ssize_t>(length))
+        return false;
+    if (held_count_)
+        read_held_reads(at, static_cast<uint8_t*>(dst), length);
+    return true;
 }
 
 MemoryStatus ProcessMemory::read(uint32_t key, bool remote, uint32_t rights, uint64_t addr,
@@ -179,7 +186,12 @@ MemoryStatus ProcessMemory::transfer(const transport::MemoryPiece* pieces, uint3
     }
     flush_writes_now();
     const ssize_t moved = client_.move(false, local, far, r.count);
-    return moved == static_cast<ssize_t>(r.bytes) ? MemoryStatus::Ok : failure();
+    if (moved != static_cast<ssize_t>(r.bytes))
+        return failure();
+    if (held_count_)
+        for (uint32_t i = 0; i < r.count; ++i)
+            read_held_reads(r.process[i], buffer + pieces[i].buffer_offset, pieces[i].length);
+    return MemoryStatus::Ok;
 }
 
 MemoryStatus ProcessMemory::read_pieces(const transport::MemoryPiece* pieces, uint32_t count,
@@ -265,7 +277,70 @@ ProcessMemory::~ProcessMemory() {
     }
 }
 
+void ProcessMemory::forget_landed_reads() {
+    const uint64_t released = read_released_->load(std::memory_order_acquire);
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < held_count_; ++i)
+        if (held_[i].release > released)
+            held_[kept++] = held_[i];
+    held_count_ = kept;
+}
+
+bool ProcessMemory::hold_staged_read(uint64_t place, uint32_t length, uint8_t* staged,
+                                     uint64_t release) {
+    if (!read_released_)
+        return false;
+    forget_landed_reads();
+    if (held_count_ == kMaxHeldReads)
+        return false;
+    held_[held_count_++] = {place, length, staged, release};
+    return true;
+}
+
+void ProcessMemory::write_into_held_reads(uint64_t far, const uint8_t* local, size_t length) {
+    // A write that follows a staged READ not yet copied into place, into its range: an
+    // HCA would place it after the READ's bytes, so it must survive the provider's copy.
+    // It goes into the staged bytes too; then, a full fence after, a look at whether the
+    // provider has begun that copy (it raises `landing` and fences before it reads). Not
+    // begun: the copy will carry this write. Under way: wait until it is done, so the
+    // write queued here reaches memory after it. The wait is for the client's own thread
+    // in the middle of a memcpy; it is bounded, since a client that stops there harms
+    // only its own memory.
+    forget_landed_reads();
+    for (uint32_t i = 0; i < held_count_; ++i) {
+        const HeldRead& h = held_[i];
+        const uint64_t begin = std::max(far, h.place);
+        const uint64_t end = std::min(far + length, h.place + h.length);
+        if (begin >= end)
+            continue;
+        std::memcpy(h.staged + (begin - h.place), local + (begin - far), end - begin);
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        if (read_landing_->load(std::memory_order_relaxed) < h.release)
+            continue;
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
+        while (read_released_->load(std::memory_order_acquire) < h.release &&
+               std::chrono::steady_clock::now() < deadline)
+            sched_yield();
+    }
+}
+
+void ProcessMemory::read_held_reads(uint64_t far, uint8_t* dst, size_t length) {
+    // The staged bytes stay in the area until the engine reserves their room again, so
+    // they are right whether or not the provider's copy has begun.
+    forget_landed_reads();
+    for (uint32_t i = 0; i < held_count_; ++i) {
+        const HeldRead& h = held_[i];
+        const uint64_t begin = std::max(far, h.place);
+        const uint64_t end = std::min(far + length, h.place + h.length);
+        if (begin < end)
+            std::memcpy(dst + (begin - far), h.staged + (begin - h.place), end - begin);
+    }
+}
+
 void ProcessMemory::queue_write(void* far, const void* local, size_t length) {
+    if (held_count_)
+        write_into_held_reads(reinterpret_cast<uint64_t>(far), static_cast<const uint8_t*>(local),
+                              length);
     const bool small = length <= kSmallWrite;
     // One place stays free for end_message() to split this write in two.
     if (queued_ + 1 >= kMaxQueuedWrites || (small && small_used_ + length > kSmallArena))

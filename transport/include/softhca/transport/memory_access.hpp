@@ -62,10 +62,10 @@ class MemoryAccess {
     virtual MemoryStatus read_message(uint64_t tag, bool remote, uint32_t rights, const Sge* sge,
                                       uint32_t num_sge, uint32_t message_length, uint32_t offset,
                                       uint8_t* dst, uint32_t length);
-    // Whether a received message (all of it for [addr, addr + length) of region `lkey`)
-    // should be staged, to be copied into place by whoever consumes its completion,
-    // instead of being written now. Answers true only when that range is valid for a
-    // local write, and then sets `place` to where the consumer must copy it (the
+    // Whether a received message or an RDMA READ's response (all of it for
+    // [addr, addr + length) of region `lkey`) should be staged, to be copied into place by whoever
+    // consumes its completion, instead of being written now. Answers true only when that range is
+    // valid for a local write, and then sets `place` to where the consumer must copy it (the
     // address in its own address space of `addr`, which an MR registered at another
     // IOVA names differently). The default writes everything at once.
     virtual bool stages_receive(uint32_t /*lkey*/, uint64_t /*addr*/, uint32_t /*length*/,

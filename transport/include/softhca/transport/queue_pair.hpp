@@ -54,6 +54,17 @@ class CompletionSink {
     virtual uint8_t* reserve_receive_staging(uint32_t /*length*/, ReceiveStaging& /*out*/) {
         return nullptr;
     }
+    // Read staging: room for the `length` bytes of the RDMA READ whose first response
+    // arrived, which whoever consumes its completion copies into the read's buffer
+    // (`out.place`, set by the caller). Reservations are made in send queue order and
+    // every one comes back in a completion (success, error or flush) in that order, or is
+    // dropped with the QP's reset. Local writes that follow and overlap the READ's buffer
+    // before its bytes land must not be undone by them (the sink sees to it: an HCA
+    // places a send queue's local writes in order). Returns where byte 0 goes, or
+    // nullptr: write memory as usual.
+    virtual uint8_t* reserve_read_staging(uint32_t /*length*/, ReceiveStaging& /*out*/) {
+        return nullptr;
+    }
 };
 
 struct QpConfig {
@@ -194,6 +205,10 @@ class QueuePair {
         bool started = false;
         bool acked = false;            // sends/writes: covered by an ACK; reads/atomics: answered
         uint32_t received_packets = 0; // read response packets received in order
+        // A READ staged for its completion's consumer (reserve_read_staging): its bytes
+        // start here; `read_room` is what its completion carries.
+        uint8_t* read_staging = nullptr;
+        ReceiveStaging read_room;
     };
     struct SendEntry : SendProgress {
         SendWqe wqe;
@@ -233,6 +248,11 @@ class QueuePair {
     void reset_retry_counts(); // progress: both retry budgets are whole again
     void retire_completed();
     void complete_send_error(SendEntry& entry, WcStatus status);
+    // A staged READ's completion carries its room (and its bytes' place on success).
+    static void attach_read_room(const SendEntry& entry, Completion& c);
+    // At a READ's first response: room in read staging when its memory would rather be
+    // written at poll time (MemoryAccess::stages_receive).
+    void stage_read(SendEntry& read);
     void on_response(const IbPacket& packet, Nanoseconds now);
     void on_read_response(const IbPacket& packet, Nanoseconds now);
     void on_atomic_ack(const IbPacket& packet, Nanoseconds now);

@@ -140,6 +140,7 @@ struct ReceiveStaging {
     uint32_t length = 0; // the room reserved: the message is never longer
     uint64_t release = 0;
     uint64_t place = 0; // where the consumer copies it (MemoryAccess::stages_receive)
+    bool read = false;  // in read staging (reserve_read_staging), not receive staging
 };
 
 // The network header a RoCEv2 datagram came with (Annex A17.4.5.1: for UD the
@@ -169,7 +170,8 @@ struct Completion {
     uint64_t staged_addr = 0;
     std::array<uint8_t, kStagedReceiveBytes> staged{};
     // Or, for a larger message (staged_length above kStagedReceiveBytes), its bytes are
-    // in receive staging (CompletionSink::reserve_receive_staging).
+    // in receive staging (CompletionSink::reserve_receive_staging), or for an RDMA READ in
+    // read staging (reserve_read_staging; copied on success, the room given back always).
     ReceiveStaging staging;
 };
 

@@ -22,6 +22,18 @@
 // the QP's receive completions; the provider gives each message's room back by raising
 // `rq_staging_released` to the position its completion names, and the engine never
 // reuses room beyond it.
+//
+// After that, the read staging area (read_staging_bytes at read_staging_offset, none when
+// 0), the same for the responses of a signaled RDMA READ into private memory through one
+// SGE: the engine hands it out as each READ's first response arrives, which is send
+// queue order, and every READ staged completes (success, error or flush) in that order;
+// the provider copies a successful one into the READ's buffer inside ibv_poll_cq and
+// raises `read_staging_released`. CompletionEntry::staged names the area. A local write
+// of the engine's that follows a staged READ and overlaps its buffer goes into the area
+// too, so the provider's copy does not undo it; so that the two cannot cross, the provider
+// raises `read_staging_landing` to the READ's position, then a full fence, before it
+// copies (the engine writes the area, a full fence, then reads it), and the engine waits
+// for a copy it finds under way.
 #pragma once
 
 #include <atomic>
@@ -31,7 +43,7 @@
 namespace softhca::device_interface {
 
 constexpr uint32_t kQpRingMagic = 0x53485150; // "SHQP"
-constexpr uint32_t kQpRingVersion = 7;
+constexpr uint32_t kQpRingVersion = 8;
 
 struct alignas(64) QpRingHeader {
     uint32_t magic;
@@ -44,18 +56,24 @@ struct alignas(64) QpRingHeader {
     uint64_t rq_offset;
     uint32_t doorbell_slot; // this queue's bit in the context's doorbell page
     uint32_t reserved;
-    uint64_t staging_offset;    // the send staging area, from the start of the mapping
-    uint64_t staging_bytes;     // 0: none
-    uint64_t rq_staging_offset; // the receive staging area, from the start of the mapping
-    uint64_t rq_staging_bytes;  // 0: none
+    uint64_t staging_offset;      // the send staging area, from the start of the mapping
+    uint64_t staging_bytes;       // 0: none
+    uint64_t rq_staging_offset;   // the receive staging area, from the start of the mapping
+    uint64_t rq_staging_bytes;    // 0: none
+    uint64_t read_staging_offset; // the read staging area, from the start of the mapping
+    uint64_t read_staging_bytes;  // 0: none
     alignas(64) std::atomic<uint64_t> sq_producer;  // provider
     alignas(64) std::atomic<uint64_t> sq_completed; // engine: retired, slot reusable
     alignas(64) std::atomic<uint64_t> rq_producer;  // provider
     alignas(64) std::atomic<uint64_t> rq_completed; // engine
     // Provider: receive staging given back up to here (a position that only grows).
     alignas(64) std::atomic<uint64_t> rq_staging_released;
+    // Provider: read staging given back up to here (a position that only grows), and the
+    // position of the READ it is copying or copied last (raised before the copy).
+    alignas(64) std::atomic<uint64_t> read_staging_released;
+    std::atomic<uint64_t> read_staging_landing;
 };
-static_assert(sizeof(QpRingHeader) == 448);
+static_assert(sizeof(QpRingHeader) == 512);
 
 enum SendFlags : uint8_t {
     kSendSignaled = 1 << 0,
