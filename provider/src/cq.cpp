@@ -46,6 +46,28 @@ di::CqRingHeader* map_ring(int fd, size_t bytes) {
 
 } // namespace
 
+// Copies a staged message into place. A READ's bytes may get a later local write of the
+// engine's meanwhile (qp_ring.hpp): copied again while the engine's count of such writes
+// moves, a few times at most (only a program writing its own READ's buffer with later
+// requests of the same queue makes it move at all).
+void copy_staged(Qp& qp, bool read, const di::CompletionEntry& e, const uint8_t* area) {
+    auto* to = reinterpret_cast<void*>(e.staged_addr);
+    if (!read) {
+        std::memcpy(to, area + e.staging_offset, e.staged_length);
+        return;
+    }
+    auto& writes = qp.ring->read_staging_writes;
+    uint64_t before = writes.load(std::memory_order_acquire);
+    for (int copies = 0; copies < 8; ++copies) {
+        std::memcpy(to, area + e.staging_offset, e.staged_length);
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        const uint64_t after = writes.load(std::memory_order_acquire);
+        if (after == before)
+            return;
+        before = after;
+    }
+}
+
 void land_staged(Cq& cq, const di::CompletionEntry& e) {
     // The engine checked the receive's lkey, rights and bounds; the bytes go where the
     // application's receive said, before it sees the completion.
@@ -68,20 +90,9 @@ void land_staged(Cq& cq, const di::CompletionEntry& e) {
             return;
         uint64_t release;
         std::memcpy(&release, e.staged, sizeof(release));
-        if (read) {
-            // Landing now: the engine, which may be putting a later overlapping write
-            // into the area, either sees this or its bytes are seen by the copy below.
-            auto& landing = qp->ring->read_staging_landing;
-            uint64_t was = landing.load(std::memory_order_relaxed);
-            while (was < release &&
-                   !landing.compare_exchange_weak(was, release, std::memory_order_relaxed)) {
-            }
-            std::atomic_thread_fence(std::memory_order_seq_cst);
-        }
         if (e.status == IBV_WC_SUCCESS && e.staging_offset <= bytes &&
             e.staged_length <= bytes - e.staging_offset)
-            std::memcpy(reinterpret_cast<void*>(e.staged_addr), area + e.staging_offset,
-                        e.staged_length);
+            copy_staged(*qp, read, e, area);
         // Only up: another thread polling another CQ never shares this QP's receives (or
         // its reads), but a reset may have moved the position on already.
         auto& released = read ? qp->ring->read_staging_released : qp->ring->rq_staging_released;

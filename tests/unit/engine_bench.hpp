@@ -207,10 +207,8 @@ struct Host {
                     (read ? ring->read_staging_bytes : ring->rq_staging_bytes));
             uint64_t release;
             std::memcpy(&release, e.staged, sizeof(release));
-            if (read) { // landing now (qp_ring.hpp), before the copy
-                ring->read_staging_landing.store(release, std::memory_order_relaxed);
-                std::atomic_thread_fence(std::memory_order_seq_cst);
-            }
+            // (A READ's copy need not look at read_staging_writes here: the engine does
+            // not run while this thread polls.)
             if (e.status == 0)
                 std::memcpy(reinterpret_cast<void*>(e.staged_addr), area + e.staging_offset,
                             e.staged_length);

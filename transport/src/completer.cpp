@@ -303,6 +303,16 @@ void QueuePair::on_read_response(const IbPacket& packet, Nanoseconds now) {
         stage_read(*read);
     if (read->read_staging) { // inside the room: want stops at the READ's length
         std::memcpy(read->read_staging + offset, packet.payload, want);
+        memory_.staged_read_filled(read->read_staging, offset + want);
+        // Its key, rights and bounds were checked at its first response; as a write
+        // would, the last one checks them again (an MR deregistered meanwhile fails the
+        // READ instead of its bytes being copied into memory that may be gone).
+        const Sge& sge = read->wqe.sge[0];
+        if (last && memory_.check(sge.lkey, false, access::kLocalWrite, sge.addr,
+                                  read->wqe.length) != MemoryStatus::Ok) {
+            complete_send_error(*read, WcStatus::LocalProtectionError);
+            return;
+        }
     } else if (want && scatter(memory_, read->wqe.sge.data(), read->wqe.num_sge, offset,
                                packet.payload, want) != MemoryStatus::Ok) {
         complete_send_error(*read, WcStatus::LocalProtectionError);

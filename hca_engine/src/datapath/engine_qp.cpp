@@ -169,10 +169,10 @@ int EngineQp::create_ring(uint32_t doorbell_slot) {
     rq_staging_bytes_ = rq_staging_bytes;
     ring_->read_staging_offset = read_staging_bytes ? read_staging_offset : 0;
     ring_->read_staging_bytes = read_staging_bytes;
-    read_staging_offset_ = ring_->read_staging_offset;
+    read_staging_offset_ = read_staging_bytes ? read_staging_offset : 0;
     read_staging_bytes_ = read_staging_bytes;
     if (read_staging_bytes)
-        memory_.set_read_staging(&ring_->read_staging_landing, &ring_->read_staging_released);
+        memory_.set_read_staging(&ring_->read_staging_released, &ring_->read_staging_writes);
     doorbell_slot_ = doorbell_slot;
     staging_offset_ = staging_bytes ? staging_offset : 0;
     staging_bytes_ = staging_bytes;

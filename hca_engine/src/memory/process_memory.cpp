@@ -5,9 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstring>
-#include <sched.h>
 #include <string>
 #include <sys/uio.h>
 
@@ -293,20 +291,25 @@ bool ProcessMemory::hold_staged_read(uint64_t place, uint32_t length, uint8_t* s
     forget_landed_reads();
     if (held_count_ == kMaxHeldReads)
         return false;
-    held_[held_count_++] = {place, length, staged, release};
+    held_[held_count_++] = {place, length, staged, release, 0};
     return true;
+}
+
+void ProcessMemory::staged_read_filled(const uint8_t* staged, uint32_t filled) {
+    for (uint32_t i = 0; i < held_count_; ++i)
+        if (held_[i].staged == staged)
+            held_[i].filled = std::max(held_[i].filled, std::min(filled, held_[i].length));
 }
 
 void ProcessMemory::write_into_held_reads(uint64_t far, const uint8_t* local, size_t length) {
     // A write that follows a staged READ not yet copied into place, into its range: an
     // HCA would place it after the READ's bytes, so it must survive the provider's copy.
-    // It goes into the staged bytes too; then, a full fence after, a look at whether the
-    // provider has begun that copy (it raises `landing` and fences before it reads). Not
-    // begun: the copy will carry this write. Under way: wait until it is done, so the
-    // write queued here reaches memory after it. The wait is for the client's own thread
-    // in the middle of a memcpy; it is bounded, since a client that stops there harms
-    // only its own memory.
+    // It goes into the staged bytes too, and the count of such writes moves, with a full
+    // fence before this write is queued for memory: a copy under way sees the count move
+    // and copies again (with this write); one that saw no move ended before this write
+    // reaches memory (qp_ring.hpp). The engine never waits for the client.
     forget_landed_reads();
+    bool wrote = false;
     for (uint32_t i = 0; i < held_count_; ++i) {
         const HeldRead& h = held_[i];
         const uint64_t begin = std::max(far, h.place);
@@ -314,24 +317,25 @@ void ProcessMemory::write_into_held_reads(uint64_t far, const uint8_t* local, si
         if (begin >= end)
             continue;
         std::memcpy(h.staged + (begin - h.place), local + (begin - far), end - begin);
+        wrote = true;
+    }
+    if (wrote) {
+        read_writes_->store(read_writes_->load(std::memory_order_relaxed) + 1,
+                            std::memory_order_release);
         std::atomic_thread_fence(std::memory_order_seq_cst);
-        if (read_landing_->load(std::memory_order_relaxed) < h.release)
-            continue;
-        const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
-        while (read_released_->load(std::memory_order_acquire) < h.release &&
-               std::chrono::steady_clock::now() < deadline)
-            sched_yield();
     }
 }
 
 void ProcessMemory::read_held_reads(uint64_t far, uint8_t* dst, size_t length) {
     // The staged bytes stay in the area until the engine reserves their room again, so
     // they are right whether or not the provider's copy has begun.
+    // Only the bytes the READ has brought so far: the rest of its room holds what earlier
+    // READs left there, which this range must never show.
     forget_landed_reads();
     for (uint32_t i = 0; i < held_count_; ++i) {
         const HeldRead& h = held_[i];
         const uint64_t begin = std::max(far, h.place);
-        const uint64_t end = std::min(far + length, h.place + h.length);
+        const uint64_t end = std::min(far + length, h.place + h.filled);
         if (begin < end)
             std::memcpy(dst + (begin - far), h.staged + (begin - h.place), end - begin);
     }

@@ -89,11 +89,12 @@ class ProcessMemory : public transport::MemoryAccess {
     // `release`). Later writes into that range go there too, so the copy does not undo
     // them. False when this memory already holds kMaxHeldReads (stage nothing then).
     bool hold_staged_read(uint64_t place, uint32_t length, uint8_t* staged, uint64_t release);
-    // The QP's ring positions the provider raises (landing, then released).
-    void set_read_staging(const std::atomic<uint64_t>* landing,
-                          const std::atomic<uint64_t>* released) {
-        read_landing_ = landing;
+    void staged_read_filled(const uint8_t* staged, uint32_t filled) override;
+    // The QP's ring counters: what the provider has given back, and the engine's writes
+    // into staged bytes (qp_ring.hpp).
+    void set_read_staging(const std::atomic<uint64_t>* released, std::atomic<uint64_t>* writes) {
         read_released_ = released;
+        read_writes_ = writes;
     }
     static constexpr uint32_t kMaxHeldReads = 64;
     // Placement order (memory-model.md): the last 8 bytes of the message just queued
@@ -172,11 +173,12 @@ class ProcessMemory : public transport::MemoryAccess {
         uint32_t length;
         uint8_t* staged;
         uint64_t release;
+        uint32_t filled; // the READ's bytes so far: the rest of its room is old bytes
     };
     HeldRead held_[kMaxHeldReads];
     uint32_t held_count_ = 0;
-    const std::atomic<uint64_t>* read_landing_ = nullptr;
     const std::atomic<uint64_t>* read_released_ = nullptr;
+    std::atomic<uint64_t>* read_writes_ = nullptr;
     void forget_landed_reads();
     void write_into_held_reads(uint64_t far, const uint8_t* local, size_t length);
     // What was just read from [far, far + length) of the process, with the bytes of

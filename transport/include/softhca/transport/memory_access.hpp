@@ -79,6 +79,9 @@ class MemoryAccess {
     // later, or with copies that promise no order, must make the last 8 visible after the
     // rest of the message. The default writes at once, in order: nothing to do.
     virtual void end_message() {}
+    // A READ staged for its completion's consumer (CompletionSink::reserve_read_staging)
+    // has its first `filled` bytes at `staged` now: only those are the READ's.
+    virtual void staged_read_filled(const uint8_t* /*staged*/, uint32_t /*filled*/) {}
     // kEveryMessage forgets them all (the QP was reset or flushed).
     virtual void forget_message(uint64_t /*tag*/) {}
     static constexpr uint64_t kEveryMessage = ~0ull;

@@ -30,10 +30,11 @@
 // the provider copies a successful one into the READ's buffer inside ibv_poll_cq and
 // raises `read_staging_released`. CompletionEntry::staged names the area. A local write
 // of the engine's that follows a staged READ and overlaps its buffer goes into the area
-// too, so the provider's copy does not undo it; so that the two cannot cross, the provider
-// raises `read_staging_landing` to the READ's position, then a full fence, before it
-// copies (the engine writes the area, a full fence, then reads it), and the engine waits
-// for a copy it finds under way.
+// too, so the provider's copy does not undo it, and the engine then raises
+// `read_staging_writes` and fences before it writes memory. The provider reads that count
+// before its copy and again after it (a full fence between): when it changed, the engine
+// wrote into the area meanwhile, and the copy is made again; when it did not, whatever the
+// engine writes next reaches memory after the copy. Neither side waits for the other.
 #pragma once
 
 #include <atomic>
@@ -68,10 +69,10 @@ struct alignas(64) QpRingHeader {
     alignas(64) std::atomic<uint64_t> rq_completed; // engine
     // Provider: receive staging given back up to here (a position that only grows).
     alignas(64) std::atomic<uint64_t> rq_staging_released;
-    // Provider: read staging given back up to here (a position that only grows), and the
-    // position of the READ it is copying or copied last (raised before the copy).
+    // Provider: read staging given back up to here (a position that only grows).
     alignas(64) std::atomic<uint64_t> read_staging_released;
-    std::atomic<uint64_t> read_staging_landing;
+    // Engine: writes into staged READs' bytes so far (see above).
+    std::atomic<uint64_t> read_staging_writes;
 };
 static_assert(sizeof(QpRingHeader) == 512);
 
