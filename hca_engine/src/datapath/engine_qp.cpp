@@ -513,20 +513,31 @@ void EngineQp::send_completion(const tp::Completion& c) {
     push_completion(binding_.send_cq, c);
 }
 
+namespace {
+
+// Room for `length` bytes in an area of `area` bytes the engine hands out from `head` on
+// and the provider gives back up to `released` (di::take_staging). That position is the
+// provider's to write: one beyond what was handed out, or that leaves less than nothing,
+// finds no room.
+di::StagingRoom room_given_back(uint64_t head, const std::atomic<uint64_t>& released_at,
+                                uint64_t area, uint32_t length) {
+    const uint64_t released = released_at.load(std::memory_order_acquire);
+    if (released > head || head - released > area)
+        return {};
+    return di::take_staging(head, released, area, length);
+}
+
+} // namespace
+
 uint8_t* EngineQp::reserve_receive_staging(uint32_t length, tp::ReceiveStaging& out) {
-    // In order of arrival (di::take_staging), never over room the provider has not given
-    // back. The position the provider gives back is its to write: one beyond what was
-    // handed out, or that leaves less than nothing, stages nothing more.
+    // In order of arrival, never over room the provider has not given back.
     if (!rq_staging_bytes_ || length > rq_staging_bytes_ / 4)
         return nullptr;
     if (rq_staging_open_) // the last message did not complete: its room is free again
         rq_staging_head_ = rq_staging_open_start_;
     rq_staging_open_ = false;
-    const uint64_t released = ring_->rq_staging_released.load(std::memory_order_acquire);
-    if (released > rq_staging_head_ || rq_staging_head_ - released > rq_staging_bytes_)
-        return nullptr;
     const di::StagingRoom room =
-        di::take_staging(rq_staging_head_, released, rq_staging_bytes_, length);
+        room_given_back(rq_staging_head_, ring_->rq_staging_released, rq_staging_bytes_, length);
     if (!room.found)
         return nullptr; // full: this message is written into memory
     rq_staging_open_ = true;
@@ -538,15 +549,11 @@ uint8_t* EngineQp::reserve_receive_staging(uint32_t length, tp::ReceiveStaging& 
 }
 
 uint8_t* EngineQp::reserve_read_staging(uint32_t length, tp::ReceiveStaging& out) {
-    // In send queue order, never over room the provider has not given back (a position
-    // it gives back beyond what was handed out stages nothing more).
+    // In send queue order, never over room the provider has not given back.
     if (!read_staging_bytes_ || length > read_staging_bytes_ / 4)
         return nullptr;
-    const uint64_t released = ring_->read_staging_released.load(std::memory_order_acquire);
-    if (released > read_staging_head_ || read_staging_head_ - released > read_staging_bytes_)
-        return nullptr;
-    const di::StagingRoom room =
-        di::take_staging(read_staging_head_, released, read_staging_bytes_, length);
+    const di::StagingRoom room = room_given_back(read_staging_head_, ring_->read_staging_released,
+                                                 read_staging_bytes_, length);
     if (!room.found)
         return nullptr; // full: this READ is written into memory
     uint8_t* staged = static_cast<uint8_t*>(ring_memory_.data()) + read_staging_offset_ +
