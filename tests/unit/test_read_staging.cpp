@@ -35,6 +35,19 @@ bool completion_waiting(Bench& bench) {
     return false;
 }
 
+// Rounds until the first response of READ `message`, whose room starts the area, is in
+// A's read staging area.
+bool first_response_staged(Bench& bench, uint64_t message) {
+    const di::QpRingHeader* ring = bench.a->ring;
+    const uint8_t* area = reinterpret_cast<const uint8_t*>(ring) + ring->read_staging_offset;
+    for (int round = 0; round < 100'000; ++round) {
+        bench.round();
+        if (first_mismatch(area, message, 1024) == -1)
+            return true;
+    }
+    return false;
+}
+
 // Posts a READ of B's bytes at `offset` into A's at the same offset, after filling B's
 // with message `message`'s pattern and A's with kUntouched.
 void post_read(Bench& bench, uint64_t message, uint64_t offset, uint32_t length,
@@ -147,14 +160,7 @@ TEST_CASE("read staging: a signaled READ into private memory lands when its comp
             "far and the buffer's own, never the rest of its room") {
         constexpr uint32_t kLength = 100 * 1024;
         post_read(bench, 31, 0, kLength);
-        const uint8_t* area =
-            reinterpret_cast<const uint8_t*>(a.ring) + a.ring->read_staging_offset;
-        bool started = false;
-        for (int round = 0; round < 100'000 && !started; ++round) {
-            bench.round();
-            started = first_mismatch(area, 31, 1024) == -1;
-        }
-        REQUIRE(started);
+        REQUIRE(first_response_staged(bench, 31));
         // The room past what has come is the area's zeros: they must not be sent.
         std::memset(b.buffer.data() + 262144, 0x11, kLength);
         a.post_send(32, 0, 0, kLength, b.buffer.addr() + 262144, b.mr.rkey);
@@ -182,15 +188,7 @@ TEST_CASE("read staging: a signaled READ into private memory lands when its comp
     SECTION("a READ flushed halfway gives its room back and leaves its buffer alone") {
         constexpr uint32_t kLength = 100 * 1024; // 100 packets of 1024 bytes
         post_read(bench, 7, 0, kLength);
-        // Rounds until some of its responses are in the area (its room starts at 0).
-        const uint8_t* area =
-            reinterpret_cast<const uint8_t*>(a.ring) + a.ring->read_staging_offset;
-        bool started = false;
-        for (int round = 0; round < 100'000 && !started; ++round) {
-            bench.round();
-            started = first_mismatch(area, 7, 1024) == -1;
-        }
-        REQUIRE(started);
+        REQUIRE(first_response_staged(bench, 7));
         REQUIRE(a.ring->read_staging_released.load() == 0);
         a.modify(6, 0, {}, bench.ports.info(0)); // IBV_QPS_ERR: everything flushes
         bench.round();

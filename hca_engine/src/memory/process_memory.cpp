@@ -301,6 +301,11 @@ void ProcessMemory::staged_read_filled(const uint8_t* staged, uint32_t filled) {
             held_[i].filled = std::max(held_[i].filled, std::min(filled, held_[i].length));
 }
 
+std::pair<uint64_t, uint64_t> ProcessMemory::overlap(const HeldRead& h, uint64_t far, size_t length,
+                                                     uint32_t bytes) {
+    return {std::max(far, h.place), std::min(far + length, h.place + bytes)};
+}
+
 void ProcessMemory::write_into_held_reads(uint64_t far, const uint8_t* local, size_t length) {
     // A write that follows a staged READ not yet copied into place, into its range: an
     // HCA would place it after the READ's bytes, so it must survive the provider's copy.
@@ -312,8 +317,7 @@ void ProcessMemory::write_into_held_reads(uint64_t far, const uint8_t* local, si
     bool wrote = false;
     for (uint32_t i = 0; i < held_count_; ++i) {
         const HeldRead& h = held_[i];
-        const uint64_t begin = std::max(far, h.place);
-        const uint64_t end = std::min(far + length, h.place + h.length);
+        const auto [begin, end] = overlap(h, far, length, h.length);
         if (begin >= end)
             continue;
         std::memcpy(h.staged + (begin - h.place), local + (begin - far), end - begin);
@@ -334,8 +338,7 @@ void ProcessMemory::read_held_reads(uint64_t far, uint8_t* dst, size_t length) {
     forget_landed_reads();
     for (uint32_t i = 0; i < held_count_; ++i) {
         const HeldRead& h = held_[i];
-        const uint64_t begin = std::max(far, h.place);
-        const uint64_t end = std::min(far + length, h.place + h.filled);
+        const auto [begin, end] = overlap(h, far, length, h.filled);
         if (begin < end)
             std::memcpy(dst + (begin - far), h.staged + (begin - h.place), end - begin);
     }

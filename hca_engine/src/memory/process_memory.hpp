@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <memory>
 #include <sys/types.h>
+#include <utility>
 
 namespace softhca::engine {
 
@@ -180,6 +181,10 @@ class ProcessMemory : public transport::MemoryAccess {
     const std::atomic<uint64_t>* read_released_ = nullptr;
     std::atomic<uint64_t>* read_writes_ = nullptr;
     void forget_landed_reads();
+    // Where [far, far + length) meets the first `bytes` bytes of h's range: [first,
+    // second), empty when first >= second.
+    static std::pair<uint64_t, uint64_t> overlap(const HeldRead& h, uint64_t far, size_t length,
+                                                 uint32_t bytes);
     void write_into_held_reads(uint64_t far, const uint8_t* local, size_t length);
     // What was just read from [far, far + length) of the process, with the bytes of
     // staged READs not yet copied into place over it: a request that follows a READ reads
