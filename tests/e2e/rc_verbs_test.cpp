@@ -939,17 +939,17 @@ TEST_CASE("READs through read staging land whole at poll time; unsignaled, two-S
         for (uint64_t i = 0; i < 3; ++i)
             CHECK(wcs[i].wr_id == i + 1);
         // Under injected loss the first READ's responses may be lost after the responder
-        // has failed on the second: it then runs out of retries too.
+        // has failed on the second: the first then flushes when the NAK arrives, or runs
+        // out of retries when that is lost too; the second is then the NAK's or a flush.
         if (!std::getenv("SOFTHCA_TEST_LOSSY") || wcs[0].status == IBV_WC_SUCCESS) {
             CHECK(wcs[0].status == IBV_WC_SUCCESS);
             CHECK(matches(local, 1, 0, 5000));
             CHECK(fatal_nak_status(wcs[1].status, IBV_WC_REM_ACCESS_ERR));
-            CHECK(wcs[2].status == IBV_WC_WR_FLUSH_ERR);
         } else {
-            CHECK(wcs[0].status == IBV_WC_RETRY_EXC_ERR);
-            CHECK(wcs[1].status == IBV_WC_WR_FLUSH_ERR);
-            CHECK(wcs[2].status == IBV_WC_WR_FLUSH_ERR);
+            CHECK((wcs[0].status == IBV_WC_RETRY_EXC_ERR || wcs[0].status == IBV_WC_WR_FLUSH_ERR));
+            CHECK((wcs[1].status == IBV_WC_REM_ACCESS_ERR || wcs[1].status == IBV_WC_WR_FLUSH_ERR));
         }
+        CHECK(wcs[2].status == IBV_WC_WR_FLUSH_ERR);
         CHECK(untouched(local, 8192, 5000, 0xee));
         CHECK(untouched(local, 16384, 5000, 0xee));
         expect_async_event(dev(1), IBV_EVENT_QP_ACCESS_ERR, pair.b);
