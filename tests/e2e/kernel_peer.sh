@@ -146,6 +146,11 @@ kp_guest_start() {
 kp_guest_wait() {
     local job=$1 seconds=$2
     wait_until "grep -qa 'KPEND$job ' '$KP_DIR/log'" "$seconds" || {
+        # A command the guest never began: its console lost part of the line (a serial
+        # port under QEMU without KVM on a loaded machine drops input; a lost quote leaves
+        # the shell waiting for the rest). kernel_peer_run.sh runs such a test once more.
+        tr -d '\r' <"$KP_DIR/log" | grep -qax "KPBEGIN$job" ||
+            echo "GUEST CONSOLE STALLED: the guest never began command $job" >&2
         echo "guest command $job did not end within $seconds s; console:" >&2
         tail -30 "$KP_DIR/log" | tr -d '\r' >&2
         return 124
