@@ -19,11 +19,12 @@ declare -A may_use=(
     [ports/dpdk]="ports support"
     [ports/udp]="ports support"
     [ports/xdp]=""
+    [ports/fabric]="ports support"
     [memory]="support"
     [datapath]="memory neighbors ports support"
     [control]="datapath memory neighbors ports support"
     [rdma_cm]="datapath memory neighbors ports support"
-    [daemon]="control rdma_cm datapath memory neighbors ports ports/dpdk ports/udp support"
+    [daemon]="control rdma_cm datapath memory neighbors ports ports/dpdk ports/udp ports/fabric support"
 )
 
 failures=0

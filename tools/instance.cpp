@@ -121,4 +121,16 @@ int set_port_state(const Instance& instance, const std::string& device, bool up)
     return engine_request(instance, &request, sizeof(request), ignored);
 }
 
+int set_fabric_link(const Instance& instance, const std::string& a, const std::string& b, bool up) {
+    di::SetFabricLinkRequest request{};
+    request.header = admin_header(di::Opcode::SetFabricLink, sizeof(request));
+    if (a.size() >= sizeof(request.node_a) || b.size() >= sizeof(request.node_b))
+        return ENOENT;
+    std::snprintf(request.node_a, sizeof(request.node_a), "%s", a.c_str());
+    std::snprintf(request.node_b, sizeof(request.node_b), "%s", b.c_str());
+    request.up = up ? 1 : 0;
+    std::string ignored;
+    return engine_request(instance, &request, sizeof(request), ignored);
+}
+
 } // namespace softhca::tools

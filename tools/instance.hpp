@@ -39,5 +39,8 @@ int query_engine_status(const Instance& instance, std::string& text, bool json =
 
 // Takes port 1 of `device` administratively down or up. Returns 0 or an errno.
 int set_port_state(const Instance& instance, const std::string& device, bool up);
+// Takes the link between fabric nodes `a` and `b` down or up (softhca up --fabric): 0 or
+// an errno value (ENOENT: no such link; EOPNOTSUPP: no fabric; EPERM).
+int set_fabric_link(const Instance& instance, const std::string& a, const std::string& b, bool up);
 
 } // namespace softhca::tools

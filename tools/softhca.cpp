@@ -51,6 +51,7 @@ int usage() {
            "                  [--ecn kmin_kb=K,kmax_kb=K,pmax=P] [--dcqcn on|PARAMETERS]\n"
            "                  [--vl-arbitration TABLES] [--sl-to-vl SL:VL,...]\n"
            "                  [--link-credits on|buffer_kb=K,refresh_us=U] [--threads N]\n"
+           "                  [--fabric leaf-spine|fat-tree|rail:KEY=VALUE,...]\n"
            "       softhca down [--prefix P]\n"
            "       softhca status [--prefix P] [--json]\n"
            "       softhca watch [--prefix P] [--interval SECONDS] [--count N]\n"
@@ -58,6 +59,7 @@ int usage() {
            "       softhca env [--prefix P] [--container]\n"
            "       softhca exec [--prefix P] -- CMD [ARGS...]\n"
            "       softhca port [--prefix P] DEVICE down|up\n"
+           "       softhca fabric [--prefix P] link NODE NODE down|up\n"
            "Without --port, up creates two devices wired back to back inside the\n"
            "engine (P0 at 198.18.0.1, P1 at 198.18.0.2).\n";
     return 2;
@@ -323,6 +325,21 @@ int main(int argc, char** argv) {
             return 1;
         }
         std::cout << "softhca: " << rest[0] << " port 1 " << rest[1] << "\n";
+        return 0;
+    }
+    if (command == "fabric") {
+        if (rest.size() != 4 || rest[0] != "link" || (rest[3] != "up" && rest[3] != "down"))
+            return usage();
+        if (int err = set_fabric_link(instance, rest[1], rest[2], rest[3] == "up")) {
+            std::cerr << "softhca: fabric link " << rest[1] << " " << rest[2] << " " << rest[3]
+                      << ": "
+                      << (err == ENOENT       ? "no such link"
+                          : err == EOPNOTSUPP ? "the engine runs no fabric"
+                                              : std::strerror(err))
+                      << "\n";
+            return 1;
+        }
+        std::cout << "softhca: fabric link " << rest[1] << " " << rest[2] << " " << rest[3] << "\n";
         return 0;
     }
     if (command == "status" && rest.size() == 1 && rest[0] == "--json")

@@ -165,4 +165,37 @@ void ControlServer::set_port_state(Call& call) {
     reply_status(call, ENODEV);
 }
 
+void ControlServer::set_fabric_link(Call& call) {
+    const auto& request = call.request<di::SetFabricLinkRequest>();
+    if (call.c.uid != 0 && call.c.uid != ::geteuid()) {
+        reply_status(call, EPERM);
+        return;
+    }
+    if (request.up > 1) {
+        reply_status(call, EINVAL);
+        return;
+    }
+    if (ports_.fabric_status().description.empty()) {
+        reply_status(call, EOPNOTSUPP);
+        return;
+    }
+    const auto name = [](const char(&text)[32]) { return std::string(text, strnlen(text, 32)); };
+    std::vector<bool> was_up;
+    for (size_t i = 0; i < ports_.size(); ++i)
+        was_up.push_back(ports_.info(i).link_up);
+    if (!ports_.set_fabric_link(name(request.node_a), name(request.node_b), request.up != 0)
+             .empty()) {
+        reply_status(call, ENOENT);
+        return;
+    }
+    // A NIC's link is its device's port: PORT_ERR and PORT_ACTIVE as with `softhca port`.
+    for (size_t i = 0; i < devices_.size(); ++i) {
+        const size_t port = devices_[i].port_index;
+        if (ports_.info(port).link_up != was_up[port])
+            raise_device_event(
+                i, 1, ports_.info(port).link_up ? di::kEventPortActive : di::kEventPortErr);
+    }
+    reply_status(call, 0);
+}
+
 } // namespace softhca::engine

@@ -27,6 +27,7 @@ const ControlServer::Method* ControlServer::method_for(uint16_t opcode) {
         {Op::EngineStatus, sizeof(Header), false, &S::engine_status},
         {Op::EngineStatusJson, sizeof(Header), false, &S::engine_status},
         {Op::SetPortState, sizeof(di::SetPortStateRequest), false, &S::set_port_state},
+        {Op::SetFabricLink, sizeof(di::SetFabricLinkRequest), false, &S::set_fabric_link},
         {Op::QueryDevice, sizeof(Header), true, &S::query_device},
         {Op::QueryPort, sizeof(di::QueryPortRequest), true, &S::query_port},
         {Op::MapDoorbells, sizeof(Header), true, &S::map_doorbells},

@@ -141,6 +141,7 @@ class ControlServer {
     void map_doorbells(Call& call);
     void engine_status(Call& call);
     void set_port_state(Call& call);
+    void set_fabric_link(Call& call);
     // control_memory.cpp: protection and XRC domains, MRs, windows, device memory.
     void alloc_pd(Call& call);
     void dealloc_pd(Call& call);

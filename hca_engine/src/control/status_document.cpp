@@ -183,6 +183,38 @@ void put_pairs(std::ostream& out, const Json& object) {
         out << " " << name << " " << value.dump();
 }
 
+// The fabric inside the engine (--fabric), null without one: every egress port of every
+// link (a switch's or a NIC's) and every switch.
+Json fabric_document(const FabricStatus& f) {
+    if (f.description.empty())
+        return nullptr;
+    Json egress = Json::array();
+    for (const FabricStatus::Egress& e : f.egress)
+        egress.push_back({{"from", e.from},
+                          {"to", e.to},
+                          {"rate_bps", e.rate_bps},
+                          {"delay_ns", e.delay_ns},
+                          {"up", e.up},
+                          {"frames", e.frames},
+                          {"bytes", e.bytes},
+                          {"link_down", e.link_down},
+                          {"queued", e.queued},
+                          {"dropped", e.dropped},
+                          {"marked", e.marked},
+                          {"queue_bytes", e.queue_bytes},
+                          {"peak_queue_bytes", e.peak_queue_bytes},
+                          {"queue_limit_bytes", e.queue_limit_bytes}});
+    Json switches = Json::array();
+    for (const FabricStatus::Switch& s : f.switches)
+        switches.push_back({{"name", s.name},
+                            {"tier", s.tier},
+                            {"forwarded", s.forwarded},
+                            {"no_route", s.no_route}});
+    return {{"description", f.description}, {"routing", f.routing},
+            {"time_ns", f.time_ns},         {"endpoints", f.endpoints},
+            {"egress", std::move(egress)},  {"switches", std::move(switches)}};
+}
+
 } // namespace
 
 StatusDocument ControlServer::status_document_for(const Connection* viewer) const {
@@ -275,6 +307,7 @@ StatusDocument ControlServer::status_document_for(const Connection* viewer) cons
     // MRs on shared memory the engine has mapped (shared_mapping.hpp).
     doc["memory"] = {{"mapped_mr", SharedMapping::live()}};
     doc["rdma_cm"] = rdma_cm_status_ ? rdma_cm_status_() : Json(nullptr);
+    doc["fabric"] = fabric_document(ports_.fabric_status());
     return doc;
 }
 
@@ -304,7 +337,9 @@ std::string status_text(const Json& doc) {
             << (d["ipv4"].is_null() ? "0.0.0.0" : d["ipv4"].get<std::string>()) << " mac "
             << d["mac"].get<std::string>() << " mtu " << d["mtu"] << " active_mtu "
             << d["active_mtu"] << " pmd " << d["pmd"].get<std::string>() << ' '
-            << (d["devargs"].is_null() ? "(built-in wire)" : d["devargs"].get<std::string>())
+            << (!d["devargs"].is_null() ? d["devargs"].get<std::string>()
+                : d["pmd"] == "fabric"  ? "(fabric)"
+                                        : "(built-in wire)")
             << "\n";
         out << "  gids:";
         for (const Json& g : d["gids"])
@@ -368,6 +403,20 @@ std::string status_text(const Json& doc) {
     out << "objects:";
     put_pairs(out, doc["objects"]);
     out << "\nmemory: mapped mr " << doc["memory"]["mapped_mr"] << "\n";
+    if (const auto fabric = doc.find("fabric"); fabric != doc.end() && !fabric->is_null()) {
+        out << "fabric: " << (*fabric)["description"].get<std::string>() << "\n";
+        for (const Json& s : (*fabric)["switches"])
+            out << "  switch " << s["name"].get<std::string>() << ": forwarded " << s["forwarded"]
+                << " no_route " << s["no_route"] << "\n";
+        for (const Json& e : (*fabric)["egress"]) {
+            out << "  " << e["from"].get<std::string>() << " -> " << e["to"].get<std::string>()
+                << (e["up"].get<bool>() ? "" : " (down)") << ":";
+            for (const char* name : {"frames", "bytes", "dropped", "marked", "link_down",
+                                     "queue_bytes", "peak_queue_bytes"})
+                out << " " << name << " " << e[name].dump();
+            out << "\n";
+        }
+    }
     if (const Json& cm = doc["rdma_cm"]; !cm.is_null()) {
         out << "rdma_cm:";
         for (const auto& [name, value] : cm.items())

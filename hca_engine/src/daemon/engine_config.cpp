@@ -25,6 +25,7 @@ const char* engine_usage() {
            "                      [--dcqcn on|g=G,k_us=K,t_us=T,b=B,f=F,ai_mbps=A,hai_mbps=H,"
            "min_mbps=M]\n"
            "                      [--cnp-interval-us US] [--threads N]\n"
+           "                      [--fabric leaf-spine|fat-tree|rail:KEY=VALUE,...]\n"
            "                      [--vl-arbitration [PORT@]high=VL:W,..;low=VL:W,..;limit=N]\n"
            "                      [--sl-to-vl [PORT@]SL:VL,...]\n"
            "                      [--link-credits on|buffer_kb=K,refresh_us=U]\n"
@@ -35,7 +36,8 @@ const char* engine_usage() {
            "DEVARGS is a DPDK device, or udp for a kernel UDP socket (io_uring) bound to\n"
            "the addresses.\n"
            "Without --port: two devices wired back to back inside the engine,\n"
-           "198.18.0.1 and 198.18.0.2.\n";
+           "198.18.0.1 and 198.18.0.2. With --fabric: a device per endpoint of a fabric\n"
+           "of switches inside the engine, 198.19.0.1 onward.\n";
 }
 
 namespace {
@@ -187,6 +189,9 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
             }
         } else if (arg == "--pcap" && (v = value())) {
             config.pcap_prefix = v;
+        } else if (arg == "--fabric" && (v = value())) {
+            if (!(config.fabric = fabric::parse_fabric_spec(v, error)))
+                return std::nullopt;
         } else if (arg == "--faults" && (v = value())) {
             auto faults = parse_fault_config(v, error);
             if (!faults)
@@ -279,7 +284,11 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
     if (point.credit_buffer_bytes && !point.shaper.queue_limit_bytes)
         point.shaper.queue_limit_bytes =
             std::max<uint64_t>(2ull * point.credit_buffer_bytes, 65536);
-    if (config.congestion_point.ecn_marking && !config.congestion_point.shaper.enabled()) {
+    // With a fabric, --ecn marks at its switches' queues (unless its spec says how).
+    if (config.fabric && config.congestion_point.ecn_marking && !config.fabric->ecn)
+        config.fabric->ecn = config.congestion_point.ecn_marking;
+    if (config.congestion_point.ecn_marking && !config.congestion_point.shaper.enabled() &&
+        !config.fabric) {
         error = "--ecn marks on a shaped link's queue: give --shape too";
         return std::nullopt;
     }
@@ -325,6 +334,22 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
     if (udp_ports && config.congestion_point.shaper.enabled()) {
         error = "--shape is for DPDK ports (the built-in wire, memif, af_packet)";
         return std::nullopt;
+    }
+    if (config.fabric) {
+        // The fabric's switches queue, mark and shape on their own links (its spec says
+        // how); what --port, --shape and the rest would add sits at a port of another kind.
+        const char* other = !config.ports.empty()                         ? "--port"
+                            : config.congestion_point.shaper.enabled()    ? "--shape"
+                            : config.congestion_point.credit_buffer_bytes ? "--link-credits"
+                            : config.pfc                                  ? "--pfc"
+                            : config.priority_tag                         ? "--priority-tag"
+                            : lanes_given ? "--vl-arbitration or --sl-to-vl"
+                                          : nullptr;
+        if (other) {
+            error = std::string("--fabric makes its own ports and links: ") + other +
+                    " cannot be given with it";
+            return std::nullopt;
+        }
     }
     if (udp_ports && udp_ports != config.ports.size()) {
         error = "udp ports and DPDK ports cannot share an instance: run them in two (--prefix)";

@@ -2,6 +2,7 @@
 // ports (one device per port). Parsed from the command line of softhca-engine.
 #pragma once
 
+#include "fabric_topology.hpp"
 #include "port_config.hpp"
 #include "resource_limits.hpp"
 #include "softhca/transport/congestion_control.hpp"
@@ -35,6 +36,9 @@ struct EngineConfig : PortsConfig {
     // least 1, at most one per port; udp ports always take one (one io_uring: their
     // PortSet says so, PortSet::ports_serve_threads).
     uint32_t datapath_threads = 0;
+    // --fabric SPEC: the devices are the endpoints of a fabric of switches inside the
+    // engine (ports/fabric), instead of DPDK or UDP ports.
+    std::optional<fabric::FabricSpec> fabric;
 
     std::string socket_path() const { return run_dir + "/engine.sock"; }
     std::string rdma_cm_socket_path() const { return run_dir + "/rdma_cm.sock"; }

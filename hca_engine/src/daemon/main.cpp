@@ -14,6 +14,7 @@
 #include "dpdk_ports.hpp"
 #include "engine_config.hpp"
 #include "environment.hpp"
+#include "fabric_ports.hpp"
 #include "fast_crc32.hpp"
 #include "rdma_cm_server.hpp"
 #include "udp_ports.hpp"
@@ -120,10 +121,12 @@ int run(const EngineConfig& config) {
     if (sched_getaffinity(0, sizeof(cpus), &cpus) != 0)
         CPU_SET(0, &cpus);
     const auto cores = static_cast<size_t>(CPU_COUNT(&cpus));
-    // One kind of port per instance: DPDK ethdevs (the built-in wire among them) or
-    // kernel UDP sockets.
+    // One kind of port per instance: DPDK ethdevs (the built-in wire among them), kernel
+    // UDP sockets, or the endpoints of a fabric inside the engine.
     std::unique_ptr<PortSet> port_set;
-    if (!config.ports.empty() && config.ports.front().is_kernel_udp())
+    if (config.fabric)
+        port_set = std::make_unique<FabricPortSet>(config, *config.fabric);
+    else if (!config.ports.empty() && config.ports.front().is_kernel_udp())
         port_set = std::make_unique<UdpPortSet>(config);
     else
         port_set = std::make_unique<DpdkPortSet>(config);

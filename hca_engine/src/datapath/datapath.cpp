@@ -523,9 +523,10 @@ bool Datapath::transmit(EngineQp& qp, uint64_t now, size_t budget) {
             sent = true;
             continue;
         }
-        // A lossless port's full VL holds the requester back (link-level credits): the
-        // packet is built when its VL has room again, nothing is dropped.
-        if (info.lossless() &&
+        // A lossless port's full VL holds the requester back (link-level credits), as a
+        // fabric NIC's full queue does: the packet is built when there is room again,
+        // nothing is dropped.
+        if ((info.lossless() || info.holds_senders_back) &&
             !ports_.tx_room(port, vl,
                             info.eth_mtu + static_cast<uint32_t>(tp::kEthernetHeaderBytes)))
             break;

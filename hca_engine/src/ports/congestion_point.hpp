@@ -158,6 +158,8 @@ template <typename Frame> class CongestionPoint {
         return std::min(shaper_.next_release(), credits_ ? credits_->next_refresh() : UINT64_MAX);
     }
     size_t held() const { return shaper_.held(); }
+    // Bytes queued for the wire at `now` (serialization not ended), all VLs.
+    uint64_t queue_bytes(uint64_t now) { return shaper_.queue_bytes(now); }
 
   private:
     // The queues' depths and what each VL sent, into the counters.

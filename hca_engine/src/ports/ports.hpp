@@ -101,6 +101,9 @@ struct PortInfo {
     // The port's peer is another port of this engine (the built-in wire): what it sends
     // is in the peer's receive queue as soon as it is flushed.
     bool in_engine_wire = false;
+    // The port's transmit queue holds its senders back when full (tx_room), as a NIC's
+    // send queue waits for its link: the ports of a fabric (ports/fabric).
+    bool holds_senders_back = false;
     bool link_up = false; // the link as DPDK reports it, and the port administratively up
     bool admin_up = true;
     PortCounters counters;
@@ -125,6 +128,33 @@ struct PortInfo {
             return congestion_point.shaper.rate_bps;
         return link_speed_mbps ? link_speed_mbps * 1e6 : 100e9;
     }
+};
+
+// A fabric inside the engine (--fabric, ports/fabric): its shape, every egress port of
+// every link (a switch's port, or a NIC's) and every switch, as status shows them.
+struct FabricStatus {
+    struct Egress {
+        std::string from, to; // node names
+        double rate_bps = 0;
+        uint64_t delay_ns = 0;
+        bool up = true;
+        uint64_t frames = 0, bytes = 0;               // arrived at the far end
+        uint64_t link_down = 0;                       // lost with the link
+        uint64_t queued = 0, dropped = 0, marked = 0; // joined the queue, found it full, CE
+        uint64_t queue_bytes = 0, peak_queue_bytes = 0;
+        uint64_t queue_limit_bytes = 0; // 0: a NIC's queue, which holds its senders back
+    };
+    struct Switch {
+        std::string name;
+        uint32_t tier = 0;
+        uint64_t forwarded = 0, no_route = 0;
+    };
+    std::string description; // empty: no fabric
+    std::string routing;
+    uint64_t time_ns = 0;               // when it was looked at (CLOCK_MONOTONIC)
+    std::vector<std::string> endpoints; // node name of each device's port
+    std::vector<Egress> egress;
+    std::vector<Switch> switches;
 };
 
 class PortSet {
@@ -209,6 +239,18 @@ class PortSet {
     virtual bool awaiting_credits(uint64_t now) const {
         (void)now;
         return false;
+    }
+
+    // The fabric the ports are endpoints of (--fabric); its description is empty for
+    // every other kind of port.
+    virtual FabricStatus fabric_status() { return {}; }
+    // Takes the fabric's link between nodes `a` and `b` down or up: an empty string, or
+    // what is wrong.
+    virtual std::string set_fabric_link(const std::string& a, const std::string& b, bool up) {
+        (void)a;
+        (void)b;
+        (void)up;
+        return "the engine runs no fabric (softhca up --fabric)";
     }
 
     // Descriptors that become readable when a port has received something, for the

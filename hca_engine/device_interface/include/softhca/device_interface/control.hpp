@@ -50,6 +50,7 @@ enum class Opcode : uint16_t {
     AllocDm = 31,          // AllocDmRequest, reply AllocDmReply with the memory's memfd
     FreeDm = 32,           // HandleRequest
     RegDmMr = 33,          // RegDmMrRequest, reply RegMrReply
+    SetFabricLink = 34,    // administrator takes a fabric link down or up; without OpenDevice
 };
 
 struct MessageHeader {
@@ -521,6 +522,19 @@ struct SetPortStateRequest {
     uint32_t up; // 0 = down, 1 = up
 };
 static_assert(sizeof(SetPortStateRequest) == 88);
+
+// SetFabricLink: the link between two nodes of the engine's fabric (softhca up --fabric;
+// names as `softhca status` shows them, e.g. "leaf0" and "spine1") goes down or up. Only
+// the engine's own user or root may send it (EPERM otherwise); ENOENT without such a link,
+// EOPNOTSUPP without a fabric. The reply is a bare ReplyHeader.
+struct SetFabricLinkRequest {
+    MessageHeader header;
+    char node_a[32];
+    char node_b[32];
+    uint32_t up; // 0 = down, 1 = up
+    uint32_t reserved;
+};
+static_assert(sizeof(SetFabricLinkRequest) == 88);
 
 // EngineStatus and EngineStatusJson replies: StatusReply, and a memfd passed with it
 // whose first `bytes` bytes are the UTF-8 text (not NUL terminated): the text report, or
