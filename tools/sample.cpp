@@ -42,6 +42,15 @@ void put_sample(std::ostream& out, double seconds, const Json& doc) {
                 put_numbers(out, time, object + "/vl" + std::to_string(vl["vl"].get<int>()), vl);
         }
     }
+    // A fabric's egress ports ("link:leaf0>spine1") and switches ("switch:leaf0").
+    if (const auto fabric = doc.find("fabric"); fabric != doc.end() && fabric->is_object()) {
+        for (const Json& e : (*fabric)["egress"])
+            put_numbers(out, time,
+                        "link:" + e["from"].get<std::string>() + ">" + e["to"].get<std::string>(),
+                        e);
+        for (const Json& s : (*fabric)["switches"])
+            put_numbers(out, time, "switch:" + s["name"].get<std::string>(), s);
+    }
     for (const Json& c : doc["contexts"])
         for (const Json& q : c["qps"]) {
             const std::string object = "qp:" + c["device"].get<std::string>() + "/" +

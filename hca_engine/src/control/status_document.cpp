@@ -201,6 +201,8 @@ Json fabric_document(const FabricStatus& f) {
                           {"queued", e.queued},
                           {"dropped", e.dropped},
                           {"marked", e.marked},
+                          {"pauses", e.pauses},
+                          {"paused", e.paused},
                           {"queue_bytes", e.queue_bytes},
                           {"peak_queue_bytes", e.peak_queue_bytes},
                           {"queue_limit_bytes", e.queue_limit_bytes}});
@@ -411,7 +413,7 @@ std::string status_text(const Json& doc) {
         for (const Json& e : (*fabric)["egress"]) {
             out << "  " << e["from"].get<std::string>() << " -> " << e["to"].get<std::string>()
                 << (e["up"].get<bool>() ? "" : " (down)") << ":";
-            for (const char* name : {"frames", "bytes", "dropped", "marked", "link_down",
+            for (const char* name : {"frames", "bytes", "dropped", "marked", "pauses", "link_down",
                                      "queue_bytes", "peak_queue_bytes"})
                 out << " " << name << " " << e[name].dump();
             out << "\n";

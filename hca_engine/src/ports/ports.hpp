@@ -141,8 +141,11 @@ struct FabricStatus {
         uint64_t frames = 0, bytes = 0;               // arrived at the far end
         uint64_t link_down = 0;                       // lost with the link
         uint64_t queued = 0, dropped = 0, marked = 0; // joined the queue, found it full, CE
+        uint64_t pauses = 0;                          // PFC: times the far end paused it
+        bool paused = false;                          // PFC: paused now
         uint64_t queue_bytes = 0, peak_queue_bytes = 0;
-        uint64_t queue_limit_bytes = 0; // 0: a NIC's queue, which holds its senders back
+        // 0: no limit (a NIC's queue, which holds its senders back; a switch's under PFC)
+        uint64_t queue_limit_bytes = 0;
     };
     struct Switch {
         std::string name;

@@ -1,5 +1,7 @@
 #include "fabric.hpp"
 
+#include "softhca/transport/roce_frame.hpp"
+
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -59,38 +61,39 @@ uint64_t five_tuple_hash(const uint8_t* frame, uint32_t length) {
 
 Fabric::Fabric(const Topology& topology, const FabricSpec& spec, uint32_t frame_capacity,
                FabricSink& sink)
-    : topology_(topology), spec_(spec), sink_(sink) {
+    : topology_(topology), spec_(spec), sink_(sink), rng_(spec.seed) {
     const size_t nodes = topology_.nodes.size();
     out_.resize(nodes);
     endpoint_of_node_.assign(nodes, kNone);
     for (uint32_t e = 0; e < topology_.endpoints.size(); ++e)
         endpoint_of_node_[topology_.endpoints[e]] = e;
+    if (spec_.ecn)
+        marker_ = transport::EcnMarker(*spec_.ecn);
     egress_.reserve(topology_.links.size() * 2);
     for (uint32_t l = 0; l < topology_.links.size(); ++l) {
         const Link& link = topology_.links[l];
         for (const auto& [from, to] : {std::pair{link.a, link.b}, std::pair{link.b, link.a}}) {
-            CongestionPointConfig config;
-            config.shaper.rate_bps = link.parameters.rate_bps;
-            config.shaper.delay_ns = link.parameters.delay_ns;
-            const bool nic = !topology_.nodes[from].is_switch;
-            // A NIC's queue holds its senders back (nic_room) instead of dropping; a
-            // switch's egress drops what finds it full, and marks ECN when configured.
-            config.shaper.queue_limit_bytes = nic ? 0 : link.parameters.queue_bytes;
-            if (!nic)
-                config.ecn_marking = spec_.ecn;
             Egress egress;
-            if (!nic && topology_.nodes[to].is_switch)
-                egress.faults = FaultInjector(spec_.faults, egress_.size());
             egress.from = from;
             egress.to = to;
             egress.link = l;
-            egress.queue = CongestionPoint<uint32_t>(config, spec_.seed * 1000003 + egress_.size());
+            // A NIC's queue holds its senders back (nic_room) instead of dropping; a
+            // switch's drops what finds it full, unless PFC keeps it lossless.
+            egress.nic = !topology_.nodes[from].is_switch;
+            egress.rate_bps = link.parameters.rate_bps;
+            egress.delay_ns = link.parameters.delay_ns;
+            egress.queue_limit_bytes = egress.nic || spec_.pfc ? 0 : link.parameters.queue_bytes;
+            if (!egress.nic && topology_.nodes[to].is_switch)
+                egress.faults = FaultInjector(spec_.faults, egress_.size());
             out_[from].push_back(static_cast<uint32_t>(egress_.size()));
             egress_.push_back(std::move(egress));
         }
     }
     packets_.resize(frame_capacity);
     hop_count_.resize(frame_capacity);
+    came_over_.assign(frame_capacity, kNone);
+    next_.assign(frame_capacity, kNone);
+    arrives_.resize(frame_capacity);
     switches_.resize(nodes);
     flowlets_.resize(nodes);
     if (spec_.routing == Routing::Adaptive)
@@ -98,8 +101,8 @@ Fabric::Fabric(const Topology& topology, const FabricSpec& spec, uint32_t frame_
             if (topology_.nodes[n].is_switch)
                 flowlets_[n].resize(kFlowletSlots);
     spray_turn_.resize(nodes);
-    events_.reserve(egress_.size() * 4 + 64);
-    arrivals_.reserve(frame_capacity);
+    // At most one wire event per port and one arrival per frame are pending.
+    events_.reserve(egress_.size() + frame_capacity + 16);
     compute_routes();
 }
 
@@ -159,6 +162,7 @@ void Fabric::send(uint32_t source, const Packet& packet, uint64_t now) {
     }
     packets_[packet.frame] = packet;
     hop_count_[packet.frame] = 0;
+    came_over_[packet.frame] = kNone;
     if (packet.destination == source) {
         sink_.deliver(source, packet.frame);
         return;
@@ -172,64 +176,143 @@ void Fabric::send(uint32_t source, const Packet& packet, uint64_t now) {
     enqueue(nic, packet.frame, now);
 }
 
-bool Fabric::nic_room(uint32_t source, uint32_t bytes, uint64_t now) {
+bool Fabric::nic_room(uint32_t source, uint32_t bytes) const {
     if (source >= endpoints())
         return true;
-    Egress& nic = egress_[out_[topology_.endpoints[source]].front()];
-    return nic.queue.queue_bytes(now) + bytes <= spec_.link.queue_bytes;
+    const Egress& nic = egress_[out_[topology_.endpoints[source]].front()];
+    return nic.queue_bytes + bytes <= spec_.link.queue_bytes;
 }
 
+void Fabric::push_event(uint64_t time, uint32_t egress, EventKind kind) {
+    events_.push_back({time, egress, kind});
+    std::push_heap(events_.begin(), events_.end(), std::greater<Event>());
+}
+
+// A frame joins port `egress`'s queue at `now`: dropped when the queue is full, marked CE
+// (when ECN-capable) with the RED probability of the depth it found, and on the wire at
+// once when the wire is idle and the port not paused.
 void Fabric::enqueue(uint32_t egress, uint32_t frame, uint64_t now) {
     Egress& port = egress_[egress];
     const Packet& packet = packets_[frame];
-    const uint64_t before = port.queue.next_release();
-    if (!port.queue.enqueue(frame, packet.data, packet.length, now, packet.vl,
-                            port.counters.queue)) {
+    if (port.queue_limit_bytes && port.queue_bytes + packet.length > port.queue_limit_bytes) {
+        ++port.counters.dropped;
         sink_.drop(frame);
         return;
     }
-    if (port.queue.next_release() != before)
-        schedule(egress);
+    if (marker_ && !port.nic && marker_->mark(port.queue_bytes, uniform_(rng_)) &&
+        transport::mark_congestion_experienced(packet.data, packet.length))
+        ++port.counters.marked;
+    ++port.counters.queued;
+    port.queue_bytes += packet.length;
+    port.counters.peak_queue_bytes = std::max(port.counters.peak_queue_bytes, port.queue_bytes);
+    // It waits behind the link it came over: past XOFF that link is paused.
+    if (spec_.pfc && came_over_[frame] != kNone) {
+        Egress& upstream = egress_[came_over_[frame]];
+        upstream.far_end_bytes += packet.length;
+        if (!upstream.paused && upstream.far_end_bytes > spec_.pfc_xoff_bytes) {
+            upstream.paused = true;
+            ++upstream.counters.pauses;
+        }
+    }
+    next_[frame] = kNone;
+    if (port.waiting_last == kNone)
+        port.waiting_first = frame;
+    else
+        next_[port.waiting_last] = frame;
+    port.waiting_last = frame;
+    if (port.on_wire == kNone)
+        start_next(egress, now);
 }
 
-void Fabric::schedule(uint32_t egress) {
-    const uint64_t at = egress_[egress].queue.next_release();
-    if (at == UINT64_MAX)
+// Puts the port's next waiting frame on the wire at `now`, unless it is paused.
+void Fabric::start_next(uint32_t egress, uint64_t now) {
+    Egress& port = egress_[egress];
+    if (port.paused || port.waiting_first == kNone)
         return;
-    events_.push_back({at, egress});
-    std::push_heap(events_.begin(), events_.end(), std::greater<PortEvent>());
+    const uint32_t frame = port.waiting_first;
+    port.waiting_first = next_[frame];
+    if (port.waiting_first == kNone)
+        port.waiting_last = kNone;
+    port.on_wire = frame;
+    const uint64_t wire_ns =
+        port.rate_bps > 0 ? static_cast<uint64_t>(static_cast<double>(packets_[frame].length) *
+                                                  8e9 / port.rate_bps)
+                          : 0;
+    push_event(now + wire_ns, egress, EventKind::WireDone);
+}
+
+// The frame on the wire has been serialized at `now`: it leaves the queue (and the node,
+// for PFC) and reaches the far end one delay later; the next frame starts.
+void Fabric::wire_done(uint32_t egress, uint64_t now) {
+    Egress& port = egress_[egress];
+    const uint32_t frame = port.on_wire;
+    port.on_wire = kNone;
+    port.queue_bytes -= packets_[frame].length;
+    left_node(frame, now);
+    arrives_[frame] = now + port.delay_ns;
+    next_[frame] = kNone;
+    if (port.flight_last == kNone)
+        port.flight_first = frame;
+    else
+        next_[port.flight_last] = frame;
+    port.flight_last = frame;
+    push_event(arrives_[frame], egress, EventKind::Arrival);
+    start_next(egress, now);
+}
+
+// A frame has left the node it waited at: the link it came over may resume (PFC XON).
+void Fabric::left_node(uint32_t frame, uint64_t now) {
+    const uint32_t over = came_over_[frame];
+    came_over_[frame] = kNone;
+    if (!spec_.pfc || over == kNone)
+        return;
+    Egress& upstream = egress_[over];
+    upstream.far_end_bytes -= packets_[frame].length;
+    if (upstream.paused && upstream.far_end_bytes <= spec_.pfc_xoff_bytes / 2) {
+        upstream.paused = false;
+        if (upstream.on_wire == kNone)
+            start_next(over, now);
+    }
 }
 
 size_t Fabric::advance(uint64_t now) {
     size_t delivered = 0;
     for (;;) {
-        const uint64_t next_port = events_.empty() ? UINT64_MAX : events_.front().time;
-        if (reroute_at_ <= now && reroute_at_ <= next_port) {
+        const uint64_t next = events_.empty() ? UINT64_MAX : events_.front().time;
+        if (reroute_at_ <= now && reroute_at_ <= next) {
             compute_routes();
             reroute_at_ = UINT64_MAX;
             continue;
         }
-        if (next_port > now)
+        if (next > now)
             break;
-        std::pop_heap(events_.begin(), events_.end(), std::greater<PortEvent>());
-        const PortEvent event = events_.back();
+        std::pop_heap(events_.begin(), events_.end(), std::greater<Event>());
+        const Event event = events_.back();
         events_.pop_back();
+        if (event.kind == EventKind::WireDone) {
+            wire_done(event.egress, event.time);
+            continue;
+        }
+        // The first frame in flight on the port arrives (they arrive in the order they
+        // left, one delay after their serialization ended).
         Egress& port = egress_[event.egress];
-        if (port.queue.next_release() != event.time)
-            continue; // superseded
-        arrivals_.clear();
-        port.queue.release(event.time, port.counters.queue,
-                           [this](uint32_t frame) { arrivals_.push_back(frame); });
-        schedule(event.egress);
-        for (uint32_t frame : arrivals_)
-            cross(port, frame, event.time, delivered);
+        const uint32_t frame = port.flight_first;
+        port.flight_first = next_[frame];
+        if (port.flight_first == kNone)
+            port.flight_last = kNone;
+        cross(event.egress, frame, event.time, delivered);
     }
     return delivered;
 }
 
-// A frame at the far end of `port`'s link: lost with the link, or to an injected fault,
-// or on to the next node.
-void Fabric::cross(Egress& port, uint32_t frame, uint64_t now, size_t& delivered) {
+uint64_t Fabric::next_event() const {
+    return std::min(events_.empty() ? UINT64_MAX : events_.front().time, reroute_at_);
+}
+
+// A frame at the far end of port `egress`'s link: lost with the link, or to an injected
+// fault, or on to the next node.
+void Fabric::cross(uint32_t egress, uint32_t frame, uint64_t now, size_t& delivered) {
+    Egress& port = egress_[egress];
     if (!port.up) {
         ++port.counters.link_down;
         sink_.drop(frame);
@@ -241,7 +324,7 @@ void Fabric::cross(Egress& port, uint32_t frame, uint64_t now, size_t& delivered
         return;
     }
     if (port.faults.enabled()) {
-        const Packet& packet = packets_[frame];
+        Packet& packet = packets_[frame];
         // Damage only past the UDP header (Ethernet, IPv4, UDP), as on the other ports:
         // the ICRC finds it.
         const FaultDecision d = port.faults.decide(packet.length, 14 + 20 + 8);
@@ -257,6 +340,7 @@ void Fabric::cross(Egress& port, uint32_t frame, uint64_t now, size_t& delivered
                 packets_[twin] = packet;
                 packets_[twin].frame = twin;
                 hop_count_[twin] = hop_count_[frame];
+                came_over_[twin] = egress;
                 reach(port.to, twin, now, delivered);
             }
         }
@@ -267,12 +351,14 @@ void Fabric::cross(Egress& port, uint32_t frame, uint64_t now, size_t& delivered
     }
     ++port.counters.frames;
     port.counters.bytes += packets_[frame].length;
+    came_over_[frame] = egress; // what waits at the far end holds this link back (PFC)
     reach(port.to, frame, now, delivered);
     if (port.held != kNone && port.held != frame) {
         const uint32_t held = port.held;
         port.held = kNone;
         ++port.counters.frames;
         port.counters.bytes += packets_[held].length;
+        came_over_[held] = egress;
         reach(port.to, held, now, delivered);
     }
 }
@@ -287,10 +373,6 @@ void Fabric::reach(uint32_t node, uint32_t frame, uint64_t now, size_t& delivere
     } else {
         sink_.drop(frame); // cannot happen: no route ends at another endpoint
     }
-}
-
-uint64_t Fabric::next_event() const {
-    return std::min(events_.empty() ? UINT64_MAX : events_.front().time, reroute_at_);
 }
 
 void Fabric::arrive(uint32_t node, uint32_t frame, uint64_t now) {
@@ -324,12 +406,10 @@ uint32_t Fabric::choose(uint32_t node, const Packet& packet, uint64_t now) {
     const uint64_t hash = mix(packet.flow_hash ^ mix(node + spec_.seed));
     const auto least_loaded = [&](size_t start) {
         uint32_t best = candidates[start % n];
-        uint64_t best_bytes = egress_[best].queue.queue_bytes(now);
         for (size_t i = 1; i < n; ++i) {
             const uint32_t e = candidates[(start + i) % n];
-            const uint64_t bytes = egress_[e].queue.queue_bytes(now);
-            if (bytes < best_bytes)
-                best = e, best_bytes = bytes;
+            if (egress_[e].queue_bytes < egress_[best].queue_bytes)
+                best = e;
         }
         return best;
     };
@@ -368,14 +448,6 @@ bool Fabric::set_link(const std::string& a, const std::string& b, bool up, uint6
     else
         reroute_at_ = now + spec_.convergence_ns;
     return true;
-}
-
-void Fabric::look(uint64_t now) {
-    for (Egress& port : egress_) {
-        port.counters.queue.queue_bytes = port.queue.queue_bytes(now);
-        port.counters.queue.peak_queue_bytes =
-            std::max(port.counters.queue.peak_queue_bytes, port.counters.queue.queue_bytes);
-    }
 }
 
 } // namespace softhca::engine::fabric

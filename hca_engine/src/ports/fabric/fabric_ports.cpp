@@ -126,7 +126,8 @@ void FabricPortSet::tx_abort(TxFrame& frame) {
 
 bool FabricPortSet::tx_room(size_t index, uint8_t vl, uint32_t bytes) {
     (void)vl;
-    return fabric_->nic_room(static_cast<uint32_t>(index), bytes, monotonic_ns());
+    fabric_->advance(monotonic_ns());
+    return fabric_->nic_room(static_cast<uint32_t>(index), bytes);
 }
 
 void FabricPortSet::tx_queue(size_t index, TxFrame& frame, uint32_t length) {
@@ -213,7 +214,6 @@ size_t FabricPortSet::frames_in_fabric() const {
 FabricStatus FabricPortSet::fabric_status() {
     const uint64_t now = monotonic_ns();
     fabric_->advance(now);
-    fabric_->look(now);
     const fabric::Topology& t = fabric_->topology();
     FabricStatus status;
     status.description = fabric::describe(fabric_->spec());
@@ -232,12 +232,14 @@ FabricStatus FabricPortSet::fabric_status() {
         out.frames = e.counters.frames;
         out.bytes = e.counters.bytes;
         out.link_down = e.counters.link_down;
-        out.queued = e.counters.queue.queued;
-        out.dropped = e.counters.queue.dropped;
-        out.marked = e.counters.queue.marked;
-        out.queue_bytes = e.counters.queue.queue_bytes;
-        out.peak_queue_bytes = e.counters.queue.peak_queue_bytes;
-        out.queue_limit_bytes = t.nodes[e.from].is_switch ? link.queue_bytes : 0;
+        out.queued = e.counters.queued;
+        out.dropped = e.counters.dropped;
+        out.marked = e.counters.marked;
+        out.pauses = e.counters.pauses;
+        out.paused = e.paused;
+        out.queue_bytes = e.queue_bytes;
+        out.peak_queue_bytes = e.counters.peak_queue_bytes;
+        out.queue_limit_bytes = e.queue_limit_bytes;
         status.egress.push_back(out);
     }
     for (uint32_t n = 0; n < t.nodes.size(); ++n) {

@@ -88,6 +88,10 @@ std::optional<FabricSpec> parse_fabric_spec(const std::string& text, std::string
                 spec.flowlet_gap_ns = static_cast<uint64_t>(v * 1000);
             else if (key == "converge_ms" && within(v, 0, 60'000))
                 spec.convergence_ns = static_cast<uint64_t>(v * 1e6);
+            else if (key == "pfc" && whole(0, 1))
+                spec.pfc = v == 1;
+            else if (key == "pfc_xoff_kb" && within(v, 4, 65536))
+                spec.pfc_xoff_bytes = static_cast<uint64_t>(v * 1024);
             else if (key == "seed" && whole(0, 1e15))
                 spec.seed = static_cast<uint64_t>(v);
             else if (key == "ecn_kmin_kb" && within(v, 0, 65536))
@@ -141,6 +145,8 @@ std::string describe(const FabricSpec& spec) {
         << routing_name(spec.routing);
     if (spec.routing == Routing::Adaptive)
         out << " (flowlet gap " << spec.flowlet_gap_ns / 1000.0 << " us)";
+    if (spec.pfc)
+        out << "; PFC at " << spec.pfc_xoff_bytes / 1024 << " KiB";
     if (spec.ecn)
         out << "; ECN " << spec.ecn->kmin_bytes / 1024 << "-" << spec.ecn->kmax_bytes / 1024
             << " KiB, pmax " << spec.ecn->pmax;

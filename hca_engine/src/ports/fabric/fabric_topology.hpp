@@ -53,6 +53,12 @@ struct FabricSpec {
     // once; every other switch's routes change this much later.
     uint64_t convergence_ns = 5'000'000;
     uint64_t seed = 1;
+    // Priority flow control (802.1Qbb) at every switch: the switch's queues never drop; a
+    // link whose frames hold more than pfc_xoff_bytes waiting at its far end is paused
+    // (it finishes the frame on the wire, then starts none) until they fall to half that,
+    // and the pauses spread upstream to the NICs, whose senders then wait. One class.
+    bool pfc = false;
+    uint64_t pfc_xoff_bytes = 64 * 1024;
     // Injected faults (--faults) on the links between switches: the fabric's core, where
     // a real one loses frames (each direction its own stream). Off by default.
     FaultConfig faults;
@@ -62,8 +68,8 @@ struct FabricSpec {
 
 // Parses "leaf-spine:hosts=8,leaves=2,spines=2,oversubscription=2,rate_gbps=10,delay_us=1,
 // queue_kb=256,routing=adaptive,flowlet_us=50,converge_ms=5,ecn_kmin_kb=..,ecn_kmax_kb=..,
-// ecn_pmax=..,seed=N", "fat-tree:k=4,..." or "rail:hosts=4,rails=2,spines=1,...". On error
-// returns nullopt and says what is wrong in `error`.
+// ecn_pmax=..,pfc=1,pfc_xoff_kb=64,seed=N", "fat-tree:k=4,..." or
+// "rail:hosts=4,rails=2,spines=1,...". On error returns nullopt and says what is wrong in `error`.
 std::optional<FabricSpec> parse_fabric_spec(const std::string& text, std::string& error);
 std::string describe(const FabricSpec& spec);
 const char* routing_name(Routing routing);
