@@ -6,7 +6,7 @@
 # (softhca fabric link) and the flow completing around it, then brought back; a link that
 # does not exist refused. Then RC data integrity (every byte checked, heap and shared
 # memory) between two hosts whose path crosses spine links that drop, duplicate, reorder
-# and corrupt frames.
+# and corrupt frames. An incast under PFC loses nothing.
 #   test_fabric.sh RC_VERBS_TEST
 source "$(dirname "$0")/lib.sh"
 RC_VERBS_TEST=${1:?path to rc_verbs_test}
@@ -48,7 +48,7 @@ for e in doc["fabric"]["egress"]:
 "$SOFTHCA" up --fabric leaf-spine:hosts=8,leaves=2,spines=2,oversubscription=2,rate_gbps=10 \
     >/dev/null || fail "softhca up --fabric failed"
 status=$("$SOFTHCA" status)
-[ "$(grep -c "^device $P[0-7] port 1: ACTIVE" <<<"$status")" = 8 ] || fail "not 8 devices: $status"
+[ "$(grep -c "^device ${P}[0-7] port 1: ACTIVE" <<<"$status")" = 8 ] || fail "not 8 devices: $status"
 grep -q "^fabric: leaf-spine: 8 hosts, 2 leaves, 2 spines, oversubscription 2" <<<"$status" ||
     fail "no fabric in the status: $status"
 "$SOFTHCA" status --json | python3 -c '
@@ -97,8 +97,7 @@ other_before=$(egress leaf0 "spine$other" frames)
 "$SOFTHCA" fabric link leaf0 "spine$used" down >/dev/null || fail "fabric link down"
 kill -0 "$client" 2>/dev/null || fail "the RC flow ended before its link went down"
 grep -q "leaf0 -> spine$used (down)" <<<"$("$SOFTHCA" status)" || fail "the link is not down"
-sleep 0.5
-[ "$(egress leaf0 "spine$other" frames)" -gt $((other_before + 100)) ] ||
+wait_until '[ "$(egress leaf0 "spine$other" frames)" -gt $((other_before + 100)) ]' 10 ||
     fail "the flow did not move to spine$other"
 wait "$client" || fail "the RC flow did not survive spine$used's link: $(cat "$server_out.client")"
 wait "$server" || fail "the RC server: $(cat "$server_out")"
@@ -112,6 +111,37 @@ if "$SOFTHCA" fabric link leaf0 leaf1 down 2>"$server_out"; then
     fail "a link that does not exist went down"
 fi
 grep -q "no such link" "$server_out" || fail "the refusal: $(cat "$server_out")"
+"$SOFTHCA" down >/dev/null
+
+# An incast under PFC: h0, h1 and h2 (leaf0) and h4 (leaf1) write into h5 (leaf1) at once;
+# nothing is dropped anywhere, the switches paused the links that fed h5's queue, and every
+# flow completes.
+"$SOFTHCA" up --fabric leaf-spine:hosts=6,leaves=2,spines=1,rate_gbps=2,queue_kb=64,pfc=1,pfc_xoff_kb=32 \
+    >/dev/null || fail "softhca up --fabric with PFC failed"
+servers=() clients=()
+for sender in 0 1 2 4; do
+    port=$(free_port)
+    "$SOFTHCA" exec -- timeout 120 ib_write_bw -d "${P}5" -x 0 -p "$port" -s 65536 -n 4000 \
+        >"$server_out.$sender" 2>&1 &
+    servers+=($!)
+    wait_listening "$port" || fail "ib_write_bw server for h$sender did not start"
+    "$SOFTHCA" exec -- timeout 120 ib_write_bw -d "$P$sender" -x 0 -p "$port" -s 65536 \
+        -n 4000 127.0.0.1 >"$server_out.client$sender" 2>&1 &
+    clients+=($!)
+done
+for pid in "${clients[@]}" "${servers[@]}"; do
+    wait "$pid" || fail "an incast flow under PFC failed: $(cat "$server_out".client*)"
+done
+rm -f "$server_out".*
+"$SOFTHCA" status --json | python3 -c '
+import json, sys
+egress = json.load(sys.stdin)["fabric"]["egress"]
+drops = sum(e["dropped"] + e["link_down"] for e in egress)
+pauses = {e["from"] + ">" + e["to"]: e["pauses"] for e in egress if e["pauses"]}
+assert drops == 0, "%d frames dropped under PFC" % drops
+assert any(k.endswith(">leaf1") for k in pauses), "leaf1 paused nothing: %s" % pauses
+print("incast of 4 into h5 under PFC: nothing dropped; pauses %s" % pauses)
+' || fail "the incast under PFC"
 "$SOFTHCA" down >/dev/null
 
 # Faults on the spine links (each leaf has one host: devices 0 and 1 talk across them).

@@ -512,7 +512,12 @@ TEST_CASE("UC and UD under loss deliver only whole messages", "[.][faults]") {
             for (int i = 0; i < n; ++i)
                 REQUIRE(wc[i].status == IBV_WC_SUCCESS);
             completed += static_cast<uint32_t>(n);
-            receive_some();
+            // Everything that arrived, before more is sent: UD and UC have no flow control,
+            // and a receiver that took at most 16 a turn fell behind a sender that may post
+            // 32, until its 64 receives ran out and the rest were dropped (988 of 2000
+            // arrived once under faults).
+            while (receive_some() == 16) {
+            }
         }
         REQUIRE(completed == kCount);
         std::this_thread::sleep_for(std::chrono::milliseconds(200));

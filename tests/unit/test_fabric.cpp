@@ -320,7 +320,7 @@ TEST_CASE("fabric: a failed link: its switch stops using it at once, the others 
 }
 
 TEST_CASE("fabric: incast fills the receiver's switch port: drops past its limit, ECN marks "
-          "above kmin; the senders' NICs never drop") {
+          "above kmin, and the senders' NICs never drop") {
     Frames frames;
     const FabricSpec spec = spec_of("leaf-spine:hosts=8,leaves=1,spines=1,rate_gbps=10,"
                                     "queue_kb=64,ecn_kmin_kb=8,ecn_kmax_kb=32,ecn_pmax=0.2");
