@@ -35,7 +35,7 @@ flows() {
     for pair in "$@"; do
         server=${pair%:*} client=${pair#*:}
         port=$((port + 1))
-        "$softhca" exec -- timeout 60 ib_write_bw -d "$P$server" -x 0 -p $port -D "$SECONDS_RUN" \
+        "$softhca" exec -- timeout $((SECONDS_RUN + 15)) ib_write_bw -d "$P$server" -x 0 -p $port -D "$SECONDS_RUN" \
             -s 65536 >"$work/$name.$pair.server" 2>&1 &
         servers+=($!)
         pids+=($!)
@@ -48,7 +48,7 @@ flows() {
     pids+=("$sampler")
     for pair in "$@"; do
         server=${pair%:*} client=${pair#*:}
-        "$softhca" exec -- timeout 60 ib_write_bw -d "$P$client" -x 0 -e \
+        "$softhca" exec -- timeout $((SECONDS_RUN + 15)) ib_write_bw -d "$P$client" -x 0 \
             -p "$(cat "$work/$name.$pair.port")" -D "$SECONDS_RUN" -s 65536 127.0.0.1 \
             >"$work/$name.$pair" 2>&1 &
         clients+=($!)
@@ -59,7 +59,9 @@ flows() {
     kill "$sampler" 2>/dev/null || true
     wait "$sampler" 2>/dev/null || true
 }
-rate() { awk '$1 == 65536 {printf "%.0f", $4 * 8}' "$1" 2>/dev/null || true; } # Mb/s
+# A client's rate in Mb/s, or 0 when it printed none (it had not finished when its time
+# ran out: a flow starved by drops, waiting on RC's retransmission timer).
+rate() { awk '$1 == 65536 {r = $4 * 8} END {printf "%.0f", r}' "$1" 2>/dev/null || echo 0; }
 # jain RATE...: Jain's fairness index of the rates.
 jain() { printf '%s\n' "$@" | awk '{s += $1; q += $1 * $1; n++} END {printf "%.3f", q ? s * s / (n * q) : 0}'; }
 # series CSV LINK FIELD OUT: a fabric port's FIELD over time (bytes as Mb/s, queue as KiB).
@@ -78,11 +80,16 @@ for e in json.load(sys.stdin)["fabric"]["egress"]:
         print(e[sys.argv[2]])' "$1" "$2"
 }
 
-# (b) ECMP collisions: h0..h3 on leaf0 send to h4..h7 on leaf1 over 4 spines of 2 Gb/s.
-echo "(b) ECMP collisions: 4 flows across a leaf-spine of 4 spines, 2 Gb/s links"
+ECN=ecn_kmin_kb=16,ecn_kmax_kb=64,ecn_pmax=0.2
+DCQCN=ai_mbps=2,hai_mbps=20,b=524288 # the paper's 40 Gb/s steps scaled to 2 Gb/s
+
+# (b) ECMP collisions: h0..h3 on leaf0 send to h4..h7 on leaf1 over 4 spines of 2 Gb/s,
+# with ECN marking and DCQCN (as a RoCE fabric runs: flows that share a link share it).
+echo "(b) ECMP collisions: 4 flows across a leaf-spine of 4 spines, 2 Gb/s links, DCQCN"
 printf '%-9s %-40s %-7s %s\n' routing "flows h0>h4 h1>h5 h2>h6 h3>h7 (Mb/s)" Jain "spines taken (frames leaf0->spine0..3)"
 for routing in ecmp adaptive; do
-    "$softhca" up --fabric "leaf-spine:hosts=8,leaves=2,spines=4,rate_gbps=2,queue_kb=512,routing=$routing,flowlet_us=100,seed=3" >/dev/null
+    "$softhca" up --fabric "leaf-spine:hosts=8,leaves=2,spines=4,rate_gbps=2,queue_kb=512,$ECN,routing=$routing,flowlet_us=100,seed=3" \
+        --dcqcn "$DCQCN" >/dev/null
     flows "b-$routing" 4:0 5:1 6:2 7:3
     rates=()
     for pair in 4:0 5:1 6:2 7:3; do rates+=("$(rate "$work/b-$routing.$pair")"); done
@@ -97,10 +104,8 @@ done
 # h8 (leaf1) shares the spine's link to leaf1 with the incast's leaf0 senders, not h9's.
 echo
 echo "(c) 7-to-1 incast into h9 beside a victim flow h4 -> h8, 2 Gb/s links, 256 KiB queues"
-printf '%-8s %-14s %-16s %-10s %-10s %-10s %s\n' mode "victim (Mb/s)" "incast (Mb/s)" drops marks pauses "peak queue leaf1>h9 (KiB)"
+printf '%-8s %-14s %-22s %-10s %-10s %-10s %s\n' mode "victim (Mb/s)" "incast (Mb/s, stalled)" drops marks pauses "peak queue leaf1>h9 (KiB)"
 BASE="leaf-spine:hosts=10,leaves=2,spines=1,rate_gbps=2,oversubscription=2.5,queue_kb=256"
-ECN=ecn_kmin_kb=16,ecn_kmax_kb=64,ecn_pmax=0.2
-DCQCN=ai_mbps=2,hai_mbps=20,b=524288 # the paper's 40 Gb/s steps scaled to 2 Gb/s
 for mode in lossy dcqcn pfc; do
     case $mode in
     lossy) "$softhca" up --fabric "$BASE" >/dev/null ;;
@@ -109,13 +114,18 @@ for mode in lossy dcqcn pfc; do
     esac
     flows "c-$mode" 8:4 9:0 9:1 9:2 9:3 9:5 9:6 9:7
     incast=0
-    for pair in 9:0 9:1 9:2 9:3 9:5 9:6 9:7; do incast=$((incast + $(rate "$work/c-$mode.$pair" || echo 0))); done
+    stalled=0
+    for pair in 9:0 9:1 9:2 9:3 9:5 9:6 9:7; do
+        r=$(rate "$work/c-$mode.$pair")
+        incast=$((incast + r))
+        [ "$r" -gt 0 ] || stalled=$((stalled + 1))
+    done
     totals=$("$softhca" status --json | python3 -c '
 import json, sys
 e = json.load(sys.stdin)["fabric"]["egress"]
 print(sum(x["dropped"] for x in e), sum(x["marked"] for x in e), sum(x["pauses"] for x in e))')
     read -r drops marks pauses <<<"$totals"
-    printf '%-8s %-14s %-16s %-10s %-10s %-10s %s\n' "$mode" "$(rate "$work/c-$mode.8:4")" "$incast" \
+    printf '%-8s %-14s %-22s %-10s %-10s %-10s %s\n' "$mode" "$(rate "$work/c-$mode.8:4")" "$incast ($stalled of 7)" \
         "$drops" "$marks" "$pauses" "$(($(fabric_value "leaf1>h9" peak_queue_bytes) / 1024))"
     series "$work/c-$mode.csv" "spine0>leaf1" bytes "$work/c-$mode.victim_path.dat"
     series "$work/c-$mode.csv" "leaf1>h8" bytes "$work/c-$mode.victim.dat"
@@ -133,7 +143,7 @@ set xlabel "seconds"
 set ylabel "Mb/s"
 set yrange [0:4500]
 set key outside right
-set title "static ECMP: flows that hash alike share a spine, another spine idles"
+set title "static ECMP"
 plot for [s=0:3] "$work/b-ecmp.spine".s.".dat" using 1:2 with lines lw 2 title "leaf0->spine".s
 set title "adaptive routing (flowlets onto the least-loaded uplink)"
 plot for [s=0:3] "$work/b-adaptive.spine".s.".dat" using 1:2 with lines lw 2 title "leaf0->spine".s
@@ -148,7 +158,7 @@ set y2range [0:*]
 set ytics nomirror
 set y2tics
 do for [m in "lossy dcqcn pfc"] {
-    set title m eq "lossy" ? "no DCQCN, lossy: h9's queue overflows and drops" : m eq "dcqcn" ? "DCQCN: CNPs pace the incast, h9's queue stays short" : "PFC, no DCQCN: nothing dropped; the pauses reach the spine's link, which the victim crosses"
+    set title m eq "lossy" ? "lossy, no DCQCN" : m eq "dcqcn" ? "DCQCN, ECN marking at the switches" : "PFC, no DCQCN"
     plot "$work/c-".m.".victim.dat" using 1:2 with lines lw 2 title "victim h4->h8 (Mb/s)", \
          "$work/c-".m.".incast.dat" using 1:2 with lines lw 2 title "incast into h9 (Mb/s)", \
          "$work/c-".m.".queue.dat" using 1:2 axes x1y2 with lines lc rgb "gray" title "queue leaf1->h9 (KiB, right)", \

@@ -41,10 +41,10 @@ height=$((300 + links * 14))
 gnuplot <<EOF
 set terminal pngcairo size 1100,$((height + 350))
 set output "$plot"
-set multiplot title "$title"
+set multiplot
 set size 1, $(awk -v h=$height -v t=$((height + 350)) 'BEGIN {printf "%.3f", h / t}')
 set origin 0, $(awk -v t=$((height + 350)) 'BEGIN {printf "%.3f", 350 / t}')
-set title "utilisation of each link direction (bytes' rate over the link's rate)"
+set title "$title\nutilisation of each link direction (bytes' rate over the link's rate)"
 set xlabel "seconds"
 set ytics ($ytics) font ",8"
 set yrange [-0.5:$links - 0.5]
