@@ -2,13 +2,15 @@
 // over softhca's devices and once with ob1/tcp over loopback): a ping-pong and an
 // MPI_Allreduce between two ranks, every received byte checked. Prints one line per
 // figure, "pingpong SIZE us|MBps VALUE" and "allreduce SIZE us VALUE", from rank 0.
-//   softhca-mpi-bench [ITERATIONS]
-// Exit status 1 when a byte or a sum is wrong.
+//   softhca-mpi-bench [ITERATIONS] [allreduce]
+// With "allreduce", only ITERATIONS 1 MiB all-reduces (tools/bench-fabric.sh fails a link
+// under them). Exit status 1 when a byte or a sum is wrong.
 #include <mpi.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 namespace {
@@ -112,6 +114,13 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "mpi-bench: needs 2 ranks or more and ITERATIONS >= 1\n");
         MPI_Finalize();
         return 2;
+    }
+    if (argc > 2 && std::string(argv[2]) == "allreduce") {
+        const double sum = allreduce(1 << 20, iterations, ranks);
+        if (rank == 0)
+            std::printf("allreduce 1048576 us %.0f\n", sum);
+        MPI_Finalize();
+        return 0;
     }
     const double lat = pingpong(8, iterations);
     const double big = pingpong(1 << 20, iterations / 10 + 1);
