@@ -29,8 +29,9 @@ struct Frames : FabricSink {
         delivered.emplace_back(endpoint, frame);
     }
     void drop(uint32_t frame) override { dropped.push_back(frame); }
-    uint32_t copy(uint32_t frame) override {
+    uint32_t copy(uint32_t frame, uint8_t*& bytes) override {
         data[next] = data[frame];
+        bytes = data[next].data();
         ++copies;
         return next++;
     }
@@ -307,10 +308,11 @@ TEST_CASE("fabric: a failed link: its switch stops using it at once, the others 
     fabric.advance(8'000'000);
     CHECK(frames.delivered.size() == delivered + 64);
     CHECK(frames.dropped.size() == lost);
-    // Back up: used again once the routes converge.
+    // Back up: used again at once.
     REQUIRE(fabric.set_link("leaf1", "spine0", true, 9'000'000));
-    fabric.advance(15'000'000);
     CHECK(fabric.next_hops(leaf0, 2).size() == 2);
+    CHECK(fabric.next_hops(spine0, 2).size() == 1);
+    fabric.advance(15'000'000);
     // Frames on a link when it fails are lost with it, and counted.
     for (int i = 0; i < 10; ++i)
         fabric.send(2, frames.frame(2, 0, 0xc000, 4096), 16'000'000);
@@ -400,4 +402,29 @@ TEST_CASE("fabric: under PFC an incast loses nothing: the receiver's leaf pauses
     CHECK(port_between(fabric, "leaf1", "h7").counters.peak_queue_bytes < 512 * 1024);
     // h7's link ran at its rate: 700 frames of 4 KiB at 10 Gb/s take 2.3 ms.
     CHECK(port_between(fabric, "leaf1", "h7").counters.frames == 700);
+}
+
+TEST_CASE("fabric: a frame duplicated on the way carries its own bytes: marks made on the "
+          "copy are the copy's") {
+    Frames frames;
+    // Uplinks at 20 Gb/s: only leaf1's port to h2 (10 Gb/s, offered 15) builds a queue past
+    // 8 KiB, and it marks every frame that finds one there; half the frames are doubled
+    // on the spine links before it.
+    FabricSpec spec = spec_of("leaf-spine:hosts=4,leaves=2,spines=1,rate_gbps=10,"
+                              "queue_kb=4096,ecn_kmin_kb=8,ecn_kmax_kb=9,ecn_pmax=1");
+    spec.faults.duplicate = 0.5;
+    Fabric fabric(build_topology(spec), spec, kCapacity, frames);
+    for (int i = 0; i < 200; ++i)
+        fabric.send(0, frames.frame(0, 2, 0xc000, 1024), 0);
+    fabric.advance(UINT64_MAX / 2);
+    REQUIRE(frames.copies > 20);
+    CHECK(frames.delivered.size() == 200 + frames.copies);
+    size_t ce = 0;
+    for (const auto& [endpoint, frame] : frames.delivered)
+        ce += (frames.data[frame][15] & 3) == 3;
+    const uint64_t marked = port_between(fabric, "leaf1", "h2").counters.marked;
+    CHECK(marked > 50);
+    CHECK(port_between(fabric, "leaf0", "spine0").counters.marked == 0);
+    CHECK(port_between(fabric, "spine0", "leaf1").counters.marked == 0);
+    CHECK(ce == marked);
 }

@@ -180,7 +180,7 @@ bool Fabric::nic_room(uint32_t source, uint32_t bytes) const {
     if (source >= endpoints())
         return true;
     const Egress& nic = egress_[out_[topology_.endpoints[source]].front()];
-    return nic.queue_bytes + bytes <= spec_.link.queue_bytes;
+    return nic.queue_bytes == 0 || nic.queue_bytes + bytes <= spec_.link.queue_bytes;
 }
 
 void Fabric::push_event(uint64_t time, uint32_t egress, EventKind kind) {
@@ -335,10 +335,12 @@ void Fabric::cross(uint32_t egress, uint32_t frame, uint64_t now, size_t& delive
         if (d.corrupt_at >= 0)
             packet.data[d.corrupt_at] ^= 0x5a;
         if (d.duplicate) {
-            const uint32_t twin = sink_.copy(frame);
+            uint8_t* twin_data = nullptr;
+            const uint32_t twin = sink_.copy(frame, twin_data);
             if (twin != kNone && twin < packets_.size()) {
                 packets_[twin] = packet;
                 packets_[twin].frame = twin;
+                packets_[twin].data = twin_data; // its own bytes: marks and damage are its own
                 hop_count_[twin] = hop_count_[frame];
                 came_over_[twin] = egress;
                 reach(port.to, twin, now, delivered);
@@ -418,11 +420,17 @@ uint32_t Fabric::choose(uint32_t node, const Packet& packet, uint64_t now) {
         return candidates[hash % n];
     case Routing::Adaptive: {
         Flowlet& flowlet = flowlets_[node][hash % kFlowletSlots];
+        const uint64_t flow = mix(packet.flow_hash + packet.destination) | 1;
+        const bool idle = now - flowlet.last_seen > spec_.flowlet_gap_ns;
+        if (flowlet.flow != flow && flowlet.flow != 0 && !idle)
+            return candidates[hash % n]; // another flow's slot, in use: ECMP, which is stable
         const bool usable = std::find(candidates, candidates + n, flowlet.egress) != candidates + n;
-        // A flow idle for longer than the gap may change path without reordering: what it
-        // sent before has left the queues by now.
-        if (!usable || now - flowlet.last_seen > spec_.flowlet_gap_ns)
+        // A flow idle for longer than the gap may change path without reordering when the
+        // gap exceeds the difference of the paths' queueing delays (RC's NAKs show it
+        // when it does not).
+        if (flowlet.flow != flow || !usable || idle)
             flowlet.egress = least_loaded(static_cast<size_t>(hash >> 32));
+        flowlet.flow = flow;
         flowlet.last_seen = now;
         return flowlet.egress;
     }
@@ -443,10 +451,20 @@ bool Fabric::set_link(const std::string& a, const std::string& b, bool up, uint6
         }
     if (!found)
         return false;
-    if (spec_.convergence_ns == 0)
+    // A link's own switches see it go down at once (choose() skips it); the rest route
+    // around it after the convergence delay. A link that comes up is used at once: no
+    // frame has been sent toward it yet, and a host back on its link is reachable again.
+    if (up || spec_.convergence_ns == 0)
         compute_routes();
     else
-        reroute_at_ = now + spec_.convergence_ns;
+        reroute_at_ = std::min(reroute_at_, now + spec_.convergence_ns);
+    if (!up)
+        for (Egress& port : egress_)
+            if (!port.up && port.held != kNone) { // a frame held back for reordering
+                ++port.counters.link_down;
+                sink_.drop(port.held);
+                port.held = kNone;
+            }
     return true;
 }
 

@@ -13,7 +13,7 @@
 // that were up when they were last computed, so a frame's distance to its destination
 // falls at every hop and no frame loops; a switch stops using its own port the moment the
 // link goes down (and drops what has no other way), and every switch learns the new
-// shortest paths `convergence_ns` later.
+// shortest paths `convergence_ns` later. A link that comes up is routed over at once.
 //
 // With PFC (FabricSpec::pfc) a switch's queues never drop: each link counts the bytes it
 // brought that still wait at its far end, and past XOFF the far end pauses it (the frame
@@ -53,8 +53,9 @@ class FabricSink {
     virtual ~FabricSink() = default;
     virtual void deliver(uint32_t endpoint, uint32_t frame) = 0;
     virtual void drop(uint32_t frame) = 0;
-    // A copy of `frame` (injected duplication), or UINT32_MAX when there is no room.
-    virtual uint32_t copy(uint32_t frame) = 0;
+    // A copy of `frame` (injected duplication) and its bytes at `data`, or UINT32_MAX when
+    // there is no room.
+    virtual uint32_t copy(uint32_t frame, uint8_t*& data) = 0;
 };
 
 // What one egress port (a direction of a link) did.
@@ -133,6 +134,7 @@ class Fabric {
 
   private:
     struct Flowlet {
+        uint64_t flow = 0; // the flow's hash and destination: whose slot it is
         uint32_t egress = UINT32_MAX;
         uint64_t last_seen = 0;
     };

@@ -173,6 +173,7 @@ void FabricPortSet::tx_queue(size_t index, TxFrame& frame, uint32_t length) {
     packet.destination = to;
     packet.flow_hash = fabric::five_tuple_hash(data, length);
     packet.vl = frame.vl;
+    fabric_->advance(now); // what is due happens first (a wire freed, a pause that began)
     fabric_->send(static_cast<uint32_t>(index), packet, now);
 }
 
@@ -194,13 +195,14 @@ void FabricPortSet::drop(uint32_t frame) {
     free_.push_back(frame);
 }
 
-uint32_t FabricPortSet::copy(uint32_t frame) {
+uint32_t FabricPortSet::copy(uint32_t frame, uint8_t*& data) {
     if (free_.empty())
         return UINT32_MAX;
     const uint32_t c = free_.back();
     free_.pop_back();
     std::memcpy(frame_data(c), frame_data(frame), lengths_[frame]);
     lengths_[c] = lengths_[frame];
+    data = frame_data(c);
     return c;
 }
 

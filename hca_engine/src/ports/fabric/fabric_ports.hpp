@@ -39,7 +39,7 @@ class FabricPortSet final : public PortSet, private fabric::FabricSink {
   private:
     void deliver(uint32_t endpoint, uint32_t frame) override;
     void drop(uint32_t frame) override;
-    uint32_t copy(uint32_t frame) override;
+    uint32_t copy(uint32_t frame, uint8_t*& data) override;
     uint8_t* frame_data(uint32_t f) { return pool_.data() + size_t{f} * frame_bytes_; }
     static void* handle_of(uint32_t f) { return reinterpret_cast<void*>(uintptr_t{f} + 1); }
     static uint32_t index_of(void* handle) {

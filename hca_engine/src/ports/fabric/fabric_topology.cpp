@@ -82,7 +82,7 @@ std::optional<FabricSpec> parse_fabric_spec(const std::string& text, std::string
                 spec.link.rate_bps = v * 1e9;
             else if (key == "delay_us" && within(v, 0, 100'000))
                 spec.link.delay_ns = static_cast<uint64_t>(v * 1000);
-            else if (key == "queue_kb" && within(v, 4, 65536))
+            else if (key == "queue_kb" && within(v, 16, 65536)) // a few full frames
                 spec.link.queue_bytes = static_cast<uint64_t>(v * 1024);
             else if (key == "flowlet_us" && within(v, 0, 1e6))
                 spec.flowlet_gap_ns = static_cast<uint64_t>(v * 1000);

@@ -49,8 +49,8 @@ struct FabricSpec {
     std::optional<transport::EcnMarkingParameters> ecn;
     Routing routing = Routing::Ecmp;
     uint64_t flowlet_gap_ns = 50'000;
-    // After a link goes down or up, the switches at its ends stop or start using it at
-    // once; every other switch's routes change this much later.
+    // After a link goes down, the switches at its ends stop using it at once; every other
+    // switch routes around it this much later. A link that comes up is used at once.
     uint64_t convergence_ns = 5'000'000;
     uint64_t seed = 1;
     // Priority flow control (802.1Qbb) at every switch: the switch's queues never drop; a
