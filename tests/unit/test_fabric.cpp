@@ -78,6 +78,13 @@ const Fabric::Egress& port_between(const Fabric& f, const std::string& from,
     return f.egress_ports().front();
 }
 
+// Hosts h0..h6 each send 100 frames of 4 KiB to h7 at once, each host one flow.
+void incast_into_h7(Fabric& fabric, Frames& frames) {
+    for (uint32_t s = 0; s < 7; ++s)
+        for (int i = 0; i < 100; ++i)
+            fabric.send(s, frames.frame(s, 7, static_cast<uint16_t>(0xc000 + s), 4096), 0);
+}
+
 uint64_t forwarded_total(const Fabric& f) {
     uint64_t total = 0;
     for (uint32_t n = 0; n < f.topology().nodes.size(); ++n)
@@ -328,9 +335,7 @@ TEST_CASE("fabric: incast fills the receiver's switch port: drops past its limit
                                     "queue_kb=64,ecn_kmin_kb=8,ecn_kmax_kb=32,ecn_pmax=0.2");
     Fabric fabric(build_topology(spec), spec, kCapacity, frames);
     // 7 hosts send 100 frames of 4 KiB each to h7 at once.
-    for (uint32_t s = 0; s < 7; ++s)
-        for (int i = 0; i < 100; ++i)
-            fabric.send(s, frames.frame(s, 7, static_cast<uint16_t>(0xc000 + s), 4096), 0);
+    incast_into_h7(fabric, frames);
     fabric.advance(UINT64_MAX / 2);
     const Fabric::Egress& to_h7 = port_between(fabric, "leaf0", "h7");
     CHECK(to_h7.counters.dropped > 0);
@@ -377,9 +382,7 @@ TEST_CASE("fabric: under PFC an incast loses nothing: the receiver's leaf pauses
     const FabricSpec spec = spec_of("leaf-spine:hosts=8,leaves=2,spines=1,rate_gbps=10,"
                                     "queue_kb=64,pfc=1,pfc_xoff_kb=32");
     Fabric fabric(build_topology(spec), spec, kCapacity, frames);
-    for (uint32_t s = 0; s < 7; ++s)
-        for (int i = 0; i < 100; ++i)
-            fabric.send(s, frames.frame(s, 7, static_cast<uint16_t>(0xc000 + s), 4096), 0);
+    incast_into_h7(fabric, frames);
     fabric.advance(UINT64_MAX / 2);
     CHECK(frames.dropped.empty());
     CHECK(frames.delivered.size() == 700);

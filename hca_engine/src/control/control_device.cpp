@@ -175,17 +175,13 @@ void ControlServer::set_fabric_link(Call& call) {
         reply_status(call, EINVAL);
         return;
     }
-    if (ports_.fabric_status().description.empty()) {
-        reply_status(call, EOPNOTSUPP);
-        return;
-    }
     const auto name = [](const char(&text)[32]) { return std::string(text, strnlen(text, 32)); };
     std::vector<bool> was_up;
     for (size_t i = 0; i < ports_.size(); ++i)
         was_up.push_back(ports_.info(i).link_up);
-    if (!ports_.set_fabric_link(name(request.node_a), name(request.node_b), request.up != 0)
-             .empty()) {
-        reply_status(call, ENOENT);
+    if (const int error =
+            ports_.set_fabric_link(name(request.node_a), name(request.node_b), request.up != 0)) {
+        reply_status(call, error);
         return;
     }
     // A NIC's link is its device's port: PORT_ERR and PORT_ACTIVE as with `softhca port`.

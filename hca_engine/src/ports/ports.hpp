@@ -19,6 +19,7 @@
 #include "softhca/transport/roce_address.hpp"
 #include "softhca/transport/service_levels.hpp"
 
+#include <cerrno>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -247,13 +248,13 @@ class PortSet {
     // The fabric the ports are endpoints of (--fabric); its description is empty for
     // every other kind of port.
     virtual FabricStatus fabric_status() { return {}; }
-    // Takes the fabric's link between nodes `a` and `b` down or up: an empty string, or
-    // what is wrong.
-    virtual std::string set_fabric_link(const std::string& a, const std::string& b, bool up) {
+    // Takes the fabric's link between nodes `a` and `b` down or up: 0, ENOENT when there
+    // is no such link, EOPNOTSUPP when the engine runs no fabric (softhca up --fabric).
+    virtual int set_fabric_link(const std::string& a, const std::string& b, bool up) {
         (void)a;
         (void)b;
         (void)up;
-        return "the engine runs no fabric (softhca up --fabric)";
+        return EOPNOTSUPP;
     }
 
     // Descriptors that become readable when a port has received something, for the

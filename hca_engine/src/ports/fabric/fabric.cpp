@@ -93,7 +93,6 @@ Fabric::Fabric(const Topology& topology, const FabricSpec& spec, uint32_t frame_
     hop_count_.resize(frame_capacity);
     came_over_.assign(frame_capacity, kNone);
     next_.assign(frame_capacity, kNone);
-    arrives_.resize(frame_capacity);
     switches_.resize(nodes);
     flowlets_.resize(nodes);
     if (spec_.routing == Routing::Adaptive)
@@ -214,12 +213,7 @@ void Fabric::enqueue(uint32_t egress, uint32_t frame, uint64_t now) {
             ++upstream.counters.pauses;
         }
     }
-    next_[frame] = kNone;
-    if (port.waiting_last == kNone)
-        port.waiting_first = frame;
-    else
-        next_[port.waiting_last] = frame;
-    port.waiting_last = frame;
+    append(port.waiting_first, port.waiting_last, frame);
     if (port.on_wire == kNone)
         start_next(egress, now);
 }
@@ -229,10 +223,7 @@ void Fabric::start_next(uint32_t egress, uint64_t now) {
     Egress& port = egress_[egress];
     if (port.paused || port.waiting_first == kNone)
         return;
-    const uint32_t frame = port.waiting_first;
-    port.waiting_first = next_[frame];
-    if (port.waiting_first == kNone)
-        port.waiting_last = kNone;
+    const uint32_t frame = take_first(port.waiting_first, port.waiting_last);
     port.on_wire = frame;
     const uint64_t wire_ns =
         port.rate_bps > 0 ? static_cast<uint64_t>(static_cast<double>(packets_[frame].length) *
@@ -249,15 +240,26 @@ void Fabric::wire_done(uint32_t egress, uint64_t now) {
     port.on_wire = kNone;
     port.queue_bytes -= packets_[frame].length;
     left_node(frame, now);
-    arrives_[frame] = now + port.delay_ns;
-    next_[frame] = kNone;
-    if (port.flight_last == kNone)
-        port.flight_first = frame;
-    else
-        next_[port.flight_last] = frame;
-    port.flight_last = frame;
-    push_event(arrives_[frame], egress, EventKind::Arrival);
+    append(port.flight_first, port.flight_last, frame);
+    push_event(now + port.delay_ns, egress, EventKind::Arrival);
     start_next(egress, now);
+}
+
+void Fabric::append(uint32_t& first, uint32_t& last, uint32_t frame) {
+    next_[frame] = kNone;
+    if (last == kNone)
+        first = frame;
+    else
+        next_[last] = frame;
+    last = frame;
+}
+
+uint32_t Fabric::take_first(uint32_t& first, uint32_t& last) {
+    const uint32_t frame = first;
+    first = next_[frame];
+    if (first == kNone)
+        last = kNone;
+    return frame;
 }
 
 // A frame has left the node it waited at: the link it came over may resume (PFC XON).
@@ -296,10 +298,7 @@ size_t Fabric::advance(uint64_t now) {
         // The first frame in flight on the port arrives (they arrive in the order they
         // left, one delay after their serialization ended).
         Egress& port = egress_[event.egress];
-        const uint32_t frame = port.flight_first;
-        port.flight_first = next_[frame];
-        if (port.flight_first == kNone)
-            port.flight_last = kNone;
+        const uint32_t frame = take_first(port.flight_first, port.flight_last);
         cross(event.egress, frame, event.time, delivered);
     }
     return delivered;

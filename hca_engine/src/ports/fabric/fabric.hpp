@@ -41,7 +41,6 @@ struct Packet {
     uint32_t length = 0;
     uint32_t destination = 0; // endpoint
     uint64_t flow_hash = 0;
-    uint8_t vl = 0;
 };
 
 // The hash of a frame's five-tuple (IPv4 or IPv6 addresses, protocol, UDP ports): what a
@@ -149,6 +148,9 @@ class Fabric {
     void push_event(uint64_t time, uint32_t egress, EventKind kind);
     void enqueue(uint32_t egress, uint32_t frame, uint64_t now);
     void start_next(uint32_t egress, uint64_t now);
+    // The lists of frames a port holds (waiting, in flight), linked through next_.
+    void append(uint32_t& first, uint32_t& last, uint32_t frame);
+    uint32_t take_first(uint32_t& first, uint32_t& last);
     void wire_done(uint32_t egress, uint64_t now);
     void left_node(uint32_t frame, uint64_t now);
     void cross(uint32_t egress, uint32_t frame, uint64_t now, size_t& delivered);
@@ -168,7 +170,6 @@ class Fabric {
     std::vector<uint8_t> hop_count_;  // by frame index
     std::vector<uint32_t> came_over_; // by frame index: the link it came over (PFC)
     std::vector<uint32_t> next_;      // by frame index: the next in its port's list
-    std::vector<uint64_t> arrives_;   // by frame index: when it reaches the far end
     std::vector<SwitchCounters> switches_;
     std::vector<std::vector<Flowlet>> flowlets_; // adaptive routing, per switch
     std::vector<uint32_t> spray_turn_;

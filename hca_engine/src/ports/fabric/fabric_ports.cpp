@@ -4,6 +4,7 @@
 #include "gid_table.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <stdexcept>
 
@@ -36,7 +37,6 @@ FabricPortSet::FabricPortSet(const PortsConfig& config, const fabric::FabricSpec
     for (uint32_t i = 0; i < endpoints; ++i) {
         PortInfo info;
         info.pmd = "fabric";
-        info.netdev = {};
         // 198.19.0.1 onward, 250 to a /24 (RFC 2544's benchmarking range); 2001:2:0:fab::1
         // onward (RFC 5180's).
         info.ipv4 = (198u << 24) | (19u << 16) | ((i / 250) << 8) | (i % 250 + 1);
@@ -172,7 +172,6 @@ void FabricPortSet::tx_queue(size_t index, TxFrame& frame, uint32_t length) {
     packet.length = length;
     packet.destination = to;
     packet.flow_hash = fabric::five_tuple_hash(data, length);
-    packet.vl = frame.vl;
     fabric_->advance(now); // what is due happens first (a wire freed, a pause that began)
     fabric_->send(static_cast<uint32_t>(index), packet, now);
 }
@@ -253,9 +252,9 @@ FabricStatus FabricPortSet::fabric_status() {
     return status;
 }
 
-std::string FabricPortSet::set_fabric_link(const std::string& a, const std::string& b, bool up) {
+int FabricPortSet::set_fabric_link(const std::string& a, const std::string& b, bool up) {
     if (!fabric_->set_link(a, b, up, monotonic_ns()))
-        return "no link between '" + a + "' and '" + b + "' in the fabric";
+        return ENOENT;
     // A NIC's link is its port's link (the control path raises PORT_ERR and PORT_ACTIVE).
     const fabric::Topology& t = fabric_->topology();
     for (size_t i = 0; i < ports_.size(); ++i) {
@@ -263,7 +262,7 @@ std::string FabricPortSet::set_fabric_link(const std::string& a, const std::stri
         if (name == a || name == b)
             ports_[i].link_up = up && ports_[i].admin_up;
     }
-    return {};
+    return 0;
 }
 
 } // namespace softhca::engine

@@ -30,7 +30,7 @@ class FabricPortSet final : public PortSet, private fabric::FabricSink {
     uint64_t next_tx_release() const override { return fabric_->next_event(); }
     bool tx_room(size_t index, uint8_t vl, uint32_t bytes) override;
     FabricStatus fabric_status() override;
-    std::string set_fabric_link(const std::string& a, const std::string& b, bool up) override;
+    int set_fabric_link(const std::string& a, const std::string& b, bool up) override;
 
     const fabric::Fabric& fabric() const { return *fabric_; }
     // Frames of the pool not free and not waiting in a receive queue (tests).
