@@ -4,9 +4,10 @@
 # tools between hosts on different leaves, the traffic seen on the spine links and no
 # faster than the hosts' links; the spine link an RC flow uses taken down under it
 # (softhca fabric link) and the flow completing around it, then brought back; a link that
-# does not exist refused. Then RC data integrity (every byte checked, heap and shared
-# memory) between two hosts whose path crosses spine links that drop, duplicate, reorder
-# and corrupt frames. An incast under PFC loses nothing.
+# does not exist refused, and so is the command on an engine without a fabric. Then RC
+# data integrity (every byte checked, heap and shared memory) between two hosts whose path
+# crosses spine links that drop, duplicate, reorder and corrupt frames. An incast under
+# PFC loses nothing.
 #   test_fabric.sh RC_VERBS_TEST
 source "$(dirname "$0")/lib.sh"
 RC_VERBS_TEST=${1:?path to rc_verbs_test}
@@ -111,6 +112,13 @@ if "$SOFTHCA" fabric link leaf0 leaf1 down 2>"$server_out"; then
     fail "a link that does not exist went down"
 fi
 grep -q "no such link" "$server_out" || fail "the refusal: $(cat "$server_out")"
+"$SOFTHCA" down >/dev/null
+# An engine without a fabric refuses the command, and says why.
+"$SOFTHCA" up >/dev/null || fail "softhca up (the built-in wire) failed"
+if "$SOFTHCA" fabric link leaf0 spine0 down 2>"$server_out"; then
+    fail "an engine without a fabric took a fabric link down"
+fi
+grep -q "the engine runs no fabric" "$server_out" || fail "the refusal: $(cat "$server_out")"
 "$SOFTHCA" down >/dev/null
 
 # An incast under PFC: h0, h1 and h2 (leaf0) and h4 (leaf1) write into h5 (leaf1) at once;
