@@ -16,6 +16,10 @@ struct Instance {
 
     std::string socket_path() const { return run_dir + "/engine.sock"; }
     std::string sysfs_root() const { return run_dir + "/sysfs"; }
+    // The tree a fabric host's programs see (softhca exec --host NAME): its devices only.
+    std::string host_sysfs_root(const std::string& host) const {
+        return run_dir + "/hosts/" + host + "/sysfs";
+    }
     std::string manifest_path() const { return run_dir + "/manifest"; }
     std::string pid_path() const { return run_dir + "/engine.pid"; }
     std::string log_path() const { return run_dir + "/engine.log"; }

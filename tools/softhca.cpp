@@ -6,7 +6,7 @@
 //   softhca watch [--prefix P] [--interval SECONDS] [--count N]
 //   softhca sample [--prefix P] [--interval SECONDS] [--count N] [--output CSV]
 //   softhca env [--prefix P] [--container]
-//   softhca exec [--prefix P] -- CMD [ARGS...]
+//   softhca exec [--prefix P] [--host NAME] -- CMD [ARGS...]
 //   softhca port [--prefix P] DEVICE down|up
 //
 // The prefix defaults to $SOFTHCA_PREFIX, else "softhca" (devices softhca0, softhca1).
@@ -30,7 +30,9 @@
 #include <iostream>
 #include <linux/capability.h>
 #include <nlohmann/json.hpp>
+#include <sched.h>
 #include <string>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -57,7 +59,7 @@ int usage() {
            "       softhca watch [--prefix P] [--interval SECONDS] [--count N]\n"
            "       softhca sample [--prefix P] [--interval SECONDS] [--count N] [--output CSV]\n"
            "       softhca env [--prefix P] [--container]\n"
-           "       softhca exec [--prefix P] -- CMD [ARGS...]\n"
+           "       softhca exec [--prefix P] [--host NAME] -- CMD [ARGS...]\n"
            "       softhca port [--prefix P] DEVICE down|up\n"
            "       softhca fabric [--prefix P] link NODE NODE down|up\n"
            "Without --port, up creates two devices wired back to back inside the\n"
@@ -217,6 +219,35 @@ int cmd_up(const Instance& instance, const std::vector<std::string>& engine_args
     return 0;
 }
 
+// exec --host NAME: into the network namespace of a fabric's host (softhca up --fabric
+// ...,netns=1), as `ip netns exec` enters one: a mount namespace of its own too, whose /sys
+// shows that namespace's interfaces. Needs root (CAP_SYS_ADMIN), as ip netns exec does.
+int enter_host(const Instance& instance, const std::string& host) {
+    if (host.find('/') != std::string::npos || !fs::is_directory(instance.host_sysfs_root(host))) {
+        std::cerr << "softhca: " << instance.prefix << " has no host " << host
+                  << " in a network namespace of its own (softhca up --fabric ...,netns=1)\n";
+        return 1;
+    }
+    const std::string name = instance.prefix + "-" + host;
+    const std::string path = "/run/netns/" + name;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || ::setns(fd, CLONE_NEWNET) != 0) {
+        const int err = errno;
+        std::cerr << "softhca: cannot enter the network namespace " << name << ": "
+                  << std::strerror(err) << (err == EPERM ? " (it takes root)" : "") << "\n";
+        return 1;
+    }
+    ::close(fd);
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount("", "/", "none", MS_SLAVE | MS_REC, nullptr) != 0 ||
+        (::umount2("/sys", MNT_DETACH) != 0 && errno != EINVAL) ||
+        ::mount(name.c_str(), "/sys", "sysfs", 0, nullptr) != 0) {
+        std::cerr << "softhca: cannot mount /sys for " << name << ": " << std::strerror(errno)
+                  << "\n";
+        return 1;
+    }
+    return 0;
+}
+
 int cmd_down(const Instance& instance) {
     if (pid_t pid = instance.running_engine()) {
         ::kill(pid, SIGTERM);
@@ -300,6 +331,7 @@ int main(int argc, char** argv) {
     const char* env_prefix = std::getenv("SOFTHCA_PREFIX");
     std::string prefix = env_prefix && *env_prefix ? env_prefix : "softhca";
     std::vector<std::string> rest;
+    std::string host; // exec --host
     int i = 2;
     for (; i < argc; ++i) {
         const std::string arg = argv[i];
@@ -309,6 +341,8 @@ int main(int argc, char** argv) {
         }
         if (arg == "--prefix" && i + 1 < argc)
             prefix = argv[++i];
+        else if (arg == "--host" && i + 1 < argc && command == "exec")
+            host = argv[++i];
         else
             rest.push_back(arg);
     }
@@ -365,7 +399,13 @@ int main(int argc, char** argv) {
     if (command == "exec") {
         if (i >= argc || !rest.empty())
             return usage();
-        ::setenv("SYSFS_PATH", instance.sysfs_root().c_str(), 1);
+        std::string sysfs = instance.sysfs_root();
+        if (!host.empty()) {
+            if (int rc = enter_host(instance, host))
+                return rc;
+            sysfs = instance.host_sysfs_root(host);
+        }
+        ::setenv("SYSFS_PATH", sysfs.c_str(), 1);
         // Completion channels, hard-coded sysfs paths, RDMA netlink (kernel_shim/preload).
         if (const std::string preload = preload_library(); !preload.empty()) {
             const char* existing = std::getenv("LD_PRELOAD");

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
+#include <sys/mount.h>
 #include <system_error>
 #include <unistd.h>
 
@@ -55,6 +56,13 @@ int Manifest::remove_all() const {
             }
             break;
         }
+        case Kind::NetNamespace:
+            // Recorded before it was mounted: it may not be (EINVAL), or be gone already.
+            if (::umount2(path.c_str(), MNT_DETACH) != 0 && errno != EINVAL && errno != ENOENT)
+                ++failures;
+            else if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+                ++failures;
+            break;
         case Kind::Tree:
             std::filesystem::remove_all(path, ec);
             if (ec)

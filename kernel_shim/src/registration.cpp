@@ -79,7 +79,7 @@ void write_device_link(const fs::path& root, const DeviceRegistration& device,
     const std::string netdev = device.ports.empty() ? std::string() : device.ports[0].netdev;
     std::error_code ec;
     fs::path target;
-    if (!netdev.empty())
+    if (!netdev.empty() && !device.netdev_elsewhere)
         target = fs::canonical(fs::path("/sys/class/net") / netdev / "device", ec);
     if (netdev.empty() || ec || !fs::is_directory(target / "net" / netdev)) {
         target = root / "devices" / "virtual" / "softhca" / (device.ibdev_name + "_0000");
@@ -97,9 +97,8 @@ void write_device_link(const fs::path& root, const DeviceRegistration& device,
         fail("symlink " + (ib_dir / "device").string());
 }
 
-void write_device(const InstanceRegistration& instance, const DeviceRegistration& device,
-                  Manifest& manifest) {
-    const fs::path root(instance.sysfs_root);
+// The device's files in the tree at `root`.
+void write_device_tree(const fs::path& root, const DeviceRegistration& device) {
     const fs::path verbs_dir = root / "class" / "infiniband_verbs" / device.uverbs_name;
     const fs::path ib_dir = root / "class" / "infiniband" / device.ibdev_name;
     fs::create_directories(verbs_dir);
@@ -132,6 +131,23 @@ void write_device(const InstanceRegistration& instance, const DeviceRegistration
                    tclass >= 0 ? "Global tclass=" + std::to_string(tclass) + "\n" : "");
     }
     write_device_link(root, device, ib_dir);
+}
+
+// The files of class/infiniband_verbs and class/misc that every tree has.
+void write_tree_top(const fs::path& root, const InstanceRegistration& instance) {
+    write_file(root / "class" / "infiniband_verbs" / "abi_version",
+               std::to_string(kUverbsAbiVersion) + "\n");
+    if (!instance.rdma_cm_socket.empty()) {
+        const fs::path misc = root / "class" / "misc" / "rdma_cm";
+        fs::create_directories(misc);
+        write_file(misc / "abi_version", std::to_string(kRdmaCmAbiVersion) + "\n");
+        write_file(misc / "softhca_engine_socket", instance.rdma_cm_socket + "\n");
+    }
+}
+
+void write_device(const InstanceRegistration& instance, const DeviceRegistration& device,
+                  Manifest& manifest) {
+    write_device_tree(instance.sysfs_root, device);
 
     // The character node libibverbs opens as cmd_fd; its number must match `dev`.
     const fs::path node = fs::path(instance.cdev_dir) / device.uverbs_name;
@@ -153,8 +169,7 @@ void register_instance(const InstanceRegistration& instance, Manifest& manifest)
         fs::remove_all(root);
     make_dirs(root / "class" / "infiniband_verbs", manifest, Manifest::Kind::Directory);
     manifest.record(Manifest::Kind::Tree, root);
-    write_file(root / "class" / "infiniband_verbs" / "abi_version",
-               std::to_string(kUverbsAbiVersion) + "\n");
+    write_tree_top(root, instance);
     // The character-node directory is shared by every instance (and by a real RDMA
     // stack if there is one). If we create it, we mark it; any instance then removes it
     // when only the mark is left, and never a directory someone else made.
@@ -169,11 +184,16 @@ void register_instance(const InstanceRegistration& instance, Manifest& manifest)
         manifest.record(Manifest::Kind::Shared, cdev_dir);
     for (const auto& device : instance.devices)
         write_device(instance, device, manifest);
-    if (!instance.rdma_cm_socket.empty()) {
-        const fs::path misc = root / "class" / "misc" / "rdma_cm";
-        fs::create_directories(misc);
-        write_file(misc / "abi_version", std::to_string(kRdmaCmAbiVersion) + "\n");
-        write_file(misc / "softhca_engine_socket", instance.rdma_cm_socket + "\n");
+    // Each host's view: the same nodes, a tree of its own.
+    for (const HostView& view : instance.host_views) {
+        const fs::path view_root(view.sysfs_root);
+        if (fs::exists(view_root))
+            fs::remove_all(view_root);
+        fs::create_directories(view_root / "class" / "infiniband_verbs");
+        manifest.record(Manifest::Kind::Tree, view_root);
+        write_tree_top(view_root, instance);
+        for (const auto& device : view.devices)
+            write_device_tree(view_root, device);
     }
 
     make_dirs(fs::path(instance.driver_file).parent_path(), manifest, Manifest::Kind::Directory);

@@ -212,9 +212,13 @@ Json fabric_document(const FabricStatus& f) {
                             {"tier", s.tier},
                             {"forwarded", s.forwarded},
                             {"no_route", s.no_route}});
-    return {{"description", f.description}, {"routing", f.routing},
-            {"time_ns", f.time_ns},         {"endpoints", f.endpoints},
-            {"egress", std::move(egress)},  {"switches", std::move(switches)}};
+    Json namespaces = nullptr;
+    if (!f.namespaces.empty())
+        namespaces = f.namespaces;
+    return {{"description", f.description},   {"routing", f.routing},
+            {"time_ns", f.time_ns},           {"endpoints", f.endpoints},
+            {"namespaces", namespaces},       {"egress", std::move(egress)},
+            {"switches", std::move(switches)}};
 }
 
 } // namespace
@@ -407,6 +411,14 @@ std::string status_text(const Json& doc) {
     out << "\nmemory: mapped mr " << doc["memory"]["mapped_mr"] << "\n";
     if (const auto fabric = doc.find("fabric"); fabric != doc.end() && !fabric->is_null()) {
         out << "fabric: " << (*fabric)["description"].get<std::string>() << "\n";
+        if (const Json& ns = (*fabric)["namespaces"]; !ns.is_null()) {
+            out << "  hosts' network namespaces:";
+            std::string last;
+            for (const Json& name : ns)
+                if (name.get<std::string>() != last)
+                    out << " " << (last = name.get<std::string>());
+            out << "\n";
+        }
         for (const Json& s : (*fabric)["switches"])
             out << "  switch " << s["name"].get<std::string>() << ": forwarded " << s["forwarded"]
                 << " no_route " << s["no_route"] << "\n";

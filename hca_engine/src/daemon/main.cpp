@@ -16,6 +16,7 @@
 #include "environment.hpp"
 #include "fabric_ports.hpp"
 #include "fast_crc32.hpp"
+#include "host_namespaces.hpp"
 #include "rdma_cm_server.hpp"
 #include "udp_ports.hpp"
 
@@ -69,9 +70,14 @@ constexpr uint64_t kSpinNs = 200'000;
 constexpr unsigned kControlCheckEvery = 256;
 constexpr uint64_t kControlCheckNs = 1'000'000;
 
-kernel_shim::InstanceRegistration make_registration(const EngineConfig& config,
-                                                    const std::vector<Device>& devices,
-                                                    const PortSet& ports) {
+// The tree of one fabric host's view (softhca exec --host NAME reads it).
+std::string host_view_root(const EngineConfig& config, const std::string& host) {
+    return config.run_dir + "/hosts/" + host + "/sysfs";
+}
+
+kernel_shim::InstanceRegistration
+make_registration(const EngineConfig& config, const std::vector<Device>& devices,
+                  const PortSet& ports, const std::vector<fabric::HostNamespace>& hosts) {
     kernel_shim::InstanceRegistration reg;
     reg.sysfs_root = config.sysfs_root();
     reg.cdev_dir = config.cdev_dir;
@@ -89,6 +95,18 @@ kernel_shim::InstanceRegistration make_registration(const EngineConfig& config,
         reg.devices.push_back(d);
     }
     reg.rdma_cm_socket = config.rdma_cm_socket_path();
+    // A fabric's hosts in namespaces of their own: each sees its NICs, on its interfaces.
+    for (const fabric::HostNamespace& host : hosts) {
+        kernel_shim::HostView view;
+        view.sysfs_root = host_view_root(config, host.host);
+        for (size_t nic = 0; nic < host.nics.size(); ++nic) {
+            kernel_shim::DeviceRegistration d = reg.devices[host.nics[nic]];
+            d.ports[0].netdev = fabric::HostNamespace::interface_of_nic(nic);
+            d.netdev_elsewhere = true;
+            view.devices.push_back(std::move(d));
+        }
+        reg.host_views.push_back(std::move(view));
+    }
     return reg;
 }
 
@@ -156,9 +174,32 @@ int run(const EngineConfig& config) {
         return StatusDocument{{"datapath_threads", threads_status}};
     });
 
+    // A fabric's hosts, with namespaces of their own on request (netns=1).
+    std::vector<fabric::HostNamespace> hosts;
+    if (config.fabric && config.fabric->host_namespaces)
+        hosts = fabric::fabric_hosts(static_cast<FabricPortSet&>(ports).fabric().topology(),
+                                     config.prefix);
+
     kernel_shim::Manifest manifest(config.manifest_path());
     manifest.remove_all(); // leftovers of an engine that died without cleaning up
-    kernel_shim::register_instance(make_registration(config, devices, ports), manifest);
+    kernel_shim::register_instance(make_registration(config, devices, ports, hosts), manifest);
+    if (!hosts.empty()) {
+        fabric::make_host_namespaces(hosts, fabric::management_namespace(config.prefix), ports,
+                                     [&manifest](const std::string& path) {
+                                         manifest.record(kernel_shim::Manifest::Kind::NetNamespace,
+                                                         path);
+                                     });
+        std::vector<int> device_host(devices.size(), -1);
+        std::vector<std::string> namespaces(devices.size());
+        for (size_t h = 0; h < hosts.size(); ++h)
+            for (uint32_t nic : hosts[h].nics) {
+                device_host[nic] = static_cast<int>(h);
+                namespaces[nic] = hosts[h].name;
+            }
+        rdma_cm.set_hosts(std::move(device_host),
+                          [&hosts](pid_t pid) { return fabric::host_of_process(hosts, pid); });
+        static_cast<FabricPortSet&>(ports).set_host_namespaces(std::move(namespaces));
+    }
     {
         std::ofstream pid(config.pid_path());
         pid << getpid() << "\n";

@@ -157,6 +157,8 @@ struct FabricStatus {
     std::string routing;
     uint64_t time_ns = 0;               // when it was looked at (CLOCK_MONOTONIC)
     std::vector<std::string> endpoints; // node name of each device's port
+    // Each device's host's network namespace (netns=1), empty without them.
+    std::vector<std::string> namespaces;
     std::vector<Egress> egress;
     std::vector<Switch> switches;
 };

@@ -290,14 +290,16 @@ tp::Gid cma_destination(const tp::CmaHeader& cma) {
 
 CmId* RdmaCmServer::listener_for(uint16_t port_space, uint16_t port, size_t device,
                                  const tp::Gid& destination) {
+    // A listener of a fabric host's namespace hears only its host's devices, and before one
+    // of the engine's own namespace (set_hosts).
     CmId* any = nullptr;
     for (auto& [handle, id] : ids_) {
         if (id->state != CmState::Listen || !id->file || id->port_space != port_space ||
-            port_of_address(id->src) != port)
+            port_of_address(id->src) != port || !device_in_host(device, host_of(*id)))
             continue;
         if (gid_of_address(id->src) == destination && id->device == static_cast<int>(device))
             return id.get();
-        if (is_any_address(id->src))
+        if (is_any_address(id->src) && (!any || host_of(*any) < 0))
             any = id.get();
     }
     return any;

@@ -44,14 +44,18 @@ constexpr uint16_t kFirstUnprivilegedPort = 1024;                   // PROT_SOCK
 
 } // namespace
 
-int RdmaCmServer::device_for_address(const sockaddr* addr) const {
+int RdmaCmServer::host_of(const CmId& id) {
+    return id.file ? id.file->host : -1;
+}
+
+int RdmaCmServer::device_for_address(const sockaddr* addr, int host) const {
     sockaddr_storage s{};
     std::memcpy(&s, addr, sockaddr_size(addr->sa_family));
     const tp::Gid gid = gid_of_address(s);
     if (gid == tp::Gid{})
         return -1;
     for (size_t i = 0; i < devices_.size(); ++i)
-        if (port_owns(ports_.info(devices_[i].port_index), gid))
+        if (device_in_host(i, host) && port_owns(ports_.info(devices_[i].port_index), gid))
             return static_cast<int>(i);
     return -1;
 }
@@ -64,9 +68,9 @@ size_t RdmaCmServer::device_of_port(size_t port) const {
 }
 
 // Where the kernel's rdma_cm puts loopback: the first device whose port is up.
-int RdmaCmServer::first_active_device() const {
+int RdmaCmServer::first_active_device(int host) const {
     for (size_t i = 0; i < devices_.size(); ++i)
-        if (ports_.info(devices_[i].port_index).link_up)
+        if (device_in_host(i, host) && ports_.info(devices_[i].port_index).link_up)
             return static_cast<int>(i);
     return -1;
 }
@@ -84,11 +88,13 @@ int common_prefix_bits(const tp::Gid& a, const tp::Gid& b) {
 // The device a packet to `destination` would leave from: the one that owns the address
 // (the kernel routes a local destination to itself), else the one whose address of that
 // family shares the longest prefix with it and whose link is up.
-int RdmaCmServer::device_toward(const tp::Gid& destination) const {
+int RdmaCmServer::device_toward(const tp::Gid& destination, int host) const {
     int best = -1;
     int best_bits = -1;
     const bool ipv4 = tp::gid_is_ipv4_mapped(destination);
     for (size_t i = 0; i < devices_.size(); ++i) {
+        if (!device_in_host(i, host))
+            continue; // another host's: that namespace's, not this one's
         const PortInfo& p = ports_.info(devices_[i].port_index);
         if (port_owns(p, destination))
             return static_cast<int>(i);
@@ -143,8 +149,8 @@ bool RdmaCmServer::port_in_use(const CmId& id, uint16_t port) const {
         // once the old one is gone (perftest's -R does exactly this).
         if (other.get() == &id || !other->bound || other->from_request ||
             other->port_space != id.port_space || port_of_address(other->src) != port ||
-            !other->file)
-            continue;
+            !other->file || host_of(*other) != host_of(id))
+            continue; // another namespace's ports are its own
         const bool overlap = is_any_address(other->src) || is_any_address(id.src) ||
                              gid_of_address(other->src) == gid_of_address(id.src);
         if (!overlap)
@@ -169,11 +175,11 @@ int RdmaCmServer::bind(CmId& id, const sockaddr* addr, size_t length) {
     if (is_loopback_address(s)) {
         // A loopback address binds to the first device whose port is up, as the kernel's
         // rdma_cm binds loopback (cma_bind_loopback); libfabric binds 127.0.0.1 this way.
-        device = first_active_device();
+        device = first_active_device(host_of(id));
         if (device < 0)
             return -EADDRNOTAVAIL;
     } else if (!is_any_address(s)) {
-        device = device_for_address(reinterpret_cast<const sockaddr*>(&s));
+        device = device_for_address(reinterpret_cast<const sockaddr*>(&s), host_of(id));
         if (device < 0)
             return -EADDRNOTAVAIL;
     }
@@ -232,13 +238,13 @@ int RdmaCmServer::resolve_address(CmId& id, const sockaddr* src, const sockaddr*
     if (loopback && id.device < 0) {
         // A loopback destination is this host: the first device whose port is up
         // (cma_resolve_loopback), reached through its own port.
-        id.device = first_active_device();
+        id.device = first_active_device(host_of(id));
         if (id.device < 0)
             return -ENETUNREACH;
     }
     bool routed = false;
     if (id.device < 0) {
-        id.device = device_toward(dst_gid);
+        id.device = device_toward(dst_gid, host_of(id));
         if (id.device < 0)
             return -ENETUNREACH;
         routed = true;

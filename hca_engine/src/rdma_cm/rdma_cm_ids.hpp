@@ -152,6 +152,7 @@ struct CmFile {
     int fd = -1;   // the connection to the preload library
     int pipe = -1; // the event doorbell (see device_interface/rdma_cm.hpp)
     pid_t pid = 0;
+    int host = -1; // the fabric host whose namespace opened it (set_hosts), -1: none
     bool privileged_ports = false; // root: may bind below 1024
     int app_fd = -1; // the descriptor number the application holds (MIGRATE_ID names it)
     std::deque<CmEvent> events;

@@ -86,6 +86,8 @@ std::vector<int> RdmaCmServer::accept_pending() {
         auto file = std::make_unique<CmFile>();
         file->fd = fd;
         file->pid = peer.pid;
+        // Looked up while the peer is pinned: its pid names no other process.
+        file->host = host_of_process_ ? host_of_process_(peer.pid) : -1;
         // Root only: a CapEff of CAP_NET_BIND_SERVICE may be a user namespace's.
         file->privileged_ports = peer.uid == 0;
         peer.release();

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -51,6 +52,16 @@ class RdmaCmServer final : public MadReceiver {
                      uint64_t now) override;
 
     nlohmann::ordered_json status_document() const; // its part of `softhca status`
+
+    // A fabric's hosts in network namespaces of their own (--fabric ...,netns=1):
+    // device_host[d] is device d's host, host_of_process(pid) the host whose namespace a
+    // process is in (-1: none). A file opened from a host's namespace reaches only that
+    // host's devices, and its ports and listeners are its own, as the kernel keeps rdma_cm
+    // ids per network namespace. Files from elsewhere reach every device.
+    void set_hosts(std::vector<int> device_host, std::function<int(pid_t)> host_of_process) {
+        device_host_ = std::move(device_host);
+        host_of_process_ = std::move(host_of_process);
+    }
 
     // Counters (status and tests).
     struct Counters {
@@ -94,8 +105,13 @@ class RdmaCmServer final : public MadReceiver {
     // sockaddr_storage for RESOLVE_ADDR); no more is read.
     int resolve_address(CmId& id, const sockaddr* src, const sockaddr* dst, size_t room,
                         uint32_t timeout_ms, uint64_t now);
-    int device_for_address(const sockaddr* addr) const;
-    int device_toward(const transport::Gid& destination) const;
+    // `host`: only that host's devices (set_hosts), -1: every device.
+    int device_for_address(const sockaddr* addr, int host) const;
+    int device_toward(const transport::Gid& destination, int host) const;
+    bool device_in_host(size_t device, int host) const {
+        return host < 0 || (device < device_host_.size() && device_host_[device] == host);
+    }
+    static int host_of(const CmId& id);
     // The port's own address of the destination's family (zeros when it has none).
     transport::Gid own_gid_toward(size_t device, const transport::Gid& destination) const;
     // The id's source address as a GID (its bound address, or the port's toward the
@@ -103,7 +119,7 @@ class RdmaCmServer final : public MadReceiver {
     transport::Gid source_gid(const CmId& id) const;
     uint8_t source_gid_index(const CmId& id) const;
     size_t device_of_port(size_t port) const; // devices_.size() when none
-    int first_active_device() const;          // -1 when every port is down
+    int first_active_device(int host) const;  // -1 when every port is down
     bool port_in_use(const CmId& id, uint16_t port) const;
     void queue_event(CmId& owner, uint32_t type, int32_t status, uint32_t reported_id = 0);
     void queue_event(CmId& owner, const CmEvent& event);
@@ -183,6 +199,8 @@ class RdmaCmServer final : public MadReceiver {
         1'000'000; // an address query looks again // SOFTHCA_RDMA_CM_TRACE: each command and its
                    // result to the log
     Counters counters_;
+    std::vector<int> device_host_;
+    std::function<int(pid_t)> host_of_process_;
 };
 
 } // namespace softhca::engine

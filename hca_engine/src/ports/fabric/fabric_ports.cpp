@@ -222,6 +222,7 @@ FabricStatus FabricPortSet::fabric_status() {
     status.time_ns = now;
     for (uint32_t node : t.endpoints)
         status.endpoints.push_back(t.nodes[node].name);
+    status.namespaces = namespaces_;
     for (const fabric::Fabric::Egress& e : fabric_->egress_ports()) {
         FabricStatus::Egress out;
         out.from = t.nodes[e.from].name;

@@ -33,6 +33,8 @@ class FabricPortSet final : public PortSet, private fabric::FabricSink {
     int set_fabric_link(const std::string& a, const std::string& b, bool up) override;
 
     const fabric::Fabric& fabric() const { return *fabric_; }
+    // Each endpoint's host's network namespace (netns=1), for the status.
+    void set_host_namespaces(std::vector<std::string> names) { namespaces_ = std::move(names); }
     // Frames of the pool not free and not waiting in a receive queue (tests).
     size_t frames_in_fabric() const;
 
@@ -59,6 +61,7 @@ class FabricPortSet final : public PortSet, private fabric::FabricSink {
     std::vector<RxRing> rx_;
     size_t delivered_since_flush_ = 0;
     std::unique_ptr<fabric::Fabric> fabric_;
+    std::vector<std::string> namespaces_;
 };
 
 } // namespace softhca::engine

@@ -92,6 +92,8 @@ std::optional<FabricSpec> parse_fabric_spec(const std::string& text, std::string
                 spec.pfc = v == 1;
             else if (key == "pfc_xoff_kb" && within(v, 4, 65536))
                 spec.pfc_xoff_bytes = static_cast<uint64_t>(v * 1024);
+            else if (key == "netns" && whole(0, 1))
+                spec.host_namespaces = v == 1;
             else if (key == "seed" && whole(0, 1e15))
                 spec.seed = static_cast<uint64_t>(v);
             else if (key == "ecn_kmin_kb" && within(v, 0, 65536))
@@ -147,6 +149,8 @@ std::string describe(const FabricSpec& spec) {
         out << " (flowlet gap " << spec.flowlet_gap_ns / 1000.0 << " us)";
     if (spec.pfc)
         out << "; PFC at " << spec.pfc_xoff_bytes / 1024 << " KiB";
+    if (spec.host_namespaces)
+        out << "; hosts in network namespaces";
     if (spec.ecn)
         out << "; ECN " << spec.ecn->kmin_bytes / 1024 << "-" << spec.ecn->kmax_bytes / 1024
             << " KiB, pmax " << spec.ecn->pmax;

@@ -62,13 +62,18 @@ struct FabricSpec {
     // Injected faults (--faults) on the links between switches: the fabric's core, where
     // a real one loses frames (each direction its own stream). Off by default.
     FaultConfig faults;
+    // netns=1: every host gets a network namespace of its own, <prefix>-<host> (as `ip
+    // netns` names them), holding its NICs' addresses on interfaces eth0, eth1, ... that
+    // a bridge joins (host_namespaces.hpp); `softhca exec --host NAME` runs a program
+    // there, seeing only that host's devices.
+    bool host_namespaces = false;
 
     uint32_t endpoint_count() const { return kind == Kind::Rail ? hosts * rails : hosts; }
 };
 
 // Parses "leaf-spine:hosts=8,leaves=2,spines=2,oversubscription=2,rate_gbps=10,delay_us=1,
 // queue_kb=256,routing=adaptive,flowlet_us=50,converge_ms=5,ecn_kmin_kb=..,ecn_kmax_kb=..,
-// ecn_pmax=..,pfc=1,pfc_xoff_kb=64,seed=N", "fat-tree:k=4,..." or
+// ecn_pmax=..,pfc=1,pfc_xoff_kb=64,seed=N,netns=1", "fat-tree:k=4,..." or
 // "rail:hosts=4,rails=2,spines=1,...". On error returns nullopt and says what is wrong in `error`.
 std::optional<FabricSpec> parse_fabric_spec(const std::string& text, std::string& error);
 std::string describe(const FabricSpec& spec);

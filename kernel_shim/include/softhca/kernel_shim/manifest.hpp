@@ -11,8 +11,16 @@ class Manifest {
   public:
     // Shared: a directory several instances use (/dev/infiniband) that a softhca
     // instance created and marked; whichever instance leaves it empty but for the
-    // mark removes it.
-    enum class Kind : char { Directory = 'd', File = 'f', Tree = 't', Shared = 's' };
+    // mark removes it. NetNamespace: a network namespace mounted at a file of /run/netns
+    // (a fabric's hosts), removed as `ip netns delete` removes one: unmounted, then
+    // unlinked; the namespace goes with its last process.
+    enum class Kind : char {
+        Directory = 'd',
+        File = 'f',
+        Tree = 't',
+        Shared = 's',
+        NetNamespace = 'n'
+    };
     static constexpr const char* kSharedMark = ".softhca-created";
 
     explicit Manifest(std::string path) : path_(std::move(path)) {}

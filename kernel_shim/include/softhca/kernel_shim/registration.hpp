@@ -37,6 +37,18 @@ struct DeviceRegistration {
     std::string fw_ver;
     std::string engine_socket;
     std::vector<PortRegistration> ports;
+    // The netdev lives in another network namespace than the engine's (a fabric host's
+    // interface): the device link is a virtual device of the tree, never the engine's
+    // interface of that name.
+    bool netdev_elsewhere = false;
+};
+
+// A view of some of an instance's devices in a tree of its own: what a program on one
+// host of a fabric sees (softhca exec --host NAME), its devices' ports on that host's
+// interfaces.
+struct HostView {
+    std::string sysfs_root;
+    std::vector<DeviceRegistration> devices;
 };
 
 struct InstanceRegistration {
@@ -48,6 +60,7 @@ struct InstanceRegistration {
     // The engine's rdma_cm socket: class/misc/rdma_cm holds its name and the ABI version
     // librdmacm reads (the kernel's rdma_ucm reports 4). Empty: no rdma_cm device.
     std::string rdma_cm_socket;
+    std::vector<HostView> host_views;
 };
 
 constexpr int kRdmaCmAbiVersion = 4;
