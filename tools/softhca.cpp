@@ -35,6 +35,7 @@
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -223,7 +224,10 @@ int cmd_up(const Instance& instance, const std::vector<std::string>& engine_args
 // ...,netns=1), as `ip netns exec` enters one: a mount namespace of its own too, whose /sys
 // shows that namespace's interfaces. Needs root (CAP_SYS_ADMIN), as ip netns exec does.
 int enter_host(const Instance& instance, const std::string& host) {
-    if (host.find('/') != std::string::npos || !fs::is_directory(instance.host_sysfs_root(host))) {
+    const bool named = !host.empty() && std::all_of(host.begin(), host.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+    });
+    if (!named || !fs::is_directory(instance.host_sysfs_root(host))) {
         std::cerr << "softhca: " << instance.prefix << " has no host " << host
                   << " in a network namespace of its own (softhca up --fabric ...,netns=1)\n";
         return 1;
@@ -238,9 +242,13 @@ int enter_host(const Instance& instance, const std::string& host) {
         return 1;
     }
     ::close(fd);
+    // /sys stays read-only if it was.
+    struct statvfs sys {};
+    const unsigned long sys_flags =
+        ::statvfs("/sys", &sys) == 0 && (sys.f_flag & ST_RDONLY) ? MS_RDONLY : 0;
     if (::unshare(CLONE_NEWNS) != 0 || ::mount("", "/", "none", MS_SLAVE | MS_REC, nullptr) != 0 ||
         (::umount2("/sys", MNT_DETACH) != 0 && errno != EINVAL) ||
-        ::mount(name.c_str(), "/sys", "sysfs", 0, nullptr) != 0) {
+        ::mount(name.c_str(), "/sys", "sysfs", sys_flags, nullptr) != 0) {
         std::cerr << "softhca: cannot mount /sys for " << name << ": " << std::strerror(errno)
                   << "\n";
         return 1;
@@ -345,6 +353,14 @@ int main(int argc, char** argv) {
             host = argv[++i];
         else
             rest.push_back(arg);
+    }
+    // The engine's rule: the prefix names files under /run and /etc, so nothing else.
+    if (prefix.empty() || prefix.size() > 32 ||
+        !std::all_of(prefix.begin(), prefix.end(), [](char c) {
+            return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+        })) {
+        std::cerr << "softhca: the prefix must be 1..32 characters of [a-z0-9_]\n";
+        return 2;
     }
     const Instance instance = Instance::named(prefix);
 

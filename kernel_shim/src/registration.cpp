@@ -185,12 +185,16 @@ void register_instance(const InstanceRegistration& instance, Manifest& manifest)
     for (const auto& device : instance.devices)
         write_device(instance, device, manifest);
     // Each host's view: the same nodes, a tree of its own.
+    if (!instance.host_views.empty()) {
+        const fs::path dir(instance.host_views_dir);
+        if (fs::exists(dir))
+            fs::remove_all(dir);
+        fs::create_directories(dir);
+        manifest.record(Manifest::Kind::Tree, dir);
+    }
     for (const HostView& view : instance.host_views) {
         const fs::path view_root(view.sysfs_root);
-        if (fs::exists(view_root))
-            fs::remove_all(view_root);
         fs::create_directories(view_root / "class" / "infiniband_verbs");
-        manifest.record(Manifest::Kind::Tree, view_root);
         write_tree_top(view_root, instance);
         for (const auto& device : view.devices)
             write_device_tree(view_root, device);

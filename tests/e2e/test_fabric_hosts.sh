@@ -5,7 +5,8 @@
 # interfaces. perftest between hosts without -d, its connection data over the management
 # network's TCP and its RDMA across the fabric; rdma_cm per namespace, as the kernel keeps
 # it: two rping servers on one port on two hosts, each reached from another host over its own
-# device, and an address of another host refused; a rail host with two NICs; errors for a
+# device, and an address of another host refused, also to the engine's own namespace, which
+# hears no host's connections; a rail host with two NICs; errors for a
 # host that does not exist, an engine without namespaces, a user who is not root; and
 # `softhca down` after the engine was killed removing every namespace.
 source "$(dirname "$0")/lib.sh"
@@ -48,6 +49,12 @@ addresses=$(on_host h2 ip -br addr show eth0)
 grep -q "198.19.0.3/16" <<<"$addresses" && grep -q "2001:2:0:fab::3/64" <<<"$addresses" ||
     fail "h2's eth0 does not hold its addresses: $addresses"
 on_host h2 test -e /sys/class/net/eth0 || fail "h2's /sys does not show its eth0"
+# eth0 is the port's netdev: its MTU, and its MAC, so its link-local address is GID 1's.
+link=$(on_host h2 ip -o link show eth0)
+grep -q "mtu 4200 " <<<"$link" && grep -q "link/ether 02:53:46:42:00:02 " <<<"$link" ||
+    fail "h2's eth0 has not the port's MTU and MAC: $link"
+on_host h2 ip -br addr show eth0 | grep -q "fe80::53:46ff:fe42:2/64" ||
+    fail "h2's link-local address is not its GID 1"
 [ "$(on_host h2 cat "/sys/class/infiniband/${P}2/ports/1/gid_attrs/ndevs/0")" = eth0 ] ||
     fail "h2's GID 0 is not on eth0"
 on_host h2 ibv_devinfo -v | grep -q "GID\[  0\]:.*198.19.0.3, RoCE v2" ||
@@ -110,12 +117,30 @@ done
 out=$(on_host h3 timeout 20 rping -s -a 198.19.0.1 -p 7472 -C 1 2>&1) &&
     fail "rping on h3 bound h0's address"
 grep -q "Cannot assign requested address" <<<"$out" || fail "binding h0's address on h3: $out"
+# The engine's own namespace has none of the hosts' interfaces: a program there can neither
+# bind a host's address nor hear a host's connections (a listener on every address of its
+# namespace, on a port no host listens on).
+out=$("$SOFTHCA" exec -- timeout 20 rping -s -a 198.19.0.2 -p 7473 -C 1 2>&1) &&
+    fail "rping in the engine's namespace bound h1's address"
+grep -q "Cannot assign requested address" <<<"$out" || fail "binding h1's address outside h1: $out"
+"$SOFTHCA" exec -- timeout 30 rping -s -a 0.0.0.0 -p 7474 -C 1 -v >"$other_out" 2>&1 &
+squatter=$!
+sleep 1
+on_host h0 timeout 20 rping -c -a 198.19.0.4 -p 7474 -C 1 >/dev/null 2>&1 &&
+    fail "h0 reached a listener of the engine's namespace at h3's address"
+kill "$squatter" 2>/dev/null || true
+wait "$squatter" 2>/dev/null || true
+! grep -q "ping data" "$other_out" || fail "the engine's namespace heard h0's connection: $(cat "$other_out")"
 # perftest over rdma_cm (-R) between hosts.
 exchange h1 h3 198.19.0.2 ib_send_bw -R -x 0 -s 4096 -n 1000
 
-# Errors: no such host; a user who is not root (entering a namespace takes CAP_SYS_ADMIN).
+# Errors: no such host, or a name that is not one; a prefix that is not one; a user who is
+# not root (entering a namespace takes CAP_SYS_ADMIN).
 out=$("$SOFTHCA" exec --host h9 -- true 2>&1) && fail "exec --host h9 ran"
 grep -q "has no host h9 in a network namespace of its own" <<<"$out" || fail "exec --host h9: $out"
+"$SOFTHCA" exec --host .. -- true >/dev/null 2>&1 && fail "exec --host .. ran"
+out=$("$SOFTHCA" status --prefix .. 2>&1) && fail "status --prefix .. ran"
+grep -q "the prefix must be" <<<"$out" || fail "status --prefix ..: $out"
 out=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$SOFTHCA" exec --host h0 -- true 2>&1) &&
     fail "a user who is not root entered h0's namespace"
 grep -q "it takes root" <<<"$out" || fail "exec --host as nobody: $out"

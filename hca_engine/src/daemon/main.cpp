@@ -70,9 +70,12 @@ constexpr uint64_t kSpinNs = 200'000;
 constexpr unsigned kControlCheckEvery = 256;
 constexpr uint64_t kControlCheckNs = 1'000'000;
 
-// The tree of one fabric host's view (softhca exec --host NAME reads it).
+// The trees of the fabric hosts' views (softhca exec --host NAME reads one).
+std::string host_views_dir(const EngineConfig& config) {
+    return config.run_dir + "/hosts";
+}
 std::string host_view_root(const EngineConfig& config, const std::string& host) {
-    return config.run_dir + "/hosts/" + host + "/sysfs";
+    return host_views_dir(config) + "/" + host + "/sysfs";
 }
 
 kernel_shim::InstanceRegistration
@@ -96,6 +99,7 @@ make_registration(const EngineConfig& config, const std::vector<Device>& devices
     }
     reg.rdma_cm_socket = config.rdma_cm_socket_path();
     // A fabric's hosts in namespaces of their own: each sees its NICs, on its interfaces.
+    reg.host_views_dir = host_views_dir(config);
     for (const fabric::HostNamespace& host : hosts) {
         kernel_shim::HostView view;
         view.sysfs_root = host_view_root(config, host.host);
@@ -196,8 +200,9 @@ int run(const EngineConfig& config) {
                 device_host[nic] = static_cast<int>(h);
                 namespaces[nic] = hosts[h].name;
             }
-        rdma_cm.set_hosts(std::move(device_host),
-                          [&hosts](pid_t pid) { return fabric::host_of_process(hosts, pid); });
+        rdma_cm.set_hosts(std::move(device_host), [&hosts](dev_t dev, ino_t ino) {
+            return fabric::host_of_namespace(hosts, dev, ino);
+        });
         static_cast<FabricPortSet&>(ports).set_host_namespaces(std::move(namespaces));
     }
     {

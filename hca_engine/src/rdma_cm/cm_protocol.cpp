@@ -290,8 +290,7 @@ tp::Gid cma_destination(const tp::CmaHeader& cma) {
 
 CmId* RdmaCmServer::listener_for(uint16_t port_space, uint16_t port, size_t device,
                                  const tp::Gid& destination) {
-    // A listener of a fabric host's namespace hears only its host's devices, and before one
-    // of the engine's own namespace (set_hosts).
+    // A listener of a fabric host's namespace hears only its host's devices (set_hosts).
     CmId* any = nullptr;
     for (auto& [handle, id] : ids_) {
         if (id->state != CmState::Listen || !id->file || id->port_space != port_space ||
@@ -299,7 +298,7 @@ CmId* RdmaCmServer::listener_for(uint16_t port_space, uint16_t port, size_t devi
             continue;
         if (gid_of_address(id->src) == destination && id->device == static_cast<int>(device))
             return id.get();
-        if (is_any_address(id->src) && (!any || host_of(*any) < 0))
+        if (is_any_address(id->src))
             any = id.get();
     }
     return any;

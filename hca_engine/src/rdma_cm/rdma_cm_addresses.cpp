@@ -44,10 +44,6 @@ constexpr uint16_t kFirstUnprivilegedPort = 1024;                   // PROT_SOCK
 
 } // namespace
 
-int RdmaCmServer::host_of(const CmId& id) {
-    return id.file ? id.file->host : -1;
-}
-
 int RdmaCmServer::device_for_address(const sockaddr* addr, int host) const {
     sockaddr_storage s{};
     std::memcpy(&s, addr, sockaddr_size(addr->sa_family));

@@ -73,6 +73,9 @@ struct CmId {
     uint32_t handle = 0;    // the id number librdmacm uses in commands
     uint64_t uid = 0;       // librdmacm's pointer, returned in events
     CmFile* file = nullptr; // null once destroyed while the CM finishes on the wire
+    // The fabric host whose namespace the id was made in (its file's, kept when the id
+    // moves to another file, as the kernel keeps an id's namespace), -1: none.
+    int host = -1;
     uint16_t port_space = 0;
     uint8_t qp_type = 0;
     CmState state = CmState::Idle;
@@ -152,7 +155,7 @@ struct CmFile {
     int fd = -1;   // the connection to the preload library
     int pipe = -1; // the event doorbell (see device_interface/rdma_cm.hpp)
     pid_t pid = 0;
-    int host = -1; // the fabric host whose namespace opened it (set_hosts), -1: none
+    int host = -1; // the fabric host whose namespace its socket is in (set_hosts), -1: none
     bool privileged_ports = false; // root: may bind below 1024
     int app_fd = -1; // the descriptor number the application holds (MIGRATE_ID names it)
     std::deque<CmEvent> events;

@@ -20,10 +20,12 @@
 #include <cstring>
 #include <fcntl.h>
 #include <fstream>
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <rdma/ib_user_verbs.h>
 #include <sstream>
 #include <stdexcept>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -86,8 +88,7 @@ std::vector<int> RdmaCmServer::accept_pending() {
         auto file = std::make_unique<CmFile>();
         file->fd = fd;
         file->pid = peer.pid;
-        // Looked up while the peer is pinned: its pid names no other process.
-        file->host = host_of_process_ ? host_of_process_(peer.pid) : -1;
+        file->host = host_of_socket(fd);
         // Root only: a CapEff of CAP_NET_BIND_SERVICE may be a user namespace's.
         file->privileged_ports = peer.uid == 0;
         peer.release();
@@ -95,6 +96,20 @@ std::vector<int> RdmaCmServer::accept_pending() {
         accepted.push_back(fd);
     }
     return accepted;
+}
+
+// The fabric host whose network namespace a client's socket is in: the accepted end of a
+// Unix socket is made in its client's namespace (SIOCGSKNS names it).
+int RdmaCmServer::host_of_socket(int fd) const {
+    if (!host_of_namespace_)
+        return -1;
+    const int ns = ::ioctl(fd, SIOCGSKNS);
+    if (ns < 0)
+        return -1;
+    struct stat st {};
+    const int host = ::fstat(ns, &st) == 0 ? host_of_namespace_(st.st_dev, st.st_ino) : -1;
+    ::close(ns);
+    return host;
 }
 
 void RdmaCmServer::close_file(CmFile& file) {
@@ -231,6 +246,7 @@ CmId& RdmaCmServer::create_id(CmFile* file, uint64_t uid, uint16_t port_space, u
     id->handle = next_handle_++;
     id->uid = uid;
     id->file = file;
+    id->host = file ? file->host : -1;
     id->port_space = port_space;
     id->qp_type = qp_type;
     // The kernel's rdma_cm draws each id's PSN at creation (rdma_create_id): the first

@@ -54,13 +54,15 @@ class RdmaCmServer final : public MadReceiver {
     nlohmann::ordered_json status_document() const; // its part of `softhca status`
 
     // A fabric's hosts in network namespaces of their own (--fabric ...,netns=1):
-    // device_host[d] is device d's host, host_of_process(pid) the host whose namespace a
-    // process is in (-1: none). A file opened from a host's namespace reaches only that
+    // device_host[d] is device d's host, host_of_namespace(dev, ino) the host whose
+    // namespace that is (-1: none). An id made in a host's namespace reaches only that
     // host's devices, and its ports and listeners are its own, as the kernel keeps rdma_cm
-    // ids per network namespace. Files from elsewhere reach every device.
-    void set_hosts(std::vector<int> device_host, std::function<int(pid_t)> host_of_process) {
+    // ids per network namespace; one made in any other namespace (the engine's) reaches
+    // none of them, as the engine's namespace has none of the hosts' interfaces.
+    void set_hosts(std::vector<int> device_host,
+                   std::function<int(dev_t, ino_t)> host_of_namespace) {
         device_host_ = std::move(device_host);
-        host_of_process_ = std::move(host_of_process);
+        host_of_namespace_ = std::move(host_of_namespace);
     }
 
     // Counters (status and tests).
@@ -105,13 +107,15 @@ class RdmaCmServer final : public MadReceiver {
     // sockaddr_storage for RESOLVE_ADDR); no more is read.
     int resolve_address(CmId& id, const sockaddr* src, const sockaddr* dst, size_t room,
                         uint32_t timeout_ms, uint64_t now);
-    // `host`: only that host's devices (set_hosts), -1: every device.
+    // `host`: only that host's devices (set_hosts; without hosts, every device).
     int device_for_address(const sockaddr* addr, int host) const;
     int device_toward(const transport::Gid& destination, int host) const;
     bool device_in_host(size_t device, int host) const {
-        return host < 0 || (device < device_host_.size() && device_host_[device] == host);
+        return device_host_.empty() ||
+               (device < device_host_.size() && device_host_[device] == host);
     }
-    static int host_of(const CmId& id);
+    static int host_of(const CmId& id) { return id.host; }
+    int host_of_socket(int fd) const;
     // The port's own address of the destination's family (zeros when it has none).
     transport::Gid own_gid_toward(size_t device, const transport::Gid& destination) const;
     // The id's source address as a GID (its bound address, or the port's toward the
@@ -200,7 +204,7 @@ class RdmaCmServer final : public MadReceiver {
                    // result to the log
     Counters counters_;
     std::vector<int> device_host_;
-    std::function<int(pid_t)> host_of_process_;
+    std::function<int(dev_t, ino_t)> host_of_namespace_;
 };
 
 } // namespace softhca::engine

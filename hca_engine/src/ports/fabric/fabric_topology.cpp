@@ -116,6 +116,10 @@ std::optional<FabricSpec> parse_fabric_spec(const std::string& text, std::string
         error = "more leaves than hosts";
     if (error.empty() && spec.endpoint_count() > 1024)
         error = "at most 1024 endpoints";
+    // One bridge joins the hosts' namespaces (host_namespaces.hpp), and a Linux bridge
+    // has 1023 ports.
+    if (error.empty() && spec.host_namespaces && spec.endpoint_count() > 1023)
+        error = "at most 1023 endpoints with netns=1";
     if (error.empty() && spec.endpoint_count() < 2)
         error = "a fabric needs two endpoints";
     if (!error.empty()) {

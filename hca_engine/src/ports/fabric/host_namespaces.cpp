@@ -2,10 +2,12 @@
 
 #include <arpa/inet.h>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <fcntl.h>
 #include <linux/if_link.h>
+#include <linux/magic.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <linux/veth.h>
@@ -14,6 +16,7 @@
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <system_error>
 #include <thread>
@@ -61,16 +64,19 @@ class Request {
         length_ = NLMSG_HDRLEN;
     }
     template <typename T> T* fixed(const T& value) {
+        room(NLMSG_ALIGN(sizeof(T)));
         T* at = reinterpret_cast<T*>(buffer_ + length_);
         std::memcpy(at, &value, sizeof(T));
         length_ += NLMSG_ALIGN(sizeof(T));
         return at;
     }
     void attribute(uint16_t type, const void* data, size_t size) {
+        room(RTA_SPACE(size));
         auto* a = reinterpret_cast<rtattr*>(buffer_ + length_);
         a->rta_type = type;
         a->rta_len = static_cast<uint16_t>(RTA_LENGTH(size));
-        std::memcpy(RTA_DATA(a), data, size);
+        if (size)
+            std::memcpy(RTA_DATA(a), data, size);
         length_ += RTA_ALIGN(a->rta_len);
     }
     void attribute(uint16_t type, const std::string& text) {
@@ -92,6 +98,10 @@ class Request {
 
   private:
     nlmsghdr* header() { return reinterpret_cast<nlmsghdr*>(buffer_); }
+    void room(size_t bytes) const {
+        if (length_ + bytes > sizeof(buffer_))
+            fail(EMSGSIZE, "a netlink request");
+    }
     alignas(NLMSG_ALIGNTO) uint8_t buffer_[512] = {};
     size_t length_ = 0;
 };
@@ -191,7 +201,16 @@ void prepare_netns_dir() {
 int make_namespace(const std::string& name,
                    const std::function<void(const std::string&)>& before_mount) {
     const std::string path = std::string(kNetnsDir) + "/" + name;
-    const int file = ::open(path.c_str(), O_RDONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0);
+    int file = ::open(path.c_str(), O_RDONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0);
+    if (file < 0 && errno == EEXIST) {
+        // Another's namespace, or the empty file an engine left that died before it had
+        // recorded it: only the second is taken over.
+        struct statfs fs {};
+        if (::statfs(path.c_str(), &fs) == 0 && fs.f_type != NSFS_MAGIC)
+            file = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        else
+            errno = EEXIST;
+    }
     if (file < 0)
         fail(errno, "creating " + path);
     ::close(file);
@@ -223,7 +242,9 @@ std::vector<HostNamespace> fabric_hosts(const Topology& topology, const std::str
     return hosts;
 }
 
-std::string management_namespace(const std::string& prefix) { return prefix + "-fabric"; }
+std::string management_namespace(const std::string& prefix) {
+    return prefix + "-fabric";
+}
 
 void make_host_namespaces(std::vector<HostNamespace>& hosts, const std::string& management,
                           const PortSet& ports,
@@ -241,7 +262,7 @@ void make_host_namespaces(std::vector<HostNamespace>& hosts, const std::string& 
     fds.push_back(switch_fd);
     for (HostNamespace& host : hosts) {
         fds.push_back(make_namespace(host.name, before_mount));
-        struct stat st{};
+        struct stat st {};
         if (::fstat(fds.back(), &st) != 0)
             fail(errno, "stat of " + host.name);
         host.dev = st.st_dev;
@@ -268,15 +289,23 @@ void make_host_namespaces(std::vector<HostNamespace>& hosts, const std::string& 
                 const std::string end = hosts[h].nics.size() > 1
                                             ? hosts[h].host + "n" + std::to_string(nic)
                                             : hosts[h].host;
+                // Both ends carry the port's MTU (the bridge follows), and the host's end
+                // the port's MAC, so that its link-local address is GID 1's, as a RoCE
+                // NIC's GIDs are its netdev's addresses.
+                const PortInfo& port = ports.info(hosts[h].nics[nic]);
+                const uint32_t mtu = port.eth_mtu;
                 Request veth(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL);
                 veth.fixed(ifinfomsg{});
                 veth.attribute(IFLA_IFNAME, end);
+                veth.attribute(IFLA_MTU, &mtu, sizeof(mtu));
                 const size_t link = veth.begin_nest(IFLA_LINKINFO);
                 veth.attribute(IFLA_INFO_KIND, std::string("veth"));
                 const size_t data = veth.begin_nest(IFLA_INFO_DATA);
                 const size_t peer = veth.begin_nest(VETH_INFO_PEER);
                 veth.fixed(ifinfomsg{});
                 veth.attribute(IFLA_IFNAME, HostNamespace::interface_of_nic(nic));
+                veth.attribute(IFLA_MTU, &mtu, sizeof(mtu));
+                veth.attribute(IFLA_ADDRESS, port.mac.data(), port.mac.size());
                 const uint32_t ns = static_cast<uint32_t>(host_fd);
                 veth.attribute(IFLA_NET_NS_FD, &ns, sizeof(ns));
                 veth.end_nest(peer);
@@ -299,21 +328,24 @@ void make_host_namespaces(std::vector<HostNamespace>& hosts, const std::string& 
                 rtnl.set_up(interface);
                 const uint32_t ipv4 = htonl(port.ipv4);
                 rtnl.add_address(interface, AF_INET, &ipv4, 16);
-                for (const transport::Gid& ipv6 : port.ipv6)
-                    rtnl.add_address(interface, AF_INET6, ipv6.data(), 64);
+                for (const transport::Gid& ipv6 : port.ipv6) {
+                    try {
+                        rtnl.add_address(interface, AF_INET6, ipv6.data(), 64);
+                    } catch (const std::system_error& e) {
+                        // IPv6 turned off (ipv6.disable=1, disable_ipv6): IPv4 only.
+                        if (e.code().value() != EAFNOSUPPORT && e.code().value() != EACCES)
+                            throw;
+                        std::fprintf(stderr, "softhca-engine: %s has no IPv6 (%s)\n",
+                                     hosts[h].name.c_str(), e.what());
+                    }
+                }
             }
         });
 }
 
-int host_of_process(const std::vector<HostNamespace>& hosts, pid_t pid) {
-    if (hosts.empty() || pid <= 0)
-        return -1;
-    struct stat st{};
-    const std::string path = "/proc/" + std::to_string(pid) + "/ns/net";
-    if (::stat(path.c_str(), &st) != 0)
-        return -1;
+int host_of_namespace(const std::vector<HostNamespace>& hosts, dev_t dev, ino_t ino) {
     for (size_t h = 0; h < hosts.size(); ++h)
-        if (hosts[h].dev == st.st_dev && hosts[h].ino == st.st_ino)
+        if (hosts[h].dev == dev && hosts[h].ino == ino)
             return static_cast<int>(h);
     return -1;
 }

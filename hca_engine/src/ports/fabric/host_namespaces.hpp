@@ -1,7 +1,7 @@
 // The hosts of a fabric as places a program can run (--fabric ...,netns=1): each host a
 // network namespace of its own, named as `ip netns` names them (/run/netns/<prefix>-h3),
-// holding its NICs' addresses (198.19.0.4/16 and 2001:2:0:fab::4/64 on eth0; a rail host's
-// NIC n on eth<n>), so that a program started there (softhca exec --host h3) binds, routes
+// holding its NICs' addresses (198.19.0.4/16 and 2001:2:0:fab::4/64 on eth0, whose MAC and
+// MTU are the port's; a rail host's NIC n on eth<n>), so that a program started there (softhca exec --host h3) binds, routes
 // and resolves as on host h3. A bridge in one more namespace (<prefix>-fabric) joins the
 // hosts' interfaces: the management network that carries what is not RDMA (perftest's and
 // MPI's connection setup over TCP, ping), as a cluster's Ethernet does, while RDMA crosses
@@ -44,7 +44,7 @@ void make_host_namespaces(std::vector<HostNamespace>& hosts, const std::string& 
                           const PortSet& ports,
                           const std::function<void(const std::string&)>& before_mount);
 
-// The host whose namespace process `pid` is in (an index into `hosts`), or -1.
-int host_of_process(const std::vector<HostNamespace>& hosts, pid_t pid);
+// The host whose namespace that is (an index into `hosts`), or -1.
+int host_of_namespace(const std::vector<HostNamespace>& hosts, dev_t dev, ino_t ino);
 
 } // namespace softhca::engine::fabric

@@ -61,6 +61,7 @@ struct InstanceRegistration {
     // librdmacm reads (the kernel's rdma_ucm reports 4). Empty: no rdma_cm device.
     std::string rdma_cm_socket;
     std::vector<HostView> host_views;
+    std::string host_views_dir; // holds the views' trees; removed whole
 };
 
 constexpr int kRdmaCmAbiVersion = 4;
