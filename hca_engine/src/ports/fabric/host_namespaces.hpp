@@ -1,11 +1,11 @@
 // The hosts of a fabric as places a program can run (--fabric ...,netns=1): each host a
 // network namespace of its own, named as `ip netns` names them (/run/netns/<prefix>-h3),
 // holding its NICs' addresses (198.19.0.4/16 and 2001:2:0:fab::4/64 on eth0, whose MAC and
-// MTU are the port's; a rail host's NIC n on eth<n>), so that a program started there (softhca exec --host h3) binds, routes
-// and resolves as on host h3. A bridge in one more namespace (<prefix>-fabric) joins the
-// hosts' interfaces: the management network that carries what is not RDMA (perftest's and
-// MPI's connection setup over TCP, ping), as a cluster's Ethernet does, while RDMA crosses
-// the fabric inside the engine. Nothing is made in the engine's own namespace.
+// MTU are the port's; a rail host's NIC n on eth<n>), so that a program started there (softhca exec
+// --host h3) binds, routes and resolves as on host h3. A bridge in one more namespace
+// (<prefix>-fabric) joins the hosts' interfaces: the management network that carries what is not
+// RDMA (perftest's and MPI's connection setup over TCP, ping), as a cluster's Ethernet does, while
+// RDMA crosses the fabric inside the engine. Nothing is made in the engine's own namespace.
 #pragma once
 
 #include "fabric_topology.hpp"
@@ -19,10 +19,10 @@
 namespace softhca::engine::fabric {
 
 struct HostNamespace {
-    std::string host;               // "h3"
-    std::string name;               // "<prefix>-h3": /run/netns/<name>
-    std::vector<uint32_t> nics;     // its endpoints (devices), NIC 0 first
-    dev_t dev = 0;                  // the namespace's identity (a stat of /proc/PID/ns/net)
+    std::string host;           // "h3"
+    std::string name;           // "<prefix>-h3": /run/netns/<name>
+    std::vector<uint32_t> nics; // its endpoints (devices), NIC 0 first
+    dev_t dev = 0;              // the namespace's identity (a stat of /proc/PID/ns/net)
     ino_t ino = 0;
     // The interface of NIC n in the host's namespace: "eth<n>".
     static std::string interface_of_nic(size_t nic) { return "eth" + std::to_string(nic); }
