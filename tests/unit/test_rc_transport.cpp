@@ -970,6 +970,47 @@ TEST_CASE("RC: the requester asks for an ACK every kAckReqEvery packets and keep
     CHECK(link.a().qp.counters().timeouts == 0);
 }
 
+TEST_CASE("RC: the responder and the requester take turns: a long READ response does not hold "
+          "back the QP's own requests") {
+    Link link(23, {0, 0, 0, 0});
+    link.connect(PathMtu::Mtu1024, kAllRemote);
+    HostMemory& am = link.a().memory;
+    HostMemory& bm = link.b().memory;
+    const uint32_t a_region = am.add_region(65536, kRegionRights);
+    const uint32_t b_region = bm.add_region(65536, kRegionRights);
+    // A reads 32 KiB of B (32 response packets); its request is handed to B.
+    SendWqe read = one_sge_request(1, WrOpcode::RdmaRead, am, a_region, 32768);
+    read.rkey = b_region;
+    read.remote_addr = bm.region(b_region).addr;
+    REQUIRE(link.a().qp.post_send(read));
+    uint8_t out[1024 + 64];
+    size_t n = link.a().qp.transmit(out, sizeof(out), link.now());
+    REQUIRE(n);
+    IbPacket packet;
+    REQUIRE(parse_ib_packet(out, n, packet) == PacketError::None);
+    link.b().qp.receive(packet, link.now());
+    // Meanwhile B has two SENDs of its own for A.
+    for (uint64_t id = 7; id < 9; ++id) {
+        RecvWqe r = one_sge_receive(id, am, a_region, 1024);
+        REQUIRE(link.a().qp.post_recv(r));
+        REQUIRE(link.b().qp.post_send(one_sge_request(id, WrOpcode::Send, bm, b_region, 16)));
+    }
+    std::vector<uint8_t> opcodes;
+    while ((n = link.b().qp.transmit(out, sizeof(out), link.now())) != 0) {
+        REQUIRE(parse_ib_packet(out, n, packet) == PacketError::None);
+        opcodes.push_back(packet.bth->opcode());
+    }
+    // The responder's turn (16 packets), the first SEND, the rest of the response, the
+    // second SEND: 34 packets.
+    REQUIRE(opcodes.size() == 34);
+    CHECK(opcodes[0] == op::kReadResponseFirst);
+    for (size_t i = 1; i < 16; ++i)
+        CHECK(opcodes[i] == op::kReadResponseMiddle);
+    CHECK(opcodes[16] == op::kSendOnly);
+    CHECK(opcodes[32] == op::kReadResponseLast);
+    CHECK(opcodes[33] == op::kSendOnly);
+}
+
 TEST_CASE("RC: SENDs through receive staging over lossy, duplicating, reordering wires are whole") {
     // Larger SENDs into one-SGE receives of memory that stages go to the sink's receive
     // staging; retransmissions and duplicates must never change what a message left there,

@@ -176,10 +176,31 @@ size_t QueuePair::transmit(uint8_t* buffer, size_t capacity, Nanoseconds now,
                            const AddressVector** destination) {
     if (state_ == QpState::Reset || state_ == QpState::Init || state_ == QpState::Error)
         return 0;
-    if (size_t n = build_response(buffer, capacity)) {
+    // The responder and the requester are two engines of the QP (rxe's resp and req tasks,
+    // an HCA's send and response schedulers), and their PSNs are independent sequences:
+    // they take turns, the responder kResponderTurn packets, then the requester one, so a
+    // long READ response does not hold back this QP's own requests. A rank of an
+    // all-to-all answers its peer's RDMA READ and reads from that peer on one QP;
+    // answering first halved what the pair moved over a rate-limited link.
+    if (responder_run_ < kResponderTurn || !requester_has_work(now))
+        if (const size_t n = build_response(buffer, capacity)) {
+            ++counters_.packets_sent;
+            ++responder_run_;
+            return n;
+        }
+    responder_run_ = 0;
+    if (const size_t n = transmit_request(buffer, capacity, now, destination))
+        return n;
+    if (const size_t n = build_response(buffer, capacity)) {
         ++counters_.packets_sent;
+        ++responder_run_;
         return n;
     }
+    return 0;
+}
+
+size_t QueuePair::transmit_request(uint8_t* buffer, size_t capacity, Nanoseconds now,
+                                   const AddressVector** destination) {
     if ((state_ != QpState::Rts && state_ != QpState::Sqd) || now < req_.rnr_wait_until)
         return 0;
     while (req_.sq_send != sq_tail_ && state_ != QpState::Error) {

@@ -170,7 +170,8 @@ class QueuePair {
     // Builds the next packet to send into `buffer` (BTH onwards, pad included, no
     // ICRC) and returns its length, or 0 when there is nothing to send now. For UD,
     // `destination` is set to the address vector of the packet's work request (valid
-    // until the next post_send); connected services send to the QP's own path.
+    // until the next post_send); connected services send to the QP's own path. The
+    // responder (read responses, ACKs) and the requester take turns.
     size_t transmit(uint8_t* buffer, size_t capacity, Nanoseconds now,
                     const AddressVector** destination = nullptr);
 
@@ -241,6 +242,12 @@ class QueuePair {
     static bool is_local_operation(const SendWqe& wqe);
     bool run_local_operation(SendEntry& entry);
     size_t build_request(SendEntry& entry, uint8_t* buffer, size_t capacity);
+    size_t transmit_request(uint8_t* buffer, size_t capacity, Nanoseconds now,
+                            const AddressVector** destination);
+    bool requester_has_work(Nanoseconds now) const {
+        return (state_ == QpState::Rts || state_ == QpState::Sqd) && now >= req_.rnr_wait_until &&
+               req_.sq_send != sq_tail_;
+    }
     void rewind_to(uint32_t psn);
     bool gathered_sges_valid(const SendWqe& wqe);
     bool within_window(const SendEntry& entry) const;
@@ -397,6 +404,9 @@ class QueuePair {
     RequesterState req_;
     CompleterState comp_;
     ResponderState resp_;
+    // transmit(): the responder's packets in a row since the requester's last turn.
+    static constexpr uint32_t kResponderTurn = 16;
+    uint32_t responder_run_ = 0;
 
     ReceiveQueue own_rq_;
     ReceiveQueue* rq_; // own_rq_ or an SRQ
