@@ -150,6 +150,25 @@ TEST_CASE("fabric: the spec's mistakes are refused with what is wrong") {
     CHECK(spec->ecn->kmax_bytes == 100 * 1024);
 }
 
+TEST_CASE("fabric: a NIC holds its senders back at nic_queue_kb, else at queue_kb") {
+    for (const auto& [spec, limit] :
+         {std::pair{"leaf-spine:hosts=2,leaves=1,spines=1,queue_kb=256", 256u * 1024},
+          std::pair{"leaf-spine:hosts=2,leaves=1,spines=1,queue_kb=256,nic_queue_kb=32",
+                    32u * 1024}}) {
+        INFO(spec);
+        Frames frames;
+        Fabric fabric(build_topology(spec_of(spec)), spec_of(spec), kCapacity, frames);
+        uint64_t queued = 0;
+        while (fabric.nic_room(0, 4096)) {
+            fabric.send(0, frames.frame(0, 1, 0xc000, 4096), 0);
+            queued += 4096;
+            REQUIRE(queued <= 2 * limit);
+        }
+        CHECK(queued <= limit);
+        CHECK(queued + 4096 > limit);
+    }
+}
+
 TEST_CASE("fabric: every frame arrives over a shortest path, and none loops") {
     for (const char* routing : {"ecmp", "adaptive", "spray"}) {
         INFO(routing);

@@ -3,8 +3,13 @@
 // MPI_Allreduce between two ranks, every received byte checked. Prints one line per
 // figure, "pingpong SIZE us|MBps VALUE" and "allreduce SIZE us VALUE", from rank 0.
 //   softhca-mpi-bench [ITERATIONS] [allreduce]
+//   softhca-mpi-bench ITERATIONS alltoall SIZE
 // With "allreduce", only ITERATIONS 1 MiB all-reduces (tools/bench-fabric.sh fails a link
-// under them). Exit status 1 when a byte or a sum is wrong.
+// under them). With "alltoall", only ITERATIONS MPI_Alltoalls of SIZE bytes from every rank
+// to every rank, checked as the ping-pong is, printed as "alltoall SIZE us T MBps B": T
+// microseconds per MPI_Alltoall and B the MB/s all ranks together sent to other ranks
+// (ranks * (ranks - 1) * SIZE / T; tools/bench-fabric.sh runs it across a leaf-spine).
+// Exit status 1 when a byte or a sum is wrong.
 #include <mpi.h>
 
 #include <cstdint>
@@ -25,6 +30,11 @@ int rank = 0;
 
 uint8_t pattern(size_t i, int round) {
     return static_cast<uint8_t>(i * 131 + round * 7 + 1);
+}
+
+// The byte at I of what rank FROM sends rank TO in an all-to-all's ROUND.
+uint8_t pattern(size_t i, int round, int from, int to) {
+    return static_cast<uint8_t>(i * 131 + round * 7 + from * 17 + to * 61 + 1);
 }
 
 // Runs body(round, edge) for iterations / 10 + 1 warm-up rounds, then `iterations` timed
@@ -101,6 +111,35 @@ double allreduce(size_t size, int iterations, int ranks) {
     return seconds * 1e6 / iterations;
 }
 
+// Time of one MPI_Alltoall of SIZE bytes from every rank to every rank, microseconds.
+// Every byte of every block of the first and last rounds is checked, and a sample of
+// each block (and its last byte) of the others.
+double alltoall(size_t size, int iterations, int ranks) {
+    std::vector<uint8_t> out(size * ranks), in(size * ranks);
+    const double seconds = timed_rounds(iterations, [&](int round, bool edge) {
+        const size_t step = edge ? 1 : 4093;
+        for (int to = 0; to < ranks; ++to) {
+            uint8_t* block = out.data() + size * to;
+            for (size_t i = 0; i < size; i += step)
+                block[i] = pattern(i, round, rank, to);
+            if (size && (size - 1) % step != 0)
+                block[size - 1] = pattern(size - 1, round, rank, to);
+        }
+        MPI_Alltoall(out.data(), static_cast<int>(size), MPI_BYTE, in.data(),
+                     static_cast<int>(size), MPI_BYTE, MPI_COMM_WORLD);
+        for (int from = 0; from < ranks; ++from) {
+            const uint8_t* block = in.data() + size * from;
+            for (size_t i = 0; i < size; i += step)
+                if (block[i] != pattern(i, round, from, rank))
+                    fail("alltoall block", size * from + i);
+            if (size && (size - 1) % step != 0 &&
+                block[size - 1] != pattern(size - 1, round, from, rank))
+                fail("alltoall block", size * from + size - 1);
+        }
+    });
+    return seconds * 1e6 / iterations;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -119,6 +158,22 @@ int main(int argc, char** argv) {
         const double sum = allreduce(1 << 20, iterations, ranks);
         if (rank == 0)
             std::printf("allreduce 1048576 us %.0f\n", sum);
+        MPI_Finalize();
+        return 0;
+    }
+    if (argc > 2 && std::string(argv[2]) == "alltoall") {
+        const long size = argc > 3 ? std::atol(argv[3]) : 0;
+        if (size < 1 || size > (1L << 30) / ranks) {
+            if (rank == 0)
+                std::fprintf(stderr, "mpi-bench: alltoall needs a SIZE of 1 to %ld bytes\n",
+                             (1L << 30) / ranks);
+            MPI_Finalize();
+            return 2;
+        }
+        const double us = alltoall(static_cast<size_t>(size), iterations, ranks);
+        if (rank == 0)
+            std::printf("alltoall %ld us %.0f MBps %.0f\n", size, us,
+                        static_cast<double>(ranks) * (ranks - 1) * size / us);
         MPI_Finalize();
         return 0;
     }

@@ -179,7 +179,7 @@ bool Fabric::nic_room(uint32_t source, uint32_t bytes) const {
     if (source >= endpoints())
         return true;
     const Egress& nic = egress_[out_[topology_.endpoints[source]].front()];
-    return nic.queue_bytes == 0 || nic.queue_bytes + bytes <= spec_.link.queue_bytes;
+    return nic.queue_bytes == 0 || nic.queue_bytes + bytes <= spec_.nic_queue_bytes();
 }
 
 void Fabric::push_event(uint64_t time, uint32_t egress, EventKind kind) {

@@ -92,6 +92,8 @@ std::optional<FabricSpec> parse_fabric_spec(const std::string& text, std::string
                 spec.pfc = v == 1;
             else if (key == "pfc_xoff_kb" && within(v, 4, 65536))
                 spec.pfc_xoff_bytes = static_cast<uint64_t>(v * 1024);
+            else if (key == "nic_queue_kb" && within(v, 16, 65536))
+                spec.nic_queue_limit = static_cast<uint64_t>(v * 1024);
             else if (key == "netns" && whole(0, 1))
                 spec.host_namespaces = v == 1;
             else if (key == "seed" && whole(0, 1e15))
@@ -147,8 +149,10 @@ std::string describe(const FabricSpec& spec) {
         break;
     }
     out << "; links " << spec.link.rate_bps / 1e9 << " Gb/s, " << spec.link.delay_ns / 1000.0
-        << " us, queues " << spec.link.queue_bytes / 1024 << " KiB; routing "
-        << routing_name(spec.routing);
+        << " us, queues " << spec.link.queue_bytes / 1024 << " KiB";
+    if (spec.nic_queue_limit)
+        out << " (NICs " << spec.nic_queue_limit / 1024 << " KiB)";
+    out << "; routing " << routing_name(spec.routing);
     if (spec.routing == Routing::Adaptive)
         out << " (flowlet gap " << spec.flowlet_gap_ns / 1000.0 << " us)";
     if (spec.pfc)

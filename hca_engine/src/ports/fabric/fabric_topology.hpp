@@ -67,13 +67,20 @@ struct FabricSpec {
     // a bridge joins (host_namespaces.hpp); `softhca exec --host NAME` runs a program
     // there, seeing only that host's devices.
     bool host_namespaces = false;
+    // How much a host's NIC holds before its QPs wait (nic_queue_kb), 0: queue_kb. A real
+    // NIC's is shallow, its QPs' scheduler choosing what goes next; the engine's needs to
+    // cover the time between its rounds at the link's rate (milliseconds on 2 busy cores).
+    uint64_t nic_queue_limit = 0;
+    uint64_t nic_queue_bytes() const {
+        return nic_queue_limit ? nic_queue_limit : link.queue_bytes;
+    }
 
     uint32_t endpoint_count() const { return kind == Kind::Rail ? hosts * rails : hosts; }
 };
 
 // Parses "leaf-spine:hosts=8,leaves=2,spines=2,oversubscription=2,rate_gbps=10,delay_us=1,
 // queue_kb=256,routing=adaptive,flowlet_us=50,converge_ms=5,ecn_kmin_kb=..,ecn_kmax_kb=..,
-// ecn_pmax=..,pfc=1,pfc_xoff_kb=64,seed=N,netns=1", "fat-tree:k=4,..." or
+// ecn_pmax=..,pfc=1,pfc_xoff_kb=64,nic_queue_kb=..,seed=N,netns=1", "fat-tree:k=4,..." or
 // "rail:hosts=4,rails=2,spines=1,...". On error returns nullopt and says what is wrong in `error`.
 std::optional<FabricSpec> parse_fabric_spec(const std::string& text, std::string& error);
 std::string describe(const FabricSpec& spec);
