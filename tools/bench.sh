@@ -189,11 +189,12 @@ mpi_apps=build/tools/softhca-mpi-bench
 mpi() {
     local n=$((iters < 2000 ? 200 : 1000))
     if [ "$1" = softhca ]; then
+        # Each rank's app context names UCX_TLS: mpirun's -x belongs to the context it is in.
+        local ucx_env=(-x UCX_TLS=rc_verbs,ud_verbs:aux,self -x UCX_WARN_UNUSED_ENV_VARS=n)
         "$softhca" exec --prefix "$prefix" -- timeout 180 mpirun --allow-run-as-root \
             -mca pml ucx -mca btl ^openib,uct -mca osc ^ucx \
-            -x UCX_TLS=rc_verbs,ud_verbs:aux,self -x UCX_WARN_UNUSED_ENV_VARS=n \
-            -np 1 -x UCX_NET_DEVICES="${prefix}0:1" "$mpi_apps" "$n" : \
-            -np 1 -x UCX_NET_DEVICES="${prefix}1:1" "$mpi_apps" "$n" 2>/dev/null
+            -np 1 "${ucx_env[@]}" -x UCX_NET_DEVICES="${prefix}0:1" "$mpi_apps" "$n" : \
+            -np 1 "${ucx_env[@]}" -x UCX_NET_DEVICES="${prefix}1:1" "$mpi_apps" "$n" 2>/dev/null
     else
         timeout 180 mpirun --allow-run-as-root -mca pml ob1 -mca btl tcp,self \
             -mca btl_tcp_if_include lo -np 2 "$mpi_apps" "$n" 2>/dev/null

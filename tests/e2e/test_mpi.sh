@@ -12,12 +12,13 @@ iters=${2:-100}
 command -v mpirun >/dev/null || fail "mpirun not installed (openmpi-bin)"
 before=$(devices_tx_bytes)
 # The environment of each rank: UCX on this rank's device only, over RC with UD to wire
-# up, and never shared memory or TCP. Open MPI's own verbs BTL stays out.
+# up, and never shared memory or TCP. Open MPI's own verbs BTL stays out. Each rank's app
+# context names it: mpirun's -x belongs to the context it is in.
 ucx_env=(-x UCX_TLS=rc_verbs,ud_verbs:aux,self -x UCX_WARN_UNUSED_ENV_VARS=n)
 out=$("$SOFTHCA" exec --prefix "$SOFTHCA_PREFIX" -- timeout 240 mpirun --allow-run-as-root \
-    -mca pml ucx -mca btl ^openib,uct -mca osc ^ucx "${ucx_env[@]}" \
-    -np 1 -x UCX_NET_DEVICES="$SERVER_DEV:1" "$bench" "$iters" : \
-    -np 1 -x UCX_NET_DEVICES="$CLIENT_DEV:1" "$bench" "$iters" 2>&1) ||
+    -mca pml ucx -mca btl ^openib,uct -mca osc ^ucx \
+    -np 1 "${ucx_env[@]}" -x UCX_NET_DEVICES="$SERVER_DEV:1" "$bench" "$iters" : \
+    -np 1 "${ucx_env[@]}" -x UCX_NET_DEVICES="$CLIENT_DEV:1" "$bench" "$iters" 2>&1) ||
     fail "mpirun over softhca failed: $out"
 echo "$out"
 for figure in "pingpong 8 us" "pingpong 1048576 MBps" "allreduce 1048576 us"; do
