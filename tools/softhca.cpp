@@ -8,6 +8,7 @@
 //   softhca env [--prefix P] [--container]
 //   softhca exec [--prefix P] [--host NAME] -- CMD [ARGS...]
 //   softhca port [--prefix P] DEVICE down|up
+//   softhca fabric [--prefix P] link NODE NODE down|up | switch NAME down|up
 //
 // The prefix defaults to $SOFTHCA_PREFIX, else "softhca" (devices softhca0, softhca1).
 #include "instance.hpp"
@@ -63,6 +64,7 @@ int usage() {
            "       softhca exec [--prefix P] [--host NAME] -- CMD [ARGS...]\n"
            "       softhca port [--prefix P] DEVICE down|up\n"
            "       softhca fabric [--prefix P] link NODE NODE down|up\n"
+           "       softhca fabric [--prefix P] switch NAME down|up\n"
            "Without --port, up creates two devices wired back to back inside the\n"
            "engine (P0 at 198.18.0.1, P1 at 198.18.0.2).\n";
     return 2;
@@ -256,6 +258,41 @@ int enter_host(const Instance& instance, const std::string& host) {
     return 0;
 }
 
+// fabric switch NAME down|up: every link of the switch at once, as a switch that fails
+// (or comes back) takes all of them with it.
+int cmd_fabric_switch(const Instance& instance, const std::string& name, bool up) {
+    std::string text;
+    if (int err = query_engine_status(instance, text, true)) {
+        std::cerr << "softhca: " << instance.prefix << ": " << std::strerror(err) << "\n";
+        return 1;
+    }
+    const nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
+    const nlohmann::json& fabric = doc.is_object() ? doc["fabric"] : nlohmann::json();
+    if (!fabric.is_object()) {
+        std::cerr << "softhca: fabric switch " << name << ": the engine runs no fabric\n";
+        return 1;
+    }
+    bool known = false;
+    for (const auto& s : fabric["switches"])
+        known |= s["name"] == name;
+    if (!known) {
+        std::cerr << "softhca: fabric switch " << name << ": no such switch\n";
+        return 1;
+    }
+    for (const auto& e : fabric["egress"]) {
+        if (e["from"] != name)
+            continue;
+        const std::string to = e["to"];
+        if (int err = set_fabric_link(instance, name, to, up)) {
+            std::cerr << "softhca: fabric link " << name << " " << to << ": " << std::strerror(err)
+                      << "\n";
+            return 1;
+        }
+    }
+    std::cout << "softhca: fabric switch " << name << (up ? " up" : " down") << "\n";
+    return 0;
+}
+
 int cmd_down(const Instance& instance) {
     if (pid_t pid = instance.running_engine()) {
         ::kill(pid, SIGTERM);
@@ -377,6 +414,9 @@ int main(int argc, char** argv) {
         std::cout << "softhca: " << rest[0] << " port 1 " << rest[1] << "\n";
         return 0;
     }
+    if (command == "fabric" && rest.size() == 3 && rest[0] == "switch" &&
+        (rest[2] == "up" || rest[2] == "down"))
+        return cmd_fabric_switch(instance, rest[1], rest[2] == "up");
     if (command == "fabric") {
         if (rest.size() != 4 || rest[0] != "link" || (rest[3] != "up" && rest[3] != "down"))
             return usage();

@@ -7,7 +7,8 @@
 # it: two rping servers on one port on two hosts, each reached from another host over its own
 # device, and an address of another host refused, also to the engine's own namespace, which
 # hears no host's connections; a rail host with two NICs; errors for a
-# host that does not exist, an engine without namespaces, a user who is not root; and
+# host that does not exist, an engine without namespaces, a user who is not root; a switch
+# taken down and up whole; and
 # `softhca down` after the engine was killed removing every namespace.
 source "$(dirname "$0")/lib.sh"
 P=$SOFTHCA_PREFIX
@@ -133,6 +134,24 @@ wait "$squatter" 2>/dev/null || true
 ! grep -q "ping data" "$other_out" || fail "the engine's namespace heard h0's connection: $(cat "$other_out")"
 # perftest over rdma_cm (-R) between hosts.
 exchange h1 h3 198.19.0.2 ib_send_bw -R -x 0 -s 4096 -n 1000
+
+# A switch down takes every link of it down at once, and up brings them back; the hosts
+# across it talk again.
+links_up() { # links_up SWITCH: "up" flags of the links from and to it, then of the rest
+    "$SOFTHCA" status --json | python3 -c '
+import json, sys
+e = json.load(sys.stdin)["fabric"]["egress"]
+on = sorted({x["up"] for x in e if sys.argv[1] in (x["from"], x["to"])})
+off = sorted({x["up"] for x in e if sys.argv[1] not in (x["from"], x["to"])})
+print(on, off)' "$1"
+}
+"$SOFTHCA" fabric switch spine0 down >/dev/null || fail "softhca fabric switch spine0 down"
+[ "$(links_up spine0)" = "[False] [True]" ] || fail "spine0 down: $(links_up spine0)"
+"$SOFTHCA" fabric switch spine0 up >/dev/null || fail "softhca fabric switch spine0 up"
+[ "$(links_up spine0)" = "[True] [True]" ] || fail "spine0 up: $(links_up spine0)"
+exchange h3 h0 198.19.0.4 ibv_rc_pingpong -g 0 -c -s 4096 -n 100
+out=$("$SOFTHCA" fabric switch h0 down 2>&1) && fail "fabric switch h0 (a host) went down"
+grep -q "no such switch" <<<"$out" || fail "fabric switch h0: $out"
 
 # Errors: no such host, or a name that is not one; a prefix that is not one; a user who is
 # not root (entering a namespace takes CAP_SYS_ADMIN).
