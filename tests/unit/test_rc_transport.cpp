@@ -1011,6 +1011,37 @@ TEST_CASE("RC: the responder and the requester take turns: a long READ response 
     CHECK(opcodes[33] == op::kSendOnly);
 }
 
+TEST_CASE("RC: a request that fails on its turn ends the connection: no response follows it") {
+    Link link(24, {0, 0, 0, 0});
+    link.connect(PathMtu::Mtu1024, kAllRemote);
+    HostMemory& am = link.a().memory;
+    HostMemory& bm = link.b().memory;
+    const uint32_t a_region = am.add_region(65536, kRegionRights);
+    const uint32_t b_region = bm.add_region(65536, kRegionRights);
+    SendWqe read = one_sge_request(1, WrOpcode::RdmaRead, am, a_region, 32768);
+    read.rkey = b_region;
+    read.remote_addr = bm.region(b_region).addr;
+    REQUIRE(link.a().qp.post_send(read));
+    uint8_t out[1024 + 64];
+    size_t n = link.a().qp.transmit(out, sizeof(out), link.now());
+    REQUIRE(n);
+    IbPacket packet;
+    REQUIRE(parse_ib_packet(out, n, packet) == PacketError::None);
+    link.b().qp.receive(packet, link.now());
+    // B's own SEND names a local key it does not have.
+    SendWqe bad = one_sge_request(2, WrOpcode::Send, bm, b_region, 64);
+    bad.sge[0].lkey = 0xbad;
+    REQUIRE(link.b().qp.post_send(bad));
+    size_t sent = 0;
+    while (link.b().qp.transmit(out, sizeof(out), link.now()) != 0)
+        ++sent;
+    // The responder's turn, then the SEND fails: the QP is in error and sends nothing more.
+    CHECK(sent == 16);
+    CHECK(link.b().qp.state() == QpState::Error);
+    REQUIRE_FALSE(link.b().sink.sends.empty());
+    CHECK(link.b().sink.sends[0].status == WcStatus::LocalProtectionError);
+}
+
 TEST_CASE("RC: SENDs through receive staging over lossy, duplicating, reordering wires are whole") {
     // Larger SENDs into one-SGE receives of memory that stages go to the sink's receive
     // staging; retransmissions and duplicates must never change what a message left there,

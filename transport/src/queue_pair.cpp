@@ -167,9 +167,7 @@ bool QueuePair::wants_transmit(Nanoseconds now) const {
         return true;
     if (resp_.active_responses)
         return true;
-    if (state_ == QpState::Rtr || now < req_.rnr_wait_until)
-        return false;
-    return req_.sq_send != sq_tail_;
+    return requester_has_work(now);
 }
 
 size_t QueuePair::transmit(uint8_t* buffer, size_t capacity, Nanoseconds now,
@@ -182,26 +180,27 @@ size_t QueuePair::transmit(uint8_t* buffer, size_t capacity, Nanoseconds now,
     // long READ response does not hold back this QP's own requests. A rank of an
     // all-to-all answers its peer's RDMA READ and reads from that peer on one QP;
     // answering first halved what the pair moved over a rate-limited link.
-    if (responder_run_ < kResponderTurn || !requester_has_work(now))
-        if (const size_t n = build_response(buffer, capacity)) {
+    const auto respond = [&]() -> size_t {
+        const size_t n = build_response(buffer, capacity);
+        if (n) {
             ++counters_.packets_sent;
-            ++responder_run_;
-            return n;
+            ++resp_.run;
         }
-    responder_run_ = 0;
+        return n;
+    };
+    if (resp_.run < kResponderTurn || !requester_has_work(now))
+        if (const size_t n = respond())
+            return n;
+    resp_.run = 0;
     if (const size_t n = transmit_request(buffer, capacity, now, destination))
         return n;
-    if (const size_t n = build_response(buffer, capacity)) {
-        ++counters_.packets_sent;
-        ++responder_run_;
-        return n;
-    }
-    return 0;
+    // The requester may have ended the connection (a local error): nothing more leaves.
+    return state_ == QpState::Error ? 0 : respond();
 }
 
 size_t QueuePair::transmit_request(uint8_t* buffer, size_t capacity, Nanoseconds now,
                                    const AddressVector** destination) {
-    if ((state_ != QpState::Rts && state_ != QpState::Sqd) || now < req_.rnr_wait_until)
+    if (!requester_has_work(now))
         return 0;
     while (req_.sq_send != sq_tail_ && state_ != QpState::Error) {
         SendEntry& entry = sq_at(req_.sq_send);
@@ -222,10 +221,10 @@ size_t QueuePair::transmit_request(uint8_t* buffer, size_t capacity, Nanoseconds
         }
         if (reliable() && !within_window(entry))
             return 0; // wait for ACKs
-        if (destination)
-            *destination = &entry.wqe.av;
         const size_t n = build_request(entry, buffer, capacity);
         if (n) {
+            if (destination)
+                *destination = &entry.wqe.av;
             ++counters_.packets_sent;
             if (reliable() && comp_.retry_deadline == kNoDeadline)
                 arm_retry_timer(now);

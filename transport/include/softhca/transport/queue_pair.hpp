@@ -371,6 +371,7 @@ class QueuePair {
         uint32_t gap_psn = 0;
     };
     struct ResponderState {
+        uint32_t run = 0;  // packets sent in a row while the requester waits (transmit)
         uint32_t epsn = 0; // next PSN the responder expects
         uint32_t msn = 0;  // messages completed by the responder (24 bits)
         bool nak_sequence_sent = false;
@@ -404,9 +405,8 @@ class QueuePair {
     RequesterState req_;
     CompleterState comp_;
     ResponderState resp_;
-    // transmit(): the responder's packets in a row since the requester's last turn.
+    // transmit(): the responder's packets in a row before the requester's turn.
     static constexpr uint32_t kResponderTurn = 16;
-    uint32_t responder_run_ = 0;
 
     ReceiveQueue own_rq_;
     ReceiveQueue* rq_; // own_rq_ or an SRQ
