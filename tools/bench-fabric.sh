@@ -166,7 +166,8 @@ c_modes=${FABRIC_C_MODES:-lossy dcqcn pfc}
 #   (0.67 of the bound at 2:1, 0.62 at 1:1, where 512 KiB gave 0.76 and 0.73); much less
 #   and the link idles between the engine's rounds, which take milliseconds on 2 cores
 #   under 8 spinning ranks.
-A_SPEC=leaf-spine:hosts=8,leaves=2,spines=2,rate_gbps=1,queue_kb=16384,nic_queue_kb=512,routing=adaptive,flowlet_us=2000
+A_HOSTS=8 A_LEAVES=2 A_RATE_MBPS=1000
+A_SPEC=leaf-spine:hosts=$A_HOSTS,leaves=$A_LEAVES,spines=2,rate_gbps=$((A_RATE_MBPS / 1000)),queue_kb=16384,nic_queue_kb=512,routing=adaptive,flowlet_us=2000
 A_SIZE=1048576
 A_ITERATIONS=${FABRIC_A_ITERATIONS:-50}
 if want a; then
@@ -179,7 +180,9 @@ if want a; then
         "$softhca" sample --interval 0.05 --count 1200 --output "$work/a-$over.csv" &
         sampler=$!
         pids+=("$sampler")
-        mpi "${P}0" "${P}1" "${P}2" "${P}3" "${P}4" "${P}5" "${P}6" "${P}7" -- \
+        ranks=()
+        for ((h = 0; h < A_HOSTS; h++)); do ranks+=("$P$h"); done
+        mpi "${ranks[@]}" -- \
             "$A_ITERATIONS" alltoall "$A_SIZE" >"$work/a-$over.out" || true
         kill "$sampler" 2>/dev/null || true
         wait "$sampler" 2>/dev/null || true
@@ -191,8 +194,9 @@ if want a; then
             tail -5 "$work/a-$over.out" >&2
             continue
         fi
-        # The bound (Mb/s) from the spec: 8 hosts, 4 per leaf, 2 leaves, 1000 Mb/s.
-        bound=$(awk -v n=8 -v h=4 -v l=2 -v r=1000 -v o="$over" 'BEGIN {
+        # The bound (Mb/s) from the spec (above).
+        bound=$(awk -v n="$A_HOSTS" -v h=$((A_HOSTS / A_LEAVES)) -v l="$A_LEAVES" \
+            -v r="$A_RATE_MBPS" -v o="$over" 'BEGIN {
             u = h * r / o; x = u * (n - 1) / (h * h * (l - 1)); if (x > r) x = r
             printf "%.0f", n * x }')
         # The uplinks' (leaf>spine) bytes over their capacity while the job moved data: from

@@ -16,6 +16,7 @@
 #include "watch.hpp"
 
 #include "softhca/kernel_shim/manifest.hpp"
+#include "softhca/kernel_shim/registration.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -226,9 +227,9 @@ int cmd_up(const Instance& instance, const std::vector<std::string>& engine_args
 // ...,netns=1), as `ip netns exec` enters one: a mount namespace of its own too, whose /sys
 // shows that namespace's interfaces. Needs root (CAP_SYS_ADMIN), as ip netns exec does.
 int enter_host(const Instance& instance, const std::string& host) {
-    const bool named = !host.empty() && std::all_of(host.begin(), host.end(), [](char c) {
-        return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
-    });
+    const bool named =
+        !host.empty() &&
+        host.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789") == std::string::npos;
     if (!named || !fs::is_directory(instance.host_sysfs_root(host))) {
         std::cerr << "softhca: " << instance.prefix << " has no host " << host
                   << " in a network namespace of its own (softhca up --fabric ...,netns=1)\n";
@@ -392,10 +393,7 @@ int main(int argc, char** argv) {
             rest.push_back(arg);
     }
     // The engine's rule: the prefix names files under /run and /etc, so nothing else.
-    if (prefix.empty() || prefix.size() > 32 ||
-        !std::all_of(prefix.begin(), prefix.end(), [](char c) {
-            return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
-        })) {
+    if (!softhca::kernel_shim::valid_instance_prefix(prefix)) {
         std::cerr << "softhca: the prefix must be 1..32 characters of [a-z0-9_]\n";
         return 2;
     }

@@ -970,33 +970,48 @@ TEST_CASE("RC: the requester asks for an ACK every kAckReqEvery packets and keep
     CHECK(link.a().qp.counters().timeouts == 0);
 }
 
+namespace {
+// A connected pair whose B owes A a 32-packet READ response: A's request (32 KiB at MTU
+// 1024) is handed to B, and nothing else has been sent. `a_region` and `b_region` are
+// 64 KiB each.
+struct ReadOwed {
+    Link link;
+    uint32_t a_region = 0, b_region = 0;
+    explicit ReadOwed(uint64_t seed) : link(seed, {0, 0, 0, 0}) {
+        link.connect(PathMtu::Mtu1024, kAllRemote);
+        HostMemory& am = link.a().memory;
+        HostMemory& bm = link.b().memory;
+        a_region = am.add_region(65536, kRegionRights);
+        b_region = bm.add_region(65536, kRegionRights);
+        SendWqe read = one_sge_request(1, WrOpcode::RdmaRead, am, a_region, 32768);
+        read.rkey = b_region;
+        read.remote_addr = bm.region(b_region).addr;
+        REQUIRE(link.a().qp.post_send(read));
+        uint8_t out[1024 + 64];
+        const size_t n = link.a().qp.transmit(out, sizeof(out), link.now());
+        REQUIRE(n);
+        IbPacket packet;
+        REQUIRE(parse_ib_packet(out, n, packet) == PacketError::None);
+        link.b().qp.receive(packet, link.now());
+    }
+};
+} // namespace
+
 TEST_CASE("RC: the responder and the requester take turns: a long READ response does not hold "
           "back the QP's own requests") {
-    Link link(23, {0, 0, 0, 0});
-    link.connect(PathMtu::Mtu1024, kAllRemote);
-    HostMemory& am = link.a().memory;
-    HostMemory& bm = link.b().memory;
-    const uint32_t a_region = am.add_region(65536, kRegionRights);
-    const uint32_t b_region = bm.add_region(65536, kRegionRights);
-    // A reads 32 KiB of B (32 response packets); its request is handed to B.
-    SendWqe read = one_sge_request(1, WrOpcode::RdmaRead, am, a_region, 32768);
-    read.rkey = b_region;
-    read.remote_addr = bm.region(b_region).addr;
-    REQUIRE(link.a().qp.post_send(read));
-    uint8_t out[1024 + 64];
-    size_t n = link.a().qp.transmit(out, sizeof(out), link.now());
-    REQUIRE(n);
-    IbPacket packet;
-    REQUIRE(parse_ib_packet(out, n, packet) == PacketError::None);
-    link.b().qp.receive(packet, link.now());
+    ReadOwed pair(23);
+    Link& link = pair.link;
     // Meanwhile B has two SENDs of its own for A.
     for (uint64_t id = 7; id < 9; ++id) {
-        RecvWqe r = one_sge_receive(id, am, a_region, 1024);
+        RecvWqe r = one_sge_receive(id, link.a().memory, pair.a_region, 1024);
         REQUIRE(link.a().qp.post_recv(r));
-        REQUIRE(link.b().qp.post_send(one_sge_request(id, WrOpcode::Send, bm, b_region, 16)));
+        REQUIRE(link.b().qp.post_send(
+            one_sge_request(id, WrOpcode::Send, link.b().memory, pair.b_region, 16)));
     }
     std::vector<uint8_t> opcodes;
-    while ((n = link.b().qp.transmit(out, sizeof(out), link.now())) != 0) {
+    uint8_t out[1024 + 64];
+    while (const size_t n = link.b().qp.transmit(out, sizeof(out), link.now())) {
+        IbPacket packet;
         REQUIRE(parse_ib_packet(out, n, packet) == PacketError::None);
         opcodes.push_back(packet.bth->opcode());
     }
@@ -1012,27 +1027,14 @@ TEST_CASE("RC: the responder and the requester take turns: a long READ response 
 }
 
 TEST_CASE("RC: a request that fails on its turn ends the connection: no response follows it") {
-    Link link(24, {0, 0, 0, 0});
-    link.connect(PathMtu::Mtu1024, kAllRemote);
-    HostMemory& am = link.a().memory;
-    HostMemory& bm = link.b().memory;
-    const uint32_t a_region = am.add_region(65536, kRegionRights);
-    const uint32_t b_region = bm.add_region(65536, kRegionRights);
-    SendWqe read = one_sge_request(1, WrOpcode::RdmaRead, am, a_region, 32768);
-    read.rkey = b_region;
-    read.remote_addr = bm.region(b_region).addr;
-    REQUIRE(link.a().qp.post_send(read));
-    uint8_t out[1024 + 64];
-    size_t n = link.a().qp.transmit(out, sizeof(out), link.now());
-    REQUIRE(n);
-    IbPacket packet;
-    REQUIRE(parse_ib_packet(out, n, packet) == PacketError::None);
-    link.b().qp.receive(packet, link.now());
+    ReadOwed pair(24);
+    Link& link = pair.link;
     // B's own SEND names a local key it does not have.
-    SendWqe bad = one_sge_request(2, WrOpcode::Send, bm, b_region, 64);
+    SendWqe bad = one_sge_request(2, WrOpcode::Send, link.b().memory, pair.b_region, 64);
     bad.sge[0].lkey = 0xbad;
     REQUIRE(link.b().qp.post_send(bad));
     size_t sent = 0;
+    uint8_t out[1024 + 64];
     while (link.b().qp.transmit(out, sizeof(out), link.now()) != 0)
         ++sent;
     // The responder's turn, then the SEND fails: the QP is in error and sends nothing more.

@@ -1,6 +1,7 @@
 #include "engine_config.hpp"
 
 #include "gid_table.hpp"
+#include "softhca/kernel_shim/registration.hpp"
 #include "softhca/transport/roce_address.hpp"
 #include "softhca/transport/roce_path.hpp"
 
@@ -365,9 +366,7 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
         error = "--run-dir and --provider-prefix are required";
         return std::nullopt;
     }
-    if (config.prefix.empty() || config.prefix.size() > 32 ||
-        config.prefix.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") !=
-            std::string::npos) {
+    if (!kernel_shim::valid_instance_prefix(config.prefix)) {
         error = "--prefix must be 1..32 characters of [a-z0-9_]";
         return std::nullopt;
     }

@@ -294,7 +294,7 @@ CmId* RdmaCmServer::listener_for(uint16_t port_space, uint16_t port, size_t devi
     CmId* any = nullptr;
     for (auto& [handle, id] : ids_) {
         if (id->state != CmState::Listen || !id->file || id->port_space != port_space ||
-            port_of_address(id->src) != port || !device_in_host(device, host_of(*id)))
+            port_of_address(id->src) != port || !device_in_host(device, id->host))
             continue;
         if (gid_of_address(id->src) == destination && id->device == static_cast<int>(device))
             return id.get();

@@ -145,7 +145,7 @@ bool RdmaCmServer::port_in_use(const CmId& id, uint16_t port) const {
         // once the old one is gone (perftest's -R does exactly this).
         if (other.get() == &id || !other->bound || other->from_request ||
             other->port_space != id.port_space || port_of_address(other->src) != port ||
-            !other->file || host_of(*other) != host_of(id))
+            !other->file || other->host != id.host)
             continue; // another namespace's ports are its own
         const bool overlap = is_any_address(other->src) || is_any_address(id.src) ||
                              gid_of_address(other->src) == gid_of_address(id.src);
@@ -171,11 +171,11 @@ int RdmaCmServer::bind(CmId& id, const sockaddr* addr, size_t length) {
     if (is_loopback_address(s)) {
         // A loopback address binds to the first device whose port is up, as the kernel's
         // rdma_cm binds loopback (cma_bind_loopback); libfabric binds 127.0.0.1 this way.
-        device = first_active_device(host_of(id));
+        device = first_active_device(id.host);
         if (device < 0)
             return -EADDRNOTAVAIL;
     } else if (!is_any_address(s)) {
-        device = device_for_address(reinterpret_cast<const sockaddr*>(&s), host_of(id));
+        device = device_for_address(reinterpret_cast<const sockaddr*>(&s), id.host);
         if (device < 0)
             return -EADDRNOTAVAIL;
     }
@@ -234,13 +234,13 @@ int RdmaCmServer::resolve_address(CmId& id, const sockaddr* src, const sockaddr*
     if (loopback && id.device < 0) {
         // A loopback destination is this host: the first device whose port is up
         // (cma_resolve_loopback), reached through its own port.
-        id.device = first_active_device(host_of(id));
+        id.device = first_active_device(id.host);
         if (id.device < 0)
             return -ENETUNREACH;
     }
     bool routed = false;
     if (id.device < 0) {
-        id.device = device_toward(dst_gid, host_of(id));
+        id.device = device_toward(dst_gid, id.host);
         if (id.device < 0)
             return -ENETUNREACH;
         routed = true;

@@ -114,7 +114,6 @@ class RdmaCmServer final : public MadReceiver {
         return device_host_.empty() ||
                (device < device_host_.size() && device_host_[device] == host);
     }
-    static int host_of(const CmId& id) { return id.host; }
     int host_of_socket(int fd) const;
     // The port's own address of the destination's family (zeros when it has none).
     transport::Gid own_gid_toward(size_t device, const transport::Gid& destination) const;

@@ -234,10 +234,11 @@ int make_namespace(const std::string& name,
 std::vector<HostNamespace> fabric_hosts(const Topology& topology, const std::string& prefix) {
     std::vector<HostNamespace> hosts;
     for (uint32_t endpoint = 0; endpoint < topology.endpoints.size(); ++endpoint) {
-        const std::string& host = topology.nodes[topology.endpoints[endpoint]].host;
-        if (hosts.empty() || hosts.back().host != host)
-            hosts.push_back({host, prefix + "-" + host, {}});
+        const Node& node = topology.nodes[topology.endpoints[endpoint]];
+        if (hosts.empty() || hosts.back().host != node.host)
+            hosts.push_back({node.host, prefix + "-" + node.host, {}, {}});
         hosts.back().nics.push_back(endpoint);
+        hosts.back().nic_nodes.push_back(node.name);
     }
     return hosts;
 }
@@ -286,9 +287,7 @@ void make_host_namespaces(std::vector<HostNamespace>& hosts, const std::string& 
             const int host_fd = fds[h + 1];
             for (size_t nic = 0; nic < hosts[h].nics.size(); ++nic) {
                 // The bridge's end is named after the endpoint (h3, h3n1).
-                const std::string end = hosts[h].nics.size() > 1
-                                            ? hosts[h].host + "n" + std::to_string(nic)
-                                            : hosts[h].host;
+                const std::string& end = hosts[h].nic_nodes[nic];
                 // Both ends carry the port's MTU (the bridge follows), and the host's end
                 // the port's MAC, so that its link-local address is GID 1's, as a RoCE
                 // NIC's GIDs are its netdev's addresses.

@@ -19,10 +19,11 @@
 namespace softhca::engine::fabric {
 
 struct HostNamespace {
-    std::string host;           // "h3"
-    std::string name;           // "<prefix>-h3": /run/netns/<name>
-    std::vector<uint32_t> nics; // its endpoints (devices), NIC 0 first
-    dev_t dev = 0;              // the namespace's identity (a stat of /proc/PID/ns/net)
+    std::string host;                   // "h3"
+    std::string name;                   // "<prefix>-h3": /run/netns/<name>
+    std::vector<uint32_t> nics;         // its endpoints (devices), NIC 0 first
+    std::vector<std::string> nic_nodes; // their node names (h3, or h3n0, h3n1)
+    dev_t dev = 0;                      // the namespace's identity (a stat of /proc/PID/ns/net)
     ino_t ino = 0;
     // The interface of NIC n in the host's namespace: "eth<n>".
     static std::string interface_of_nic(size_t nic) { return "eth" + std::to_string(nic); }

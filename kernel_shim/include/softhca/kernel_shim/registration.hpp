@@ -66,6 +66,13 @@ struct InstanceRegistration {
 
 constexpr int kRdmaCmAbiVersion = 4;
 
+// An instance's prefix names its devices and files under /run, /etc and /dev: 1..32
+// characters of [a-z0-9_], so that it can name nothing else.
+inline bool valid_instance_prefix(const std::string& prefix) {
+    return !prefix.empty() && prefix.size() <= 32 &&
+           prefix.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") == std::string::npos;
+}
+
 // Creates the tree, nodes and driver file, recording each in the manifest. Throws
 // std::system_error on failure (whatever was already created stays recorded).
 void register_instance(const InstanceRegistration& instance, Manifest& manifest);
