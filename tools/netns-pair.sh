@@ -12,7 +12,8 @@
 # The kernel interface of each namespace carries the same address, so TCP side
 # channels (perftest, the pingpongs) reach the other host over the same veth.
 # NAME must be 1..10 characters of [a-z0-9]. SOFTHCA_UP_ARGS adds options to both
-# engines' `softhca up` (e.g. --faults drop=0.01,seed=3). SOFTHCA_PAIR_PORT=udp gives the
+# engines' `softhca up` (e.g. --faults drop=0.01,seed=3); SOFTHCA_UP_ARGS_A and
+# SOFTHCA_UP_ARGS_B add options to one engine only. SOFTHCA_PAIR_PORT=udp gives the
 # engines kernel UDP socket ports (--port udp@...) on the veths' own addresses instead of
 # af_packet ports (their GID table then has no link-local entry: the IPv6 one is index 1);
 # SOFTHCA_PAIR_PORT=af_xdp gives them DPDK af_xdp ports (the kernel keeps ARP, ND, TCP).
@@ -49,10 +50,12 @@ up)
     fi
     # shellcheck disable=SC2086 # SOFTHCA_UP_ARGS is a list of options
     ip netns exec "$ns_a" "$softhca" up --prefix "${name}a" \
-        --port "$port_a@198.18.2.1,2001:2:0:2::1" ${SOFTHCA_UP_ARGS:-} >/dev/null
+        --port "$port_a@198.18.2.1,2001:2:0:2::1" ${SOFTHCA_UP_ARGS:-} ${SOFTHCA_UP_ARGS_A:-} \
+        >/dev/null
     # shellcheck disable=SC2086
     ip netns exec "$ns_b" "$softhca" up --prefix "${name}b" \
-        --port "$port_b@198.18.2.2,2001:2:0:2::2" ${SOFTHCA_UP_ARGS:-} >/dev/null
+        --port "$port_b@198.18.2.2,2001:2:0:2::2" ${SOFTHCA_UP_ARGS:-} ${SOFTHCA_UP_ARGS_B:-} \
+        >/dev/null
     # A veth has carrier only once both ends are up: wait until both ports are ACTIVE.
     for i in $(seq 50); do
         ip netns exec "$ns_a" "$softhca" status --prefix "${name}a" | grep -q "port 1: ACTIVE" &&

@@ -244,6 +244,16 @@ TEST_CASE("the priority-tag and pfc options: off by default, DPDK ports only") {
     auto pfc = parse({"--run-dir", "/r", "--provider-prefix", "/p", "--pfc"}, error);
     REQUIRE(pfc);
     CHECK(pfc->pfc);
+    CHECK(pfc->pfc_priorities == 0xff); // every priority
+    // --pfc-priorities: enabled for those only, and PFC on.
+    auto some =
+        parse({"--run-dir", "/r", "--provider-prefix", "/p", "--pfc-priorities", "3,0"}, error);
+    REQUIRE(some);
+    CHECK(some->pfc);
+    CHECK(some->pfc_priorities == 0x09);
+    for (const char* bad : {"8", "", "3,", ",3", "3,3", "03", "a", "-1"})
+        CHECK_THAT(refusal({"--pfc-priorities", bad}),
+                   Contains("--pfc-priorities must be a list of priorities 0..7"));
     error.clear();
     CHECK_FALSE(
         parse({"--run-dir", "/r", "--provider-prefix", "/p", "--port", "udp@198.18.0.1", "--pfc"},

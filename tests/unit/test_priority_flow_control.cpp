@@ -92,3 +92,29 @@ TEST_CASE("PFC: a backlog pauses what it holds, renews at half the pause, resume
     CHECK(r.paused() == 0);
     CHECK_FALSE(r.after_round(false, 0, 3'000'100, 10e9, f));
 }
+
+TEST_CASE("PFC: only the priorities PFC is enabled for are honoured and asked for") {
+    // Enabled for priority 3 only (as `dcb pfc set dev eth0 prio-pfc all:off 3:on`).
+    PfcPauses pauses(0x08);
+    PfcFrame f;
+    f.enable = 0x09;
+    f.quanta[0] = 1000;
+    f.quanta[3] = 1000;
+    pauses.on_frame(f, 0, 1e9);
+    CHECK(pauses.paused_mask(0) == 0x08); // priority 0's pause time ignored
+    f.enable = 0x01;
+    f.quanta[0] = 0;
+    f.quanta[3] = 0;
+    pauses.on_frame(f, 100, 1e9); // an XON for priority 0 leaves priority 3 paused
+    CHECK(pauses.paused(3, 100));
+
+    PfcRequester r(0x08);
+    CHECK_FALSE(r.after_round(true, 0x01, 0, 10e9, f)); // a backlog of priority 0 alone
+    CHECK(r.paused() == 0);
+    REQUIRE(r.after_round(true, 0x09, 100, 10e9, f)); // priority 3 asked, 0 not
+    CHECK(f.enable == 0x08);
+    CHECK(f.quanta[0] == 0);
+    CHECK(r.paused() == 0x08);
+    REQUIRE(r.after_round(false, 0x01, 200, 10e9, f)); // the XON names priority 3 only
+    CHECK(f.enable == 0x08);
+}

@@ -70,12 +70,13 @@ Json port_counters(const PortCounters& k) {
             {"tx_pfc_waits", k.tx_pfc_waits}};
 }
 
-// Priority flow control (--pfc), null when off: the priorities paused each way (bit p:
-// priority p) when last looked at.
+// Priority flow control (--pfc), null when off: the priorities it is enabled for and those
+// paused each way (bit p: priority p) when last looked at.
 Json pfc_document(const PortInfo& p) {
     if (!p.pfc)
         return nullptr;
-    return {{"paused_by_peer", p.pfc_paused_by_peer},
+    return {{"priorities", p.pfc_priorities}, // those PFC is enabled for
+            {"paused_by_peer", p.pfc_paused_by_peer},
             {"asked_peer", p.pfc_asked_peer},
             // 512 bit times at the port's rate: how long one quantum of a pause lasts.
             {"quantum_ns", transport::kPfcQuantumBits * 1e9 / p.line_rate_bps()}};

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
 #include <string_view>
 
 namespace softhca::engine {
@@ -30,7 +31,8 @@ const char* engine_usage() {
            "                      [--vl-arbitration [PORT@]high=VL:W,..;low=VL:W,..;limit=N]\n"
            "                      [--sl-to-vl [PORT@]SL:VL,...]\n"
            "                      [--link-credits on|buffer_kb=K,refresh_us=U]\n"
-           "                      [--traffic-class TCLASS] [--priority-tag] [--pfc]\n"
+           "                      [--traffic-class TCLASS] [--priority-tag]\n"
+           "                      [--pfc] [--pfc-priorities P[,P...]]\n"
            "                      [--limits context_qps=N,context_cqs=N,context_srqs=N,"
            "context_mrs=N,\n"
            "                                context_mb=N,user_qps=N,...,user_mb=N]\n"
@@ -106,6 +108,19 @@ bool parse_port(std::string_view text, PortConfig& port, std::string& error) {
         return false;
     }
     return true;
+}
+
+// "3" or "0,3": a bit mask of priorities 0..7, none twice.
+bool parse_priority_list(const std::string& text, uint8_t& mask) {
+    mask = 0;
+    std::istringstream in(text);
+    std::string item;
+    while (std::getline(in, item, ',')) {
+        if (item.size() != 1 || item[0] < '0' || item[0] > '7' || (mask >> (item[0] - '0')) & 1)
+            return false;
+        mask = static_cast<uint8_t>(mask | 1u << (item[0] - '0'));
+    }
+    return mask != 0 && text.back() != ',';
 }
 
 bool parse_number(const char* text, uint32_t min, uint32_t max, uint32_t& out) {
@@ -243,6 +258,15 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
                 return std::nullopt;
             }
         } else if (arg == "--pfc") {
+            config.pfc = true;
+        } else if (arg == "--pfc-priorities" && (v = value())) {
+            // The priorities PFC is enabled for (implies --pfc), as `dcb pfc set DEV
+            // prio-pfc 3:on` or mlnx_qos --pfc enable them; the others are neither honoured
+            // nor asked for.
+            if (!parse_priority_list(v, config.pfc_priorities)) {
+                error = "--pfc-priorities must be a list of priorities 0..7, such as 3 or 0,3";
+                return std::nullopt;
+            }
             config.pfc = true;
         } else if (arg == "--priority-tag") {
             config.priority_tag = true;

@@ -63,6 +63,9 @@ struct PortsConfig {
     // priority its peer's PFC frames pause, and asks its peer to pause what floods its
     // receive queue (transport/priority_flow_control.hpp). DPDK ports only.
     bool pfc = false;
+    // --pfc-priorities LIST: the priorities PFC is enabled for (bit p: priority p); --pfc
+    // alone enables all eight.
+    uint8_t pfc_priorities = 0xff;
 };
 
 // True when devargs name a PCI device (DDDD:BB:DD.F or BB:DD.F, optionally followed by

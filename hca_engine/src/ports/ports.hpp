@@ -119,6 +119,7 @@ struct PortInfo {
     // RoCE frames carry a priority tag with the SL as PCP (--priority-tag).
     bool priority_tag = false;
     bool pfc = false;               // priority flow control with the peer (--pfc)
+    uint8_t pfc_priorities = 0xff;  // the priorities it is enabled for (--pfc-priorities)
     uint8_t pfc_paused_by_peer = 0; // priorities the peer paused, when last looked at
     uint8_t pfc_asked_peer = 0;     // priorities we asked the peer to pause
     // Link-level credits: the port's queue is lossless, senders wait for room (tx_room).

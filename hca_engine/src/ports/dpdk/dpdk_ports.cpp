@@ -315,6 +315,7 @@ DpdkPortSet::DpdkPortSet(const PortsConfig& config) : dpdk_(std::make_unique<Dpd
         info.global_traffic_class = config.traffic_class;
         info.priority_tag = config.priority_tag;
         info.pfc = config.pfc;
+        info.pfc_priorities = config.pfc_priorities;
         if (!config.pcap_prefix.empty()) {
             info.capture = std::make_shared<PcapWriter>();
             const std::string path =
@@ -331,13 +332,16 @@ DpdkPortSet::DpdkPortSet(const PortsConfig& config) : dpdk_(std::make_unique<Dpd
         ports_.push_back(info);
     }
     dpdk_->tx.resize(ports_.size());
-    for (size_t i = 0; i < ports_.size(); ++i)
+    for (size_t i = 0; i < ports_.size(); ++i) {
+        dpdk_->tx[i].pauses = transport::PfcPauses(config.pfc_priorities);
+        dpdk_->tx[i].requester = transport::PfcRequester(config.pfc_priorities);
         if (config.congestion_point.shaper.enabled()) {
             CongestionPointConfig point = config.congestion_point;
             point.arbitration = config.arbitration_for(i); // the port's own, if it has them
             ports_[i].congestion_point = point;
             dpdk_->tx[i].link = CongestionPoint<rte_mbuf*>(point, config.faults.seed * 31 + i);
         }
+    }
 }
 
 DpdkPortSet::~DpdkPortSet() {

@@ -15,6 +15,10 @@
 // pauses the priorities of what it received in that round (XOFF, the longest pause),
 // renews the pause at half its length while the backlog lasts, and resumes them (XON)
 // after the first round that emptied the queue.
+//
+// PFC is enabled per priority (802.1Q clause 36, set as `dcb pfc set ... prio-pfc` or
+// mlnx_qos --pfc set it; usually only RoCE's lossless priority): a frame's pause times for
+// other priorities are ignored, and the port asks its peer to pause only enabled ones.
 #pragma once
 
 #include "softhca/transport/roce_address.hpp"
@@ -54,6 +58,8 @@ bool parse_pfc_frame(const uint8_t* data, size_t length, PfcFrame& out);
 // its pause (now + quanta at the line rate; 0 quanta ends it).
 class PfcPauses {
   public:
+    // `enabled`: bit p set when PFC is enabled for priority p (its pauses are honoured).
+    explicit PfcPauses(uint8_t enabled = 0xff) : enabled_(enabled) {}
     void on_frame(const PfcFrame& frame, uint64_t now, double line_rate_bps);
     bool paused(uint8_t priority, uint64_t now) const { return now < until_[priority & 7]; }
     // Bit p set: priority p paused at `now`.
@@ -62,20 +68,25 @@ class PfcPauses {
     uint64_t next_resume(uint64_t now) const;
 
   private:
+    uint8_t enabled_;
     std::array<uint64_t, 8> until_{};
 };
 
 // When a port asks its peer to pause (see the file's comment).
 class PfcRequester {
   public:
+    // `enabled`: the priorities it may ask to pause (those PFC is enabled for).
+    explicit PfcRequester(uint8_t enabled = 0xff) : enabled_(enabled) {}
     // After a receive round at `now`: `backlogged` when it left frames waiting,
-    // `priorities` the bit mask of what it received. True with `out` set when a frame
-    // should go (XOFF for newly paused priorities and renewals, XON to resume).
+    // `priorities` the bit mask of what it received (those not enabled are not asked
+    // for: their frames are dropped when the queue overflows). True with `out` set when a
+    // frame should go (XOFF for newly paused priorities and renewals, XON to resume).
     bool after_round(bool backlogged, uint8_t priorities, uint64_t now, double line_rate_bps,
                      PfcFrame& out);
     uint8_t paused() const { return paused_; }
 
   private:
+    uint8_t enabled_;
     uint8_t paused_ = 0;    // priorities we asked to pause
     uint64_t renew_at_ = 0; // when the pause should be renewed
 };
