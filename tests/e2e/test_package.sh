@@ -44,6 +44,11 @@ for path in ./usr/bin/softhca ./usr/libexec/softhca/softhca-engine \
     grep -qx "$path" <<<"$contents" || fail "the package lacks $path"
 done
 grep -qE '^\./usr/lib/.*softhca/libsofthca-rdmav34\.so$' <<<"$contents" || fail "no provider in the package"
+dpkg-deb -x "$deb" "$work/tree"
+for binary in usr/bin/softhca usr/libexec/softhca/softhca-engine; do
+    ! readelf -S "$work/tree/$binary" | grep -qE '\.(debug_info|symtab)' ||
+        fail "$binary is not stripped"
+done
 echo "control and contents: $(grep "^Depends" <<<"$info" | cut -c1-120)..."
 
 # Every dependency is on this machine already (install-deps): apt installs only the package.
