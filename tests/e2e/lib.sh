@@ -54,8 +54,9 @@ on_client() {
 # Two hosts from tools/netns-pair.sh: `pair_hosts NAME` makes the server the engine in
 # NAME-a (device NAMEa0, 198.18.2.1) and the client the one in NAME-b, for on_server,
 # on_client and the pingpong and perftest scripts; `pair_up NAME` brings a fresh pair up
-# (one of that name goes down first), with what SOFTHCA_PAIR_PORT, SOFTHCA_PAIR_MTU and
-# SOFTHCA_UP_ARGS say; `pair_down NAME` takes it down.
+# (one of that name goes down first), with what SOFTHCA_PAIR_PORT, SOFTHCA_PAIR_MTU,
+# SOFTHCA_UP_ARGS, SOFTHCA_UP_ARGS_A and SOFTHCA_UP_ARGS_B say; `pair_down NAME` takes it
+# down.
 NETNS_PAIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/tools/netns-pair.sh"
 pair_hosts() {
     export SERVER_NS="$1-a" CLIENT_NS="$1-b" SERVER_PREFIX="${1}a" CLIENT_PREFIX="${1}b"

@@ -258,7 +258,7 @@ TEST_CASE("the priority-tag and pfc options: off by default, DPDK ports only") {
     CHECK_FALSE(
         parse({"--run-dir", "/r", "--provider-prefix", "/p", "--port", "udp@198.18.0.1", "--pfc"},
               error));
-    CHECK(error.find("--pfc is for DPDK ports") != std::string::npos);
+    CHECK(error.find("--pfc and --pfc-priorities are for DPDK ports") != std::string::npos);
     error.clear();
     CHECK_FALSE(parse(
         {"--run-dir", "/r", "--provider-prefix", "/p", "--pfc", "--link-credits", "on"}, error));

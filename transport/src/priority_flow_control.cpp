@@ -49,7 +49,7 @@ bool parse_pfc_frame(const uint8_t* data, size_t length, PfcFrame& out) {
 
 void PfcPauses::on_frame(const PfcFrame& frame, uint64_t now, double line_rate_bps) {
     for (size_t p = 0; p < 8; ++p)
-        if (frame.enable & enabled_ & (1u << p)) // 802.1Q 36: PFC-enabled priorities only
+        if (frame.enable & enabled_ & (1u << p)) // 802.1Q clause 36: PFC-enabled only
             until_[p] = frame.quanta[p] ? now + quanta_ns(frame.quanta[p], line_rate_bps) : 0;
 }
 
@@ -73,6 +73,7 @@ bool PfcRequester::after_round(bool backlogged, uint8_t priorities, uint64_t now
                                double line_rate_bps, PfcFrame& out) {
     out = PfcFrame{};
     if (backlogged) {
+        // 802.1Q clause 36: PFC-enabled priorities only.
         const uint8_t wanted = static_cast<uint8_t>(paused_ | (priorities & enabled_));
         if (wanted == paused_ && now < renew_at_)
             return false; // paused, and the pause still runs

@@ -120,7 +120,7 @@ bool parse_priority_list(const std::string& text, uint8_t& mask) {
             return false;
         mask = static_cast<uint8_t>(mask | 1u << (item[0] - '0'));
     }
-    return mask != 0 && text.back() != ',';
+    return mask != 0 && !text.empty() && text.back() != ',';
 }
 
 bool parse_number(const char* text, uint32_t min, uint32_t max, uint32_t& out) {
@@ -260,9 +260,9 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
         } else if (arg == "--pfc") {
             config.pfc = true;
         } else if (arg == "--pfc-priorities" && (v = value())) {
-            // The priorities PFC is enabled for (implies --pfc), as `dcb pfc set DEV
-            // prio-pfc 3:on` or mlnx_qos --pfc enable them; the others are neither honoured
-            // nor asked for.
+            // The priorities PFC is enabled for (implies --pfc), as `dcb pfc set dev DEV
+            // prio-pfc all:off 3:on` or mlnx_qos --pfc enable them; the others are neither
+            // honoured nor asked for. Given twice, the last list counts.
             if (!parse_priority_list(v, config.pfc_priorities)) {
                 error = "--pfc-priorities must be a list of priorities 0..7, such as 3 or 0,3";
                 return std::nullopt;
@@ -338,11 +338,13 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
             return std::nullopt;
         }
     if (udp_ports && config.pfc) {
-        error = "--pfc is for DPDK ports (the kernel owns a UDP socket's link)";
+        error = "--pfc and --pfc-priorities are for DPDK ports (the kernel owns a UDP socket's "
+                "link)";
         return std::nullopt;
     }
     if (config.pfc && config.congestion_point.credit_buffer_bytes) {
-        error = "--pfc is for ports to foreign peers; between softhca ports --link-credits "
+        error = "--pfc and --pfc-priorities are for ports to foreign peers; between softhca "
+                "ports --link-credits "
                 "already makes the link lossless: give one of them";
         return std::nullopt;
     }

@@ -16,9 +16,14 @@
 // renews the pause at half its length while the backlog lasts, and resumes them (XON)
 // after the first round that emptied the queue.
 //
-// PFC is enabled per priority (802.1Q clause 36, set as `dcb pfc set ... prio-pfc` or
-// mlnx_qos --pfc set it; usually only RoCE's lossless priority): a frame's pause times for
-// other priorities are ignored, and the port asks its peer to pause only enabled ones.
+// PFC is enabled per priority (802.1Q clause 36, set as `dcb pfc set dev DEV prio-pfc
+// all:off 3:on` or mlnx_qos --pfc set it; usually only RoCE's lossless priority): a frame's
+// pause times for other priorities are ignored, and the port asks its peer to pause only
+// enabled ones.
+//
+// The port has one receive queue for every priority, where a NIC has a buffer per
+// priority: a backlog is the whole queue's, so a flood of a priority without PFC keeps the
+// enabled priorities it took paused too (their frames are taken in as slowly).
 #pragma once
 
 #include "softhca/transport/roce_address.hpp"
@@ -78,9 +83,9 @@ class PfcRequester {
     // `enabled`: the priorities it may ask to pause (those PFC is enabled for).
     explicit PfcRequester(uint8_t enabled = 0xff) : enabled_(enabled) {}
     // After a receive round at `now`: `backlogged` when it left frames waiting,
-    // `priorities` the bit mask of what it received (those not enabled are not asked
-    // for: their frames are dropped when the queue overflows). True with `out` set when a
-    // frame should go (XOFF for newly paused priorities and renewals, XON to resume).
+    // `priorities` the bit mask of what it received (those not enabled are never asked
+    // for). True with `out` set when a frame should go (XOFF for newly paused priorities
+    // and renewals, XON to resume).
     bool after_round(bool backlogged, uint8_t priorities, uint64_t now, double line_rate_bps,
                      PfcFrame& out);
     uint8_t paused() const { return paused_; }
