@@ -19,6 +19,7 @@
 #include <memory>
 #include <stdexcept>
 #include <unistd.h>
+#include <utility>
 
 namespace softhca::engine {
 
@@ -153,6 +154,7 @@ struct DpdkPortSet::Dpdk {
         CongestionPoint<rte_mbuf*> link;   // the shaped link, when configured
         transport::PfcPauses pauses;       // what the peer paused (--pfc)
         transport::PfcRequester requester; // what we ask the peer to pause
+        rte_mbuf* pfc_frame = nullptr;     // the buffer of the next PFC frame we send
     };
     std::vector<TxQueue> tx;
     bool eal_up = false;
@@ -348,6 +350,8 @@ DpdkPortSet::~DpdkPortSet() {
     for (auto& queue : dpdk_->tx) {
         if (queue.held)
             rte_pktmbuf_free(queue.held);
+        if (queue.pfc_frame)
+            rte_pktmbuf_free(queue.pfc_frame);
         CongestionPointCounters ignored;
         queue.link.release(UINT64_MAX, ignored, [](rte_mbuf* m) { rte_pktmbuf_free(m); });
     }
@@ -592,13 +596,15 @@ void DpdkPortSet::after_receive_round(size_t index, bool backlogged, uint8_t pri
                                       uint64_t now) {
     PortInfo& info = ports_[index];
     auto& queue = dpdk_->tx[index];
+    // The frame's buffer first: the requester's state moves on only when its frame can
+    // leave (an XON lost to an empty pool would leave the peer paused).
+    if (!queue.pfc_frame && !(queue.pfc_frame = rte_pktmbuf_alloc(dpdk_->pools[index])))
+        return; // decided next round
     transport::PfcFrame pfc;
     if (!queue.requester.after_round(backlogged, priorities, now, info.line_rate_bps(), pfc))
         return;
     info.pfc_asked_peer = queue.requester.paused();
-    rte_mbuf* m = rte_pktmbuf_alloc(dpdk_->pools[index]);
-    if (!m)
-        return; // asked again next round while the backlog lasts
+    rte_mbuf* m = std::exchange(queue.pfc_frame, nullptr);
     transport::write_pfc_frame(
         reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, transport::kPfcFrameBytes)), info.mac,
         pfc);
