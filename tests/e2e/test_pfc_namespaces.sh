@@ -19,8 +19,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 pair=${SOFTHCA_PREFIX}
 export SOFTHCA
 out=$(mktemp -d)
-# (kill 0 would signal the whole process group: only pids that were set)
-trap '[ -z "${injector:-}" ] || kill "$injector" 2>/dev/null || true
+# (an injector is told to stop; kill 0 would signal the whole process group)
+trap '[ -z "${injector:-}" ] || { touch "$out/stop"; wait "$injector"; } 2>/dev/null || true
       [ -z "${engine_b:-}" ] || kill -CONT "$engine_b" 2>/dev/null || true
       "$here/../../tools/netns-pair.sh" down "$pair" >/dev/null 2>&1 || true; rm -rf "$out"' EXIT
 "$here/../../tools/netns-pair.sh" down "$pair" >/dev/null 2>&1 || true
@@ -38,30 +38,37 @@ d = json.loads(sys.argv[1])["devices"][0]
 print(*(eval(e) for e in sys.argv[2:]))' "$@"
 }
 
-# PFC frames with the longest pause (3.4 ms at the port's 10 Gb/s) for the priorities in
-# ENABLE, every millisecond, from a real-time process so that the busy flows cannot hold
-# it off for longer than a pause, until stop_injector (40 s at most). Returns once the
-# first frame has left.
-#   start_injector NAMESPACE INTERFACE ENABLE
-start_injector() {
-    rm -f "$out/injecting" "$out/stop"
-    ip netns exec "$1" chrt -f 10 python3 - "$2" "$3" "$out" <<'EOF' &
+# PFC frames from a raw socket on INTERFACE: with QUANTA 0 one frame resuming the
+# priorities in ENABLE (XON); otherwise frames pausing them that long, every millisecond,
+# until $out/stop exists (40 s at most), marking $out/injecting once the first has left.
+#   pfc_frames NAMESPACE INTERFACE ENABLE QUANTA
+pfc_frames() {
+    ip netns exec "$1" chrt -f 10 python3 - "$2" "$3" "$4" "$out" <<'EOF'
 import os, socket, struct, sys, time
-enable = int(sys.argv[2], 0)
+enable, quanta = int(sys.argv[2], 0), int(sys.argv[3], 0)
 s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
 s.bind((sys.argv[1], 0))
-quanta = [0xffff if enable >> p & 1 else 0 for p in range(8)]
 frame = bytes.fromhex("0180c2000001") + bytes.fromhex("025348aabbcc") + struct.pack(
-    "!HHH8H", 0x8808, 0x0101, enable, *quanta)
+    "!HHH8H", 0x8808, 0x0101, enable, *(quanta if enable >> p & 1 else 0 for p in range(8)))
 frame += bytes(60 - len(frame))
-started, stop = os.path.join(sys.argv[3], "injecting"), os.path.join(sys.argv[3], "stop")
+started, stop = os.path.join(sys.argv[4], "injecting"), os.path.join(sys.argv[4], "stop")
 end = time.monotonic() + 40
-while time.monotonic() < end and not os.path.exists(stop):
+while True:
     s.send(frame)
+    if quanta == 0 or time.monotonic() >= end or os.path.exists(stop):
+        break
     if not os.path.exists(started):
         open(started, "w").close()
     time.sleep(0.001)
 EOF
+}
+# Pauses of the priorities in ENABLE, the longest (3.4 ms at the port's 10 Gb/s), every
+# millisecond from a real-time process, so that the busy flows cannot hold it off for
+# longer than a pause, until stop_injector. Returns once the first frame has left.
+#   start_injector NAMESPACE INTERFACE ENABLE
+start_injector() {
+    rm -f "$out/injecting" "$out/stop"
+    pfc_frames "$1" "$2" "$3" 0xffff &
     injector=$!
     for _ in $(seq 100); do [ -e "$out/injecting" ] && break; sleep 0.1; done
     [ -e "$out/injecting" ] || fail "the PFC frame injector did not start"
@@ -122,14 +129,7 @@ a_status=$(status_a)
 b_status=$(status_b)
 stop_injector
 # Resume (XON), then let the flows finish.
-ip netns exec "$pair-b" python3 - "${pair}vb" <<'EOF'
-import socket, struct, sys
-s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
-s.bind((sys.argv[1], 0))
-frame = bytes.fromhex("0180c2000001") + bytes.fromhex("025348aabbcc") + struct.pack(
-    "!HHH8H", 0x8808, 0x0101, 0x01, 0, 0, 0, 0, 0, 0, 0, 0)
-s.send(frame + bytes(60 - len(frame)))
-EOF
+pfc_frames "$pair-b" "${pair}vb" 0x01 0
 read -r rx_pfc waits a_prio < <(fields "$a_status" 'd["counters"]["rx_pfc_frames"]' \
     'd["counters"]["tx_pfc_waits"]' 'd["pfc"]["priorities"]')
 b_prio=$(fields "$b_status" 'd["pfc"]["priorities"]')

@@ -11,7 +11,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <sstream>
 #include <string_view>
 
 namespace softhca::engine {
@@ -110,17 +109,20 @@ bool parse_port(std::string_view text, PortConfig& port, std::string& error) {
     return true;
 }
 
-// "3" or "0,3": a bit mask of priorities 0..7, none twice.
-bool parse_priority_list(const std::string& text, uint8_t& mask) {
+// "3" or "0,3": a bit mask of priorities 0..7, none twice (digits at the even places,
+// commas between them).
+bool parse_priority_list(std::string_view text, uint8_t& mask) {
     mask = 0;
-    std::istringstream in(text);
-    std::string item;
-    while (std::getline(in, item, ',')) {
-        if (item.size() != 1 || item[0] < '0' || item[0] > '7' || (mask >> (item[0] - '0')) & 1)
+    if (text.size() % 2 == 0)
+        return false; // empty, or a comma at an end
+    for (size_t i = 0; i < text.size(); i += 2) {
+        const int priority = text[i] - '0';
+        if (priority < 0 || priority > 7 || (mask >> priority) & 1 ||
+            (i + 1 < text.size() && text[i + 1] != ','))
             return false;
-        mask = static_cast<uint8_t>(mask | 1u << (item[0] - '0'));
+        mask = static_cast<uint8_t>(mask | 1u << priority);
     }
-    return mask != 0 && !text.empty() && text.back() != ',';
+    return true;
 }
 
 bool parse_number(const char* text, uint32_t min, uint32_t max, uint32_t& out) {
