@@ -596,8 +596,9 @@ void DpdkPortSet::after_receive_round(size_t index, bool backlogged, uint8_t pri
                                       uint64_t now) {
     PortInfo& info = ports_[index];
     auto& queue = dpdk_->tx[index];
-    // The frame's buffer first: the requester's state moves on only when its frame can
-    // leave (an XON lost to an empty pool would leave the peer paused).
+    // The frame's buffer first: the requester's state moves on only when there is a
+    // buffer for its frame (an XON lost to an empty pool would leave the peer paused; one
+    // the transmit queue refuses below is still lost, counted in tx_dropped).
     if (!queue.pfc_frame && !(queue.pfc_frame = rte_pktmbuf_alloc(dpdk_->pools[index])))
         return; // decided next round
     transport::PfcFrame pfc;
