@@ -57,7 +57,8 @@ for memory in heap shared; do
         fail "RC data integrity under loss, duplication and reordering ($memory memory)"
 done
 out=$("$SOFTHCA" exec -- env SOFTHCA="$SOFTHCA" SOFTHCA_PREFIX="$SOFTHCA_PREFIX" timeout 300 \
-    "$UD_SRQ_VERBS_TEST" "[faults]" 2>&1) || fail "UC/UD delivered a partial message: $out"
+    "$UD_SRQ_VERBS_TEST" "[faults]" 2>&1) ||
+    fail "UC/UD delivered a partial message, or too few arrived: $out"
 # NCCL's sequence of verbs (FIFO entries polled in memory, WRITE chains with immediate,
 # the flush READ) on both memory paths, across the two threads, on the faulty wire.
 "$SOFTHCA" exec -- env SOFTHCA_PREFIX="$SOFTHCA_PREFIX" timeout 300 "$NCCL_SHAPED_TEST" 40 ||

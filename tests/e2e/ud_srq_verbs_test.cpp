@@ -475,6 +475,9 @@ TEST_CASE("UC and UD under loss deliver only whole messages", "[.][faults]") {
             post_recv(b, slot, &sge, 1);
         }
         uint32_t sent = 0, completed = 0, arrived = 0;
+        // The newest message B has taken (one past it), and when B last took one.
+        uint32_t taken_upto = 0;
+        auto last_taken = std::chrono::steady_clock::now();
         // Takes what arrived at B, checks each message whole, posts its buffer again.
         auto receive_some = [&]() -> int {
             ibv_wc wc[16];
@@ -491,6 +494,8 @@ TEST_CASE("UC and UD under loss deliver only whole messages", "[.][faults]") {
                 for (uint32_t k = 4; k < length_of(message); ++k)
                     REQUIRE(dst.bytes[at + k] == pattern(message, k));
                 ++arrived;
+                taken_upto = std::max(taken_upto, message + 1);
+                last_taken = std::chrono::steady_clock::now();
                 ibv_sge sge{dst.addr(wc[i].wr_id * kSlot), kSlot, dst.mr->lkey};
                 post_recv(b, wc[i].wr_id, &sge, 1);
             }
@@ -498,7 +503,19 @@ TEST_CASE("UC and UD under loss deliver only whole messages", "[.][faults]") {
         };
         const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
         while ((completed < kCount) && std::chrono::steady_clock::now() < deadline) {
-            while (sent < kCount && sent - completed < 32) {
+            // UD and UC have no flow control: a message that finds no receive posted is
+            // dropped, which is not what this test measures. A's completions say only that
+            // a message left, not that B took it, and on a loaded machine B's engine thread
+            // fell behind A's until B's 64 receives ran out (832 of 2000 arrived in CI).
+            // So at most 48 messages are sent past the newest B took; if B takes nothing
+            // for half a second, what is in flight was lost and the window moves on.
+            const bool stalled =
+                std::chrono::steady_clock::now() - last_taken > std::chrono::milliseconds(500);
+            if (stalled) {
+                taken_upto = sent;
+                last_taken = std::chrono::steady_clock::now();
+            }
+            while (sent < kCount && sent - completed < 32 && sent - taken_upto < 48) {
                 const uint32_t length = length_of(sent);
                 const size_t at = (sent % 64) * kSlot;
                 fill(src, sent, at, length);
@@ -512,10 +529,8 @@ TEST_CASE("UC and UD under loss deliver only whole messages", "[.][faults]") {
             for (int i = 0; i < n; ++i)
                 REQUIRE(wc[i].status == IBV_WC_SUCCESS);
             completed += static_cast<uint32_t>(n);
-            // Everything that arrived, before more is sent: UD and UC have no flow control,
-            // and a receiver that took at most 16 a turn fell behind a sender that may post
-            // 32, until its 64 receives ran out and the rest were dropped (988 of 2000
-            // arrived once under faults).
+            // Everything that arrived, before more is sent (a receiver that took at most 16
+            // a turn fell behind a sender that may post 32: 988 of 2000 arrived once).
             while (receive_some() == 16) {
             }
         }
@@ -525,7 +540,10 @@ TEST_CASE("UC and UD under loss deliver only whole messages", "[.][faults]") {
         } // the last ones
         std::printf("%s: %u of %u messages arrived whole\n", type == IBV_QPT_UC ? "UC" : "UD",
                     arrived, kCount);
-        CHECK(arrived > kCount / 2);
+        // What is lost is lost to the faults alone (1% each; a UC message of up to 8
+        // packets goes with any of them): about 1 in 10 for UC, and UD's duplicates arrive
+        // as messages of their own.
+        CHECK(arrived > kCount * 3 / 4);
         ibv_destroy_ah(ah);
         ibv_destroy_qp(a);
         ibv_destroy_qp(b);
