@@ -98,12 +98,17 @@ exchange h2 h1 198.19.0.3 ibv_rc_pingpong -g 0 -c -s 65536 -n 200
 # rdma_cm per namespace: a wildcard listener on the same port on h3 and on h2, each reached
 # from another host; the connection leaves from the client's host's device, so each of the
 # four devices receives CM messages.
+# How many rdma_cm IDs listen in the engine.
+cm_listening() {
+    "$SOFTHCA" status --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["rdma_cm"]["listening"])'
+}
 for d in 0 1 2 3; do eval "mads$d=$(rx_mads $d)"; done
 on_host h3 timeout 60 rping -s -a 0.0.0.0 -p 7471 -C 20 -V >"$server_out" 2>&1 &
 s3=$!
 on_host h2 timeout 60 rping -s -a 0.0.0.0 -p 7471 -C 20 -V >"$other_out" 2>&1 &
 s2=$!
-sleep 1
+wait_until '[ "$(cm_listening)" -ge 2 ]' 30 ||
+    fail "the rping servers did not listen: $(cat "$server_out" "$other_out")"
 on_host h0 timeout 60 rping -c -a 198.19.0.4 -p 7471 -C 20 -V >/dev/null 2>&1 ||
     fail "rping h0 -> h3 failed: $(cat "$server_out")"
 on_host h1 timeout 60 rping -c -a 198.19.0.3 -p 7471 -C 20 -V >/dev/null 2>&1 ||
@@ -126,7 +131,7 @@ out=$("$SOFTHCA" exec -- timeout 20 rping -s -a 198.19.0.2 -p 7473 -C 1 2>&1) &&
 grep -q "Cannot assign requested address" <<<"$out" || fail "binding h1's address outside h1: $out"
 "$SOFTHCA" exec -- timeout 30 rping -s -a 0.0.0.0 -p 7474 -C 1 -v >"$other_out" 2>&1 &
 squatter=$!
-sleep 1
+wait_until '[ "$(cm_listening)" -ge 1 ]' 30 || fail "the rping server did not listen: $(cat "$other_out")"
 on_host h0 timeout 20 rping -c -a 198.19.0.4 -p 7474 -C 1 >/dev/null 2>&1 &&
     fail "h0 reached a listener of the engine's namespace at h3's address"
 kill "$squatter" 2>/dev/null || true
