@@ -8,7 +8,8 @@
 #   test_datapath_threads.sh   (SOFTHCA_PREFIX: the shared engine, started with 2)
 source "$(dirname "$0")/lib.sh"
 other=shthr
-trap '"$SOFTHCA" down --prefix "$other" >/dev/null 2>&1 || true' EXIT
+server_out=$(mktemp)
+trap '"$SOFTHCA" down --prefix "$other" >/dev/null 2>&1 || true; rm -f "$server_out"' EXIT
 
 threads() {
     "$SOFTHCA" status --json "$@" | python3 -c '
@@ -27,14 +28,21 @@ print(" ".join(str(t["rounds"]) for t in json.load(sys.stdin)["engine"]["datapat
     fail "the text status does not show the threads: $("$SOFTHCA" status | head -1)"
 pid=$(engine_pid)
 read -r before0 before1 <<<"$(rounds)"
-port=$(free_port)
-on_server timeout 60 ib_write_bw -d "${SOFTHCA_PREFIX}0" -x 0 -p "$port" -s 65536 -n 2000 \
-    >/dev/null 2>&1 &
-server=$!
-wait_listening "$port" || fail "ib_write_bw server did not start"
-out=$(on_client timeout 60 ib_write_bw -d "${SOFTHCA_PREFIX}1" -x 0 -p "$port" -s 65536 \
-    -n 2000 127.0.0.1 2>&1) || fail "ib_write_bw over two threads failed: $out"
-wait "$server" || fail "ib_write_bw server failed"
+# One ib_write_bw between the two devices (run again when only perftest's clock failed).
+write_once() {
+    local port server rc=0
+    port=$(free_port)
+    on_server timeout 60 ib_write_bw -d "${SOFTHCA_PREFIX}0" -x 0 -p "$port" -s 65536 -n 2000 \
+        >"$server_out" 2>&1 &
+    server=$!
+    wait_listening "$port" || fail "ib_write_bw server did not start: $(cat "$server_out")"
+    out=$(on_client timeout 60 ib_write_bw -d "${SOFTHCA_PREFIX}1" -x 0 -p "$port" -s 65536 \
+        -n 2000 127.0.0.1 2>&1) || rc=$?
+    wait "$server" || rc=$((rc ? rc : 100))
+    PERFTEST_OUTPUT="$out $(cat "$server_out")"
+    return "$rc"
+}
+perftest_attempts write_once || fail "ib_write_bw over two threads failed: $PERFTEST_OUTPUT"
 grep -E '^ +65536 +2000' <<<"$out" || fail "no result line: $out"
 read -r after0 after1 <<<"$(rounds)"
 [ "$after0" -gt "$before0" ] && [ "$after1" -gt "$before1" ] ||
@@ -60,8 +68,17 @@ rping_out=$(mktemp)
 on_server timeout 60 rping -s -a 198.18.0.2 -p "$cm_port" -V -C 50 -S 2000 >"$rping_out" 2>&1 &
 rping_server=$!
 wait_until listening 20 || fail "rping server did not listen: $(cat "$rping_out")"
-on_client timeout 60 rping -c -I 198.18.0.1 -a 198.18.0.2 -p "$cm_port" -V -C 50 -S 2000 ||
-    fail "rping across the two threads failed"
+# The shared engine may hold other tests' listeners: a client that came before this
+# server's own listener is rejected (reason 8, no listener) and tries again.
+for attempt in 1 2 3 4 5; do
+    rc=0
+    client_out=$(on_client timeout 60 rping -c -I 198.18.0.1 -a 198.18.0.2 -p "$cm_port" -V \
+        -C 50 -S 2000 2>&1) || rc=$?
+    [ "$rc" -eq 0 ] && break
+    grep -q "RDMA_CM_EVENT_REJECTED, error 8" <<<"$client_out" && kill -0 "$rping_server" &&
+        [ "$attempt" -lt 5 ] || fail "rping across the two threads failed: $client_out"
+    sleep 0.5
+done
 wait "$rping_server" || fail "rping server failed: $(cat "$rping_out")"
 rm -f "$rping_out"
 echo "rping: 50 pings of 2000 B verified, across the two threads"
