@@ -8,7 +8,8 @@ source "$(dirname "$0")/lib.sh"
 here=$(cd "$(dirname "$0")" && pwd)
 schema="$here/../../docs/status.schema.json"
 server=
-trap 'kill $server 2>/dev/null || true; "$SOFTHCA" down >/dev/null 2>&1 || true' EXIT
+flow_out=$(mktemp)
+trap 'kill $server 2>/dev/null || true; "$SOFTHCA" down >/dev/null 2>&1 || true; rm -f "$flow_out"*' EXIT
 
 validate() {
     python3 -c '
@@ -33,21 +34,23 @@ want=$(query '" ".join(k + " " + str(v) for k, v in d["devices"][0]["counters"].
 grep -qF "counters: $want" <<<"$text" || fail "text and JSON differ: $want / $text"
 echo "idle: valid, text and JSON agree"
 
-# Ten seconds of traffic: beside other tests the checks below can take several before
+# Twenty seconds of traffic: beside other tests the checks below can take several before
 # watch samples, and watch needs the QPs still moving then.
 port=$(free_port)
-"$SOFTHCA" exec -- timeout 30 ib_write_bw -d "${SOFTHCA_PREFIX}0" -p "$port" -D 10 >/dev/null 2>&1 &
+"$SOFTHCA" exec -- timeout 60 ib_write_bw -d "${SOFTHCA_PREFIX}0" -p "$port" -D 20 \
+    >"$flow_out.server" 2>&1 &
 server=$!
 wait_listening "$port" || fail "ib_write_bw server did not start"
-"$SOFTHCA" exec -- timeout 30 ib_write_bw -d "${SOFTHCA_PREFIX}1" -p "$port" -D 10 127.0.0.1 \
-    >/dev/null 2>&1 &
+"$SOFTHCA" exec -- timeout 60 ib_write_bw -d "${SOFTHCA_PREFIX}1" -p "$port" -D 20 127.0.0.1 \
+    >"$flow_out.client" 2>&1 &
 client=$!
-wait_until "\"$SOFTHCA\" status | grep -q ' RTS '" 10 || fail "no QP reached RTS"
-sleep 0.5
+tx_packets() { "$SOFTHCA" status --json | query 'd["devices"][1]["counters"]["tx_packets"]'; }
+wait_until '[ "$(tx_packets)" -gt 0 ]' 20 || fail "the client's device sent nothing"
 doc=$("$SOFTHCA" status --json | validate) || fail "busy status does not match the schema"
 summary=$(query '(len(d["contexts"]), sorted(q["type"] for c in d["contexts"] for q in c["qps"]), d["objects"]["qp"], d["devices"][1]["counters"]["tx_packets"] > 0)' <<<"$doc")
 [ "$summary" = "(2, ['RC', 'RC'], 2, True)" ] || fail "busy document: $summary: $doc"
 echo "busy: valid: $summary"
+kill -0 "$client" 2>/dev/null || fail "the flow ended before watch could sample it"
 watch=$("$SOFTHCA" watch --interval 0.5 --count 2) || fail "softhca watch failed: $watch"
 echo "$watch"
 for dev in 0 1; do
@@ -56,9 +59,15 @@ for dev in 0 1; do
 done
 grep -qE "^  qp [0-9]+ \(ib_write_bw\): packets_sent [1-9][0-9]*/s" <<<"$watch" ||
     fail "watch printed no moving QP"
-wait "$client" || fail "ib_write_bw client failed"
-wait "$server" || fail "ib_write_bw server failed"
+# What is checked here is the engine's; perftest's own report may fail on a loaded
+# machine (its clock fit), which is not a failure of the flow.
+rc=0
+wait "$client" || rc=$?
+wait "$server" || rc=$((rc ? rc : 100))
 server=
+if [ "$rc" -ne 0 ] && ! perftest_clock_failed "$(cat "$flow_out.client" "$flow_out.server")"; then
+    fail "ib_write_bw failed: $(cat "$flow_out.client" "$flow_out.server")"
+fi
 "$SOFTHCA" watch --count 0 >/dev/null 2>&1 && fail "watch --count 0 accepted"
 "$SOFTHCA" down >/dev/null
 
