@@ -78,29 +78,43 @@ spine_frames=$(($(egress leaf0 spine0 frames) + $(egress leaf0 spine1 frames)))
 [ "$(egress leaf1 h7 frames)" -gt 0 ] || fail "nothing reached h7"
 
 # A spine link taken down under an RC flow (the one its frames from h0 cross): the flow
-# moves to the other spine and completes, every message checked.
+# moves to the other spine and completes, every message checked. 50,000 iterations: about
+# 12 s on an idle machine, over a minute on a loaded one.
+spines() { # frames leaf0 sent to spine0 and to spine1, from one status
+    "$SOFTHCA" status --json | python3 -c '
+import json, sys
+e = {(x["from"], x["to"]): x["frames"] for x in json.load(sys.stdin)["fabric"]["egress"]}
+print(e[("leaf0", "spine0")], e[("leaf0", "spine1")])'
+}
 port=$(free_port)
-"$SOFTHCA" exec -- timeout 120 ibv_rc_pingpong -d "${P}0" -g 0 -p "$port" -c -s 4096 \
-    -n 100000 >"$server_out" 2>&1 &
+"$SOFTHCA" exec -- timeout 240 ibv_rc_pingpong -d "${P}0" -g 0 -p "$port" -c -s 4096 \
+    -n 50000 >"$server_out" 2>&1 &
 server=$!
 wait_listening "$port" || fail "ibv_rc_pingpong server did not start"
-"$SOFTHCA" exec -- timeout 120 ibv_rc_pingpong -d "${P}7" -g 0 -p "$port" -c -s 4096 \
-    -n 100000 127.0.0.1 >"$server_out.client" 2>&1 &
+read -r before0 before1 <<<"$(spines)"
+"$SOFTHCA" exec -- timeout 240 ibv_rc_pingpong -d "${P}7" -g 0 -p "$port" -c -s 4096 \
+    -n 50000 127.0.0.1 >"$server_out.client" 2>&1 &
 client=$!
-sleep 1
-before0=$(egress leaf0 spine0 frames) before1=$(egress leaf0 spine1 frames)
-sleep 0.5
+# Once the flow has crossed a spine 1000 times (however long a loaded machine takes to
+# start it), the spine it crosses is the one whose count moved.
+crossed() {
+    read -r now0 now1 <<<"$(spines)"
+    [ $((now0 - before0 + now1 - before1)) -ge 1000 ]
+}
+wait_until crossed 60 || fail "the RC flow did not start: $(cat "$server_out.client")"
 used=0
-[ $(($(egress leaf0 spine1 frames) - before1)) -gt $(($(egress leaf0 spine0 frames) - before0)) ] &&
-    used=1
+[ $((now1 - before1)) -gt $((now0 - before0)) ] && used=1
 other=$((1 - used))
-other_before=$(egress leaf0 "spine$other" frames)
+other_before=$now0
+[ "$other" -eq 1 ] && other_before=$now1
 "$SOFTHCA" fabric link leaf0 "spine$used" down >/dev/null || fail "fabric link down"
 kill -0 "$client" 2>/dev/null || fail "the RC flow ended before its link went down"
 grep -q "leaf0 -> spine$used (down)" <<<"$("$SOFTHCA" status)" || fail "the link is not down"
 wait_until '[ "$(egress leaf0 "spine$other" frames)" -gt $((other_before + 100)) ]' 10 ||
     fail "the flow did not move to spine$other"
-wait "$client" || fail "the RC flow did not survive spine$used's link: $(cat "$server_out.client")"
+rc=0
+wait "$client" || rc=$?
+[ "$rc" -eq 0 ] || fail "the RC flow did not survive spine$used's link (exit $rc): $(cat "$server_out.client")"
 wait "$server" || fail "the RC server: $(cat "$server_out")"
 echo "ibv_rc_pingpong with leaf0-spine$used down under it: $(grep "iters in" "$server_out.client")"
 rm -f "$server_out.client"
@@ -126,16 +140,22 @@ grep -q "the engine runs no fabric" "$server_out" || fail "the refusal: $(cat "$
 # flow completes.
 "$SOFTHCA" up --fabric leaf-spine:hosts=6,leaves=2,spines=1,rate_gbps=2,queue_kb=64,pfc=1,pfc_xoff_kb=32 \
     >/dev/null || fail "softhca up --fabric with PFC failed"
-servers=() clients=()
+# All four servers listen before any client starts, so that the flows overlap however
+# slowly a loaded machine starts them (one alone takes about 2 s).
+servers=() clients=() ports=()
 for sender in 0 1 2 4; do
     port=$(free_port)
-    "$SOFTHCA" exec -- timeout 120 ib_write_bw -d "${P}5" -x 0 -p "$port" -s 65536 -n 4000 \
+    "$SOFTHCA" exec -- timeout 120 ib_write_bw -d "${P}5" -x 0 -p "$port" -s 65536 -n 8000 \
         >"$server_out.$sender" 2>&1 &
     servers+=($!)
     wait_listening "$port" || fail "ib_write_bw server for h$sender did not start"
-    "$SOFTHCA" exec -- timeout 120 ib_write_bw -d "$P$sender" -x 0 -p "$port" -s 65536 \
-        -n 4000 127.0.0.1 >"$server_out.client$sender" 2>&1 &
+    ports+=("$port")
+done
+for sender in 0 1 2 4; do
+    "$SOFTHCA" exec -- timeout 120 ib_write_bw -d "$P$sender" -x 0 -p "${ports[0]}" -s 65536 \
+        -n 8000 127.0.0.1 >"$server_out.client$sender" 2>&1 &
     clients+=($!)
+    ports=("${ports[@]:1}")
 done
 for pid in "${clients[@]}" "${servers[@]}"; do
     wait "$pid" || fail "an incast flow under PFC failed: $(cat "$server_out".client*)"
