@@ -20,16 +20,28 @@ pair_hosts "$pair"
 
 status_of() { ip netns exec "$pair-$1" "$SOFTHCA" status --prefix "$pair$1" --json; }
 
+# How many of the client host's QPs have sent.
+sending_qps() {
+    status_of b | python3 -c '
+import json, sys
+print(sum(1 for c in json.load(sys.stdin)["contexts"] for q in c["qps"]
+          if q["counters"]["packets_sent"] > 0))'
+}
+
+# Flows of 10 s; the client's status is read 3 s after both its QPs have started sending
+# (a loaded machine may take seconds to start them), while they still run (checked).
 port=$(free_port)
-on_server timeout 60 ib_write_bw -d "$SERVER_DEV" -x 0 -p "$port" -q 2 -D 5 -s 65536 \
+on_server timeout 60 ib_write_bw -d "$SERVER_DEV" -x 0 -p "$port" -q 2 -D 10 -s 65536 \
     >"$out" 2>&1 &
 server=$!
 wait_listening "$port" || fail "ib_write_bw server did not start: $(cat "$out")"
-on_client timeout 60 ib_write_bw -d "$CLIENT_DEV" -x 0 -p "$port" -q 2 -D 5 -s 65536 \
+on_client timeout 60 ib_write_bw -d "$CLIENT_DEV" -x 0 -p "$port" -q 2 -D 10 -s 65536 \
     "$SERVER_ADDR" >"$out.client" 2>&1 &
 client=$!
-sleep 4
+wait_until '[ "$(sending_qps)" -ge 2 ]' 30 || fail "the flows did not start: $(cat "$out.client")"
+sleep 3
 status_of b >"$status"
+kill -0 "$client" 2>/dev/null || fail "the flows ended before the status was read"
 # (perftest's own clock fit may fail on a loaded machine after the transfer went
 # through: then there is no figure, and the counters still tell.)
 wait "$client" || perftest_clock_failed "$(cat "$out.client")" ||
@@ -42,6 +54,7 @@ import json, sys
 doc = json.load(open(sys.argv[1]))
 cp = doc["devices"][0]["congestion_point"]
 qps = [q for c in doc["contexts"] for q in c["qps"]]
+assert len(qps) >= 2, "the status holds no flows"
 print(sum(q["counters"]["retransmitted"] + q["counters"]["timeouts"] for q in qps),
       cp["peak_queue_bytes"], 512 * 1024,
       next(v["credit_waits"] for v in cp["vls"] if v["vl"] == 0))
@@ -60,7 +73,7 @@ echo "two engines with link credits: ib_write_bw $bw MB/s; retransmitted $retran
     "dropped $dropped at the queues, $tx_dropped at the ports; the sender's queue peaked at" \
     "$peak of $limit bytes; VL 0 waited for credits $waits times; flow-control packets" \
     "received (the fewer side) $fc_in, bad $fc_bad"
-[ "$retransmitted" -eq 0 ] || fail "$retransmitted packets were retransmitted on a lossless link"
+[ "$retransmitted" -eq 0 ] || fail "$retransmitted packets were retransmitted on a lossless link: $(cat "$status")"
 [ "$dropped" -eq 0 ] && [ "$tx_dropped" -eq 0 ] || fail "frames were dropped on a lossless link"
 [ "$fc_in" -gt 0 ] || fail "an engine received no flow-control packets"
 [ "$fc_bad" -eq 0 ] || fail "$fc_bad flow-control packets were bad"
