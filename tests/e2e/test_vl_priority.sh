@@ -41,19 +41,26 @@ latency() {
 }
 
 # A bulk RC flow on SL $1 from device 1 to device 0: 64 KiB sends in 1 KiB packets,
-# about 20 s of the link (stopped once measured). RC's window (256 packets) fits the
+# about 60 s of the link (stopped once measured). RC's window (256 packets) fits the
 # queue: nothing is dropped, the queue stays full.
 start_bulk() {
     local port
     port=$(free_port)
-    "$SOFTHCA" exec -- timeout 120 ib_send_bw -d "${SOFTHCA_PREFIX}0" -x 0 -p "$port" -S "$1" \
-        -e -n 80000 -s 65536 -m 1024 >/dev/null 2>&1 &
+    "$SOFTHCA" exec -- timeout 150 ib_send_bw -d "${SOFTHCA_PREFIX}0" -x 0 -p "$port" -S "$1" \
+        -e -n 240000 -s 65536 -m 1024 >/dev/null 2>&1 &
     bulk_pids+=($!)
     wait_listening "$port" || fail "ib_send_bw server did not start"
-    "$SOFTHCA" exec -- timeout 120 ib_send_bw -d "${SOFTHCA_PREFIX}1" -x 0 -p "$port" -S "$1" \
-        -e -n 80000 -s 65536 -m 1024 127.0.0.1 >/dev/null 2>&1 &
+    "$SOFTHCA" exec -- timeout 150 ib_send_bw -d "${SOFTHCA_PREFIX}1" -x 0 -p "$port" -S "$1" \
+        -e -n 240000 -s 65536 -m 1024 127.0.0.1 >/dev/null 2>&1 &
     bulk_pids+=($!)
-    sleep 2 # the queue fills
+    wait_until "[ \$(vl_queue $1) -gt 100000 ]" 30 || fail "the bulk flow on SL $1 did not fill its queue"
+}
+# The bytes in VL $1's queue at device 1's port (SL n is on VL n here).
+vl_queue() {
+    "$SOFTHCA" status --json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)["devices"][1]["congestion_point"]
+print(next((v["queue_bytes"] for v in d["vls"] if v["vl"] == int(sys.argv[1])), 0))' "$1"
 }
 
 "$SOFTHCA" up --shape rate_mbps=2000,queue_kb=2048 \
@@ -106,6 +113,10 @@ print(sent.get(0, 0), sent.get(2, 0))'
 read -r a0 a2 < <(vl_bytes)
 sleep 3
 read -r b0 b2 < <(vl_bytes)
+# Both flows still run at the end of the window: the share is of two backlogged VLs.
+for pid in "${bulk_pids[@]}"; do
+    kill -0 "$pid" 2>/dev/null || fail "a bulk flow ended within the window"
+done
 kill "${bulk_pids[@]}" 2>/dev/null || true
 wait "${bulk_pids[@]}" 2>/dev/null || true
 share=$(python3 -c "print('%.3f' % (($b2 - $a2) / max($b0 - $a0, 1)))")
