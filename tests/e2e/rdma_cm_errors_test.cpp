@@ -5,6 +5,8 @@
 // `softhca exec` against an instance whose built-in wire joins <prefix>0 (198.18.0.1)
 // and <prefix>1 (198.18.0.2).
 #define CATCH_CONFIG_MAIN
+#include "engine_status.hpp"
+
 #include <arpa/inet.h>
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -279,8 +281,12 @@ TEST_CASE("a client killed mid-handshake: the listener's side ends and the engin
     REQUIRE(waitpid(child, &status, 0) == child);
     CHECK(WIFSIGNALED(status));
     // The dead client's engine rejects on its behalf: the request is gone, and
-    // accepting it fails (ucma reports no event for a request not yet accepted).
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    // accepting it fails (ucma reports no event for a request not yet accepted). Once the
+    // engine has let the dead process's verbs contexts go (a loaded machine may take a
+    // while to), its rdma_cm file has gone the same way.
+    const std::string gone = "pid " + std::to_string(child) + " (";
+    wait_for_status([&](const std::string& s) { return s.find(gone) == std::string::npos; });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
     rdma_conn_param param{};
     param.qp_num = 0x456;
     CHECK(rdma_accept(id, &param) == -1);
