@@ -87,10 +87,13 @@ else:
     s.setsockopt(socket.SOL_UDP, UDP_SEGMENT, 40)
     s.sendto(b"\x04" * 160, to)
 PY
-    sleep 0.5
 }
 malformed=$(counter rx_malformed) bad_icrc=$(counter rx_bad_icrc) no_qp=$(counter rx_no_qp)
 send_bad single
+# Once all are counted (the engine's thread may be late on a loaded machine), and a moment
+# later, so that a count that went past what was sent would show.
+wait_until '[ "$(counter rx_no_qp)" -ge $((no_qp + 1)) ] && [ "$(counter rx_malformed)" -ge $((malformed + 2)) ] && [ "$(counter rx_bad_icrc)" -ge $((bad_icrc + 1)) ]' 10
+sleep 0.3
 [ "$(counter rx_malformed)" -ge $((malformed + 2)) ] || fail "short/long datagrams not counted: $(status)"
 [ "$(counter rx_bad_icrc)" -ge $((bad_icrc + 1)) ] || fail "bad ICRC not counted: $(status)"
 [ "$(counter rx_no_qp)" -eq $((no_qp + 1)) ] ||
@@ -99,6 +102,8 @@ send_bad single
 # segment is a packet of its own: three more for no QP, five malformed or with a bad ICRC.
 malformed=$(counter rx_malformed) bad_icrc=$(counter rx_bad_icrc) no_qp=$(counter rx_no_qp)
 send_bad runs
+wait_until '[ "$(counter rx_no_qp)" -ge $((no_qp + 3)) ] && [ $(($(counter rx_malformed) + $(counter rx_bad_icrc))) -ge $((malformed + bad_icrc + 5)) ]' 10
+sleep 0.3
 [ "$(counter rx_no_qp)" -eq $((no_qp + 3)) ] ||
     fail "a GSO run's packets for no QP: rx_no_qp $(counter rx_no_qp), was $no_qp"
 [ $(($(counter rx_malformed) + $(counter rx_bad_icrc))) -ge $((malformed + bad_icrc + 5)) ] ||
