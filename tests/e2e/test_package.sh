@@ -121,11 +121,11 @@ grep -q "^CapEff:" "/proc/$(cat "$pid_file")/status" &&
     [ "$(sed -n 's/^CapBnd:\s*//p' "/proc/$(cat "$pid_file")/status")" != 000001ffffffffff ] ||
     fail "the engine runs with every capability"
 # A program's memory, private and shared, reached by the engine under those capabilities.
-port=$((20000 + RANDOM % 20000))
+port=$(free_port)
 /usr/bin/softhca exec --prefix "$SOFTHCA_PREFIX" -- \
     ibv_rc_pingpong -d "${SOFTHCA_PREFIX}0" -g 0 -p "$port" -n 20 >"$work/pp-server.log" 2>&1 &
 pp_server=$!
-sleep 0.5
+wait_listening "$port" || fail "the pingpong server did not listen: $(cat "$work/pp-server.log")"
 /usr/bin/softhca exec --prefix "$SOFTHCA_PREFIX" -- \
     ibv_rc_pingpong -d "${SOFTHCA_PREFIX}1" -g 0 -p "$port" -n 20 127.0.0.1 >"$work/pp-client.log" 2>&1 ||
     fail "ibv_rc_pingpong against the service failed: $(cat "$work/pp-client.log")"

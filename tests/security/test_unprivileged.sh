@@ -23,17 +23,17 @@ grep -qw "$holder" <<<"$root_view" || fail "root does not see the root context"
 kill -9 "$holder"
 
 # rdma_cm: port 999 refused to nobody, allowed to root; an unprivileged port to both.
-server_try() { # USER... -- PORT: rping server output for a moment
-    local port=$1
-    shift
-    timeout 3 "$@" "$SOFTHCA" exec -- rping -s -a 198.18.0.1 -p "$port" -C 1 2>&1 || true
+server_try() { # SECONDS PORT USER...: rping server output for SECONDS (a refused one ends at once)
+    local seconds=$1 port=$2
+    shift 2
+    timeout "$seconds" "$@" "$SOFTHCA" exec -- rping -s -a 198.18.0.1 -p "$port" -C 1 2>&1 || true
 }
-refused=$(server_try 999 "${as_nobody[@]}")
+refused=$(server_try 20 999 "${as_nobody[@]}")
 echo "nobody binding port 999: $refused"
 grep -qi "permission denied\|EACCES\|error 13\|-13" <<<"$refused" ||
     fail "nobody was not refused port 999"
-allowed=$(server_try 999 env)
+allowed=$(server_try 3 999 env)
 grep -qi "permission denied" <<<"$allowed" && fail "root was refused port 999: $allowed"
-unprivileged=$(server_try 19999 "${as_nobody[@]}")
+unprivileged=$(server_try 3 19999 "${as_nobody[@]}")
 grep -qi "permission denied" <<<"$unprivileged" && fail "nobody was refused port 19999: $unprivileged"
 echo PASS
