@@ -142,23 +142,26 @@ grep -q "the engine runs no fabric" "$server_out" || fail "the refusal: $(cat "$
     >/dev/null || fail "softhca up --fabric with PFC failed"
 # All four servers listen before any client starts, so that the flows overlap however
 # slowly a loaded machine starts them (one alone takes about 2 s).
-servers=() clients=() ports=()
+pids=() outputs=() ports=()
 for sender in 0 1 2 4; do
     port=$(free_port)
     "$SOFTHCA" exec -- timeout 120 ib_write_bw -d "${P}5" -x 0 -p "$port" -s 65536 -n 8000 \
         >"$server_out.$sender" 2>&1 &
-    servers+=($!)
+    pids+=($!) outputs+=("$server_out.$sender")
     wait_listening "$port" || fail "ib_write_bw server for h$sender did not start"
     ports+=("$port")
 done
 for sender in 0 1 2 4; do
     "$SOFTHCA" exec -- timeout 120 ib_write_bw -d "$P$sender" -x 0 -p "${ports[0]}" -s 65536 \
         -n 8000 127.0.0.1 >"$server_out.client$sender" 2>&1 &
-    clients+=($!)
+    pids+=($!) outputs+=("$server_out.client$sender")
     ports=("${ports[@]:1}")
 done
-for pid in "${clients[@]}" "${servers[@]}"; do
-    wait "$pid" || fail "an incast flow under PFC failed: $(cat "$server_out".client*)"
+# Each must complete; one whose only failure is perftest's own clock fit (its report, on a
+# loaded machine) completed its transfer.
+for i in "${!pids[@]}"; do
+    wait "${pids[$i]}" || perftest_clock_failed "$(cat "${outputs[$i]}")" ||
+        fail "an incast flow under PFC failed: $(cat "${outputs[$i]}")"
 done
 rm -f "$server_out".*
 "$SOFTHCA" status --json | python3 -c '
