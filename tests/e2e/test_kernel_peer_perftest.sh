@@ -4,8 +4,7 @@
 # as the server, at 1 B (2 B for READ, perftest's least), 4 KiB and 64 KiB; the tools that
 # take -c UC and -c UD over those services (UC send at 4 KiB, latency at one packet). Then
 # again with 1% loss, duplication and reordering injected at softhca's port for the
-# bandwidth tools,
-# which must complete.
+# bandwidth tools, which must complete.
 #   test_kernel_peer_perftest.sh [lossy]
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/kernel_peer.sh"
