@@ -111,6 +111,7 @@ int main(int argc, char** argv) {
         }
         std::ofstream(argv[5]) << "ready\n";
         uint32_t got[2] = {0, 0};
+        std::vector<bool> seen[2] = {std::vector<bool>(count), std::vector<bool>(count)};
         const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
         while ((got[0] < count || got[1] < count) && std::chrono::steady_clock::now() < deadline) {
             ibv_wc wc[16];
@@ -125,7 +126,11 @@ int main(int argc, char** argv) {
                 for (uint32_t k = 4; k < kBytes; ++k)
                     if (at[k] != pattern(message, k))
                         die("a corrupted datagram");
-                ++got[wc[i].qp_num == qps[0]->qp_num ? 0 : 1];
+                const int q = wc[i].qp_num == qps[0]->qp_num ? 0 : 1;
+                if (message >= count || seen[q][message])
+                    die("a datagram not sent, or one received twice");
+                seen[q][message] = true;
+                ++got[q];
             }
             if (n == 0)
                 std::this_thread::sleep_for(std::chrono::microseconds(100));

@@ -261,31 +261,48 @@ TEST_CASE("rdma_destroy_id waits until the id's reported events are acknowledged
 
 TEST_CASE("a client killed mid-handshake: the listener's side ends and the engine serves on") {
     Listener listener;
+    int die[2]; // the parent's word that the child may die now
+    REQUIRE(::pipe(die) == 0);
     const pid_t child = fork();
     REQUIRE(child >= 0);
     if (child == 0) {
+        ::close(die[1]);
+        // A verbs context of its own (the devices librdmacm opened are the parent's), so
+        // that the engine's status shows this process for as long as it lives.
+        int devices = 0;
+        ibv_device** list = ibv_get_device_list(&devices);
+        if (!list || devices == 0 || !ibv_open_device(list[0]))
+            _exit(4);
         // Resolve and send the REQ, then die without another word.
         Client client(listener.port);
         if (client.connect() != 0)
             _exit(2);
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        char word;
+        (void)!::read(die[0], &word, 1);
         ::kill(getpid(), SIGKILL);
         _exit(3);
     }
+    ::close(die[0]);
     rdma_cm_event* request = next_event(listener.channel);
     REQUIRE(request);
     REQUIRE(request->event == RDMA_CM_EVENT_CONNECT_REQUEST);
     rdma_cm_id* id = request->id;
     rdma_ack_cm_event(request);
+    const std::string alive = "pid " + std::to_string(child) + " (";
+    CHECK(wait_for_status([&](const std::string& s) {
+              return s.find(alive) != std::string::npos;
+          }).find(alive) != std::string::npos);
+    ::close(die[1]);
     int status = 0;
     REQUIRE(waitpid(child, &status, 0) == child);
     CHECK(WIFSIGNALED(status));
     // The dead client's engine rejects on its behalf: the request is gone, and
     // accepting it fails (ucma reports no event for a request not yet accepted). Once the
-    // engine has let the dead process's verbs contexts go (a loaded machine may take a
+    // engine has let the dead process's verbs context go (a loaded machine may take a
     // while to), its rdma_cm file has gone the same way.
-    const std::string gone = "pid " + std::to_string(child) + " (";
-    wait_for_status([&](const std::string& s) { return s.find(gone) == std::string::npos; });
+    CHECK(wait_for_status([&](const std::string& s) {
+              return s.find(alive) == std::string::npos;
+          }).find(alive) == std::string::npos);
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     rdma_conn_param param{};
     param.qp_num = 0x456;
