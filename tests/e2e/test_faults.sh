@@ -71,9 +71,12 @@ grep "arrived whole" <<<"$out"
 
 "$SOFTHCA" up --threads 1 --faults corrupt=0.01,seed=5 >/dev/null ||
     fail "softhca up with corruption failed"
+# A frame the ICRC rejects is a frame lost (SOFTHCA_TEST_LOSSY: a READ's responses may be
+# lost after its responder failed on the next request, and the READ then flushes: seen
+# once in a full run of the suite here).
 for memory in heap shared; do
     "$SOFTHCA" exec -- env SOFTHCA_PREFIX="$SOFTHCA_PREFIX" SOFTHCA_TEST_MEMORY=$memory \
-        timeout 300 "$RC_VERBS_TEST" "[integrity]" ||
+        SOFTHCA_TEST_LOSSY=1 timeout 300 "$RC_VERBS_TEST" "[integrity]" ||
         fail "a corrupted byte reached memory ($memory memory)"
 done
 corrupted=$(port_total corrupted)
