@@ -138,6 +138,23 @@ perftest_clock_failed() {
 }
 PERFTEST_ATTEMPTS=${PERFTEST_ATTEMPTS:-3}
 
+# Waits for a perftest process of a test that measures through the engine's status: it must
+# exit 0, or fail only on perftest's clock (the transfer went through; its report did not).
+#   perftest_wait PID OUTPUT_FILE WHAT
+perftest_wait() {
+    wait "$1" || perftest_clock_failed "$(cat "$2")" || fail "$3 failed: $(cat "$2")"
+}
+
+# How many QPs of a `softhca status --json` document on stdin have sent a packet (DEVICE's
+# only, when named).
+#   qps_sending [DEVICE]
+qps_sending() {
+    python3 -c '
+import json, sys
+print(sum(1 for c in json.load(sys.stdin)["contexts"] if sys.argv[1] in ("", c["device"])
+          for q in c["qps"] if q["counters"]["packets_sent"] > 0))' "${1:-}"
+}
+
 # perftest 4.5's -R server opens its data QP's listener only after the connection for its
 # own exchange, and its client does not wait for it: a client faster than the server meets
 # no listener (REJECTED, reason 8; for UD the SIDR status 1, UNREACHABLE). The tool's race,

@@ -64,6 +64,8 @@ int main(int argc, char** argv) {
         die("usage: receive|send DEVICE GROUP_IPV4 COUNT [READY_FILE]");
     const bool receive = std::strcmp(argv[1], "receive") == 0;
     const uint32_t count = static_cast<uint32_t>(std::atoi(argv[4]));
+    if (count == 0 || count > 4096)
+        die("COUNT is 1 to 4096");
     in_addr ip{};
     if (inet_pton(AF_INET, argv[3], &ip) != 1)
         die("bad group address");
@@ -74,8 +76,6 @@ int main(int argc, char** argv) {
     if (!context)
         die("open device");
     ibv_pd* pd = ibv_alloc_pd(context);
-    if (count == 0 || count > 4096)
-        die("COUNT is 1 to 4096");
     ibv_cq* cq = ibv_create_cq(context, 2 * static_cast<int>(count), nullptr, nullptr, 0);
     if (!pd || !cq)
         die("pd/cq");

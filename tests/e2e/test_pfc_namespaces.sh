@@ -161,10 +161,8 @@ echo "after host b's engine stood still for 200 ms: it sent $b_tx PFC frames, ho
 [ "$a_rx" -ge "$b_tx" ] || fail "host a received $a_rx of host b's $b_tx PFC frames"
 
 for f in p0 p3; do
-    wait "$(cat "$out/$f.client.pid")" || perftest_clock_failed "$(cat "$out/$f.client")" ||
-        fail "the $f flow failed: $(cat "$out/$f.client")"
-    wait "$(cat "$out/$f.server.pid")" || perftest_clock_failed "$(cat "$out/$f.server")" ||
-        fail "the $f flow's server failed: $(cat "$out/$f.server")"
+    perftest_wait "$(cat "$out/$f.client.pid")" "$out/$f.client" "the $f flow"
+    perftest_wait "$(cat "$out/$f.server.pid")" "$out/$f.server" "the $f flow's server"
 done
 # Per priority at host b: frames pausing priorities 0 and 3 pause only 3 there (a frame
 # sets what is paused when it arrives; no traffic needed).

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <utility>
 
 // The text of `softhca status`, or "" when the test was not told which engine.
 inline std::string engine_status() {
@@ -28,13 +29,18 @@ inline std::string engine_status() {
 }
 
 // Reads the status until `done(status)` holds, for up to `seconds` (the engine's threads
-// may be slow to get there on a loaded machine); the last status read.
-template <typename Done> std::string wait_for_status(Done done, int seconds = 10) {
+// may be slow to get there on a loaded machine): whether it came to hold. The last status
+// read is left in `last`, when given.
+template <typename Done>
+bool wait_for_status(Done done, std::string* last = nullptr, int seconds = 10) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
     std::string status = engine_status();
-    while (!done(status) && std::chrono::steady_clock::now() < deadline) {
+    bool held;
+    while (!(held = done(status)) && std::chrono::steady_clock::now() < deadline) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
         status = engine_status();
     }
-    return status;
+    if (last)
+        *last = std::move(status);
+    return held;
 }
