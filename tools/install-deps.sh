@@ -40,7 +40,7 @@ packages=(
     # Tests and scripts: network namespaces, process inspection, interface offloads (the
     # udp port's GSO cut into packets on a bridge: test_udp_af_packet.sh)
     iproute2 procps ethtool
-    # The Linux kernel peer (tools/rxe-guest.sh, ../shared/rxe-guest): Debian's kernel with
+    # The Linux kernel peer (tools/rxe-guest.sh, tools/rxe-guest/): Debian's kernel with
     # rdma_rxe booted under QEMU, a busybox userland, its initramfs packed with cpio
     qemu-system-x86 busybox-static cpio binutils
 )

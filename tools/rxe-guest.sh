@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Linux Soft-RoCE peer (../shared/rxe-guest: Debian 12's kernel with rdma_rxe in a
+# The Linux Soft-RoCE peer (tools/rxe-guest/: Debian 12's kernel with rdma_rxe in a
 # QEMU guest), built once per machine and cached: prints the directory that holds its
 # vmlinuz and initrd.gz. The cache is keyed by the build script's contents, so a changed
 # script builds anew; the kernel tests use it (tests/e2e/kernel_peer.sh).
@@ -7,11 +7,11 @@
 #   tools/rxe-guest.sh            # build if needed, print the directory
 #
 # SOFTHCA_RXE_GUEST_SRC names the directory of build.sh and run.sh (default
-# ../shared/rxe-guest beside the repository), SOFTHCA_RXE_GUEST_CACHE the cache
+# tools/rxe-guest), SOFTHCA_RXE_GUEST_CACHE the cache
 # (default /var/cache/softhca/rxe-guest).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-src=${SOFTHCA_RXE_GUEST_SRC:-$repo/../shared/rxe-guest}
+src=${SOFTHCA_RXE_GUEST_SRC:-$repo/tools/rxe-guest}
 [ -x "$src/build.sh" ] && [ -x "$src/run.sh" ] ||
     { echo "rxe-guest: no build.sh/run.sh in $src (set SOFTHCA_RXE_GUEST_SRC)" >&2; exit 1; }
 cache=${SOFTHCA_RXE_GUEST_CACHE:-/var/cache/softhca/rxe-guest}

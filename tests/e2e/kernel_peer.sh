@@ -51,7 +51,7 @@ kp_up() {
     echo 0 >"$KP_DIR/seq"
     local guest
     guest=$("$kp_repo/tools/rxe-guest.sh") || fail "the rxe guest could not be built"
-    local src=${SOFTHCA_RXE_GUEST_SRC:-$kp_repo/../shared/rxe-guest}
+    local src=${SOFTHCA_RXE_GUEST_SRC:-$kp_repo/tools/rxe-guest}
     local run_guest="$src/run.sh"
     # KP_GUEST_NO_VLAN_FILTER=1: the guest's virtio NIC without a VLAN filter (QEMU's
     # ctrl_vlan=off). With the filter QEMU drops every tagged frame whose VID the guest did

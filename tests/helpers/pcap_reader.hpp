@@ -1,4 +1,4 @@
-// Reads the frames of a classic libpcap file (the format of ../shared/vectors).
+// Reads the frames of a classic libpcap file (the format of tests/vectors).
 #pragma once
 
 #include <cstdint>

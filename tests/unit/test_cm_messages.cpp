@@ -1,4 +1,4 @@
-// CM MAD codec against the Linux kernel's own rdma_cm traffic (../shared/vectors/rxe-cm-*):
+// CM MAD codec against the Linux kernel's own rdma_cm traffic (tests/vectors/rxe-cm-*):
 // every MAD on QP1 parses, the fields read as the capture's README says, and each
 // message re-encoded from what was read is the same 256 bytes.
 #include "pcap_reader.hpp"

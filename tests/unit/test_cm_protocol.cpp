@@ -364,7 +364,7 @@ TEST_CASE("rdma_cm over a lossy wire: each connection's events exactly once, QPN
         CHECK(passive_rtr.dest_qp_num == client_qpn);
         CHECK(active_rtr.rq_psn == passive_rts.sq_psn);
         CHECK(passive_rtr.rq_psn == active_rts.sq_psn);
-        // As the kernel's CM fills them (../shared/vectors/rxe-cm-rping.pcap): each side
+        // As the kernel's CM fills them (tests/vectors/rxe-cm-rping.pcap): each side
         // announces the PSN its receive queue expects, so the passive side sends from the
         // REQ's Starting PSN and the active side from the REP's.
         CHECK(req_psn == passive_rts.sq_psn);

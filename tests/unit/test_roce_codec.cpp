@@ -1,4 +1,4 @@
-// Wire-codec layer: every packet Linux Soft-RoCE put on the wire (../shared/vectors)
+// Wire-codec layer: every packet Linux Soft-RoCE put on the wire (tests/vectors)
 // parses, its ICRC is reproduced, and its headers re-encode byte for byte.
 #include "pcap_reader.hpp"
 #include "roce_check.hpp"
@@ -16,7 +16,7 @@
 using namespace softhca::transport;
 
 #ifndef SOFTHCA_VECTORS_DIR
-#error "SOFTHCA_VECTORS_DIR must name ../shared/vectors"
+#error "SOFTHCA_VECTORS_DIR must name tests/vectors"
 #endif
 
 namespace {

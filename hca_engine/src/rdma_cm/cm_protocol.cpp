@@ -120,7 +120,7 @@ int RdmaCmServer::send_req(CmId& id, const rdma_ucm_conn_param& param, uint64_t 
     req.set_end_to_end_flow_control(id.flow_control);
     // Each side announces the PSN its receive queue expects: the REQ's Starting PSN is
     // the one the passive side sends from, the REP's the one the active side sends from
-    // (as the kernel's cm.c and rdma_cm fill them; see ../shared/vectors/rxe-cm-*.pcap).
+    // (as the kernel's cm.c and rdma_cm fill them; see tests/vectors/rxe-cm-*.pcap).
     req.set_starting_psn(id.receive_psn);
     req.set_local_cm_response_timeout(response_timeout_);
     req.set_retry_count(id.retry_count);
