@@ -2,15 +2,17 @@
 // each port's GID table, and what sits at a port's transmitter: the shaped link and its
 // VL arbitration (link_shaper.hpp), ECN marking (congestion_point.hpp), injected faults
 // and capture. Its implementations are rooms of their own: ports/dpdk (the only code
-// that uses DPDK) and ports/udp (the only code that uses liburing). It may use support/;
-// the data path above uses it.
+// that uses DPDK), ports/udp (the only code that uses liburing) and ports/fabric. It may
+// use support/; the data path above uses it.
 //
 // The engine's ports as the data path sees them: receive a burst, give frames back,
-// allocate, queue and flush transmit frames, one port per device. Three implementations:
-// DpdkPortSet (dpdk_ports.hpp, the only place DPDK appears: the built-in wire and any
-// PMD), UdpPortSet (udp_ports.hpp: kernel UDP sockets on io_uring) and, in the unit
-// tests, a simulated lossy wire that runs the engine's own data path (Datapath,
-// EngineQp, ProcessMemory, completions) without I/O.
+// allocate, queue and flush transmit frames, one port per device. Three implementations
+// in the engine: DpdkPortSet (dpdk_ports.hpp, the only place DPDK appears: the built-in
+// wire, whose two ports are DPDK ring ethdevs, and any PMD), UdpPortSet (udp_ports.hpp:
+// kernel UDP sockets on io_uring) and FabricPortSet (fabric_ports.hpp: the hosts of a
+// fabric inside the engine, --fabric); and a fourth for the unit tests and fuzz targets
+// (tests/unit/sim_ports.hpp), a simulated lossy wire that runs the engine's own data
+// path (Datapath, EngineQp, ProcessMemory, completions) without I/O.
 #pragma once
 
 #include "congestion_point.hpp"
