@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# The engine's rooms and the one direction of their dependencies: fails when a file under
-# hca_engine/src/ includes a header of a room its own room may not use, when a room's
-# CMakeLists links a room it may not use, when a file sits outside every room, or when
-# DPDK or liburing appear outside their port code (ports/xdp holds the af_xdp ports'
-# BPF program, C, and nothing else). CI runs it (tools/run-tests.sh).
+# The one direction of dependencies, at two levels. The top-level parts (transport,
+# device_interface, provider, kernel_shim, hca_engine, tools, fuzz): fails when a part
+# includes a header of, names a path into, or links a target of a part it may not use,
+# as docs/architecture.md's table "Dependency direction" states (read from there), or
+# when code sits in a top-level folder the table does not name. The engine's rooms:
+# fails when a file under hca_engine/src/ includes a header of a room its own room may
+# not use, when a room's CMakeLists links a room it may not use, when a file sits outside
+# every room, or when DPDK or liburing appear outside their port code (ports/xdp holds
+# the af_xdp ports' BPF program, C, and nothing else). CI runs it (tools/run-tests.sh).
 #
 # The rooms, lowest first; each may use only the rooms listed after it (and the transport,
 # the device interface and the standard library). A lower room that needs something of a
@@ -142,8 +146,82 @@ if grep -v '^[[:space:]]*#' hca_engine/CMakeLists.txt | grep -qE 'target_link_li
     fail "hca_engine/CMakeLists.txt links targets: each room's links belong in its own CMakeLists"
 fi
 
+# The top-level parts, read from the one table that states them: "Dependency direction"
+# in docs/architecture.md. Its third column names, in backquotes, the parts each part may
+# use; a part uses another by including its headers (softhca/<part>/...), by a path into
+# its folder, or by naming its targets in a CMakeLists. tests/ may use every part.
+declare -A part_may_use
+while IFS='|' read -r _ part _ uses _; do
+    part=$(sed -nE 's/^[[:space:]]*`([a-z_]+)\/`.*/\1/p' <<<"$part")
+    [[ -z $part ]] && continue
+    part_may_use[$part]=$(grep -oE '`[a-z_]+/`' <<<"$uses" | tr -d '`/' | tr '\n' ' ' || true)
+done < <(sed -n '/^### Dependency direction/,/^### /p' docs/architecture.md | grep '^|')
+[[ ${#part_may_use[@]} -gt 0 ]] ||
+    { echo "check-layers: no part table under 'Dependency direction' in docs/architecture.md" >&2; exit 1; }
+part_allowed() { # part_allowed FROM TO
+    [[ $1 == "$2" ]] && return 0
+    local part
+    for part in ${part_may_use[$1]}; do
+        [[ $part == "$2" ]] && return 0
+    done
+    return 1
+}
+# Whose header a softhca/<name>/ include names, and whose target a CMake name is.
+declare -A part_of_namespace=([transport]=transport [device_interface]=device_interface)
+part_of_target() {
+    case $1 in
+    softhca_transport) echo transport ;;
+    softhca_device_interface | softhca_device_registration) echo device_interface ;;
+    softhca_provider) echo provider ;;
+    softhca_preload) echo kernel_shim ;;
+    softhca_engine_* | softhca-engine) echo hca_engine ;;
+    esac
+}
+for dir in */; do
+    dir=${dir%/}
+    [[ -n ${part_may_use[$dir]+set} || $dir == tests || $dir == build* ]] && continue
+    if [[ -n $(find "$dir" -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.h' -o -name '*.c' \) -print -quit) ]]; then
+        fail "$dir/ holds code but is no part of the table in docs/architecture.md"
+    fi
+done
+for part in "${!part_may_use[@]}"; do
+    [[ -d $part ]] || { fail "docs/architecture.md names $part/, which does not exist"; continue; }
+    part_root=$(realpath "$part")
+    while IFS= read -r file; do
+        while IFS= read -r header; do
+            if [[ $header == softhca/*/* ]]; then
+                namespace=${header#softhca/}
+                namespace=${namespace%%/*}
+                target=${part_of_namespace[$namespace]-}
+                if [[ -n $target ]] && ! part_allowed "$part" "$target"; then
+                    fail "$file ($part) includes $header ($target): $part may use only: ${part_may_use[$part]:-no other part}"
+                fi
+            elif [[ $header == */* && -e ${file%/*}/$header ]]; then
+                resolved=$(realpath "${file%/*}/$header")
+                if [[ $resolved != "$part_root"/* ]]; then
+                    fail "$file ($part) includes $header by a path out of $part/: include a part's headers as softhca/<part>/..."
+                fi
+            fi
+        done < <(sed -nE 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*["<]([^">]+)[">].*/\1/p' "$file")
+    done < <(find "$part" -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.h' -o -name '*.c' \) | sort)
+    while IFS= read -r cmake; do
+        code=$(grep -v '^[[:space:]]*#' "$cmake")
+        while IFS= read -r name; do
+            target=$(part_of_target "$name")
+            if [[ -n $target ]] && ! part_allowed "$part" "$target"; then
+                fail "$cmake ($part) names $name ($target): $part may use only: ${part_may_use[$part]:-no other part}"
+            fi
+        done < <(grep -oE 'softhca[_-][a-z_]+' <<<"$code" | sort -u)
+        for other in "${!part_may_use[@]}"; do
+            if grep -qE "(\}|\.\.)/$other/" <<<"$code" && ! part_allowed "$part" "$other"; then
+                fail "$cmake ($part) names a path into $other/: $part may use only: ${part_may_use[$part]:-no other part}"
+            fi
+        done
+    done < <(find "$part" -name CMakeLists.txt | sort)
+done
+
 if ((failures)); then
     echo "check-layers: $failures problem(s)" >&2
     exit 1
 fi
-echo "check-layers: ${#may_use[@]} rooms, every include and link points down"
+echo "check-layers: ${#part_may_use[@]} parts and the engine's ${#may_use[@]} rooms, every include and link points down"

@@ -15,8 +15,8 @@
 #include "sample.hpp"
 #include "watch.hpp"
 
-#include "softhca/kernel_shim/manifest.hpp"
-#include "softhca/kernel_shim/registration.hpp"
+#include "softhca/device_interface/manifest.hpp"
+#include "softhca/device_interface/registration.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -108,12 +108,24 @@ std::string engine_binary() {
                 SOFTHCA_INSTALL_ENGINE);
 }
 
+// SOFTHCA_PROVIDER and SOFTHCA_PRELOAD: another provider (its libsofthca-rdmav34.so) and
+// preload library for `up` and `exec` (a ThreadSanitizer build of them, tools/tsan.sh).
 std::string provider_prefix() {
+    if (const char* chosen = std::getenv("SOFTHCA_PROVIDER"); chosen && *chosen) {
+        const std::string library = chosen;
+        const std::string suffix = "-rdmav34.so";
+        if (library.size() <= suffix.size() ||
+            library.compare(library.size() - suffix.size(), suffix.size(), suffix) != 0)
+            return {};
+        return locate({library.substr(0, library.size() - suffix.size())}, suffix.c_str());
+    }
     return part(SOFTHCA_BUILD_PROVIDER_PREFIX, SOFTHCA_REL_LIB_DIR "/libsofthca",
                 SOFTHCA_INSTALL_PROVIDER_PREFIX, "-rdmav34.so");
 }
 
 std::string preload_library() {
+    if (const char* chosen = std::getenv("SOFTHCA_PRELOAD"); chosen && *chosen)
+        return locate({chosen});
     return part(SOFTHCA_BUILD_PRELOAD, SOFTHCA_REL_LIB_DIR "/libsofthca-preload.so",
                 SOFTHCA_INSTALL_PRELOAD);
 }
@@ -168,7 +180,7 @@ int cmd_up(const Instance& instance, const std::vector<std::string>& engine_args
         return 1;
     }
     fs::create_directories(instance.run_dir);
-    softhca::kernel_shim::Manifest(instance.manifest_path()).remove_all();
+    softhca::device_interface::Manifest(instance.manifest_path()).remove_all();
     ::unlink(instance.pid_path().c_str());
 
     std::vector<std::string> args = {engine,   "--run-dir", instance.run_dir, "--provider-prefix",
@@ -214,7 +226,7 @@ int cmd_up(const Instance& instance, const std::vector<std::string>& engine_args
             ::kill(child, SIGKILL);
             ::waitpid(child, nullptr, 0);
         }
-        softhca::kernel_shim::Manifest(instance.manifest_path()).remove_all();
+        softhca::device_interface::Manifest(instance.manifest_path()).remove_all();
         return 1;
     }
     std::string text;
@@ -304,7 +316,7 @@ int cmd_down(const Instance& instance) {
         }
     }
     // Whatever the engine did not remove itself (it may have been killed).
-    int failures = softhca::kernel_shim::Manifest(instance.manifest_path()).remove_all();
+    int failures = softhca::device_interface::Manifest(instance.manifest_path()).remove_all();
     std::error_code ec;
     fs::remove_all(instance.run_dir, ec);
     ::rmdir(fs::path(instance.run_dir).parent_path().c_str()); // only when empty
@@ -393,7 +405,7 @@ int main(int argc, char** argv) {
             rest.push_back(arg);
     }
     // The engine's rule: the prefix names files under /run and /etc, so nothing else.
-    if (!softhca::kernel_shim::valid_instance_prefix(prefix)) {
+    if (!softhca::device_interface::valid_instance_prefix(prefix)) {
         std::cerr << "softhca: the prefix must be 1..32 characters of [a-z0-9_]\n";
         return 2;
     }

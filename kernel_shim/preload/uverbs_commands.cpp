@@ -11,7 +11,7 @@
 // CQ is created on the channel, and the engine writes the events.
 #include "next_symbol.hpp"
 #include "rdma_cm_device.hpp"
-#include "softhca/kernel_shim/registration.hpp"
+#include "softhca/device_interface/registration.hpp"
 
 #include <cerrno>
 #include <cstdint>
@@ -44,11 +44,12 @@ bool looks_like_create_comp_channel(const void* buffer, size_t count) {
            command.header.out_words * 4u == sizeof(ib_uverbs_create_comp_channel_resp);
 }
 
-// A softhca device's cmd_fd: the node kernel_shim made under /dev/infiniband.
+// A softhca device's cmd_fd: the node the engine's registration made under
+// /dev/infiniband (device_interface/registration.hpp).
 bool is_softhca_cmd_fd(int fd) {
     struct stat st {};
     if (::fstat(fd, &st) != 0 || !S_ISCHR(st.st_mode) ||
-        st.st_rdev != makedev(kernel_shim::kCmdDeviceMajor, kernel_shim::kCmdDeviceMinor))
+        st.st_rdev != makedev(device_interface::kCmdDeviceMajor, device_interface::kCmdDeviceMinor))
         return false;
     char link[64];
     char target[256];

@@ -1,7 +1,7 @@
 #include "engine_config.hpp"
 
 #include "gid_table.hpp"
-#include "softhca/kernel_shim/registration.hpp"
+#include "softhca/device_interface/registration.hpp"
 #include "softhca/transport/roce_address.hpp"
 #include "softhca/transport/roce_path.hpp"
 
@@ -394,7 +394,7 @@ std::optional<EngineConfig> parse_engine_args(int argc, char** argv, std::string
         error = "--run-dir and --provider-prefix are required";
         return std::nullopt;
     }
-    if (!kernel_shim::valid_instance_prefix(config.prefix)) {
+    if (!device_interface::valid_instance_prefix(config.prefix)) {
         error = "--prefix must be 1..32 characters of [a-z0-9_]";
         return std::nullopt;
     }

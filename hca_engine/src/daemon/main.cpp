@@ -21,7 +21,7 @@
 #include "udp_ports.hpp"
 
 #include "softhca/device_interface/async_event.hpp"
-#include "softhca/kernel_shim/registration.hpp"
+#include "softhca/device_interface/registration.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -78,17 +78,17 @@ std::string host_view_root(const EngineConfig& config, const std::string& host) 
     return host_views_dir(config) + "/" + host + "/sysfs";
 }
 
-kernel_shim::InstanceRegistration
+device_interface::InstanceRegistration
 make_registration(const EngineConfig& config, const std::vector<Device>& devices,
                   const PortSet& ports, const std::vector<fabric::HostNamespace>& hosts) {
-    kernel_shim::InstanceRegistration reg;
+    device_interface::InstanceRegistration reg;
     reg.sysfs_root = config.sysfs_root();
     reg.cdev_dir = config.cdev_dir;
     reg.driver_file = config.driver_dir + "/" + config.prefix + ".driver";
     reg.provider_prefix = config.provider_prefix;
     for (const auto& device : devices) {
         const PortInfo& port = ports.info(device.port_index);
-        kernel_shim::DeviceRegistration d;
+        device_interface::DeviceRegistration d;
         d.ibdev_name = device.name;
         d.uverbs_name = device.name + "_uverbs";
         d.node_guid = device.node_guid;
@@ -101,10 +101,10 @@ make_registration(const EngineConfig& config, const std::vector<Device>& devices
     // A fabric's hosts in namespaces of their own: each sees its NICs, on its interfaces.
     reg.host_views_dir = host_views_dir(config);
     for (const fabric::HostNamespace& host : hosts) {
-        kernel_shim::HostView view;
+        device_interface::HostView view;
         view.sysfs_root = host_view_root(config, host.host);
         for (size_t nic = 0; nic < host.nics.size(); ++nic) {
-            kernel_shim::DeviceRegistration d = reg.devices[host.nics[nic]];
+            device_interface::DeviceRegistration d = reg.devices[host.nics[nic]];
             d.ports[0].netdev = fabric::HostNamespace::interface_of_nic(nic);
             d.netdev_elsewhere = true;
             view.devices.push_back(std::move(d));
@@ -184,14 +184,14 @@ int run(const EngineConfig& config) {
         hosts = fabric::fabric_hosts(static_cast<FabricPortSet&>(ports).fabric().topology(),
                                      config.prefix);
 
-    kernel_shim::Manifest manifest(config.manifest_path());
+    device_interface::Manifest manifest(config.manifest_path());
     manifest.remove_all(); // leftovers of an engine that died without cleaning up
-    kernel_shim::register_instance(make_registration(config, devices, ports, hosts), manifest);
+    device_interface::register_instance(make_registration(config, devices, ports, hosts), manifest);
     if (!hosts.empty()) {
         fabric::make_host_namespaces(hosts, fabric::management_namespace(config.prefix), ports,
                                      [&manifest](const std::string& path) {
-                                         manifest.record(kernel_shim::Manifest::Kind::NetNamespace,
-                                                         path);
+                                         manifest.record(
+                                             device_interface::Manifest::Kind::NetNamespace, path);
                                      });
         std::vector<int> device_host(devices.size(), -1);
         std::vector<std::string> namespaces(devices.size());
@@ -387,7 +387,7 @@ int main(int argc, char** argv) {
         return run(*config);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "softhca-engine: %s\n", e.what());
-        kernel_shim::Manifest(config->manifest_path()).remove_all();
+        device_interface::Manifest(config->manifest_path()).remove_all();
         return 1;
     }
 }

@@ -59,7 +59,7 @@ struct CompletionEntry {
     // destroyed before the entry was polled, and polling skips it, as an HCA driver
     // cleans a CQ of such a QP's completions (libmlx5's __mlx5_cq_clean).
     uint8_t discarded;
-    // A received message staged (DESIGN.md: the provider copies it into the receive
+    // A received message staged (docs/memory-model.md: the provider copies it into the receive
     // buffer inside poll_cq, before it returns the completion): staged_length bytes go to
     // staged_addr. 0: the engine wrote the buffer. Up to kEntryStagedBytes they are in
     // `staged`; beyond, in the receive staging area of the QP (qp_ring.hpp) at

@@ -1,4 +1,4 @@
-#include "softhca/kernel_shim/registration.hpp"
+#include "softhca/device_interface/registration.hpp"
 
 #include <cerrno>
 #include <filesystem>
@@ -8,7 +8,7 @@
 #include <system_error>
 #include <unistd.h>
 
-namespace softhca::kernel_shim {
+namespace softhca::device_interface {
 namespace {
 
 namespace fs = std::filesystem;
@@ -205,4 +205,4 @@ void register_instance(const InstanceRegistration& instance, Manifest& manifest)
     manifest.record(Manifest::Kind::File, instance.driver_file);
 }
 
-} // namespace softhca::kernel_shim
+} // namespace softhca::device_interface

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-namespace softhca::kernel_shim {
+namespace softhca::device_interface {
 
 class Manifest {
   public:
@@ -40,4 +40,4 @@ class Manifest {
     std::string path_;
 };
 
-} // namespace softhca::kernel_shim
+} // namespace softhca::device_interface

@@ -1,4 +1,4 @@
-#include "softhca/kernel_shim/manifest.hpp"
+#include "softhca/device_interface/manifest.hpp"
 
 #include <cerrno>
 #include <filesystem>
@@ -7,7 +7,7 @@
 #include <system_error>
 #include <unistd.h>
 
-namespace softhca::kernel_shim {
+namespace softhca::device_interface {
 
 void Manifest::record(Kind kind, const std::string& created_path) {
     std::ofstream out(path_, std::ios::app);
@@ -74,4 +74,4 @@ int Manifest::remove_all() const {
     return failures;
 }
 
-} // namespace softhca::kernel_shim
+} // namespace softhca::device_interface

@@ -1,5 +1,6 @@
-// kernel_shim: the device tree libibverbs reads, and removing exactly what was made.
-#include "softhca/kernel_shim/registration.hpp"
+// The device interface's registration: the device tree libibverbs reads, and removing exactly what
+// was made.
+#include "softhca/device_interface/registration.hpp"
 
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -9,7 +10,7 @@
 #include <unistd.h>
 
 namespace fs = std::filesystem;
-using namespace softhca::kernel_shim;
+using namespace softhca::device_interface;
 
 namespace {
 std::string slurp(const fs::path& p) {

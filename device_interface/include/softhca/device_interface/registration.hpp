@@ -3,14 +3,14 @@
 // cmd_device.c read these paths under $SYSFS_PATH).
 #pragma once
 
-#include "softhca/kernel_shim/manifest.hpp"
+#include "softhca/device_interface/manifest.hpp"
 #include "softhca/transport/roce_address.hpp"
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-namespace softhca::kernel_shim {
+namespace softhca::device_interface {
 
 // Device number of /dev/full: opening it works, every write to it fails with ENOSPC,
 // so a verb that libibverbs still sends "to the kernel" fails cleanly.
@@ -77,4 +77,4 @@ inline bool valid_instance_prefix(const std::string& prefix) {
 // std::system_error on failure (whatever was already created stays recorded).
 void register_instance(const InstanceRegistration& instance, Manifest& manifest);
 
-} // namespace softhca::kernel_shim
+} // namespace softhca::device_interface
