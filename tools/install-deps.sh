@@ -1,15 +1,14 @@
 #!/usr/bin/env bash
-# Installs every Debian 12 package that building softhca, its tests and the quick
-# start need. Run as root. Safe to run again.
+# Installs the Debian 12 packages softhca needs. Run as root. Safe to run again.
+#   tools/install-deps.sh           everything: the build, the whole test suite, benchmarks
+#   tools/install-deps.sh --quick   only what the quick start needs (tools/quickstart.sh):
+#                                   the engine, provider, preload and softhca, and perftest
 set -euo pipefail
 
-packages=(
-    # Build
-    cmake g++ make pkg-config clang-format
-    # The fuzz targets (fuzz/, tools/fuzz.sh): clang with libFuzzer and the sanitizers
-    clang libclang-rt-14-dev
-    # The Debian package (tools/build-deb.sh: CPack runs dpkg-shlibdeps and dpkg-deb)
-    dpkg-dev
+# The quick start's share: building the engine, the provider, the preload library and the
+# `softhca` command, and the program it runs.
+quick=(
+    cmake g++ make pkg-config
     # The verbs ABI we implement and the system libibverbs that loads our provider
     libibverbs-dev ibverbs-providers
     # The engine's ports (EAL, ethdev, ring/af_packet/memif/tap PMDs)
@@ -20,8 +19,19 @@ packages=(
     liburing-dev
     # `softhca status --json` and `softhca watch` (the engine writes, the CLI reads JSON)
     nlohmann-json3-dev
+    # The quick start's program (perftest's ib_write_bw) and ss, to see its server listen
+    perftest iproute2
+)
+packages=(
+    "${quick[@]}"
+    # The format check
+    clang-format
+    # The fuzz targets (fuzz/, tools/fuzz.sh): clang with libFuzzer and the sanitizers
+    clang libclang-rt-14-dev
+    # The Debian package (tools/build-deb.sh: CPack runs dpkg-shlibdeps and dpkg-deb)
+    dpkg-dev
     # Tests: Catch2, real verbs programs and rdma-core's Python bindings
-    catch2 ibverbs-utils python3-pyverbs perftest
+    catch2 ibverbs-utils python3-pyverbs
     # librdmacm over the emulated rdma_cm device: rping, ucmatose, udaddy, mckey, rstream
     rdmacm-utils librdmacm-dev
     # UCX (ucx_perftest over rc_verbs and ud_verbs): a library that runs on verbs unmodified
@@ -37,14 +47,16 @@ packages=(
     tshark
     # af_xdp ports' XDP program (hca_engine/src/ports/xdp): libbpf's headers, built by clang
     libbpf-dev
-    # Tests and scripts: network namespaces, process inspection, interface offloads (the
-    # udp port's GSO cut into packets on a bridge: test_udp_af_packet.sh)
-    iproute2 procps ethtool
+    # Tests and scripts: process inspection, interface offloads (the udp port's GSO cut
+    # into packets on a bridge: test_udp_af_packet.sh); network namespaces with iproute2,
+    # in the quick share above
+    procps ethtool
     # The Linux kernel peer (tools/rxe-guest.sh, tools/rxe-guest/): Debian's kernel with
     # rdma_rxe booted under QEMU, a busybox userland, its initramfs packed with cpio
     qemu-system-x86 busybox-static cpio binutils
 )
 
+[ "${1:-}" = --quick ] && packages=("${quick[@]}")
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
