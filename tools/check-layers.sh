@@ -45,6 +45,28 @@ allowed() { # allowed FROM TO
     return 1
 }
 
+# A CMakeLists without its comment lines, into $code (no subprocess: this script runs
+# often, in CI and many times in its own test).
+read_cmake() {
+    code=""
+    local line
+    while IFS= read -r line || [[ -n $line ]]; do
+        [[ $line =~ ^[[:space:]]*# ]] || code+=$line$'\n'
+    done <"$1"
+}
+# Each distinct match of the regex $2 in the text $1, one a line, into $matches.
+distinct_matches() {
+    local rest=$1 pattern=$2
+    local -A seen=()
+    matches=""
+    while [[ $rest =~ $pattern ]]; do
+        local match=${BASH_REMATCH[0]}
+        [[ -n ${seen[$match]+set} ]] || matches+=$match$'\n'
+        seen[$match]=1
+        rest=${rest#*"$match"}
+    done
+}
+
 # Where each header lives: includes name headers without their room (each room's folder
 # is on the include path of the rooms that may use it), so a name must be unique.
 declare -A room_of
@@ -74,39 +96,41 @@ while IFS= read -r file; do
 done < <(find "$src" -type f | sort)
 
 engine_root=$(realpath "$src")
-while IFS= read -r file; do
+# Every include, quoted or bracketed, as FILE:#include ..., from one grep.
+include_line='^[[:space:]]*#[[:space:]]*include[[:space:]]*["<]([^">]+)[">]'
+while IFS= read -r line; do
+    file=${line%%:*}
+    [[ ${line#*:} =~ $include_line ]] || continue
+    header=${BASH_REMATCH[1]}
     relative=${file#"$src"/}
     room=${relative%/*}
     [[ -z ${may_use[$room]+set} ]] && continue
-    # Every include, quoted or bracketed.
-    while IFS= read -r header; do
-        if [[ $header == */* ]]; then
-            # A path to an engine header (relative to this file, or through the
-            # source root) would get around the rooms' include paths.
-            resolved=""
-            if [[ -e ${file%/*}/$header ]]; then
-                resolved=$(realpath "${file%/*}/$header")
-            fi
-            base=${header##*/}
-            if [[ $resolved == "$engine_root"/* || $header == *hca_engine/src/* ||
-                (-n ${room_of[$base]-} && $header == *"${room_of[$base]}/$base") ]]; then
-                fail "$file includes $header: name an engine header without a path"
-            fi
-            continue
-        fi
-        target=${room_of[$header]-}
-        [[ -z $target ]] && continue
-        if ! allowed "$room" "$target"; then
-            fail "$file ($room) includes $header ($target): $room may use only: ${may_use[$room]:-nothing of the engine}"
-        fi
-    done < <(sed -nE 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*["<]([^">]+)[">].*/\1/p' "$file")
-    if [[ $room != ports/dpdk ]] && grep -qE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]rte_' "$file"; then
+    if [[ $room != ports/dpdk && $header == rte_* ]]; then
         fail "$file includes DPDK: DPDK belongs in ports/dpdk only"
     fi
-    if [[ $room != ports/udp ]] && grep -qE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]liburing' "$file"; then
+    if [[ $room != ports/udp && $header == liburing* ]]; then
         fail "$file includes liburing: it belongs in ports/udp only"
     fi
-done < <(find "$src" -type f \( -name '*.hpp' -o -name '*.cpp' \) | sort)
+    if [[ $header == */* ]]; then
+        # A path to an engine header (relative to this file, or through the
+        # source root) would get around the rooms' include paths.
+        resolved=""
+        if [[ -e ${file%/*}/$header ]]; then
+            resolved=$(realpath "${file%/*}/$header")
+        fi
+        base=${header##*/}
+        if [[ $resolved == "$engine_root"/* || $header == *hca_engine/src/* ||
+            (-n ${room_of[$base]-} && $header == *"${room_of[$base]}/$base") ]]; then
+            fail "$file includes $header: name an engine header without a path"
+        fi
+        continue
+    fi
+    target=${room_of[$header]-}
+    [[ -z $target ]] && continue
+    if ! allowed "$room" "$target"; then
+        fail "$file ($room) includes $header ($target): $room may use only: ${may_use[$room]:-nothing of the engine}"
+    fi
+done < <(grep -rHE --include='*.hpp' --include='*.cpp' "$include_line" "$src" | sort)
 
 # The build states the same direction: a room's target links only the rooms it may use
 # (softhca_engine_<room>, '/' as '_'), named in full, and only in its own CMakeLists;
@@ -117,14 +141,14 @@ for room in "${!may_use[@]}"; do
         fail "$room has no CMakeLists.txt"
         continue
     fi
-    code=$(grep -v '^[[:space:]]*#' "$cmake")
-    if grep -qE 'softhca_engine_[a-z_]*\$' <<<"$code"; then
+    read_cmake "$cmake"
+    if [[ $code =~ softhca_engine_[a-z_]*\$ ]]; then
         fail "$cmake builds a room's target name from a variable: name it in full"
     fi
-    if [[ $room != ports/dpdk ]] && grep -qE 'PkgConfig::DPDK|rte_' <<<"$code"; then
+    if [[ $room != ports/dpdk && $code =~ PkgConfig::DPDK|rte_ ]]; then
         fail "$cmake links DPDK: only ports/dpdk may"
     fi
-    if [[ $room != ports/udp ]] && grep -q 'PkgConfig::URING' <<<"$code"; then
+    if [[ $room != ports/udp && $code == *PkgConfig::URING* ]]; then
         fail "$cmake links liburing: only ports/udp may"
     fi
     own=softhca_engine_${room//\//_}
@@ -139,7 +163,7 @@ for room in "${!may_use[@]}"; do
         elif ! allowed "$room" "$linked"; then
             fail "$cmake links $target: $room may use only: ${may_use[$room]:-nothing of the engine}"
         fi
-    done < <(grep -oE 'softhca_engine_[a-z_]+' <<<"$code" | sort -u)
+    done < <(distinct_matches "$code" 'softhca_engine_[a-z_]+' && printf %s "$matches")
 done
 # The engine's own CMakeLists only adds the rooms: no links of its own.
 if grep -v '^[[:space:]]*#' hca_engine/CMakeLists.txt | grep -qE 'target_link_libraries|link_libraries'; then
@@ -151,11 +175,19 @@ fi
 # use; a part uses another by including its headers (softhca/<part>/...), by a path into
 # its folder, or by naming its targets in a CMakeLists. tests/ may use every part.
 declare -A part_may_use
-while IFS='|' read -r _ part _ uses _; do
-    part=$(sed -nE 's/^[[:space:]]*`([a-z_]+)\/`.*/\1/p' <<<"$part")
-    [[ -z $part ]] && continue
-    part_may_use[$part]=$(grep -oE '`[a-z_]+/`' <<<"$uses" | tr -d '`/' | tr '\n' ' ' || true)
-done < <(sed -n '/^### Dependency direction/,/^### /p' docs/architecture.md | grep '^|')
+in_table=""
+while IFS= read -r row; do
+    [[ $row == "### Dependency direction" ]] && { in_table=1; continue; }
+    [[ -n $in_table && $row == "### "* ]] && break
+    [[ -n $in_table && $row == "|"* ]] || continue
+    IFS='|' read -r _ part _ uses _ <<<"$row"
+    [[ $part =~ ^[[:space:]]*\`([a-z_]+)/\` ]] || continue
+    part=${BASH_REMATCH[1]}
+    distinct_matches "$uses" '`[a-z_]+/`'
+    matches=${matches//\`/}
+    matches=${matches//\//}
+    part_may_use[$part]=${matches//$'\n'/ }
+done <docs/architecture.md
 [[ ${#part_may_use[@]} -gt 0 ]] ||
     { echo "check-layers: no part table under 'Dependency direction' in docs/architecture.md" >&2; exit 1; }
 part_allowed() { # part_allowed FROM TO
@@ -168,52 +200,60 @@ part_allowed() { # part_allowed FROM TO
 }
 # Whose header a softhca/<name>/ include names, and whose target a CMake name is.
 declare -A part_of_namespace=([transport]=transport [device_interface]=device_interface)
-part_of_target() {
+part_of_target() { # sets target
     case $1 in
-    softhca_transport) echo transport ;;
-    softhca_device_interface | softhca_device_registration) echo device_interface ;;
-    softhca_provider) echo provider ;;
-    softhca_preload) echo kernel_shim ;;
-    softhca_engine_* | softhca-engine) echo hca_engine ;;
+    softhca_transport) target=transport ;;
+    softhca_device_interface | softhca_device_registration) target=device_interface ;;
+    softhca_provider) target=provider ;;
+    softhca_preload) target=kernel_shim ;;
+    softhca_engine_* | softhca-engine) target=hca_engine ;;
+    *) target="" ;;
     esac
 }
+shopt -s globstar nullglob
 for dir in */; do
     dir=${dir%/}
     [[ -n ${part_may_use[$dir]+set} || $dir == tests || $dir == build* ]] && continue
-    if [[ -n $(find "$dir" -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.h' -o -name '*.c' \) -print -quit) ]]; then
+    code_files=("$dir"/**/*.{cpp,hpp,h,c})
+    if ((${#code_files[@]})); then
         fail "$dir/ holds code but is no part of the table in docs/architecture.md"
     fi
 done
 for part in "${!part_may_use[@]}"; do
     [[ -d $part ]] || { fail "docs/architecture.md names $part/, which does not exist"; continue; }
     part_root=$(realpath "$part")
-    while IFS= read -r file; do
-        while IFS= read -r header; do
-            if [[ $header == softhca/*/* ]]; then
-                namespace=${header#softhca/}
-                namespace=${namespace%%/*}
-                target=${part_of_namespace[$namespace]-}
-                if [[ -n $target ]] && ! part_allowed "$part" "$target"; then
-                    fail "$file ($part) includes $header ($target): $part may use only: ${part_may_use[$part]:-no other part}"
-                fi
-            elif [[ $header == */* && -e ${file%/*}/$header ]]; then
-                resolved=$(realpath "${file%/*}/$header")
-                if [[ $resolved != "$part_root"/* ]]; then
-                    fail "$file ($part) includes $header by a path out of $part/: include a part's headers as softhca/<part>/..."
-                fi
+    # Every include of the part's code, as FILE:#include ..., from one grep.
+    include_line='^[[:space:]]*#[[:space:]]*include[[:space:]]*["<]([^">]+)[">]'
+    while IFS= read -r line; do
+        file=${line%%:*}
+        [[ ${line#*:} =~ $include_line ]] || continue
+        header=${BASH_REMATCH[1]}
+        if [[ $header == softhca/*/* ]]; then
+            namespace=${header#softhca/}
+            namespace=${namespace%%/*}
+            target=${part_of_namespace[$namespace]-}
+            if [[ -n $target ]] && ! part_allowed "$part" "$target"; then
+                fail "$file ($part) includes $header ($target): $part may use only: ${part_may_use[$part]:-no other part}"
             fi
-        done < <(sed -nE 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*["<]([^">]+)[">].*/\1/p' "$file")
-    done < <(find "$part" -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.h' -o -name '*.c' \) | sort)
+        elif [[ $header == */* && -e ${file%/*}/$header ]]; then
+            resolved=$(realpath "${file%/*}/$header")
+            if [[ $resolved != "$part_root"/* ]]; then
+                fail "$file ($part) includes $header by a path out of $part/: include a part's headers as softhca/<part>/..."
+            fi
+        fi
+    done < <(grep -rHE --include='*.cpp' --include='*.hpp' --include='*.h' --include='*.c' \
+        "$include_line" "$part" | sort)
     while IFS= read -r cmake; do
-        code=$(grep -v '^[[:space:]]*#' "$cmake")
+        read_cmake "$cmake"
         while IFS= read -r name; do
-            target=$(part_of_target "$name")
+            part_of_target "$name"
             if [[ -n $target ]] && ! part_allowed "$part" "$target"; then
                 fail "$cmake ($part) names $name ($target): $part may use only: ${part_may_use[$part]:-no other part}"
             fi
-        done < <(grep -oE 'softhca[_-][a-z_]+' <<<"$code" | sort -u)
+        done < <(distinct_matches "$code" 'softhca[_-][a-z_]+' && printf %s "$matches")
         for other in "${!part_may_use[@]}"; do
-            if grep -qE "(\}|\.\.)/$other/" <<<"$code" && ! part_allowed "$part" "$other"; then
+            path_into="(\\}|\\.\\.)/$other/"
+            if [[ $code =~ $path_into ]] && ! part_allowed "$part" "$other"; then
                 fail "$cmake ($part) names a path into $other/: $part may use only: ${part_may_use[$part]:-no other part}"
             fi
         done
