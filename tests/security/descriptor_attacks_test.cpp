@@ -351,6 +351,44 @@ TEST_CASE("an XRC domain holds its file, so its inode cannot name another file l
     CHECK_FALSE(engine_holds());
 }
 
+TEST_CASE("an XRC domain cannot be joined through an O_PATH descriptor") {
+    // O_PATH needs no permission on the file itself: a user who may not open a domain's
+    // file (mode 0600, another owner) can still get one. The kernel's fdget refuses it.
+    char path[] = "/tmp/softhca-xrcd-path-XXXXXX";
+    const int fd = mkstemp(path);
+    REQUIRE(fd >= 0);
+    ibv_xrcd_init_attr attr{};
+    attr.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+    attr.fd = fd;
+    attr.oflags = O_CREAT;
+    ibv_xrcd* owner = ibv_open_xrcd(dev(0).context, &attr);
+    REQUIRE(owner);
+    const int path_fd = open(path, O_PATH | O_CLOEXEC);
+    REQUIRE(path_fd >= 0);
+    for (const int oflags : {0, O_CREAT}) {
+        attr.fd = path_fd;
+        attr.oflags = oflags;
+        errno = 0;
+        CHECK(ibv_open_xrcd(dev(0).context, &attr) == nullptr);
+        CHECK(errno == EBADF);
+    }
+    // The same file opened for real joins the owner's domain.
+    const int real_fd = open(path, O_RDONLY | O_CLOEXEC);
+    REQUIRE(real_fd >= 0);
+    attr.fd = real_fd;
+    attr.oflags = 0;
+    ibv_xrcd* joined = ibv_open_xrcd(dev(0).context, &attr);
+    CHECK(joined);
+    if (joined)
+        CHECK(ibv_close_xrcd(joined) == 0);
+    CHECK(ibv_close_xrcd(owner) == 0);
+    close(real_fd);
+    close(path_fd);
+    close(fd);
+    unlink(path);
+    require_engine_serving();
+}
+
 TEST_CASE("a 1-byte MR on a huge shared region maps one page into the engine, not the region") {
     // MAP_NORESERVE costs the client nothing; mapping the whole region would cost the
     // engine its address space (and max_map_count) for everyone.

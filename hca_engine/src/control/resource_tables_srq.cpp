@@ -124,6 +124,14 @@ int KeySpace::open_xrc_domain(size_t device, int fd, uint32_t oflags, uint32_t& 
     struct stat st {};
     if (fd >= 0 && ::fstat(fd, &st) != 0)
         return EBADF;
+    // The kernel's ib_uverbs_open_xrcd takes the file with fdget, which refuses an O_PATH
+    // descriptor (EBADF): one can be had for a file its holder may not open, and it
+    // would let them into a domain of that file's owner.
+    if (fd >= 0) {
+        const int status = ::fcntl(fd, F_GETFL);
+        if (status < 0 || (status & O_PATH))
+            return EBADF;
+    }
     if (fd >= 0) {
         for (auto& [id, d] : xrc_domains_) {
             if (d.device != device || !d.has_inode || d.dev != st.st_dev || d.ino != st.st_ino)
