@@ -9,7 +9,8 @@
 // ids, addresses and routes from the engine's own ports, events queued per file, and
 // the IB CM protocol (IBTA chapter 12) on each port's QP1 through the data path.
 //
-// rdma_cm_server.cpp: files, ids and events. rdma_cm_commands.cpp: the commands.
+// rdma_cm_server.cpp: files, ids and events. rdma_cm_methods.cpp: the command table;
+// rdma_cm_commands.cpp: a handler per command.
 // rdma_cm_addresses.cpp: binds, address and route resolution, QP attributes.
 // cm_protocol.cpp: the CM messages on the wire, their timers and retries.
 #pragma once
@@ -94,9 +95,55 @@ class RdmaCmServer final : public MadReceiver {
     // rdma_cm_server.cpp
     void close_file(CmFile& file);
     void dispatch(CmFile& file, const uint8_t* message, size_t size);
-    // rdma_cm_commands.cpp
+    // What every command's handler gets besides its input: the file it was written on,
+    // the bytes past the command (SET_OPTION's value) and the time.
+    struct Call {
+        CmFile& file;
+        const uint8_t* extra;
+        size_t extra_bytes;
+        uint64_t now;
+    };
+    // rdma_cm_methods.cpp: every command as one table indexed by command number (as the
+    // kernel's ucma_cmd_table): the sizes of its input and of its response, and its
+    // handler, which gets the input copied in as the kernel copies it (a shorter one
+    // reads as zeros). A command with no handler (GET_OPTION) is ENOSYS, one with no
+    // method EINVAL, as ucma_write answers them.
+    struct Method {
+        size_t in_bytes;
+        size_t out_bytes;
+        int (*handler)(RdmaCmServer& server, Call& call, const uint8_t* in, size_t in_bytes,
+                       Reply& reply);
+    };
+    static const Method* method_for(uint32_t cmd);
+    // A Method's handler: the input copied into the command's structure, then `Handler`.
+    template <typename In, int (RdmaCmServer::*Handler)(Call&, const In&, Reply&)>
+    static int invoke(RdmaCmServer& server, Call& call, const uint8_t* in, size_t in_bytes,
+                      Reply& reply);
     int command(CmFile& file, uint32_t cmd, const uint8_t* in, size_t in_bytes,
                 const uint8_t* extra, size_t extra_bytes, Reply& reply);
+    // rdma_cm_commands.cpp: one handler per command (RDMA_USER_CM_CMD_*).
+    int cmd_create_id(Call& call, const rdma_ucm_create_id& c, Reply& reply);
+    int cmd_destroy_id(Call& call, const rdma_ucm_destroy_id& c, Reply& reply);
+    int cmd_bind_ip(Call& call, const rdma_ucm_bind_ip& c, Reply& reply);
+    int cmd_resolve_ip(Call& call, const rdma_ucm_resolve_ip& c, Reply& reply);
+    int cmd_resolve_route(Call& call, const rdma_ucm_resolve_route& c, Reply& reply);
+    int cmd_query_route(Call& call, const rdma_ucm_query& c, Reply& reply);
+    int cmd_connect(Call& call, const rdma_ucm_connect& c, Reply& reply);
+    int cmd_listen(Call& call, const rdma_ucm_listen& c, Reply& reply);
+    int cmd_accept(Call& call, const rdma_ucm_accept& c, Reply& reply);
+    int cmd_reject(Call& call, const rdma_ucm_reject& c, Reply& reply);
+    int cmd_disconnect(Call& call, const rdma_ucm_disconnect& c, Reply& reply);
+    int cmd_init_qp_attr(Call& call, const rdma_ucm_init_qp_attr& c, Reply& reply);
+    int cmd_get_event(Call& call, const rdma_ucm_get_event& c, Reply& reply);
+    int cmd_set_option(Call& call, const rdma_ucm_set_option& c, Reply& reply);
+    int cmd_notify(Call& call, const rdma_ucm_notify& c, Reply& reply);
+    int cmd_join_ip_mcast(Call& call, const rdma_ucm_join_ip_mcast& c, Reply& reply);
+    int cmd_leave_mcast(Call& call, const rdma_ucm_destroy_id& c, Reply& reply);
+    int cmd_migrate_id(Call& call, const rdma_ucm_migrate_id& c, Reply& reply);
+    int cmd_query(Call& call, const rdma_ucm_query& c, Reply& reply);
+    int cmd_bind(Call& call, const rdma_ucm_bind& c, Reply& reply);
+    int cmd_resolve_addr(Call& call, const rdma_ucm_resolve_addr& c, Reply& reply);
+    int cmd_join_mcast(Call& call, const rdma_ucm_join_mcast& c, Reply& reply);
     CmId* find_id(const CmFile& file, uint32_t handle);
     CmId& create_id(CmFile* file, uint64_t uid, uint16_t port_space, uint8_t qp_type);
     void destroy_id(CmId& id); // tears the connection down on the wire, drops its events
