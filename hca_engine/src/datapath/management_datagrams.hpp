@@ -12,16 +12,8 @@
 
 namespace softhca::engine {
 
-// Where a MAD came from, or goes to.
-struct MadPeer {
-    uint32_t ipv4 = 0;    // the peer port's IPv4 address (0 for an IPv6 peer)
-    transport::Gid gid{}; // its address as on the wire: ::ffff:ipv4, or IPv6
-    // Our address in the exchange: where the peer sent to, or what we send from (zeros:
-    // the port's first address of the peer's family).
-    transport::Gid local{};
-    uint32_t qpn = transport::kGsiQp;
-    uint16_t pkey = 0xffff;
-};
+// Where a MAD came from, or goes to (the transport's, which the IB CM uses too).
+using MadPeer = transport::MadPeer;
 
 class MadReceiver {
   public:

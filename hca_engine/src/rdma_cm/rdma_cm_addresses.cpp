@@ -310,7 +310,7 @@ void RdmaCmServer::fill_route(const CmId& id, ib_user_path_rec& path) const {
     path.rate_selector = 2;
     path.rate = 7; // IB_RATE_40_GBPS, what a 40G RoCE port reports
     path.packet_life_time_selector = 2;
-    path.packet_life_time = packet_life_;
+    path.packet_life_time = cm_.config().packet_life;
 }
 
 void RdmaCmServer::fill_roce_ah(ib_uverbs_ah_attr& ah, const tp::Gid& dgid, uint8_t tos,
@@ -329,8 +329,12 @@ void RdmaCmServer::fill_roce_ah(ib_uverbs_ah_attr& ah, const tp::Gid& dgid, uint
 int RdmaCmServer::init_qp_attr(const CmId& id, uint32_t qp_state, ib_uverbs_qp_attr& a) const {
     a = {};
     a.qp_state = qp_state;
-    const bool connected = id.state == CmState::ReqReceived || id.state == CmState::RepSent ||
-                           id.state == CmState::RepReceived || id.state == CmState::Established;
+    // The connection's attributes, once the IB CM has them (ib_cm_init_qp_attr).
+    const tp::CmConnection* c = connection_of(id);
+    const bool connected = c && (c->state == tp::CmConnectionState::ReqReceived ||
+                                 c->state == tp::CmConnectionState::RepSent ||
+                                 c->state == tp::CmConnectionState::RepReceived ||
+                                 c->state == tp::CmConnectionState::Established);
     const bool ud = id.qp_type == kQpTypeUd;
     if (id.device < 0)
         return -EINVAL;
@@ -349,7 +353,7 @@ int RdmaCmServer::init_qp_attr(const CmId& id, uint32_t qp_state, ib_uverbs_qp_a
             if (connected)
                 a.qp_access_flags =
                     kAccessRemoteWrite |
-                    (id.responder_resources ? kAccessRemoteRead | kAccessRemoteAtomic : 0);
+                    (c->responder_resources ? kAccessRemoteRead | kAccessRemoteAtomic : 0);
         }
         return 0;
     case kQpsRtr:
@@ -361,12 +365,12 @@ int RdmaCmServer::init_qp_attr(const CmId& id, uint32_t qp_state, ib_uverbs_qp_a
             return -EINVAL;
         a.qp_attr_mask = kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn;
         fill_roce_ah(a.ah_attr, id.peer.gid, id.tos, source_gid_index(id));
-        a.path_mtu = id.path_mtu;
-        a.dest_qp_num = id.remote_qpn;
+        a.path_mtu = c->path_mtu;
+        a.dest_qp_num = c->remote_qpn;
         a.rq_psn = id.receive_psn;
         if (id.qp_type == kQpTypeRc) {
             a.qp_attr_mask |= kQpMaxDestRdAtomic | kQpMinRnrTimer;
-            a.max_dest_rd_atomic = id.responder_resources;
+            a.max_dest_rd_atomic = c->responder_resources;
             a.min_rnr_timer = 0; // what ib_cm gives (cm_init_qp_rtr_attr)
         }
         return 0;
@@ -376,13 +380,13 @@ int RdmaCmServer::init_qp_attr(const CmId& id, uint32_t qp_state, ib_uverbs_qp_a
             return 0; // sq_psn 0
         if (!connected)
             return -EINVAL;
-        a.sq_psn = id.send_psn;
+        a.sq_psn = c->send_psn;
         if (id.qp_type == kQpTypeRc) {
             a.qp_attr_mask |= kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic;
-            a.timeout = id.ack_timeout ? id.ack_timeout : id.local_ack_timeout;
-            a.retry_cnt = id.retry_count;
-            a.rnr_retry = id.rnr_retry_count;
-            a.max_rd_atomic = id.initiator_depth;
+            a.timeout = id.ack_timeout ? id.ack_timeout : c->local_ack_timeout;
+            a.retry_cnt = c->retry_count;
+            a.rnr_retry = c->rnr_retry_count;
+            a.max_rd_atomic = c->initiator_depth;
         }
         return 0;
     default:

@@ -176,26 +176,38 @@ int RdmaCmServer::cmd_connect(Call& call, const rdma_ucm_connect& c, Reply& /*re
     if (id->state != CmState::RouteResolved || !c.conn_param.valid)
         return -EINVAL;
     if (id->qp_type == kQpTypeUd)
-        return send_sidr_req(*id, c.conn_param, call.now);
-    return send_req(*id, c.conn_param, call.now);
+        return connect_datagram(*id, c.conn_param, call.now);
+    return connect(*id, c.conn_param, call.now);
 }
 
 int RdmaCmServer::cmd_accept(Call& call, const rdma_ucm_accept& c, Reply& /*reply*/) {
     CmId* id = find_id(call.file, c.id);
     if (!id)
         return -ENOENT;
-    if (id->state == CmState::ReqReceived && c.conn_param.valid) {
+    const tp::CmConnectionState state = connection_state(*id);
+    if (state == tp::CmConnectionState::ReqReceived && c.conn_param.valid) {
         id->uid = c.uid;
         if (id->listener && id->listener->pending_requests)
             --id->listener->pending_requests;
         id->listener = nullptr;
+        const rdma_ucm_conn_param& param = c.conn_param;
         if (id->qp_type == kQpTypeUd)
-            return send_sidr_rep(*id, kSidrSuccess, c.conn_param.qp_num, c.conn_param.private_data,
-                                 c.conn_param.private_data_len, call.now);
-        return send_rep(*id, c.conn_param, call.now);
+            return cm_.send_sidr_rep(id->connection, tp::kSidrSuccess, param.qp_num, id->qkey,
+                                     param.private_data, param.private_data_len, call.now);
+        tp::CmRepParams rep;
+        rep.qpn = param.qp_num;
+        rep.starting_psn = id->receive_psn; // the PSN the active side sends from
+        rep.responder_resources = param.responder_resources;
+        rep.initiator_depth = param.initiator_depth;
+        rep.rnr_retry_count = param.rnr_retry_count;
+        rep.srq = param.srq;
+        rep.flow_control = param.flow_control;
+        rep.private_data = param.private_data;
+        rep.private_data_bytes = param.private_data_len;
+        return cm_.send_rep(id->connection, rep, call.now);
     }
-    if (id->state == CmState::RepReceived && !c.conn_param.valid)
-        return send_rtu(*id, call.now); // the active side's accept: the RTU (cma_rep_recv)
+    if (state == tp::CmConnectionState::RepReceived && !c.conn_param.valid)
+        return cm_.send_rtu(id->connection, call.now); // the active side's accept (cma_rep_recv)
     return -EINVAL;
 }
 
@@ -203,18 +215,20 @@ int RdmaCmServer::cmd_reject(Call& call, const rdma_ucm_reject& c, Reply& /*repl
     CmId* id = find_id(call.file, c.id);
     if (!id)
         return -ENOENT;
-    if (id->state != CmState::ReqReceived && id->state != CmState::RepReceived)
+    const tp::CmConnectionState state = connection_state(*id);
+    if (state != tp::CmConnectionState::ReqReceived && state != tp::CmConnectionState::RepReceived)
         return -EINVAL;
     if (id->qp_type == kQpTypeUd) {
-        if (id->state != CmState::ReqReceived ||
+        if (state != tp::CmConnectionState::ReqReceived ||
             c.private_data_len > tp::CmSidrRep::kPrivateDataBytes)
             return -EINVAL;
-        return send_sidr_rep(*id, kSidrReject, 0, c.private_data, c.private_data_len, call.now);
+        return cm_.send_sidr_rep(id->connection, tp::kSidrReject, 0, 0, c.private_data,
+                                 c.private_data_len, call.now);
     }
     if (c.private_data_len > tp::CmRej::kPrivateDataBytes)
         return -EINVAL;
-    return send_rej(*id, static_cast<uint16_t>(tp::CmRejectReason::ConsumerDefined), c.private_data,
-                    c.private_data_len, call.now);
+    return cm_.send_rej(id->connection, tp::CmRejectReason::ConsumerDefined, c.private_data,
+                        c.private_data_len, call.now);
 }
 
 int RdmaCmServer::cmd_disconnect(Call& call, const rdma_ucm_disconnect& c, Reply& /*reply*/) {
@@ -223,10 +237,11 @@ int RdmaCmServer::cmd_disconnect(Call& call, const rdma_ucm_disconnect& c, Reply
         return -ENOENT;
     if (id->qp_type == kQpTypeUd)
         return -EINVAL; // no connection to end (rdma_disconnect on a UD id)
-    if (id->state == CmState::Established || id->state == CmState::RepSent)
-        return send_dreq(*id, call.now);
-    if (id->state == CmState::DreqReceived) {
-        send_drep(*id, call.now);
+    const tp::CmConnectionState state = connection_state(*id);
+    if (state == tp::CmConnectionState::Established || state == tp::CmConnectionState::RepSent)
+        return cm_.send_dreq(id->connection, call.now);
+    if (state == tp::CmConnectionState::DreqReceived) {
+        cm_.send_drep(id->connection, call.now);
         return 0;
     }
     return -EINVAL;

@@ -39,32 +39,21 @@ enum CmEventType : uint32_t {
 constexpr uint8_t kQpTypeRc = 2;
 constexpr uint8_t kQpTypeUc = 3;
 constexpr uint8_t kQpTypeUd = 4;
-// SIDR_REP status values (IBTA 12.11.2, table 121).
-constexpr uint8_t kSidrSuccess = 0;
-constexpr uint8_t kSidrUnsupported = 1; // no such service id
-constexpr uint8_t kSidrReject = 2;
 // The largest backlog a listener gets (the kernel's net.rdma_ucm.max_backlog default).
 constexpr uint32_t kMaxBacklog = 1024;
 // RDMA_UDP_QKEY: the Q_Key of UDP port space ids and IP multicast groups.
 constexpr uint32_t kRdmaUdpQkey = 0x01234567;
 
-// IB's connection states as the CM tracks them (IBTA 12.9.6, figure 180), with the
-// rdma_cm's address and route steps in front.
+// An id's state as the rdma_cm tracks it (the kernel's enum rdma_cm_state): its address
+// and route steps, listening, then its connection, whose state is the IB CM's
+// (transport::CmConnectionState of CmId::connection).
 enum class CmState : uint8_t {
     Idle,          // created, maybe bound
     AddrQuery,     // RESOLVE_IP: waiting for the neighbour
     AddrResolved,  // ADDR_RESOLVED reported
     RouteResolved, // ROUTE_RESOLVED reported
     Listen,
-    ReqSent,     // active: REQ out, waiting for REP (an MRA lengthens the wait)
-    ReqReceived, // passive: CONNECT_REQUEST reported, MRA sent, waiting for ACCEPT
-    RepSent,     // passive: REP out, waiting for RTU
-    RepReceived, // active: CONNECT_RESPONSE reported, waiting for ACCEPT (RTU)
-    Established,
-    DreqSent,     // waiting for DREP
-    DreqReceived, // DISCONNECTED reported, waiting for DISCONNECT (DREP)
-    TimeWait,     // disconnected; duplicates of the last exchange are answered
-    Closed,       // rejected, unreachable or timed out: nothing more on the wire
+    Connect, // the IB CM has its connection (CONNECT, or made for a REQ or SIDR_REQ)
 };
 
 struct CmFile;
@@ -103,35 +92,14 @@ struct CmId {
     uint32_t backlog = 0;
     uint32_t unretrieved_requests = 0;
 
-    // The connection (IBTA 12.6 fields, from this side's view).
-    uint32_t local_comm_id = 0;
-    uint32_t remote_comm_id = 0;
-    uint64_t remote_ca_guid = 0;
-    uint32_t local_qpn = 0;
-    uint32_t remote_qpn = 0;
-    uint32_t send_psn = 0;    // the QP's sq_psn: the Starting PSN the peer announced
-    uint32_t receive_psn = 0; // the QP's rq_psn: drawn at creation, announced in REQ or REP
+    // The connection: the IB CM's (transport::IbCm), 0 until CONNECT or a request.
+    uint32_t connection = 0;
+    // What the rdma_cm gives its connection: the PSN the QP's receive queue expects (its
+    // rq_psn, drawn at creation and announced in the REQ or REP), the Q_Key of a UD id,
+    // and the peer (the resolved destination, or where the request came from).
+    uint32_t receive_psn = 0;
     uint32_t qkey = 0;
-    uint8_t responder_resources = 0; // RDMA reads and atomics this side accepts
-    uint8_t initiator_depth = 0;     // that it may have outstanding
-    uint8_t retry_count = 7;
-    uint8_t rnr_retry_count = 7;
-    uint8_t path_mtu = 0; // enum ibv_mtu
-    bool srq = false;
-    bool flow_control = false;
-    uint8_t local_ack_timeout = 0;
-    uint8_t peer_response_timeout = 20; // the peer's CM response timeout (IBA exponent)
     MadPeer peer;
-
-    // What was sent last, for retransmission (REQ, REP, DREQ) and for answering
-    // duplicates (MRA, REP, RTU, DREP, REJ).
-    uint64_t tid = 0; // the transaction id of the exchange in progress
-    transport::CmMad last_sent{};
-    bool awaiting_reply = false;
-    uint64_t retry_at = 0;
-    uint64_t retry_interval_ns = 0;
-    unsigned retries_left = 0;
-    uint64_t time_wait_until = 0;
 };
 
 // A multicast group an id joined (JOIN_IP_MCAST, JOIN_MCAST). Over RoCE the join sends

@@ -36,19 +36,28 @@ namespace softhca::engine {
 namespace di = device_interface;
 namespace tp = transport;
 
-namespace {} // namespace
+namespace {
+
+// The IB CM's timers and retries, as the kernel's unless the environment says otherwise.
+tp::CmConfig cm_config_from_environment() {
+    tp::CmConfig config;
+    if (const char* t = std::getenv("SOFTHCA_CM_RESPONSE_TIMEOUT"))
+        config.response_timeout = static_cast<uint8_t>(std::clamp(std::atoi(t), 8, 31));
+    if (const char* r = std::getenv("SOFTHCA_CM_MAX_RETRIES"))
+        config.max_retries = static_cast<unsigned>(std::clamp(std::atoi(r), 0, 15));
+    if (const char* l = std::getenv("SOFTHCA_CM_PACKET_LIFE"))
+        config.packet_life = static_cast<uint8_t>(std::clamp(std::atoi(l), 8, 31));
+    return config;
+}
+
+} // namespace
 
 RdmaCmServer::RdmaCmServer(const std::string& socket_path, const std::vector<Device>& devices,
                            const PortSet& ports, MadSender& wire)
     : socket_path_(socket_path), devices_(devices), ports_(ports), wire_(wire),
-      random_(std::random_device{}()) {
-    if (const char* t = std::getenv("SOFTHCA_CM_RESPONSE_TIMEOUT"))
-        response_timeout_ = static_cast<uint8_t>(std::clamp(std::atoi(t), 8, 31));
+      random_(std::random_device{}()),
+      cm_(*this, cm_config_from_environment(), std::random_device{}()) {
     trace_ = std::getenv("SOFTHCA_RDMA_CM_TRACE") != nullptr;
-    if (const char* r = std::getenv("SOFTHCA_CM_MAX_RETRIES"))
-        max_retries_ = static_cast<unsigned>(std::clamp(std::atoi(r), 0, 15));
-    if (const char* l = std::getenv("SOFTHCA_CM_PACKET_LIFE"))
-        packet_life_ = static_cast<uint8_t>(std::clamp(std::atoi(l), 8, 31));
     listen_fd_ = listen_seqpacket(socket_path);
     spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
@@ -259,8 +268,8 @@ CmId& RdmaCmServer::create_id(CmFile* file, uint64_t uid, uint16_t port_space, u
 }
 
 void RdmaCmServer::release_id(CmId& id) {
-    if (id.local_comm_id)
-        by_comm_id_.erase(id.local_comm_id);
+    if (id.connection)
+        cm_.release(id.connection);
     for (auto& [handle, other] : ids_)
         if (other->listener == &id)
             other->listener = nullptr;
@@ -294,36 +303,10 @@ void RdmaCmServer::destroy_id(CmId& id) {
     for (uint32_t child : unreported)
         if (auto it = ids_.find(child); it != ids_.end() && it->second->file)
             destroy_id(*it->second);
-    // What ib_destroy_cm_id does on the wire, state by state (cm.c cm_destroy_id).
-    if (id.qp_type == kQpTypeUd) {
-        // SIDR has no connection to end; a request not yet answered is refused
-        // (cm_destroy_id: SIDR_REQ_RCVD gets a SIDR_REP "rejected").
-        if (id.state == CmState::ReqReceived)
-            send_sidr_rep(id, kSidrReject, 0, nullptr, 0, now);
-        id.awaiting_reply = false;
-        id.state = CmState::Closed;
-    }
-    switch (id.state) {
-    case CmState::ReqSent:
-        send_rej(id, static_cast<uint16_t>(tp::CmRejectReason::Timeout), nullptr, 0, now);
-        break;
-    case CmState::ReqReceived:
-    case CmState::RepSent:
-    case CmState::RepReceived:
-        send_rej(id, static_cast<uint16_t>(tp::CmRejectReason::ConsumerDefined), nullptr, 0, now);
-        break;
-    case CmState::Established:
-        send_dreq(id, now);
-        break;
-    case CmState::DreqReceived:
-        send_drep(id, now);
-        break;
-    default:
-        break;
-    }
-    // Kept while the CM still has something to do on the wire (a DREQ to repeat, a time
-    // wait to keep answering); gone otherwise.
-    if (id.state != CmState::DreqSent && id.state != CmState::TimeWait)
+    // What ib_destroy_cm_id does on the wire (IbCm::destroy). Kept while the CM still has
+    // something to do there (a DREQ to repeat, a time wait to keep answering): its events
+    // release it (rdma_cm_connections.cpp); gone otherwise.
+    if (!id.connection || !cm_.destroy(id.connection, now))
         release_id(id);
 }
 
@@ -370,14 +353,13 @@ void RdmaCmServer::drop_events(CmFile& file, uint32_t owner) {
 
 bool RdmaCmServer::poll(uint64_t now) {
     // Called every round of the engine's loop: nothing is looked at before the earliest
-    // deadline (set wherever a timer starts, see schedule()).
-    if (now < wake_at_)
-        return false;
+    // deadline (set wherever a timer starts, see schedule()), the IB CM's timers by it.
     bool busy = false;
-    uint64_t next = UINT64_MAX;
-    std::vector<CmId*> due;
-    for (auto& [handle, id] : ids_) {
-        if (id->state == CmState::AddrQuery) {
+    if (now >= wake_at_) {
+        uint64_t next = UINT64_MAX;
+        for (auto& [handle, id] : ids_) {
+            if (id->state != CmState::AddrQuery)
+                continue;
             const size_t port = devices_[static_cast<size_t>(id->device)].port_index;
             if (wire_.neighbor_resolved(port, id->peer.gid, now)) {
                 id->state = CmState::AddrResolved;
@@ -390,46 +372,54 @@ bool RdmaCmServer::poll(uint64_t now) {
             } else {
                 next = std::min(next, now + kNeighborCheckNs);
             }
-        } else if ((id->awaiting_reply && now >= id->retry_at) ||
-                   (id->state == CmState::TimeWait && now >= id->time_wait_until)) {
-            due.push_back(id.get());
-        } else if (id->awaiting_reply) {
-            next = std::min(next, id->retry_at);
-        } else if (id->state == CmState::TimeWait) {
-            next = std::min(next, id->time_wait_until);
         }
+        wake_at_ = next;
     }
-    wake_at_ = next;
-    for (CmId* id : due) {
-        on_timeout(*id, now); // schedules what it starts again
-        busy = true;
-    }
+    if (now >= cm_.next_deadline())
+        busy |= cm_.poll(now);
     return busy;
 }
 
 uint64_t RdmaCmServer::next_deadline() const {
-    return wake_at_;
+    return std::min(wake_at_, cm_.next_deadline());
+}
+
+RdmaCmServer::Counters RdmaCmServer::counters() const {
+    Counters c = counters_;
+    const tp::IbCm::Counters& cm = cm_.counters();
+    c.mads_in = cm.mads_in;
+    c.mads_out = cm.mads_out;
+    c.mads_dropped = cm.mads_dropped;
+    c.retransmissions = cm.retransmissions;
+    c.duplicates = cm.duplicates;
+    return c;
+}
+
+void RdmaCmServer::receive_mad(size_t port, const MadPeer& from, const uint8_t* payload,
+                               size_t length, uint64_t now) {
+    cm_.receive_mad(port, from, payload, length, now);
 }
 
 nlohmann::ordered_json RdmaCmServer::status_document() const {
     size_t established = 0, listening = 0;
     for (const auto& [handle, id] : ids_) {
-        established += id->state == CmState::Established;
+        established += connection_state(*id) == tp::CmConnectionState::Established;
         listening += id->state == CmState::Listen && id->file;
     }
+    const Counters counters = this->counters();
     return {{"files", files_.size()},
             {"ids", ids_.size()},
             {"listening", listening},
             {"established", established},
             {"counters",
-             {{"commands", counters_.commands},
-              {"refused", counters_.bad_commands},
-              {"backlog_full", counters_.backlog_full},
-              {"mads_in", counters_.mads_in},
-              {"mads_out", counters_.mads_out},
-              {"mads_dropped", counters_.mads_dropped},
-              {"retransmissions", counters_.retransmissions},
-              {"duplicates", counters_.duplicates}}}};
+             {{"commands", counters.commands},
+              {"refused", counters.bad_commands},
+              {"backlog_full", counters.backlog_full},
+              {"mads_in", counters.mads_in},
+              {"mads_out", counters.mads_out},
+              {"mads_dropped", counters.mads_dropped},
+              {"retransmissions", counters.retransmissions},
+              {"duplicates", counters.duplicates}}}};
 }
 
 } // namespace softhca::engine

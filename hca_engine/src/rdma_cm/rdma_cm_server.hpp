@@ -7,17 +7,20 @@
 // file (the preload library makes them); each connection carries librdmacm's commands
 // unchanged (rdma/rdma_user_cm.h) and this class answers them as the kernel would:
 // ids, addresses and routes from the engine's own ports, events queued per file, and
-// the IB CM protocol (IBTA chapter 12) on each port's QP1 through the data path.
+// the IB CM protocol (IBTA chapter 12) on each port's QP1 through the data path: the
+// transport's IbCm (softhca/transport/ib_cm.hpp), a state machine with no I/O, whose
+// consumer this class is, as the kernel's cma is ib_cm's.
 //
 // rdma_cm_server.cpp: files, ids and events. rdma_cm_methods.cpp: the command table;
 // rdma_cm_commands.cpp: a handler per command.
 // rdma_cm_addresses.cpp: binds, address and route resolution, QP attributes.
-// cm_protocol.cpp: the CM messages on the wire, their timers and retries.
+// rdma_cm_connections.cpp: connections through the IB CM, the rdma_cm's events of them.
 #pragma once
 
 #include "device_model.hpp"
 #include "management_datagrams.hpp"
 #include "rdma_cm_ids.hpp"
+#include "softhca/transport/ib_cm.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -31,7 +34,7 @@
 
 namespace softhca::engine {
 
-class RdmaCmServer final : public MadReceiver {
+class RdmaCmServer final : public MadReceiver, private transport::CmConsumer {
   public:
     RdmaCmServer(const std::string& socket_path, const std::vector<Device>& devices,
                  const PortSet& ports, MadSender& wire);
@@ -66,7 +69,7 @@ class RdmaCmServer final : public MadReceiver {
         host_of_namespace_ = std::move(host_of_namespace);
     }
 
-    // Counters (status and tests).
+    // Counters (status and tests): the commands', and the IB CM's.
     struct Counters {
         uint64_t commands = 0;
         uint64_t bad_commands = 0; // refused with an errno
@@ -77,7 +80,7 @@ class RdmaCmServer final : public MadReceiver {
         uint64_t duplicates = 0;   // answered from the last message sent
         uint64_t backlog_full = 0; // connection requests refused past a listener's backlog
     };
-    const Counters& counters() const { return counters_; }
+    Counters counters() const;
 
   private:
     // What a command answers besides its result: bytes for the response pointer.
@@ -184,45 +187,36 @@ class RdmaCmServer final : public MadReceiver {
                              uint8_t sgid_index = 0);
     uint8_t active_mtu(const CmId& id) const;
 
-    // cm_protocol.cpp
-    int send_req(CmId& id, const rdma_ucm_conn_param& param, uint64_t now);
-    int send_rep(CmId& id, const rdma_ucm_conn_param& param, uint64_t now);
-    int send_rtu(CmId& id, uint64_t now);
-    int send_rej(CmId& id, uint16_t reason, const uint8_t* data, size_t bytes, uint64_t now);
-    int send_dreq(CmId& id, uint64_t now);
-    void send_drep(CmId& id, uint64_t now);
-    void send_mra(CmId& id, uint64_t now);
-    int send_sidr_req(CmId& id, const rdma_ucm_conn_param& param, uint64_t now);
-    int send_sidr_rep(CmId& id, uint8_t status, uint32_t qpn, const uint8_t* data, size_t bytes,
-                      uint64_t now);
-    void on_sidr_req(size_t port, const MadPeer& from, const transport::CmMad& mad, uint64_t now);
-    void on_sidr_rep(const transport::CmMad& mad);
+    // rdma_cm_connections.cpp: CONNECT (a REQ, or a SIDR_REQ for a UD id) and the IB CM's
+    // consumer: its MADs onto the wire, the requests it asks about, its events.
+    int connect(CmId& id, const rdma_ucm_conn_param& param, uint64_t now);
+    int connect_datagram(CmId& id, const rdma_ucm_conn_param& param, uint64_t now);
+    // The IB CM's connection of an id, or null.
+    const transport::CmConnection* connection_of(const CmId& id) const {
+        return id.connection ? cm_.connection(id.connection) : nullptr;
+    }
+    transport::CmConnectionState connection_state(const CmId& id) const {
+        const transport::CmConnection* c = connection_of(id);
+        return c ? c->state : transport::CmConnectionState::Idle;
+    }
+    void send_mad(size_t port, const MadPeer& to, const transport::CmMad& mad,
+                  uint64_t now) override;
+    transport::CmRequestAnswer connection_request(size_t port, const MadPeer& from,
+                                                  const transport::CmMad& mad) override;
+    void cm_event(const transport::CmConnection& connection, transport::CmEventType type,
+                  const transport::CmMad* mad, uint64_t now) override;
     CmId* new_request(CmId& listener, size_t device, const MadPeer& from,
                       const transport::CmaHeader& cma, uint64_t sid);
     void fill_ud_event(CmEvent& event, const CmId& id, uint32_t qpn, uint32_t qkey,
                        const uint8_t* data, size_t bytes) const;
-    void transmit(CmId& id, uint64_t now, bool expect_reply);
-    void answer(size_t port, const MadPeer& to, const transport::CmMad& mad, uint64_t now);
-    void on_req(size_t port, const MadPeer& from, const transport::CmMad& mad, uint64_t now);
-    void on_rep(const transport::CmMad& mad, uint64_t now);
-    void on_rtu(const transport::CmMad& mad);
-    void on_rej(const transport::CmMad& mad);
-    void on_mra(const transport::CmMad& mad, uint64_t now);
-    void on_dreq(size_t port, const MadPeer& from, const transport::CmMad& mad, uint64_t now);
-    void on_drep(const transport::CmMad& mad, uint64_t now);
-    void on_timeout(CmId& id, uint64_t now);
-    void enter_time_wait(CmId& id, uint64_t now);
-    CmId* by_local_comm_id(uint32_t comm_id);
     CmId* listener_for(uint16_t port_space, uint16_t port, size_t device,
                        const transport::Gid& destination);
     // The rdma_cm's IP addressing header of an id's REQ or SIDR_REQ.
     transport::CmaHeader cma_header(const CmId& id) const;
-    void fill_conn_event(CmEvent& event, const CmId& id, const uint8_t* data, size_t bytes) const;
-    uint64_t cm_timeout_ns(uint8_t response_timeout) const;
-    // A timer starts (a retransmission, a time wait, a neighbour to wait for): poll()
-    // looks at the ids no later than `at`.
+    void fill_conn_event(CmEvent& event, const transport::CmConnection& connection,
+                         const uint8_t* data, size_t bytes) const;
+    // A timer starts (a neighbour to wait for): poll() looks at the ids no later than `at`.
     void schedule(uint64_t at) { wake_at_ = std::min(wake_at_, at); }
-    uint32_t new_comm_id();
 
     int listen_fd_ = -1;
     int spare_fd_ = -1; // kept to refuse a client when descriptors run out
@@ -233,18 +227,15 @@ class RdmaCmServer final : public MadReceiver {
     MadSender& wire_;
     std::map<int, std::unique_ptr<CmFile>> files_;
     std::map<uint32_t, std::unique_ptr<CmId>> ids_;
-    std::map<uint32_t, CmId*> by_comm_id_;
     std::map<uint32_t, CmMulticast> multicasts_;
     uint32_t next_handle_ = 1;
-    uint64_t next_tid_ = 1;
     std::mt19937 random_;
-    uint8_t response_timeout_ = 20; // CM response timeout (IBA exponent), as the kernel's
-    unsigned max_retries_ = 15;
-    // The path's packet life time (IBA exponent): the kernel's CMA_IBOE_PACKET_LIFETIME.
-    // Environment: SOFTHCA_CM_RESPONSE_TIMEOUT, SOFTHCA_CM_MAX_RETRIES, SOFTHCA_CM_PACKET_LIFE.
-    uint8_t packet_life_ = 16;
+    // The IB CM: its response timeout (IBA exponent, as the kernel's), its retries and the
+    // path's packet life time (the kernel's CMA_IBOE_PACKET_LIFETIME). Environment:
+    // SOFTHCA_CM_RESPONSE_TIMEOUT, SOFTHCA_CM_MAX_RETRIES, SOFTHCA_CM_PACKET_LIFE.
+    transport::IbCm cm_;
     bool trace_ = false;
-    uint64_t wake_at_ = UINT64_MAX; // no id has anything due before this
+    uint64_t wake_at_ = UINT64_MAX; // no address query has anything due before this
     static constexpr uint64_t kNeighborCheckNs =
         1'000'000; // an address query looks again // SOFTHCA_RDMA_CM_TRACE: each command and its
                    // result to the log

@@ -319,6 +319,17 @@ struct CmMad {
 };
 static_assert(sizeof(CmMad) == kMadBytes);
 
+// Where a MAD came from, or goes to: the peer port's GSI QP (QP1) on RoCE.
+struct MadPeer {
+    uint32_t ipv4 = 0; // the peer port's IPv4 address (0 for an IPv6 peer)
+    Gid gid{};         // its address as on the wire: ::ffff:ipv4, or IPv6
+    // Our address in the exchange: where the peer sent to, or what we send from (zeros:
+    // the port's first address of the peer's family).
+    Gid local{};
+    uint32_t qpn = kGsiQp;
+    uint16_t pkey = 0xffff;
+};
+
 enum class MadError : uint8_t {
     None,
     Truncated,  // not 256 bytes
