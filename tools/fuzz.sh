@@ -5,13 +5,13 @@
 # run; exits non-zero on the first crash or sanitizer report (the reproducer is left in
 # build/fuzz/crashes/).
 #   tools/fuzz.sh [RUNS] [TARGET...]
-#   TARGET: roce_frame cm_mad transport_receive control_messages rdma_cm
+#   TARGET: roce_frame cm_mad ib_cm transport_receive control_messages rdma_cm
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-100000}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(roce_frame cm_mad transport_receive control_messages rdma_cm)
+[ ${#targets[@]} -gt 0 ] || targets=(roce_frame cm_mad ib_cm transport_receive control_messages rdma_cm)
 out=build/fuzz
 command -v clang++ >/dev/null || { echo "fuzz: clang++ is missing (tools/install-deps.sh)" >&2; exit 1; }
 cmake -S fuzz -B "$out" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -25,7 +25,7 @@ for target in "${targets[@]}"; do
     corpus="$out/corpus/$target"
     mkdir -p "$corpus"
     log="$out/$target.log"
-    # SOFTHCA_FUZZ_SEEDS: where a target writes seeds of its own (rdma_cm: a whole
+    # SOFTHCA_FUZZ_SEEDS: where a target writes seeds of its own (rdma_cm, ib_cm: a whole
     # connection in its step encoding) before the corpora are read.
     if ! SOFTHCA_FUZZ_SEEDS="$out/seeds/$target" "$out/fuzz_$target" -runs="$runs" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
         -artifact_prefix="$out/crashes/$target-" -print_final_stats=1 \
