@@ -14,7 +14,7 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:halt_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # One program per layer (tests/CMakeLists.txt); arguments go to each (a Catch2 filter
 # that matches nothing in one program is not an error there).
-for program in "$out"/tests/{transport,device_interface,engine_*}_unit_tests; do
+for program in "$out"/tests/{transport,ib_cm,device_interface,engine_*}_unit_tests; do
     echo "sanitize: ${program##*/}"
     "$program" "$@"
 done
