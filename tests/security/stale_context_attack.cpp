@@ -12,6 +12,7 @@
 // one must fail, the target's secret must stay unread and unchanged, and the engine
 // must keep serving an honest transfer beside it. Exit 0 when the attack failed.
 #include "attack_verbs.hpp"
+#include "fork_with_pid.hpp"
 
 #include <cerrno>
 #include <chrono>
@@ -23,7 +24,6 @@
 #include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <string>
-#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -97,22 +97,6 @@ ibv_wc_status one_op(const Side& s, ibv_qp* qp, ibv_wr_opcode opcode, ibv_mr* lo
     return wc.status;
 }
 
-// Makes the next process created get `pid` (CRIU's way: ns_last_pid under its lock).
-pid_t fork_with_pid(pid_t pid) {
-    const int fd = open("/proc/sys/kernel/ns_last_pid", O_RDWR | O_CLOEXEC);
-    if (fd < 0 || flock(fd, LOCK_EX) != 0)
-        die("ns_last_pid");
-    const std::string last = std::to_string(pid - 1);
-    if (write(fd, last.data(), last.size()) != static_cast<ssize_t>(last.size()))
-        die("write ns_last_pid");
-    const pid_t child = fork();
-    if (child != 0) {
-        flock(fd, LOCK_UN);
-        close(fd);
-    }
-    return child;
-}
-
 } // namespace
 
 int main(int argc, char** argv) {
@@ -159,7 +143,7 @@ int main(int argc, char** argv) {
         // its PID for the target.
         while (kill(opener, 0) == 0)
             std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        target = fork_with_pid(opener);
+        target = softhca::test::fork_with_pid(opener);
         if (target < 0)
             die("fork target");
         if (target == 0)

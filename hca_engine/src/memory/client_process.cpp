@@ -165,6 +165,26 @@ std::string PeerProcess::path(const char* name) const {
     return "/proc/self/fd/" + std::to_string(proc_dir) + "/" + name;
 }
 
+uint64_t PeerProcess::start_time() const {
+    const int fd = ::openat(proc_dir, "stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    char text[1024];
+    const ssize_t got = ::read(fd, text, sizeof(text) - 1);
+    ::close(fd);
+    if (got <= 0)
+        return 0;
+    text[got] = '\0';
+    // "PID (COMM) STATE ..." where COMM may hold spaces and parentheses: the fields
+    // start after the last ')'; starttime is the 20th field after it (proc(5)).
+    const char* at = std::strrchr(text, ')');
+    if (!at)
+        return 0;
+    for (int field = 0; field < 20 && at; ++field)
+        at = std::strchr(at + 1, ' ');
+    return at ? std::strtoull(at + 1, nullptr, 10) : 0;
+}
+
 void PeerProcess::release() {
     if (pidfd >= 0)
         ::close(pidfd);

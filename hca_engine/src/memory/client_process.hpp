@@ -44,6 +44,10 @@ struct PeerProcess {
     bool pin_process(pid_t pid);
     // "/proc/self/fd/N/NAME": NAME in the pinned /proc/PID directory.
     std::string path(const char* name) const;
+    // When the process started, in clock ticks since boot (/proc/PID/stat, field 22); 0
+    // when it cannot be read. With the PID it names one process for good: a process that
+    // takes the PID later started later.
+    uint64_t start_time() const;
     void release();
 };
 

@@ -339,11 +339,15 @@ int RdmaCmServer::cmd_notify(Call& call, const rdma_ucm_notify& c, Reply& /*repl
 
 int RdmaCmServer::cmd_migrate_id(Call& call, const rdma_ucm_migrate_id& c, Reply& reply) {
     // Written on the file the id moves to; `fd` names the file it is on now
-    // (ucma_migrate_id), which must be this process's.
+    // (ucma_migrate_id), which must be this process's: the kernel finds it with fdget in
+    // the caller's own table. A file is this process's when it was opened by the same
+    // process, the same PID with the same start time (a PID alone may since have been
+    // taken by another process, another user's), and the same user.
     CmFile& file = call.file;
     CmFile* source = nullptr;
     for (auto& [fd, f] : files_)
-        if (f->pid == file.pid && f->app_fd == static_cast<int>(c.fd))
+        if (f->pid == file.pid && f->start_time == file.start_time && f->uid == file.uid &&
+            f->app_fd == static_cast<int>(c.fd))
             source = f.get();
     if (!source)
         return -EBADF;

@@ -122,7 +122,11 @@ struct CmEvent {
 struct CmFile {
     int fd = -1;   // the connection to the preload library
     int pipe = -1; // the event doorbell (see device_interface/rdma_cm.hpp)
+    // The process that opened it, as it was: its PID with the PID's start time (a PID
+    // alone may name another process once this one is gone) and its user.
     pid_t pid = 0;
+    uint64_t start_time = 0;
+    uid_t uid = 0;
     int host = -1; // the fabric host whose namespace its socket is in (set_hosts), -1: none
     bool privileged_ports = false; // root: may bind below 1024
     int app_fd = -1; // the descriptor number the application holds (MIGRATE_ID names it)

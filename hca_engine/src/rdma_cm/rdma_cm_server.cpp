@@ -97,6 +97,13 @@ std::vector<int> RdmaCmServer::accept_pending() {
         auto file = std::make_unique<CmFile>();
         file->fd = fd;
         file->pid = peer.pid;
+        file->start_time = peer.start_time();
+        file->uid = peer.uid;
+        if (file->start_time == 0) { // gone already, or /proc unreadable: no identity
+            peer.release();
+            ::close(fd);
+            continue;
+        }
         file->host = host_of_socket(fd);
         // Root only: a CapEff of CAP_NET_BIND_SERVICE may be a user namespace's.
         file->privileged_ports = peer.uid == 0;
