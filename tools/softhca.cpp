@@ -34,6 +34,7 @@
 #include <nlohmann/json.hpp>
 #include <sched.h>
 #include <string>
+#include <string_view>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -100,32 +101,46 @@ std::string part(const char* build, const std::string& relative, const char* ins
     return locate({self_dir() + "/" + relative, installed}, suffix);
 }
 
+// A part named by the environment (SOFTHCA_ENGINE, SOFTHCA_PROVIDER, SOFTHCA_PRELOAD): the
+// canonical path of FILE, or, when it does not exist, an error naming the variable (a
+// build that was asked for and is missing must not be replaced by another silently).
+std::string chosen_part(const char* variable, const std::string& file) {
+    if (!fs::exists(file)) {
+        std::cerr << "softhca: " << variable << " names " << file << ", which does not exist\n";
+        std::exit(1);
+    }
+    return fs::weakly_canonical(file).string();
+}
+
 std::string engine_binary() {
     // SOFTHCA_ENGINE: another engine binary for `up` (a sanitizer build, tools/sanitize.sh).
     if (const char* chosen = std::getenv("SOFTHCA_ENGINE"); chosen && *chosen)
-        return fs::exists(chosen) ? fs::weakly_canonical(chosen).string() : std::string();
+        return chosen_part("SOFTHCA_ENGINE", chosen);
     return part(SOFTHCA_BUILD_ENGINE, SOFTHCA_REL_LIBEXEC_DIR "/softhca-engine",
                 SOFTHCA_INSTALL_ENGINE);
 }
 
-// SOFTHCA_PROVIDER and SOFTHCA_PRELOAD: another provider (its libsofthca-rdmav34.so) and
-// preload library for `up` and `exec` (a ThreadSanitizer build of them, tools/tsan.sh).
+// SOFTHCA_PROVIDER and SOFTHCA_PRELOAD: another provider (its libsofthca-rdmav34.so) for
+// `up`, and another preload library for `exec` and `env` (a ThreadSanitizer build of
+// them, tools/tsan.sh).
 std::string provider_prefix() {
+    constexpr std::string_view suffix = "-rdmav34.so";
     if (const char* chosen = std::getenv("SOFTHCA_PROVIDER"); chosen && *chosen) {
-        const std::string library = chosen;
-        const std::string suffix = "-rdmav34.so";
-        if (library.size() <= suffix.size() ||
-            library.compare(library.size() - suffix.size(), suffix.size(), suffix) != 0)
-            return {};
-        return locate({library.substr(0, library.size() - suffix.size())}, suffix.c_str());
+        const std::string library = chosen_part("SOFTHCA_PROVIDER", chosen);
+        if (!library.ends_with(suffix)) {
+            std::cerr << "softhca: SOFTHCA_PROVIDER names " << chosen
+                      << ", which is no provider (libNAME" << suffix << ")\n";
+            std::exit(1);
+        }
+        return library.substr(0, library.size() - suffix.size());
     }
     return part(SOFTHCA_BUILD_PROVIDER_PREFIX, SOFTHCA_REL_LIB_DIR "/libsofthca",
-                SOFTHCA_INSTALL_PROVIDER_PREFIX, "-rdmav34.so");
+                SOFTHCA_INSTALL_PROVIDER_PREFIX, suffix.data());
 }
 
 std::string preload_library() {
     if (const char* chosen = std::getenv("SOFTHCA_PRELOAD"); chosen && *chosen)
-        return locate({chosen});
+        return chosen_part("SOFTHCA_PRELOAD", chosen);
     return part(SOFTHCA_BUILD_PRELOAD, SOFTHCA_REL_LIB_DIR "/libsofthca-preload.so",
                 SOFTHCA_INSTALL_PRELOAD);
 }
