@@ -1,8 +1,9 @@
 // Every rdma_ucm command the engine serves, in one table indexed by the command's number
-// (as the kernel's ucma_cmd_table is): the size of its input (rdma_ucm_*), of its
-// response, and its handler (rdma_cm_commands.cpp). command() finds the method, copies
-// the input in as ucma_write and copy_from_user do (a shorter one reads as zeros) and
-// calls the handler with it typed.
+// (the kernel's ucma_cmd_table holds the handlers alone): the size of its input
+// (rdma_ucm_*), of its response, and its handler (rdma_cm_commands.cpp). command() finds
+// the method and calls the handler with the input typed. An input shorter than its
+// command reads as zeros past what was written (the kernel would copy sizeof(cmd) bytes
+// of the caller's memory, which the engine does not have).
 #include "rdma_cm_server.hpp"
 
 #include "clock.hpp"
