@@ -243,6 +243,13 @@ for part in "${!part_may_use[@]}"; do
         fi
     done < <(grep -rHE --include='*.cpp' --include='*.hpp' --include='*.h' --include='*.c' \
         "$include_line" "$part" | sort)
+    # A link out of the part would carry another part's code in under a name of its own.
+    while IFS= read -r link; do
+        resolved=$(realpath -m "$link")
+        if [[ $resolved != "$part_root"/* ]]; then
+            fail "$link ($part) is a link out of $part/, to $resolved"
+        fi
+    done < <(find "$part" -type l)
     while IFS= read -r cmake; do
         read_cmake "$cmake"
         while IFS= read -r name; do
@@ -252,7 +259,7 @@ for part in "${!part_may_use[@]}"; do
             fi
         done < <(distinct_matches "$code" 'softhca[_-][a-z_]+' && printf %s "$matches")
         for other in "${!part_may_use[@]}"; do
-            path_into="(\\}|\\.\\.)/$other/"
+            path_into="(\\}|\\.\\.)/$other(/|[[:space:]]|\\)|\"|\$)"
             if [[ $code =~ $path_into ]] && ! part_allowed "$part" "$other"; then
                 fail "$cmake ($part) names a path into $other/: $part may use only: ${part_may_use[$part]:-no other part}"
             fi

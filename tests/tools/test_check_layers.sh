@@ -131,6 +131,17 @@ expect_fail "the provider naming a path into the engine" \
     "provider/CMakeLists.txt (provider) names a path into hca_engine/"
 
 fresh
+echo 'target_include_directories(softhca_provider PRIVATE ${CMAKE_SOURCE_DIR}/hca_engine)' \
+    >>"$tree/provider/CMakeLists.txt"
+expect_fail "the provider naming the engine's folder" \
+    "provider/CMakeLists.txt (provider) names a path into hca_engine/"
+
+fresh
+ln -s ../../hca_engine/src/support/clock.hpp "$tree/provider/src/engine_clock.hpp"
+expect_fail "a link out of the provider into the engine" \
+    "provider/src/engine_clock.hpp (provider) is a link out of provider/"
+
+fresh
 mkdir -p "$tree/extras"
 echo 'int main() {}' >"$tree/extras/main.cpp"
 expect_fail "code in a folder that is no part" "extras/ holds code but is no part"

@@ -12,7 +12,9 @@ else
     list() { find . -path ./build -prune -o -type f -print0; }
 fi
 # The patterns are assembled so that this file does not match itself.
-sibling='\.\./'"shared"
+# A sibling folder by its relative path, or what once lived there by any path to it
+# (the parent's path from "cd .. && pwd", then the folder and what it held).
+sibling='\.\./'"shared"'|/'"shared"'/(vectors|rxe-guest|DESIGN\.md)'
 machine='/'"work/"
 above='CMAKE_SOURCE_DIR}/\.\.|CMAKE_CURRENT_SOURCE_DIR}/\.\./\.\.'
 found=$(list | xargs -0 grep -nIE -e "$sibling" -e "$machine" -e "$above" -- 2>/dev/null || true)
