@@ -320,17 +320,22 @@ TEST_CASE("a process name that is not UTF-8, with terminal escapes, breaks neith
     require_engine_serving();
 }
 
+// ibv_open_xrcd on `fd` with `oflags`, as ibv_open_xrcd(3) asks (both given).
+ibv_xrcd* open_xrcd(int fd, int oflags) {
+    ibv_xrcd_init_attr attr{};
+    attr.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+    attr.fd = fd;
+    attr.oflags = oflags;
+    return ibv_open_xrcd(dev(0).context, &attr);
+}
+
 TEST_CASE("an XRC domain holds its file, so its inode cannot name another file later") {
     // A domain found by (device, inode): were the file deleted and its inode reused,
     // another user's new file would join the domain. The engine keeps the file open.
     char path[] = "/tmp/softhca-xrcd-XXXXXX";
     const int fd = mkstemp(path);
     REQUIRE(fd >= 0);
-    ibv_xrcd_init_attr attr{};
-    attr.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
-    attr.fd = fd;
-    attr.oflags = O_CREAT;
-    ibv_xrcd* xrcd = ibv_open_xrcd(dev(0).context, &attr);
+    ibv_xrcd* xrcd = open_xrcd(fd, O_CREAT);
     REQUIRE(xrcd);
     close(fd);
     REQUIRE(unlink(path) == 0);
@@ -357,27 +362,19 @@ TEST_CASE("an XRC domain cannot be joined through an O_PATH descriptor") {
     char path[] = "/tmp/softhca-xrcd-path-XXXXXX";
     const int fd = mkstemp(path);
     REQUIRE(fd >= 0);
-    ibv_xrcd_init_attr attr{};
-    attr.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
-    attr.fd = fd;
-    attr.oflags = O_CREAT;
-    ibv_xrcd* owner = ibv_open_xrcd(dev(0).context, &attr);
+    ibv_xrcd* owner = open_xrcd(fd, O_CREAT);
     REQUIRE(owner);
     const int path_fd = open(path, O_PATH | O_CLOEXEC);
     REQUIRE(path_fd >= 0);
     for (const int oflags : {0, O_CREAT}) {
-        attr.fd = path_fd;
-        attr.oflags = oflags;
         errno = 0;
-        CHECK(ibv_open_xrcd(dev(0).context, &attr) == nullptr);
+        CHECK(open_xrcd(path_fd, oflags) == nullptr);
         CHECK(errno == EBADF);
     }
     // The same file opened for real joins the owner's domain.
     const int real_fd = open(path, O_RDONLY | O_CLOEXEC);
     REQUIRE(real_fd >= 0);
-    attr.fd = real_fd;
-    attr.oflags = 0;
-    ibv_xrcd* joined = ibv_open_xrcd(dev(0).context, &attr);
+    ibv_xrcd* joined = open_xrcd(real_fd, 0);
     CHECK(joined);
     if (joined)
         CHECK(ibv_close_xrcd(joined) == 0);
