@@ -56,6 +56,22 @@ int failed(int err) {
     errno = err;
     return err;
 }
+
+// The engine's refusal of this connection (a reply of sequence 0, control.hpp) if one is
+// waiting: its errno, else 0. A reset the kernel reports first is passed over.
+int take_refusal(int fd) {
+    for (int attempt = 0; attempt < 2; ++attempt) {
+        di::ReplyHeader refusal{};
+        di::ReceivedMessage m = di::receive_message(fd, &refusal, sizeof(refusal), MSG_DONTWAIT);
+        if (m.fd >= 0)
+            ::close(m.fd);
+        if (m.size == static_cast<ssize_t>(sizeof(refusal)))
+            return refusal.header.sequence == 0 && refusal.status > 0 ? refusal.status : 0;
+        if (m.size >= 0 || errno != ECONNRESET)
+            return 0;
+    }
+    return 0;
+}
 } // namespace
 
 int ControlChannel::lock() {
@@ -90,9 +106,14 @@ int ControlChannel::call(di::Opcode opcode, void* request, size_t size, void* re
     header->reserved = 0;
     header->length = static_cast<uint32_t>(size);
     header->sequence = ++shared_->sequence;
+    if (header->sequence == 0) // 0 is the engine's refusal (control.hpp)
+        header->sequence = ++shared_->sequence;
     if (di::send_message(fd_, request, size, fd_to_pass, second_fd) != static_cast<ssize_t>(size)) {
+        // The engine may have refused the connection and closed it before this request:
+        // its refusal is still there to read.
+        const int refused = take_refusal(fd_);
         mark_dead();
-        return failed(EIO);
+        return failed(refused ? refused : EIO);
     }
     const auto* r = static_cast<const di::ReplyHeader*>(reply);
     di::ReceivedMessage m;
@@ -101,12 +122,21 @@ int ControlChannel::call(di::Opcode opcode, void* request, size_t size, void* re
         if (m.size < static_cast<ssize_t>(sizeof(di::ReplyHeader))) {
             if (m.fd >= 0)
                 ::close(m.fd);
+            // A refusal and the close after it, our request unread: the kernel reports the
+            // reset first, the refusal is read after it.
+            const int refused = m.size < 0 && errno == ECONNRESET ? take_refusal(fd_) : 0;
             if (m.size <= 0)
                 mark_dead(); // the engine is gone
-            return failed(EIO);
+            return failed(refused ? refused : EIO);
         }
         if (r->header.sequence == header->sequence)
             break;
+        if (r->header.sequence == 0 && r->status > 0) { // the engine refuses this connection
+            if (m.fd >= 0)
+                ::close(m.fd);
+            mark_dead();
+            return failed(r->status);
+        }
         // An older reply (to a call whose process died waiting): not ours.
         if (m.fd >= 0)
             ::close(m.fd);

@@ -89,7 +89,9 @@ ControlServer::~ControlServer() {
 
 std::vector<int> ControlServer::accept_pending() {
     std::vector<int> accepted;
-    for (;;) {
+    // A bounded number per round (the listening socket stays readable for the rest), so
+    // a flood of connections cannot hold the loop that serves everyone.
+    for (unsigned round = 0; round < kAcceptsPerRound; ++round) {
         int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EMFILE || errno == ENFILE) {
@@ -111,6 +113,30 @@ std::vector<int> ControlServer::accept_pending() {
             ::close(fd); // gone before it could be pinned
             continue;
         }
+        // Each connection costs the engine descriptors (its socket, the pidfd, the
+        // process's /proc directory, later its queues' memfds): a user's are capped below
+        // the engine's maximum (--limits user_connections), so one user cannot take the
+        // descriptors every other client needs. Refused as the descriptors running out
+        // refuses it: the client's open fails.
+        uint64_t& mine = connections_by_user_[c.peer.uid];
+        if (mine >= keys_.limits.user_connections ||
+            connections_.size() >= kEngineMaxima.connections) {
+            if (mine == 0)
+                connections_by_user_.erase(c.peer.uid);
+            c.peer.release();
+            // The refusal (sequence 0, control.hpp): the client's open fails with EMFILE,
+            // as too many open files would fail it, not with a broken connection.
+            di::ReplyHeader refusal{};
+            refusal.header.magic = di::kControlMagic;
+            refusal.header.version = di::kControlVersion;
+            refusal.header.length = sizeof(refusal);
+            refusal.status = EMFILE;
+            [[maybe_unused]] ssize_t sent = ::send(fd, &refusal, sizeof(refusal), MSG_DONTWAIT);
+            ::close(fd);
+            ++refused_connections_;
+            continue;
+        }
+        ++mine;
         c.fd = fd;
         c.pid = c.peer.pid;
         c.uid = c.peer.uid;
@@ -151,6 +177,9 @@ bool ControlServer::handle_input(int fd) {
         if (m.size <= 0) {
             const bool had_context = c.resources != nullptr;
             close_connection(c);
+            if (auto user = connections_by_user_.find(c.uid);
+                user != connections_by_user_.end() && --user->second == 0)
+                connections_by_user_.erase(user);
             connections_.erase(it);
             if (had_context &&
                 std::none_of(connections_.begin(), connections_.end(),

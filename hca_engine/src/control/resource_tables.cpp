@@ -103,14 +103,19 @@ ResourceUsage ContextResources::usage() const {
     u.cqs = cqs_.size();
     u.srqs = srqs_.size();
     u.mrs = mrs_.size();
+    u.pds = pds_.size();
+    u.mws = mws_.size();
+    u.attachments = attachments_;
     for (const auto& [handle, qp] : qps_)
         u.bytes += qp->engine_bytes();
     for (const auto& [handle, cq] : cqs_)
         u.bytes += cq.ring.bytes();
     for (const auto& [handle, srq] : srqs_)
         u.bytes += srq->engine_bytes();
-    for (const auto& [handle, dm] : dms_)
+    for (const auto& [handle, dm] : dms_) {
         u.bytes += dm.memory.bytes();
+        u.dm_bytes += dm.length;
+    }
     u.bytes += mrs_.size() * sizeof(MemoryRegion);
     return u;
 }
@@ -159,6 +164,8 @@ uint64_t pinned_bytes(uint64_t addr, uint64_t length) {
 int ContextResources::alloc_pd(uint32_t& handle) {
     if (keys_.pds >= DeviceLimits::kMaxPd)
         return ENOMEM;
+    if (int err = admit({.pds = 1}))
+        return err;
     handle = next_handle_++;
     pds_.emplace(handle, ProtectionDomain{});
     ++keys_.pds;
@@ -238,7 +245,7 @@ int ContextResources::reg_mr(const di::RegMrRequest& request, RegisteredMr& out)
         return err;
     if (keys_.mrs >= DeviceLimits::kMaxMr)
         return ENOMEM;
-    if (int err = admit({0, 0, 0, 1, sizeof(MemoryRegion)}))
+    if (int err = admit({.mrs = 1, .bytes = sizeof(MemoryRegion)}))
         return err;
     if (int err =
             check_mr_memory(*client_, request.addr, request.length, request.iova, request.access))
@@ -352,7 +359,7 @@ int ContextResources::alloc_dm(uint64_t length, uint32_t log_align_req, uint32_t
     if (used + length > di::kDeviceMemoryBytes)
         return ENOMEM;
     const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-    if (int err = admit({0, 0, 0, 0, (length + page - 1) / page * page}))
+    if (int err = admit({.dm_bytes = length, .bytes = (length + page - 1) / page * page}))
         return err;
     DeviceMemory memory;
     if (int err = memory.memory.create("softhca-dm", (length + page - 1) / page * page))
@@ -393,7 +400,7 @@ int ContextResources::reg_dm_mr(const di::RegDmMrRequest& request, RegisteredMr&
         return EINVAL;
     if (keys_.mrs >= DeviceLimits::kMaxMr)
         return ENOMEM;
-    if (int err = admit({0, 0, 0, 1, sizeof(MemoryRegion)}))
+    if (int err = admit({.mrs = 1, .bytes = sizeof(MemoryRegion)}))
         return err;
     MemoryRegion mr;
     mr.pd_handle = request.pd_handle;
@@ -421,7 +428,7 @@ int ContextResources::create_cq(uint32_t cqe, uint32_t comp_vector, uint64_t use
     CompletionQueue queue;
     if (int err = queue.ring.create(slots))
         return err;
-    if (int err = admit({0, 1, 0, 0, queue.ring.bytes()}))
+    if (int err = admit({.cqs = 1, .bytes = queue.ring.bytes()}))
         return err;
     queue.user_handle = user_handle;
     queue.cqe = slots - 1;
@@ -445,7 +452,7 @@ int ContextResources::resize_cq(uint32_t handle, uint32_t cqe, const CompletionQ
     if (int err = ring.create(slots))
         return err;
     if (ring.bytes() > it->second.ring.bytes())
-        if (int err = admit({0, 0, 0, 0, ring.bytes() - it->second.ring.bytes()}))
+        if (int err = admit({.bytes = ring.bytes() - it->second.ring.bytes()}))
             return err;
     it->second.ring.move_pending_to(ring);
     it->second.ring = std::move(ring);
@@ -574,7 +581,7 @@ int ContextResources::create_qp(const di::CreateQpRequest& request, const PortIn
     const uint32_t slot = doorbells_.assign(created.get());
     int err = created->create_ring(slot);
     if (!err)
-        err = admit({1, 0, 0, 0, created->engine_bytes()});
+        err = admit({.qps = 1, .bytes = created->engine_bytes()});
     if (err) {
         doorbells_.release(slot);
         return err;
@@ -634,7 +641,7 @@ void ContextResources::destroy_owned_qp(
         --b.srq->qp_count;
     if (b.xrcd_handle)
         --xrcds_.at(b.xrcd_handle).users;
-    keys_.mcast_by_device[device_].detach_all(&qp);
+    attachments_ -= std::min(attachments_, keys_.mcast_by_device[device_].detach_all(&qp));
     doorbells_.release(qp.doorbell_slot());
     qps_.erase(it);
     --keys_.qps;

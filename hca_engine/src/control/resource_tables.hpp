@@ -202,6 +202,7 @@ class ContextResources final : public QueueContext {
     std::unordered_map<uint32_t, MemoryRegion*> mrs_by_key_;
     std::map<uint32_t, MemoryWindow> mws_;
     std::map<uint32_t, DeviceMemory> dms_;
+    uint64_t attachments_ = 0;                                 // its UD QPs' multicast attachments
     std::unordered_map<uint32_t, MemoryWindow*> mws_by_index_; // rkey >> 8
     std::map<uint32_t, CompletionQueue> cqs_;
     std::map<uint32_t, std::unique_ptr<EngineQp>> qps_;

@@ -17,6 +17,8 @@ int ContextResources::alloc_mw(uint32_t pd_handle, uint32_t type, uint32_t& hand
         return EINVAL;
     if (keys_.mws >= DeviceLimits::kMaxMw)
         return ENOMEM;
+    if (int err = admit({.mws = 1}))
+        return err;
     MemoryWindow mw;
     mw.pd_handle = pd_handle;
     mw.type = type;

@@ -48,7 +48,7 @@ int ContextResources::create_srq(const di::CreateSrqRequest& request, EngineSrq*
     const uint32_t slot = doorbells_.assign(created.get());
     int err = created->create_ring(slot);
     if (!err)
-        err = admit({0, 0, 1, 0, created->engine_bytes()});
+        err = admit({.srqs = 1, .bytes = created->engine_bytes()});
     if (err) {
         doorbells_.release(slot);
         return err;
@@ -108,7 +108,11 @@ int ContextResources::attach_mcast(uint32_t qp_handle, const uint8_t* gid) {
         return EINVAL;
     transport::Gid g;
     std::memcpy(g.data(), gid, g.size());
-    return keys_.mcast_by_device[device_].attach(g, qp);
+    if (int err = admit({.attachments = 1}))
+        return err;
+    const int err = keys_.mcast_by_device[device_].attach(g, qp);
+    attachments_ += err == 0;
+    return err;
 }
 
 int ContextResources::detach_mcast(uint32_t qp_handle, const uint8_t* gid) {
@@ -117,7 +121,9 @@ int ContextResources::detach_mcast(uint32_t qp_handle, const uint8_t* gid) {
         return EINVAL;
     transport::Gid g;
     std::memcpy(g.data(), gid, g.size());
-    return keys_.mcast_by_device[device_].detach(g, qp);
+    const int err = keys_.mcast_by_device[device_].detach(g, qp);
+    attachments_ -= err == 0 && attachments_;
+    return err;
 }
 
 int KeySpace::open_xrc_domain(size_t device, int fd, uint32_t oflags, uint32_t& domain) {

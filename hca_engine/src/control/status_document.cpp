@@ -306,10 +306,26 @@ StatusDocument ControlServer::status_document_for(const Connection* viewer) cons
     }
     doc["refused_contexts"] = refused_connections_;
     auto caps = [](const ResourceUsage& u) {
-        return Json{
-            {"qps", u.qps}, {"cqs", u.cqs}, {"srqs", u.srqs}, {"mrs", u.mrs}, {"bytes", u.bytes}};
+        return Json{{"qps", u.qps},
+                    {"cqs", u.cqs},
+                    {"srqs", u.srqs},
+                    {"mrs", u.mrs},
+                    {"pds", u.pds},
+                    {"mws", u.mws},
+                    {"dm_bytes", u.dm_bytes},
+                    {"attachments", u.attachments},
+                    {"bytes", u.bytes == UINT64_MAX ? Json(nullptr) : Json(u.bytes)}};
     };
-    doc["limits"] = {{"context", caps(keys_.limits.context)}, {"user", caps(keys_.limits.user)}};
+    const ResourceLimits& limits = keys_.limits;
+    Json user = caps(limits.user);
+    user["connections"] = limits.user_connections;
+    user["cm_files"] = limits.user_cm_files;
+    user["cm_ids"] = limits.user_cm_ids;
+    Json engine = caps(kEngineMaxima.objects);
+    engine["connections"] = kEngineMaxima.connections;
+    engine["cm_files"] = kEngineMaxima.cm_files;
+    engine["cm_ids"] = kEngineMaxima.cm_ids;
+    doc["limits"] = {{"context", caps(limits.context)}, {"user", user}, {"engine", engine}};
     doc["objects"] = {{"pd", pds}, {"mr", mrs}, {"cq", cqs}, {"qp", qps}};
     // MRs on shared memory the engine has mapped (shared_mapping.hpp).
     doc["memory"] = {{"mapped_mr", SharedMapping::live()}};

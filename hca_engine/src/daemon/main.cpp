@@ -166,6 +166,7 @@ int run(const EngineConfig& config) {
                             datapath_threads_for(config, ports.size(), cores));
     Datapath& datapath = threads.main();
     RdmaCmServer rdma_cm(config.rdma_cm_socket_path(), devices, ports, threads);
+    rdma_cm.set_limits(config.limits);
     threads.set_mad_receiver(&rdma_cm);
     server.set_before_request([&threads] { threads.poll_all(monotonic_ns()); });
     threads.set_congestion_control({config.dcqcn, config.dcqcn_parameters, config.cnp_interval_ns});

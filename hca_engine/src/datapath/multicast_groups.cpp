@@ -41,12 +41,16 @@ int MulticastGroups::detach(const tp::Gid& gid, EngineQp* qp) {
     return 0;
 }
 
-void MulticastGroups::detach_all(EngineQp* qp) {
+uint64_t MulticastGroups::detach_all(EngineQp* qp) {
+    uint64_t left = 0;
     for (auto group = groups_.begin(); group != groups_.end();) {
         auto& members = group->second;
+        const size_t before = members.size();
         members.erase(std::remove(members.begin(), members.end(), qp), members.end());
+        left += before - members.size();
         group = members.empty() ? groups_.erase(group) : std::next(group);
     }
+    return left;
 }
 
 const std::vector<EngineQp*>* MulticastGroups::members(const tp::Gid& gid) const {

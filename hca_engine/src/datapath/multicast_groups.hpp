@@ -25,7 +25,8 @@ class MulticastGroups {
     // the limits above.
     int attach(const transport::Gid& gid, EngineQp* qp);
     int detach(const transport::Gid& gid, EngineQp* qp);
-    void detach_all(EngineQp* qp);
+    // Returns the number of groups it left.
+    uint64_t detach_all(EngineQp* qp);
     // The QPs that joined `gid`, or nullptr.
     const std::vector<EngineQp*>* members(const transport::Gid& gid) const;
 

@@ -140,7 +140,13 @@ uint8_t RdmaCmServer::source_gid_index(const CmId& id) const {
 }
 
 bool RdmaCmServer::port_in_use(const CmId& id, uint16_t port) const {
-    for (const auto& [handle, other] : ids_) {
+    // The ids bound to this port only (index_bound_port), not every id of every user.
+    auto [first, last] = bound_ports_.equal_range(port);
+    for (auto b = first; b != last; ++b) {
+        auto found = ids_.find(b->second);
+        if (found == ids_.end())
+            continue;
+        const auto& other = found->second;
         // Connections accepted on a port do not hold it: a new listener may bind it
         // once the old one is gone (perftest's -R does exactly this).
         if (other.get() == &id || !other->bound || other->from_request ||
@@ -203,6 +209,7 @@ int RdmaCmServer::bind(CmId& id, const sockaddr* addr, size_t length) {
     }
     id.bound = true;
     id.device = device;
+    index_bound_port(id);
     return 0;
 }
 
@@ -278,6 +285,7 @@ int RdmaCmServer::resolve_address(CmId& id, const sockaddr* src, const sockaddr*
     id.peer.ipv4 = tp::gid_is_ipv4_mapped(peer) ? tp::load_be32(peer.data() + 12) : 0;
     id.peer.local = source_gid(id);
     id.state = CmState::AddrQuery;
+    resolving_.insert(id.handle);
     schedule(now);
     id.resolve_deadline = now + static_cast<uint64_t>(timeout_ms ? timeout_ms : 2000) * 1'000'000;
     poll(now); // resolved at once when the neighbour is known
@@ -408,11 +416,14 @@ int RdmaCmServer::join_multicast(CmId& id, uint64_t uid, const sockaddr* group, 
     if ((ip >> 28) != 0xe)
         return -EINVAL; // not 224.0.0.0/4
     CmMulticast mc;
+    while (next_handle_ == 0 || ids_.count(next_handle_) || multicasts_.count(next_handle_))
+        ++next_handle_;
     mc.handle = next_handle_++;
     mc.uid = uid;
     mc.id = id.handle;
     mc.group = g;
     multicasts_[mc.handle] = mc;
+    id.multicasts.push_back(mc.handle);
     handle = mc.handle;
     // The join completes at once: no SA and no MAD over RoCE. The event carries the
     // group's address handle, QPN 0xFFFFFF and the id's Q_Key (cma_iboe_join_multicast).

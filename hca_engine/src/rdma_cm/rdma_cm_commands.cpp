@@ -26,9 +26,11 @@ int RdmaCmServer::cmd_create_id(Call& call, const rdma_ucm_create_id& c, Reply& 
     const uint8_t qp_type = c.ps == RDMA_PS_TCP                            ? kQpTypeRc
                             : c.ps == RDMA_PS_UDP || c.ps == RDMA_PS_IPOIB ? kQpTypeUd
                                                                            : c.qp_type;
-    CmId& id = create_id(&call.file, c.uid, c.ps, qp_type);
+    CmId* id = create_id(call.file, c.uid, c.ps, qp_type);
+    if (!id)
+        return -ENOMEM; // the user's ids (--limits user_cm_ids) or the engine's
     rdma_ucm_create_id_resp r{};
-    r.id = id.handle;
+    r.id = id->handle;
     reply.set(c.response, r, sizeof(r));
     return 0;
 }
@@ -187,9 +189,9 @@ int RdmaCmServer::cmd_accept(Call& call, const rdma_ucm_accept& c, Reply& /*repl
     const tp::CmConnectionState state = connection_state(*id);
     if (state == tp::CmConnectionState::ReqReceived && c.conn_param.valid) {
         id->uid = c.uid;
-        if (id->listener && id->listener->pending_requests)
-            --id->listener->pending_requests;
-        id->listener = nullptr;
+        if (CmId* listener = listener_of(*id); listener && listener->pending_requests)
+            --listener->pending_requests;
+        id->listener = 0;
         const rdma_ucm_conn_param& param = c.conn_param;
         if (id->qp_type == kQpTypeUd)
             return cm_.send_sidr_rep(id->connection, tp::kSidrSuccess, param.qp_num, id->qkey,
@@ -370,6 +372,8 @@ int RdmaCmServer::cmd_migrate_id(Call& call, const rdma_ucm_migrate_id& c, Reply
                 ++it;
             }
         }
+        source->ids.erase(id->handle);
+        file.ids.insert(id->handle);
         id->file = &file;
     }
     reply.set(c.response, r, sizeof(r));
@@ -411,6 +415,7 @@ int RdmaCmServer::cmd_leave_mcast(Call& call, const rdma_ucm_destroy_id& c, Repl
     rdma_ucm_destroy_id_resp r{};
     r.events_reported = it->second.events_reported;
     drop_events(call.file, c.id);
+    std::erase(id->multicasts, c.id);
     multicasts_.erase(it);
     reply.set(c.response, r, sizeof(r));
     return 0;

@@ -137,8 +137,14 @@ tp::CmaHeader RdmaCmServer::cma_header(const CmId& id) const {
 CmId* RdmaCmServer::listener_for(uint16_t port_space, uint16_t port, size_t device,
                                  const tp::Gid& destination) {
     // A listener of a fabric host's namespace hears only its host's devices (set_hosts).
+    // Only the ids bound to that port are looked at (index_bound_port).
     CmId* any = nullptr;
-    for (auto& [handle, id] : ids_) {
+    auto [first, last] = bound_ports_.equal_range(port);
+    for (auto b = first; b != last; ++b) {
+        auto found = ids_.find(b->second);
+        if (found == ids_.end())
+            continue;
+        const auto& id = found->second;
         if (id->state != CmState::Listen || !id->file || id->port_space != port_space ||
             port_of_address(id->src) != port || !device_in_host(device, id->host))
             continue;
@@ -174,8 +180,13 @@ tp::CmRequestAnswer RdmaCmServer::connection_request(size_t port, const MadPeer&
             answer.sidr_status = tp::kSidrReject;
             return answer;
         }
-        const CmId& id = *new_request(*listener, device, from, cma, sid);
-        answer.context = id.handle;
+        const CmId* id = new_request(*listener, device, from, cma, sid);
+        if (!id) { // the listener's user holds all the ids it may
+            ++counters_.over_limit;
+            answer.sidr_status = tp::kSidrReject;
+            return answer;
+        }
+        answer.context = id->handle;
         answer.local_ca_guid = devices_[device].node_guid;
         answer.datagram = true;
         return answer;
@@ -211,11 +222,18 @@ tp::CmRequestAnswer RdmaCmServer::connection_request(size_t port, const MadPeer&
         answer.reject_reason = static_cast<uint16_t>(tp::CmRejectReason::ConsumerDefined);
         return answer;
     }
-    const CmId& id = *new_request(*listener, device, from, cma, sid);
-    answer.context = id.handle;
+    const CmId* id = new_request(*listener, device, from, cma, sid);
+    if (!id) {
+        // The listener's user holds all the ids it may: rejected as a consumer would
+        // (ucma could not make the id for the request).
+        ++counters_.over_limit;
+        answer.reject_reason = static_cast<uint16_t>(tp::CmRejectReason::ConsumerDefined);
+        return answer;
+    }
+    answer.context = id->handle;
     answer.local_ca_guid = devices_[device].node_guid;
-    answer.datagram = id.qp_type == kQpTypeUd;
-    answer.path_mtu = active_mtu(id);
+    answer.datagram = id->qp_type == kQpTypeUd;
+    answer.path_mtu = active_mtu(*id);
     return answer;
 }
 
@@ -223,8 +241,13 @@ CmId* RdmaCmServer::new_request(CmId& listener, size_t device, const MadPeer& fr
                                 const tp::CmaHeader& cma, uint64_t sid) {
     // The id a REQ or SIDR_REQ makes: the listener's file and port space, the addresses
     // of the rdma_cm header (cma_save_net_info), reported on the listener until ACCEPT.
-    CmId& id = create_id(listener.file, listener.uid, listener.port_space, listener.qp_type);
-    id.listener = &listener;
+    CmId* made = listener.file ? create_id(*listener.file, listener.uid, listener.port_space,
+                                           listener.qp_type)
+                               : nullptr;
+    if (!made)
+        return nullptr; // the listener's user is at its cap of ids: the request is rejected
+    CmId& id = *made;
+    id.listener = listener.handle;
     ++listener.pending_requests;
     id.device = static_cast<int>(device);
     id.bound = true;
@@ -248,7 +271,7 @@ CmId* RdmaCmServer::new_request(CmId& listener, size_t device, const MadPeer& fr
     id.peer = from;
     id.peer.qpn = tp::kGsiQp;
     id.state = CmState::Connect;
-    return &id;
+    return made;
 }
 
 void RdmaCmServer::fill_ud_event(CmEvent& event, const CmId& id, uint32_t qpn, uint32_t qkey,
@@ -273,7 +296,10 @@ void RdmaCmServer::cm_event(const tp::CmConnection& connection, tp::CmEventType 
     case tp::CmEventType::ReqReceived: {
         id.connection = connection.handle;
         const auto& req = mad->as<tp::CmReq>();
-        CmId& listener = *id.listener;
+        CmId* found_listener = listener_of(id);
+        if (!found_listener)
+            return; // made for a request a moment ago: its listener is there
+        CmId& listener = *found_listener;
         // Counted on the listener, naming the new id (ucma_connect_event_handler).
         CmEvent event = event_for(listener, kEventConnectRequest);
         event.resp.id = id.handle;
@@ -290,7 +316,10 @@ void RdmaCmServer::cm_event(const tp::CmConnection& connection, tp::CmEventType 
     case tp::CmEventType::SidrReqReceived: {
         id.connection = connection.handle;
         const auto& req = mad->as<tp::CmSidrReq>();
-        CmId& listener = *id.listener;
+        CmId* found_listener = listener_of(id);
+        if (!found_listener)
+            return;
+        CmId& listener = *found_listener;
         CmEvent event = event_for(listener, kEventConnectRequest);
         event.resp.id = id.handle;
         fill_ud_event(event, id, 0, 0, req.private_data() + tp::CmaHeader::kBytes,

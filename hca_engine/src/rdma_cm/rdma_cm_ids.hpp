@@ -10,8 +10,10 @@
 #include <cstdint>
 #include <deque>
 #include <rdma/rdma_user_cm.h>
+#include <set>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <vector>
 
 namespace softhca::engine {
 
@@ -62,6 +64,7 @@ struct CmId {
     uint32_t handle = 0;    // the id number librdmacm uses in commands
     uint64_t uid = 0;       // librdmacm's pointer, returned in events
     CmFile* file = nullptr; // null once destroyed while the CM finishes on the wire
+    uid_t user = 0;         // the user it is charged to (its file's), until released
     // The fabric host whose namespace the id was made in (its file's, kept when the id
     // moves to another file, as the kernel keeps an id's namespace), -1: none.
     int host = -1;
@@ -85,7 +88,10 @@ struct CmId {
     uint8_t ack_timeout = 0; // 0: the CM's own
 
     uint32_t events_reported = 0;
-    CmId* listener = nullptr;      // a connection request's listener until ACCEPT
+    // A connection request's listener until ACCEPT, by handle (0: none). A listener
+    // destroyed before its requests are accepted is simply not found any more: nothing
+    // walks the ids to forget it.
+    uint32_t listener = 0;
     uint32_t pending_requests = 0; // a listener's unaccepted connection requests
     // A listener's backlog (LISTEN) and its connection requests not yet taken with
     // GET_EVENT: a request past the backlog is refused, as the kernel's ucma does.
@@ -100,6 +106,8 @@ struct CmId {
     uint32_t receive_psn = 0;
     uint32_t qkey = 0;
     MadPeer peer;
+
+    std::vector<uint32_t> multicasts; // the groups it joined (CmMulticast handles)
 };
 
 // A multicast group an id joined (JOIN_IP_MCAST, JOIN_MCAST). Over RoCE the join sends
@@ -131,6 +139,9 @@ struct CmFile {
     bool privileged_ports = false; // root: may bind below 1024
     int app_fd = -1; // the descriptor number the application holds (MIGRATE_ID names it)
     std::deque<CmEvent> events;
+    // Its ids (not those destroyed and finishing on the wire): closing the file destroys
+    // these and looks at no other.
+    std::set<uint32_t> ids;
 };
 
 } // namespace softhca::engine

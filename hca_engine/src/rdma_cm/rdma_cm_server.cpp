@@ -75,7 +75,8 @@ RdmaCmServer::~RdmaCmServer() {
 
 std::vector<int> RdmaCmServer::accept_pending() {
     std::vector<int> accepted;
-    for (;;) {
+    // A bounded number per round: the listening socket stays readable for the rest.
+    for (unsigned round = 0; round < 64; ++round) {
         const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0 && (errno == EMFILE || errno == ENFILE) && spare_fd_ >= 0) {
             // Out of descriptors: refuse the waiting client with the one kept in reserve,
@@ -94,6 +95,25 @@ std::vector<int> RdmaCmServer::accept_pending() {
             ::close(fd);
             continue;
         }
+        // A user's files are capped below the engine's maximum (--limits user_cm_files):
+        // past either the open is refused, the connection closed.
+        uint64_t& mine = files_by_user_[peer.uid];
+        if (mine >= limits_.user_cm_files || files_.size() >= kEngineMaxima.cm_files) {
+            if (mine == 0)
+                files_by_user_.erase(peer.uid);
+            peer.release();
+            // The answer to the Open the client sends first: its open(2) fails EMFILE.
+            di::RdmaCmReply refusal{};
+            refusal.header.magic = di::kRdmaCmMagic;
+            refusal.header.version = di::kRdmaCmVersion;
+            refusal.header.op = static_cast<uint16_t>(di::RdmaCmOp::Open);
+            refusal.header.length = sizeof(refusal);
+            refusal.result = -EMFILE;
+            [[maybe_unused]] ssize_t sent = ::send(fd, &refusal, sizeof(refusal), MSG_DONTWAIT);
+            ::close(fd);
+            ++counters_.refused_files;
+            continue;
+        }
         auto file = std::make_unique<CmFile>();
         file->fd = fd;
         file->pid = peer.pid;
@@ -108,6 +128,7 @@ std::vector<int> RdmaCmServer::accept_pending() {
         // Root only: a CapEff of CAP_NET_BIND_SERVICE may be a user namespace's.
         file->privileged_ports = peer.uid == 0;
         peer.release();
+        ++mine;
         files_.emplace(fd, std::move(file));
         accepted.push_back(fd);
     }
@@ -129,20 +150,32 @@ int RdmaCmServer::host_of_socket(int fd) const {
 }
 
 void RdmaCmServer::close_file(CmFile& file) {
-    // As closing the kernel's file: every id of it is destroyed, connections torn down.
-    // By handle, looked up again before each: destroying a listener destroys the requests
-    // it had not reported yet, which are this file's too (a pointer kept to one of them
-    // was used after it was freed; fuzz_rdma_cm found it).
-    std::vector<uint32_t> owned;
-    for (auto& [handle, id] : ids_)
-        if (id->file == &file)
-            owned.push_back(handle);
-    for (uint32_t handle : owned)
-        if (auto it = ids_.find(handle); it != ids_.end() && it->second->file == &file)
+    // As closing the kernel's file: every id of it is destroyed, connections torn down,
+    // in O(its ids): its events go at once (nobody will read them), then each id of its
+    // own set. By handle, looked up again before each: destroying a listener destroys the
+    // requests it had not reported yet, which are this file's too (a pointer kept to one
+    // of them was used after it was freed; fuzz_rdma_cm found it).
+    std::vector<uint32_t> unreported;
+    for (const CmEvent& e : file.events)
+        if (e.resp.event == kEventConnectRequest)
+            unreported.push_back(e.resp.id);
+    file.events.clear();
+    for (uint32_t child : unreported)
+        if (auto it = ids_.find(child); it != ids_.end() && it->second->file == &file)
             destroy_id(*it->second);
+    while (!file.ids.empty()) {
+        auto it = ids_.find(*file.ids.begin());
+        if (it == ids_.end() || it->second->file != &file) {
+            file.ids.erase(file.ids.begin()); // not expected: the set follows the ids
+            continue;
+        }
+        destroy_id(*it->second);
+    }
     ::close(file.fd);
     if (file.pipe >= 0)
         ::close(file.pipe);
+    if (auto it = files_by_user_.find(file.uid); it != files_by_user_.end() && --it->second == 0)
+        files_by_user_.erase(it);
 }
 
 bool RdmaCmServer::handle_input(int fd) {
@@ -257,12 +290,25 @@ CmId* RdmaCmServer::find_id(const CmFile& file, uint32_t handle) {
     return it != ids_.end() && it->second->file == &file ? it->second.get() : nullptr;
 }
 
-CmId& RdmaCmServer::create_id(CmFile* file, uint64_t uid, uint16_t port_space, uint8_t qp_type) {
+CmId* RdmaCmServer::create_id(CmFile& file, uint64_t uid, uint16_t port_space, uint8_t qp_type) {
+    // Charged to the file's user until released (kept while the CM finishes on the wire):
+    // ENOMEM past the user's cap or the engine's maximum, as the kernel's allocation fails.
+    uint64_t& charged = ids_by_user_[file.uid];
+    if (charged >= limits_.user_cm_ids || ids_.size() >= kEngineMaxima.cm_ids) {
+        if (charged == 0)
+            ids_by_user_.erase(file.uid);
+        return nullptr;
+    }
+    ++charged;
     auto id = std::make_unique<CmId>();
+    // A handle no live id or group has (the counter wraps only after 2^32 of them).
+    while (next_handle_ == 0 || ids_.count(next_handle_) || multicasts_.count(next_handle_))
+        ++next_handle_;
     id->handle = next_handle_++;
     id->uid = uid;
-    id->file = file;
-    id->host = file ? file->host : -1;
+    id->file = &file;
+    id->user = file.uid;
+    id->host = file.host;
     id->port_space = port_space;
     id->qp_type = qp_type;
     // The kernel's rdma_cm draws each id's PSN at creation (rdma_create_id): the first
@@ -271,15 +317,30 @@ CmId& RdmaCmServer::create_id(CmFile* file, uint64_t uid, uint16_t port_space, u
     id->qkey = port_space == RDMA_PS_UDP || port_space == RDMA_PS_IPOIB ? kRdmaUdpQkey : 0;
     CmId& ref = *id;
     ids_.emplace(ref.handle, std::move(id));
-    return ref;
+    file.ids.insert(ref.handle);
+    return &ref;
+}
+
+void RdmaCmServer::index_bound_port(const CmId& id) {
+    if (!id.from_request)
+        bound_ports_.emplace(port_of_address(id.src), id.handle);
+}
+
+void RdmaCmServer::forget_bound_port(const CmId& id) {
+    auto [first, last] = bound_ports_.equal_range(port_of_address(id.src));
+    for (auto it = first; it != last; ++it)
+        if (it->second == id.handle) {
+            bound_ports_.erase(it);
+            return;
+        }
 }
 
 void RdmaCmServer::release_id(CmId& id) {
+    // Nothing else points at it: requests name their listener by handle.
     if (id.connection)
         cm_.release(id.connection);
-    for (auto& [handle, other] : ids_)
-        if (other->listener == &id)
-            other->listener = nullptr;
+    if (auto it = ids_by_user_.find(id.user); it != ids_by_user_.end() && --it->second == 0)
+        ids_by_user_.erase(it);
     ids_.erase(id.handle);
 }
 
@@ -294,18 +355,20 @@ void RdmaCmServer::destroy_id(CmId& id) {
                 unreported.push_back(e.resp.id);
         drop_events(*id.file, id.handle);
     }
-    if (id.listener && id.listener->pending_requests)
-        --id.listener->pending_requests;
-    id.listener = nullptr;
-    for (auto it = multicasts_.begin(); it != multicasts_.end();) {
-        if (it->second.id == id.handle) {
-            if (id.file)
-                drop_events(*id.file, it->first);
-            it = multicasts_.erase(it);
-        } else {
-            ++it;
-        }
+    if (CmId* listener = listener_of(id); listener && listener->pending_requests)
+        --listener->pending_requests;
+    id.listener = 0;
+    for (uint32_t group : id.multicasts) {
+        if (id.file)
+            drop_events(*id.file, group);
+        multicasts_.erase(group);
     }
+    id.multicasts.clear();
+    if (id.bound)
+        forget_bound_port(id);
+    resolving_.erase(id.handle);
+    if (id.file)
+        id.file->ids.erase(id.handle);
     id.file = nullptr;
     for (uint32_t child : unreported)
         if (auto it = ids_.find(child); it != ids_.end() && it->second->file)
@@ -332,7 +395,7 @@ void RdmaCmServer::queue_event(CmId& owner, const CmEvent& event) {
         return; // destroyed: nobody to tell
     // A connection request not yet accepted has no user context: ucma drops its events
     // (an error before ACCEPT shows as ACCEPT failing).
-    if (owner.listener)
+    if (listener_of(owner))
         return;
     owner.file->events.push_back(event);
     const uint8_t token = 1;
@@ -364,9 +427,15 @@ bool RdmaCmServer::poll(uint64_t now) {
     bool busy = false;
     if (now >= wake_at_) {
         uint64_t next = UINT64_MAX;
-        for (auto& [handle, id] : ids_) {
-            if (id->state != CmState::AddrQuery)
+        // Only the ids resolving an address: no other id costs this loop anything.
+        for (auto r = resolving_.begin(); r != resolving_.end();) {
+            auto found = ids_.find(*r);
+            if (found == ids_.end() || found->second->state != CmState::AddrQuery) {
+                r = resolving_.erase(r);
                 continue;
+            }
+            ++r;
+            CmId* id = found->second.get();
             const size_t port = devices_[static_cast<size_t>(id->device)].port_index;
             if (wire_.neighbor_resolved(port, id->peer.gid, now)) {
                 id->state = CmState::AddrResolved;
@@ -422,6 +491,8 @@ nlohmann::ordered_json RdmaCmServer::status_document() const {
              {{"commands", counters.commands},
               {"refused", counters.bad_commands},
               {"backlog_full", counters.backlog_full},
+              {"over_limit", counters.over_limit},
+              {"refused_files", counters.refused_files},
               {"mads_in", counters.mads_in},
               {"mads_out", counters.mads_out},
               {"mads_dropped", counters.mads_dropped},

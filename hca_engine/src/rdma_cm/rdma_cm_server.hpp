@@ -20,6 +20,7 @@
 #include "device_model.hpp"
 #include "management_datagrams.hpp"
 #include "rdma_cm_ids.hpp"
+#include "resource_limits.hpp"
 #include "softhca/transport/ib_cm.hpp"
 
 #include <algorithm>
@@ -29,6 +30,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -41,6 +43,11 @@ class RdmaCmServer final : public MadReceiver, private transport::CmConsumer {
     ~RdmaCmServer() override;
     RdmaCmServer(const RdmaCmServer&) = delete;
     RdmaCmServer& operator=(const RdmaCmServer&) = delete;
+
+    // What one user may hold (user_cm_files, user_cm_ids of --limits) under the engine's
+    // maxima (kEngineMaxima): a file past a cap is refused (its open fails), an id past
+    // one is ENOMEM (CREATE_ID) or a rejected connection request.
+    void set_limits(const ResourceLimits& limits) { limits_ = limits; }
 
     int listen_fd() const { return listen_fd_; }
     std::vector<int> accept_pending();
@@ -77,8 +84,10 @@ class RdmaCmServer final : public MadReceiver, private transport::CmConsumer {
         uint64_t mads_out = 0;
         uint64_t mads_dropped = 0; // malformed, unknown attribute, or matching no id
         uint64_t retransmissions = 0;
-        uint64_t duplicates = 0;   // answered from the last message sent
-        uint64_t backlog_full = 0; // connection requests refused past a listener's backlog
+        uint64_t duplicates = 0;    // answered from the last message sent
+        uint64_t backlog_full = 0;  // connection requests refused past a listener's backlog
+        uint64_t over_limit = 0;    // connection requests refused: the user's ids at the cap
+        uint64_t refused_files = 0; // files refused: the user's files at the cap
     };
     Counters counters() const;
 
@@ -148,9 +157,21 @@ class RdmaCmServer final : public MadReceiver, private transport::CmConsumer {
     int cmd_resolve_addr(Call& call, const rdma_ucm_resolve_addr& c, Reply& reply);
     int cmd_join_mcast(Call& call, const rdma_ucm_join_mcast& c, Reply& reply);
     CmId* find_id(const CmFile& file, uint32_t handle);
-    CmId& create_id(CmFile* file, uint64_t uid, uint16_t port_space, uint8_t qp_type);
+    // Charged to the file's user; null past the user's cap or the engine's maximum.
+    CmId* create_id(CmFile& file, uint64_t uid, uint16_t port_space, uint8_t qp_type);
     void destroy_id(CmId& id); // tears the connection down on the wire, drops its events
     void release_id(CmId& id); // forgets it entirely
+    // A connection request's listener while it has one (null once it is destroyed).
+    CmId* listener_of(const CmId& id) {
+        if (!id.listener)
+            return nullptr;
+        auto it = ids_.find(id.listener);
+        return it == ids_.end() ? nullptr : it->second.get();
+    }
+    // The ids bound to a port (not those of a connection request), by port: what binds,
+    // listens and arriving requests look at, not every id.
+    void index_bound_port(const CmId& id);
+    void forget_bound_port(const CmId& id);
     // rdma_cm_addresses.cpp
     int bind(CmId& id, const sockaddr* addr, size_t length);
     // `room`: the bytes each address has in its command (sockaddr_in6 for RESOLVE_IP,
@@ -228,6 +249,10 @@ class RdmaCmServer final : public MadReceiver, private transport::CmConsumer {
     std::map<int, std::unique_ptr<CmFile>> files_;
     std::map<uint32_t, std::unique_ptr<CmId>> ids_;
     std::map<uint32_t, CmMulticast> multicasts_;
+    std::multimap<uint16_t, uint32_t> bound_ports_; // index_bound_port
+    std::set<uint32_t> resolving_;                  // ids in AddrQuery: what poll() visits
+    ResourceLimits limits_;
+    std::map<uid_t, uint64_t> ids_by_user_, files_by_user_;
     uint32_t next_handle_ = 1;
     std::mt19937 random_;
     // The IB CM: its response timeout (IBA exponent, as the kernel's), its retries and the

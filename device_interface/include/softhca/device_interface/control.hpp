@@ -63,7 +63,10 @@ struct MessageHeader {
 };
 static_assert(sizeof(MessageHeader) == 16);
 
-// Every reply starts with this; status is 0 or a positive errno value.
+// Every reply starts with this; status is 0 or a positive errno value. A reply whose
+// sequence is 0 answers no request: it is the engine refusing the connection (a user at
+// its cap of connections: EMFILE), sent before the engine closes it; the provider fails
+// the call it was waiting on with that status. Requests never carry sequence 0.
 struct ReplyHeader {
     MessageHeader header;
     int32_t status;

@@ -1,0 +1,131 @@
+// One user taking as much of an engine-wide resource as it is given (issue 40, items 2, 5
+// and 6): makes objects of one kind until a make fails or LIMIT are made, prints how many
+// it made and the errno of the one that failed, says "ready" and waits to be killed (or,
+// with --exit, exits at once: the test's honest client uses it to make one of its own).
+//   flood_attack cm_ids ADDRESS LIMIT [--exit]   rdma_cm ids, each bound to ADDRESS on an
+//                                                ephemeral port, on one event channel
+//   flood_attack pds DEVICE LIMIT [--exit]       protection domains, on a context after
+//                                                another
+//   flood_attack contexts DEVICE LIMIT [--exit]  open contexts (a control connection each)
+#include "test_device.hpp"
+
+#include <arpa/inet.h>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <netinet/in.h>
+#include <rdma/rdma_cma.h>
+#include <string>
+#include <sys/resource.h>
+#include <unistd.h>
+
+namespace {
+
+size_t make_cm_ids(const char* address, size_t limit, int& error) {
+    rdma_event_channel* channel = rdma_create_event_channel();
+    if (!channel) {
+        error = errno;
+        return 0;
+    }
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    if (inet_pton(AF_INET, address, &addr.sin_addr) != 1) {
+        error = EINVAL;
+        return 0;
+    }
+    size_t made = 0;
+    while (made < limit) {
+        rdma_cm_id* id = nullptr;
+        if (rdma_create_id(channel, &id, nullptr, RDMA_PS_TCP) != 0) {
+            error = errno;
+            break;
+        }
+        ++made;
+        if (rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&addr)) != 0) {
+            error = errno; // the ephemeral ports ran out: the id stays, unbound
+            break;
+        }
+    }
+    return made;
+}
+
+// On as many contexts as it takes: a context's own cap is below its user's.
+size_t make_pds(const std::string& device, size_t limit, int& error) {
+    size_t made = 0;
+    for (;;) {
+        ibv_context* context = open_test_device(device);
+        if (!context) {
+            error = errno;
+            return made;
+        }
+        size_t here = 0;
+        while (made < limit) {
+            if (!ibv_alloc_pd(context)) {
+                error = errno;
+                break;
+            }
+            ++made;
+            ++here;
+        }
+        if (made == limit || here == 0)
+            return made;
+    }
+}
+
+// Opens DEVICE; null with `error` set to ibv_open_device's errno (taken before anything
+// else can change it).
+ibv_context* open_device(const std::string& device, int& error) {
+    int count = 0;
+    ibv_device** list = ibv_get_device_list(&count);
+    ibv_context* context = nullptr;
+    error = ENODEV;
+    for (int i = 0; list && i < count && !context; ++i)
+        if (device == ibv_get_device_name(list[i])) {
+            context = ibv_open_device(list[i]);
+            error = context ? 0 : errno;
+        }
+    if (list)
+        ibv_free_device_list(list);
+    return context;
+}
+
+size_t open_contexts(const std::string& device, size_t limit, int& error) {
+    size_t made = 0;
+    while (made < limit && open_device(device, error))
+        ++made;
+    return made;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 4) {
+        std::fprintf(stderr, "usage: flood_attack cm_ids|pds|contexts TARGET LIMIT [--exit]\n");
+        return 2;
+    }
+    const std::string mode = argv[1];
+    const size_t limit = std::stoul(argv[3]);
+    const bool exit_at_once = argc > 4 && std::string(argv[4]) == "--exit";
+    // Descriptors enough of its own: the engine's cap, not this process's, is the test.
+    rlimit files{};
+    if (getrlimit(RLIMIT_NOFILE, &files) == 0) {
+        files.rlim_cur = files.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &files);
+    }
+    int error = 0;
+    size_t made = 0;
+    if (mode == "cm_ids")
+        made = make_cm_ids(argv[2], limit, error);
+    else if (mode == "pds")
+        made = make_pds(argv[2], limit, error);
+    else if (mode == "contexts")
+        made = open_contexts(argv[2], limit, error);
+    else
+        return 2;
+    std::printf("made %zu errno %d (%s)\nready\n", made, error, error ? std::strerror(error) : "");
+    std::fflush(stdout);
+    if (exit_at_once)
+        return made == limit ? 0 : 1;
+    for (;;)
+        pause();
+}

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# One user at every cap stalls nobody else (issue 40, items 2, 5 and 6). An unprivileged
+# user (uid 65534) takes, in turn, as many rdma_cm ids (each bound to a port), PDs and
+# open contexts (control connections) as the engine gives it; each flood must stop at the
+# user's cap with the kernel's errno, and while the attacker holds everything, and while
+# the engine tears it all down after a SIGKILL, root (another user) must still:
+#   - make the same object (the cap left room below the engine's maximum),
+#   - run ibv_rc_pingpong within 2x its time without the attack (or 1 s more),
+#   - get `softhca status` answered within 1 s.
+# Runs against an engine of its own, with the default caps.
+#   test_isolation_floods.sh FLOOD_ATTACK
+source "$(dirname "$0")/../e2e/lib.sh"
+ATTACK=${1:?path to flood_attack}
+as_nobody=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+out=$(mktemp)
+cleanup() {
+    [ -n "${attacker:-}" ] && kill -9 "$attacker" 2>/dev/null
+    wait 2>/dev/null
+    "$SOFTHCA" down >/dev/null 2>&1 || true
+    rm -f "$out"
+}
+trap cleanup EXIT
+"$SOFTHCA" up >/dev/null || fail "softhca up failed"
+caps=$("$SOFTHCA" status --json | python3 -c 'import json,sys; u=json.load(sys.stdin)["limits"]["user"]; print(u["cm_ids"], u["pds"], u["connections"])')
+read -r cap_cm_ids cap_pds cap_connections <<<"$caps"
+echo "the user's caps: $cap_cm_ids rdma_cm ids, $cap_pds PDs, $cap_connections connections"
+
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+# The milliseconds an ibv_rc_pingpong of 500 exchanges between the two devices takes.
+pingpong_ms() {
+    local port start server
+    port=$(free_port)
+    start=$(now_ms)
+    "$SOFTHCA" exec -- timeout 60 ibv_rc_pingpong -d "${SOFTHCA_PREFIX}0" -g 0 -p "$port" \
+        -n 500 >/dev/null 2>&1 &
+    server=$!
+    wait_listening "$port" || fail "the honest pingpong server did not start"
+    "$SOFTHCA" exec -- timeout 60 ibv_rc_pingpong -d "${SOFTHCA_PREFIX}1" -g 0 -p "$port" \
+        -n 500 127.0.0.1 >/dev/null 2>&1 || fail "the honest pingpong failed"
+    wait "$server" || fail "the honest pingpong server failed"
+    echo $(($(now_ms) - start))
+}
+# Fails unless `softhca status` answers within a second.
+status_within_a_second() {
+    local start took
+    start=$(now_ms)
+    timeout 10 "$SOFTHCA" status >/dev/null || fail "softhca status failed $1"
+    took=$(($(now_ms) - start))
+    [ "$took" -le 1000 ] || fail "softhca status took $took ms $1"
+}
+baseline=$(pingpong_ms)
+pingpong_ms >/dev/null # warm
+baseline=$(( (baseline + $(pingpong_ms)) / 2 ))
+bound=$((2 * baseline > baseline + 1000 ? 2 * baseline : baseline + 1000))
+echo "honest pingpong alone: $baseline ms (bound $bound ms)"
+honest_keeps_going() {
+    status_within_a_second "$1"
+    local took
+    took=$(pingpong_ms)
+    echo "  honest pingpong $1: $took ms"
+    [ "$took" -le "$bound" ] || fail "the honest pingpong took $took ms $1 (bound $bound ms)"
+    status_within_a_second "$1"
+}
+
+# flood KIND TARGET CAP ERRNO: the attacker floods, is held to CAP with ERRNO, root still
+# makes one, and nothing of root's slows down, during the flood or its teardown.
+flood() {
+    local kind=$1 target=$2 cap=$3 errno=$4 made
+    "${as_nobody[@]}" "$SOFTHCA" exec -- "$ATTACK" "$kind" "$target" $((cap * 4)) >"$out" 2>&1 &
+    attacker=$!
+    wait_until "grep -q ready '$out'" 240 || fail "the $kind flood did not finish: $(cat "$out")"
+    echo "$kind flood as uid 65534: $(head -1 "$out")"
+    made=$(awk '/^made/ {print $2}' "$out")
+    [ "$made" = "$cap" ] || fail "the $kind flood made $made, not the user's cap $cap"
+    grep -q "errno $errno " "$out" || fail "the $kind flood did not end with errno $errno: $(cat "$out")"
+    "$SOFTHCA" exec -- "$ATTACK" "$kind" "$target" 1 --exit >/dev/null ||
+        fail "root could not make one of $kind beside the flood"
+    honest_keeps_going "while uid 65534 holds $cap of $kind"
+    kill -9 "$attacker"
+    wait "$attacker" 2>/dev/null || true
+    attacker=
+    # The teardown of everything it held, while the honest client works.
+    honest_keeps_going "while the engine tears down $cap of $kind"
+}
+flood cm_ids 198.18.0.1 "$cap_cm_ids" 12                        # ENOMEM
+flood pds "${SOFTHCA_PREFIX}0" "$cap_pds" 12                     # ENOMEM
+# A context past the cap: the engine refuses the connection, ibv_open_device fails EMFILE.
+flood contexts "${SOFTHCA_PREFIX}0" "$cap_connections" 24                 # EMFILE
+# Everything of the attacker is gone.
+wait_until "[ \"\$(\"\$SOFTHCA\" status --json | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d[\"rdma_cm\"][\"ids\"], len(d[\"contexts\"]))')\" = '0 0' ]" 30 ||
+    fail "the attacker's objects are still there: $("$SOFTHCA" status | head -20)"
+kill -0 "$(engine_pid)" || fail "the engine died"
+echo PASS

@@ -1,0 +1,110 @@
+// Engine: the caps of one context and one user (--limits), below the engine's maxima.
+#include "device_model.hpp"
+#include "engine_qp.hpp"
+#include "engine_srq.hpp"
+#include "multicast_groups.hpp"
+#include "resource_limits.hpp"
+#include "resource_tables.hpp"
+#include "softhca/device_interface/control.hpp"
+
+#include <catch2/catch.hpp>
+#include <cerrno>
+#include <vector>
+
+namespace di = softhca::device_interface;
+using namespace softhca::engine;
+
+TEST_CASE("the engine's maxima are the device's, and every default cap of a user is below") {
+    const ResourceUsage& m = kEngineMaxima.objects;
+    CHECK(m.qps == QpLimits::kMaxQp);
+    CHECK(m.cqs == DeviceLimits::kMaxCq);
+    CHECK(m.srqs == SrqLimits::kMaxSrq);
+    CHECK(m.mrs == DeviceLimits::kMaxMr);
+    CHECK(m.pds == DeviceLimits::kMaxPd);
+    CHECK(m.mws == DeviceLimits::kMaxMw);
+    CHECK(m.dm_bytes == di::kDeviceMemoryBytes);
+    CHECK(m.attachments ==
+          uint64_t{MulticastGroups::kMaxGroups} * MulticastGroups::kMaxQpsPerGroup);
+    const ResourceLimits defaults;
+    // Half of each maximum at most: a user at every cap leaves at least as much to others.
+    const ResourceUsage& u = defaults.user;
+    CHECK(u.qps * 2 <= m.qps);
+    CHECK(u.cqs * 2 <= m.cqs);
+    CHECK(u.srqs * 2 <= m.srqs);
+    CHECK(u.mrs * 2 <= m.mrs);
+    CHECK(u.pds * 2 <= m.pds);
+    CHECK(u.mws * 2 <= m.mws);
+    CHECK(u.dm_bytes * 2 <= m.dm_bytes);
+    CHECK(u.attachments * 2 <= m.attachments);
+    CHECK(defaults.user_connections * 2 <= kEngineMaxima.connections);
+    CHECK(defaults.user_cm_files * 2 <= kEngineMaxima.cm_files);
+    CHECK(defaults.user_cm_ids * 2 <= kEngineMaxima.cm_ids);
+    // A context's caps do not exceed its user's.
+    CHECK_FALSE(defaults.context.exceeds(defaults.user));
+}
+
+TEST_CASE(
+    "every cap is set by --limits, and a user's cap at or above the engine's maximum is refused") {
+    ResourceLimits limits;
+    REQUIRE(ResourceLimits::parse("context_pds=10,user_mws=20,user_dm_kb=64,context_attachments=3,"
+                                  "user_connections=5,user_cm_files=6,user_cm_ids=7,user_mb=100",
+                                  limits) == "");
+    CHECK(limits.context.pds == 10);
+    CHECK(limits.user.mws == 20);
+    CHECK(limits.user.dm_bytes == 64 << 10);
+    CHECK(limits.context.attachments == 3);
+    CHECK(limits.user_connections == 5);
+    CHECK(limits.user_cm_files == 6);
+    CHECK(limits.user_cm_ids == 7);
+    CHECK(limits.user.bytes == 100ull << 20);
+    ResourceLimits other;
+    CHECK(ResourceLimits::parse("user_qps=16384", other).find("user_qps must be below") == 0);
+    CHECK(ResourceLimits::parse("user_cm_ids=65536", other).find("user_cm_ids") == 0);
+    CHECK(ResourceLimits::parse("user_dm_kb=256", other).find("user_dm_kb") == 0);
+    CHECK(ResourceLimits::parse("user_pds=65535", other).empty());
+    CHECK_FALSE(ResourceLimits::parse("context_cm_ids=5", other).empty());
+    CHECK_FALSE(ResourceLimits::parse("user_bogus=5", other).empty());
+}
+
+TEST_CASE("PDs, MWs and device memory stop at a context's caps with ENOMEM") {
+    KeySpace keys;
+    keys.set_device_count(1);
+    REQUIRE(ResourceLimits::parse("context_pds=3,context_mws=2,context_dm_kb=8,"
+                                  "context_attachments=1",
+                                  keys.limits) == "");
+    ContextResources ctx(ClientProcess::self(), keys);
+    uint32_t pd = 0;
+    for (int i = 0; i < 3; ++i)
+        REQUIRE(ctx.alloc_pd(pd) == 0);
+    uint32_t extra = 0;
+    CHECK(ctx.alloc_pd(extra) == ENOMEM);
+    CHECK(keys.pds == 3);
+    REQUIRE(ctx.dealloc_pd(pd) == 0);
+    CHECK(ctx.alloc_pd(pd) == 0); // a freed one is room again
+
+    uint32_t mw = 0, rkey = 0;
+    REQUIRE(ctx.alloc_mw(pd, 1, mw, rkey) == 0);
+    REQUIRE(ctx.alloc_mw(pd, 2, mw, rkey) == 0);
+    CHECK(ctx.alloc_mw(pd, 1, mw, rkey) == ENOMEM);
+    CHECK(keys.mws == 2);
+
+    uint32_t dm = 0;
+    const DeviceMemory* memory = nullptr;
+    REQUIRE(ctx.alloc_dm(4096, 0, dm, memory) == 0);
+    REQUIRE(ctx.alloc_dm(4096, 0, dm, memory) == 0);
+    CHECK(ctx.alloc_dm(64, 0, dm, memory) == ENOMEM);
+    CHECK(keys.dm_bytes_by_device[0] == 8192);
+}
+
+TEST_CASE("one user's caps hold over all of its contexts") {
+    KeySpace keys;
+    REQUIRE(ResourceLimits::parse("user_pds=4", keys.limits) == "");
+    ContextResources a(ClientProcess::self(), keys), b(ClientProcess::self(), keys);
+    uint32_t pd = 0;
+    REQUIRE(a.alloc_pd(pd) == 0);
+    REQUIRE(a.alloc_pd(pd) == 0);
+    REQUIRE(b.alloc_pd(pd) == 0);
+    REQUIRE(b.alloc_pd(pd) == 0);
+    CHECK(a.alloc_pd(pd) == ENOMEM);
+    CHECK(b.alloc_pd(pd) == ENOMEM);
+}
