@@ -4,6 +4,7 @@
 #pragma once
 
 #include "softhca/device_interface/manifest.hpp"
+#include "softhca/device_interface/rdma_cm.hpp" // kRdmaCmAbiVersion
 #include "softhca/transport/roce_address.hpp"
 
 #include <cstdint>
@@ -63,8 +64,6 @@ struct InstanceRegistration {
     std::vector<HostView> host_views;
     std::string host_views_dir; // holds the views' trees; removed whole
 };
-
-constexpr int kRdmaCmAbiVersion = 4;
 
 // An instance's prefix names its devices and files under /run, /etc and /dev: 1..32
 // characters of [a-z0-9_], so that it can name nothing else.
