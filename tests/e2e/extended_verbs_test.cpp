@@ -830,7 +830,8 @@ TEST_CASE("device memory: allocated from the device's pool, copied to and from 4
     dm_attr.comp_mask = 1;
     CHECK(ibv_alloc_dm(d.context, &dm_attr) == nullptr);
     dm_attr.comp_mask = 0;
-    // The pool: all of it once, then nothing more until it is freed.
+    // A user's share of the pool (max_dm_size, the default --limits user_dm_kb): all of it
+    // once, then nothing more until it is freed.
     dm_attr.length = attr.max_dm_size;
     ibv_dm* all = ibv_alloc_dm(d.context, &dm_attr);
     REQUIRE(all);

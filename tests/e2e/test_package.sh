@@ -25,7 +25,10 @@ if dpkg-query -W -f='${Status}' softhca 2>/dev/null | grep -q "install ok instal
     fail "a softhca package is installed on this machine already: the test would replace it"
 fi
 
-deb=$("$repo/tools/build-deb.sh" "$work/build") || fail "tools/build-deb.sh failed"
+# SOFTHCA_DEB_BUILD: a build directory to use (run-tests.sh's, built in the background
+# while other tests ran); a fresh one by default.
+deb=$("$repo/tools/build-deb.sh" "${SOFTHCA_DEB_BUILD:-$work/build}") ||
+    fail "tools/build-deb.sh failed"
 echo "built $(basename "$deb")"
 info=$(dpkg-deb -f "$deb" Package Version Architecture Depends Recommends)
 grep -q "^Package: softhca$" <<<"$info" || fail "package name: $info"

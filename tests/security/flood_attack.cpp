@@ -7,6 +7,10 @@
 //   flood_attack pds DEVICE LIMIT [--exit]       protection domains, on a context after
 //                                                another
 //   flood_attack contexts DEVICE LIMIT [--exit]  open contexts (a control connection each)
+//   flood_attack vmas DEVICE LIMIT               splits its memory into LIMIT mappings (or
+//                                                as many as vm.max_map_count allows), then
+//                                                registers and deregisters an MR in them
+//                                                until killed
 #include "test_device.hpp"
 
 #include <arpa/inet.h>
@@ -16,6 +20,7 @@
 #include <netinet/in.h>
 #include <rdma/rdma_cma.h>
 #include <string>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -96,6 +101,39 @@ size_t open_contexts(const std::string& device, size_t limit, int& error) {
     return made;
 }
 
+// Splits a region into up to `limit` mappings (every other page read-only), then registers
+// and deregisters a page of it in a loop, after saying "ready".
+size_t split_and_register(const std::string& device, size_t limit, int& error) {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    auto* region = static_cast<char*>(mmap(nullptr, 2 * limit * page, PROT_READ | PROT_WRITE,
+                                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+    if (region == MAP_FAILED) {
+        error = errno;
+        return 0;
+    }
+    size_t made = 1;
+    for (size_t i = 1; made < limit && i < 2 * limit; i += 2) {
+        if (mprotect(region + i * page, page, PROT_READ) != 0) {
+            error = errno; // vm.max_map_count
+            break;
+        }
+        made += 2;
+    }
+    ibv_context* context = open_test_device(device);
+    ibv_pd* pd = context ? ibv_alloc_pd(context) : nullptr;
+    if (!pd) {
+        error = errno;
+        return 0;
+    }
+    std::printf("made %zu errno %d (%s)\nready\n", made, error, error ? std::strerror(error) : "");
+    std::fflush(stdout);
+    for (size_t i = 0;; i = (i + 2) % (2 * limit - 2)) {
+        ibv_mr* mr = ibv_reg_mr(pd, region + i * page, page, IBV_ACCESS_LOCAL_WRITE);
+        if (mr)
+            ibv_dereg_mr(mr);
+    }
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -120,6 +158,8 @@ int main(int argc, char** argv) {
         made = make_pds(argv[2], limit, error);
     else if (mode == "contexts")
         made = open_contexts(argv[2], limit, error);
+    else if (mode == "vmas")
+        made = split_and_register(argv[2], limit, error);
     else
         return 2;
     std::printf("made %zu errno %d (%s)\nready\n", made, error, error ? std::strerror(error) : "");

@@ -65,8 +65,11 @@ class Buffer {
     uint8_t* data_ = nullptr;
 };
 
+// Maps what `fd` holds (a descriptor from share(), closed here), as the provider does.
 inline void* map_fd(int fd, size_t bytes) {
+    REQUIRE(fd >= 0);
     void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
     REQUIRE(p != MAP_FAILED);
     return p;
 }
@@ -92,8 +95,8 @@ struct Host {
     Host(KeySpace& keys, size_t device, const PortInfo& port, bool shared,
          std::shared_ptr<ClientProcess> client = nullptr, size_t buffer_bytes = kBufferBytes)
         : ctx(client ? client : ClientProcess::self(), keys, device), buffer(buffer_bytes, shared) {
-        doorbells =
-            static_cast<di::DoorbellPage*>(map_fd(ctx.doorbells().fd(), ctx.doorbells().bytes()));
+        doorbells = static_cast<di::DoorbellPage*>(
+            map_fd(ctx.doorbells().share(), ctx.doorbells().bytes()));
         REQUIRE(ctx.alloc_pd(pd) == 0);
         di::RegMrRequest reg{};
         reg.addr = reg.iova = buffer.addr();
@@ -102,7 +105,7 @@ struct Host {
         reg.access = kIbvAccess;
         REQUIRE(ctx.reg_mr(reg, mr) == 0);
         REQUIRE(ctx.create_cq(1023, 0, 0, {}, cq_handle, cq) == 0);
-        cq_ring = static_cast<di::CqRingHeader*>(map_fd(cq->ring.fd(), cq->ring.bytes()));
+        cq_ring = static_cast<di::CqRingHeader*>(map_fd(cq->ring.share(), cq->ring.bytes()));
         di::CreateQpRequest create{};
         create.pd_handle = pd;
         create.send_cq_handle = create.recv_cq_handle = cq_handle;
@@ -110,7 +113,7 @@ struct Host {
         create.caps = {64, 64, 2, 2, 64, 0};
         REQUIRE(ctx.create_qp(create, port, qp) == 0);
         ring_bytes = qp->ring_bytes();
-        ring = static_cast<di::QpRingHeader*>(map_fd(qp->ring_fd(), ring_bytes));
+        ring = static_cast<di::QpRingHeader*>(map_fd(qp->share_ring(), ring_bytes));
     }
     ~Host() {
         munmap(ring, ring_bytes);

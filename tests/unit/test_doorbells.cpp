@@ -32,9 +32,17 @@ Rung take(Doorbells& doorbells) {
     return rung;
 }
 
-di::QpRingHeader* map_ring(int fd, size_t bytes) {
+// Maps what `fd` (from share(), closed here) holds, as the provider does.
+void* map_shared(int fd, size_t bytes) {
+    REQUIRE(fd >= 0);
     void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
     REQUIRE(p != MAP_FAILED);
+    return p;
+}
+
+di::QpRingHeader* map_ring(int fd, size_t bytes) {
+    void* p = map_shared(fd, bytes);
     return static_cast<di::QpRingHeader*>(p);
 }
 
@@ -44,9 +52,7 @@ TEST_CASE("doorbells: each queue rings its own slot, taken once, a freed slot ri
     KeySpace keys;
     ContextResources ctx(ClientProcess::self(), keys);
     Doorbells& doorbells = ctx.doorbells();
-    auto* page = static_cast<di::DoorbellPage*>(
-        mmap(nullptr, doorbells.bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, doorbells.fd(), 0));
-    REQUIRE(page != MAP_FAILED);
+    auto* page = static_cast<di::DoorbellPage*>(map_shared(doorbells.share(), doorbells.bytes()));
     CHECK(page->magic == di::kDoorbellPageMagic);
     CHECK(page->slots == di::kDoorbellSlots);
     const auto& pages = keys.doorbell_pages_by_device[0];
@@ -70,7 +76,7 @@ TEST_CASE("doorbells: each queue rings its own slot, taken once, a freed slot ri
         qps.push_back(qp);
         slots.insert(qp->doorbell_slot());
         // The provider learns the slot from the ring header.
-        di::QpRingHeader* ring = map_ring(qp->ring_fd(), qp->ring_bytes());
+        di::QpRingHeader* ring = map_ring(qp->share_ring(), qp->ring_bytes());
         CHECK(ring->doorbell_slot == qp->doorbell_slot());
         munmap(ring, qp->ring_bytes());
     }

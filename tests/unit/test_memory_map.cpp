@@ -4,6 +4,9 @@
 
 #include <catch2/catch.hpp>
 #include <cerrno>
+#include <cstdio>
+#include <sstream>
+#include <string>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -80,4 +83,62 @@ TEST_CASE("maps lines: shared file mappings are told from private and fileless m
     REQUIRE(parse_maps_line("00400000-00401000 r-xp 00000000 08:01 1 /bin/x", e));
     CHECK((!e.shared && !e.writable && e.inode == 1));
     CHECK_FALSE(parse_maps_line("not a maps line", e));
+}
+
+TEST_CASE("mappings are looked up one at a time, and agree with the maps file") {
+    using softhca::engine::ProcessMaps;
+    const long page = sysconf(_SC_PAGESIZE);
+    // Three pages: read-write, a hole, read-only.
+    auto* p = static_cast<char*>(
+        mmap(nullptr, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    REQUIRE(p != MAP_FAILED);
+    REQUIRE(munmap(p + page, page) == 0);
+    REQUIRE(mprotect(p + 2 * page, page, PROT_READ) == 0);
+    const auto addr = reinterpret_cast<uint64_t>(p);
+    ProcessMaps live("/proc/self/maps");
+    REQUIRE(live.error() == 0);
+    // Where the kernel has PROCMAP_QUERY (6.11 on) the lookups are its own.
+    INFO("PROCMAP_QUERY: " << live.queried());
+    MapsEntry vma;
+    REQUIRE(live.covering_or_next(addr + 10, vma));
+    CHECK(vma.start <= addr);
+    CHECK(vma.end == addr + page);
+    CHECK((vma.readable && vma.writable && !vma.shared && vma.inode == 0));
+    REQUIRE(live.covering_or_next(addr + page + 1, vma)); // in the hole: the next one
+    CHECK(vma.start == addr + 2 * page);
+    CHECK((vma.readable && !vma.writable));
+    // Every mapping the file lists is the one a lookup of its start finds.
+    std::string text;
+    {
+        FILE* f = fopen("/proc/self/maps", "r");
+        REQUIRE(f != nullptr);
+        char line[4096];
+        while (fgets(line, sizeof(line), f))
+            text += line;
+        fclose(f);
+    }
+    ProcessMaps parsed = ProcessMaps::from_text(text);
+    CHECK_FALSE(parsed.queried());
+    size_t compared = 0;
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);) {
+        MapsEntry listed, found;
+        REQUIRE(parse_maps_line(line, listed));
+        if (listed.start >= 0x800000000000ull)
+            continue; // [vsyscall]: not a VMA the tree holds
+        REQUIRE(parsed.covering_or_next(listed.start, found));
+        CHECK(found.start == listed.start);
+        CHECK(found.end == listed.end);
+        if (listed.start == addr + 2 * page) {
+            ProcessMaps again("/proc/self/maps");
+            REQUIRE(again.covering_or_next(listed.start, found));
+            CHECK((found.start == listed.start && found.end == listed.end &&
+                   found.inode == listed.inode && found.readable == listed.readable &&
+                   found.writable == listed.writable));
+        }
+        ++compared;
+    }
+    CHECK(compared > 3);
+    munmap(p, page);
+    munmap(p + 2 * page, page);
 }

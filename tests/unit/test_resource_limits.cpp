@@ -22,7 +22,9 @@ TEST_CASE("the engine's maxima are the device's, and every default cap of a user
     CHECK(m.mrs == DeviceLimits::kMaxMr);
     CHECK(m.pds == DeviceLimits::kMaxPd);
     CHECK(m.mws == DeviceLimits::kMaxMw);
-    CHECK(m.dm_bytes == di::kDeviceMemoryBytes);
+    CHECK(m.dm_bytes == di::kDeviceMemoryPoolBytes);
+    // One allocation of max_dm_size is what a user may hold.
+    CHECK(ResourceLimits{}.user.dm_bytes == di::kDeviceMemoryBytes);
     CHECK(m.attachments ==
           uint64_t{MulticastGroups::kMaxGroups} * MulticastGroups::kMaxQpsPerGroup);
     const ResourceLimits defaults;
@@ -60,7 +62,7 @@ TEST_CASE(
     ResourceLimits other;
     CHECK(ResourceLimits::parse("user_qps=16384", other).find("user_qps must be below") == 0);
     CHECK(ResourceLimits::parse("user_cm_ids=65536", other).find("user_cm_ids") == 0);
-    CHECK(ResourceLimits::parse("user_dm_kb=256", other).find("user_dm_kb") == 0);
+    CHECK(ResourceLimits::parse("user_dm_kb=1024", other).find("user_dm_kb") == 0);
     CHECK(ResourceLimits::parse("user_pds=65535", other).empty());
     CHECK_FALSE(ResourceLimits::parse("context_cm_ids=5", other).empty());
     CHECK_FALSE(ResourceLimits::parse("user_bogus=5", other).empty());

@@ -1,9 +1,12 @@
 // Engine: resource tables of one context (PD, MR, CQ) and the CQ ring.
+#include "cq_ring_owner.hpp"
 #include "device_model.hpp"
 #include "resource_tables.hpp"
+#include "shared_memory.hpp"
 
 #include <catch2/catch.hpp>
 #include <cerrno>
+#include <filesystem>
 #include <set>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -173,7 +176,10 @@ TEST_CASE("resize keeps unpolled completions and refuses to drop any") {
     CHECK(cq->ring.pending() == 7);
 
     // Read the new ring as the provider would, through its own mapping.
-    void* map = mmap(nullptr, cq->ring.bytes(), PROT_READ, MAP_SHARED, cq->ring.fd(), 0);
+    const int fd = cq->ring.share();
+    REQUIRE(fd >= 0);
+    void* map = mmap(nullptr, cq->ring.bytes(), PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
     REQUIRE(map != MAP_FAILED);
     auto* header = static_cast<di::CqRingHeader*>(map);
     CHECK(header->magic == di::kCqRingMagic);
@@ -197,7 +203,10 @@ TEST_CASE("a CQ arm gives one notification and solicited-only waits for a solici
     CqRingOwner ring;
     REQUIRE(ring.create(16) == 0);
     // The provider's view of the ring, where ibv_req_notify_cq writes the arm.
-    void* map = mmap(nullptr, ring.bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, ring.fd(), 0);
+    const int fd = ring.share();
+    REQUIRE(fd >= 0);
+    void* map = mmap(nullptr, ring.bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
     REQUIRE(map != MAP_FAILED);
     auto* shared = static_cast<di::CqRingHeader*>(map);
     CHECK(shared->version == di::kCqRingVersion);
@@ -241,4 +250,34 @@ TEST_CASE("the QP number table finds each QP by its 24-bit number and nothing el
     CHECK(table.find(0xffffff) == b);
     table.erase(0x500000); // a page never made: nothing happens
     CHECK(table.find(0x500000) == nullptr);
+}
+
+TEST_CASE("rings cost the engine no descriptor each where it may reopen its own mappings") {
+    auto open_descriptors = [] {
+        size_t n = 0;
+        for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd"))
+            n += entry.path().filename() != ".";
+        return n;
+    };
+    const size_t before = open_descriptors();
+    std::vector<CqRingOwner> rings(50);
+    for (CqRingOwner& ring : rings)
+        REQUIRE(ring.create(16) == 0);
+    SharedMemory probe;
+    REQUIRE(probe.create("softhca-test", 4096) == 0);
+    // Root (CAP_SYS_ADMIN, as the engine runs) reopens through /proc/self/map_files: no
+    // descriptor is kept; anyone else keeps one per ring.
+    const size_t kept = probe.holds_descriptor() ? rings.size() + 1 : 0;
+    CHECK(open_descriptors() == before + kept);
+    // What a client gets is the ring itself, each time a new descriptor.
+    const int a = rings[0].share(), b = rings[0].share();
+    REQUIRE((a >= 0 && b >= 0 && a != b));
+    void* map = mmap(nullptr, rings[0].bytes(), PROT_READ, MAP_SHARED, a, 0);
+    REQUIRE(map != MAP_FAILED);
+    CHECK(static_cast<di::CqRingHeader*>(map)->magic == di::kCqRingMagic);
+    munmap(map, rings[0].bytes());
+    close(a);
+    close(b);
+    if (geteuid() == 0)
+        CHECK_FALSE(probe.holds_descriptor());
 }

@@ -118,7 +118,7 @@ void ControlServer::map_doorbells(Call& call) {
     r.reply.header = reply_header(call.header, sizeof(r));
     r.bytes = static_cast<uint32_t>(doorbells.bytes());
     r.slots = di::kDoorbellSlots;
-    reply(call, &r, sizeof(r), doorbells.fd());
+    reply_sharing(call, &r, sizeof(r), doorbells.share());
 }
 
 void ControlServer::engine_status(Call& call) {
@@ -137,7 +137,7 @@ void ControlServer::engine_status(Call& call) {
     di::StatusReply r{};
     r.reply.header = reply_header(call.header, sizeof(r));
     r.bytes = body.size();
-    reply(call, &r, sizeof(r), file.fd());
+    reply_sharing(call, &r, sizeof(r), file.share());
 }
 
 void ControlServer::set_port_state(Call& call) {

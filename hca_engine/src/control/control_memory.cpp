@@ -74,7 +74,7 @@ void ControlServer::alloc_dm(Call& call) {
         call.resources().alloc_dm(request.length, request.log_align_req, r.dm_handle, dm);
     if (dm)
         r.bytes = dm->memory.bytes();
-    reply(call, &r, sizeof(r), dm ? dm->memory.fd() : -1);
+    reply_sharing(call, &r, sizeof(r), dm ? dm->memory.share() : -1);
 }
 
 void ControlServer::free_dm(Call& call) {

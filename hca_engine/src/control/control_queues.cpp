@@ -64,7 +64,7 @@ void ControlServer::create_cq(Call& call) {
         request.cqe, request.comp_vector, request.user_handle, CompletionChannel(channel), handle,
         cq, (request.flags & di::kCreateCqTimestamps) != 0);
     const di::CreateCqReply r = cq_reply(call.header, status, handle, cq);
-    reply(call, &r, sizeof(r), cq ? cq->ring.fd() : -1);
+    reply_sharing(call, &r, sizeof(r), cq ? cq->ring.share() : -1);
 }
 
 void ControlServer::resize_cq(Call& call) {
@@ -72,7 +72,7 @@ void ControlServer::resize_cq(Call& call) {
     const CompletionQueue* cq = nullptr;
     const int status = call.resources().resize_cq(request.cq_handle, request.cqe, cq);
     const di::CreateCqReply r = cq_reply(call.header, status, request.cq_handle, cq);
-    reply(call, &r, sizeof(r), cq ? cq->ring.fd() : -1);
+    reply_sharing(call, &r, sizeof(r), cq ? cq->ring.share() : -1);
 }
 
 void ControlServer::destroy_cq(Call& call) {
@@ -101,7 +101,7 @@ void ControlServer::create_qp(Call& call) {
     di::CreateQpReply r = qp_reply(call.header, status, qp);
     if (qp)
         r.qp_handle = qp->handle();
-    reply(call, &r, sizeof(r), qp ? qp->ring_fd() : -1);
+    reply_sharing(call, &r, sizeof(r), qp ? qp->share_ring() : -1);
 }
 
 void ControlServer::open_qp(Call& call) {
@@ -112,7 +112,7 @@ void ControlServer::open_qp(Call& call) {
                                                 request.user_handle, handle, qp);
     di::CreateQpReply r = qp_reply(call.header, status, qp);
     r.qp_handle = handle;
-    reply(call, &r, sizeof(r), qp ? qp->ring_fd() : -1);
+    reply_sharing(call, &r, sizeof(r), qp ? qp->share_ring() : -1);
 }
 
 void ControlServer::modify_qp(Call& call) {
@@ -174,7 +174,7 @@ void ControlServer::create_srq(Call& call) {
     EngineSrq* srq = nullptr;
     const int status = call.resources().create_srq(call.request<di::CreateSrqRequest>(), srq);
     const di::CreateSrqReply r = srq_reply(call.header, status, srq);
-    reply(call, &r, sizeof(r), status == 0 ? srq->ring_fd() : -1);
+    reply_sharing(call, &r, sizeof(r), status == 0 ? srq->share_ring() : -1);
 }
 
 void ControlServer::modify_srq(Call& call) {
@@ -183,7 +183,7 @@ void ControlServer::modify_srq(Call& call) {
     const int status =
         call.resources().modify_srq(call.request<di::ModifySrqRequest>(), srq, new_ring);
     const di::CreateSrqReply r = srq_reply(call.header, status, srq);
-    reply(call, &r, sizeof(r), status == 0 && new_ring ? srq->ring_fd() : -1);
+    reply_sharing(call, &r, sizeof(r), status == 0 && new_ring ? srq->share_ring() : -1);
 }
 
 void ControlServer::query_srq(Call& call) {

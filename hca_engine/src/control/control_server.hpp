@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <sys/types.h>
+#include <unistd.h>
 #include <vector>
 
 namespace softhca::engine {
@@ -129,6 +130,12 @@ class ControlServer {
     void reply(Connection& c, const void* message, size_t size, int fd_to_pass = -1);
     void reply(Call& call, const void* message, size_t size, int fd_to_pass = -1) {
         reply(call.c, message, size, fd_to_pass);
+    }
+    // reply() with a descriptor made for it (SharedMemory::share), closed once sent.
+    void reply_sharing(Call& call, const void* message, size_t size, int shared) {
+        reply(call.c, message, size, shared);
+        if (shared >= 0)
+            ::close(shared);
     }
     void reply_status(Connection& c, const device_interface::MessageHeader& request, int status);
     void reply_status(Call& call, int status) { reply_status(call.c, call.header, status); }

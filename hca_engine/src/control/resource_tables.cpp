@@ -356,7 +356,7 @@ int ContextResources::alloc_dm(uint64_t length, uint32_t log_align_req, uint32_t
     if (length == 0 || length > di::kDeviceMemoryBytes || log_align_req > di::kMaxDmLogAlign)
         return EINVAL; // the memfd is page-aligned: any alignment up to a page holds
     uint64_t& used = keys_.dm_bytes_by_device[device_];
-    if (used + length > di::kDeviceMemoryBytes)
+    if (used + length > di::kDeviceMemoryPoolBytes)
         return ENOMEM;
     const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
     if (int err = admit({.dm_bytes = length, .bytes = (length + page - 1) / page * page}))
@@ -409,8 +409,11 @@ int ContextResources::reg_dm_mr(const di::RegDmMrRequest& request, RegisteredMr&
     mr.length = request.length;
     mr.iova = 0;
     mr.access = request.access;
-    mr.mapping =
-        SharedMapping::map_file(dm->second.memory.fd(), request.offset, request.length, true);
+    const int shared = dm->second.memory.share();
+    mr.mapping = shared >= 0 ? SharedMapping::map_file(shared, request.offset, request.length, true)
+                             : nullptr;
+    if (shared >= 0)
+        ::close(shared);
     if (!mr.mapping)
         return ENOMEM;
     out = add_mr(std::move(mr));

@@ -39,7 +39,7 @@ class KeySpace : public QueueDirectory {
     uint32_t pds = 0, mrs = 0, mws = 0, cqs = 0, srqs = 0; // QPs: QueueDirectory::qps
     // device index -> QP number -> QP
     std::vector<std::unordered_map<uint32_t, EngineQp*>> qps_by_device;
-    // Device memory in use on each device (kDeviceMemoryBytes each).
+    // Device memory in use on each device (of kDeviceMemoryPoolBytes each).
     std::vector<uint64_t> dm_bytes_by_device;
     // Registered (pinned) bytes of each process, over all its contexts, charged against
     // its RLIMIT_MEMLOCK as the kernel charges mm->pinned_vm (ib_umem_get).

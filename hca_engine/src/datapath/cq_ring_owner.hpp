@@ -15,7 +15,7 @@ class CqRingOwner {
     // Creates a ring with `slots` entries (a power of two). Returns 0 or an errno.
     int create(uint32_t slots);
 
-    int fd() const { return memory_.fd(); }
+    int share() const { return memory_.share(); } // SharedMemory::share
     size_t bytes() const { return memory_.bytes(); }
     uint32_t slots() const { return slots_; }
     uint64_t pending() const;

@@ -28,7 +28,7 @@ class Doorbells {
     Doorbells(const Doorbells&) = delete;
     Doorbells& operator=(const Doorbells&) = delete;
 
-    int fd() const { return memory_.fd(); }
+    int share() const { return memory_.share(); } // SharedMemory::share
     size_t bytes() const { return memory_.bytes(); }
 
     // A free slot for the queue, or kNoDoorbellSlot when every one is taken (the page

@@ -85,7 +85,7 @@ class EngineQp : public transport::CompletionSink,
     // `doorbell_slot`; returns 0 or an errno.
     int create_ring(uint32_t doorbell_slot);
     uint32_t doorbell_slot() const { return doorbell_slot_; }
-    int ring_fd() const { return ring_memory_.fd(); }
+    int share_ring() const { return ring_memory_.share(); } // SharedMemory::share
     // What it costs the engine: its ring and the transport's state per work request.
     uint64_t engine_bytes() const;
     size_t ring_bytes() const { return ring_memory_.bytes(); }

@@ -105,13 +105,10 @@ uint64_t read_memlock_limit(const PeerProcess& peer, const uint32_t caps[2]) {
 // Whether [addr, addr + length) lies in one anonymous mapping of the peer (no file
 // behind it: its pages come from memory or swap, never from a filesystem).
 bool in_anonymous_memory(const PeerProcess& peer, uint64_t addr, uint64_t length) {
-    std::ifstream maps(peer.path("maps"));
-    for (std::string line; std::getline(maps, line);) {
-        MapsEntry vma;
-        if (parse_maps_line(line, vma) && vma.start <= addr && addr + length <= vma.end)
-            return vma.inode == 0 && vma.readable;
-    }
-    return false;
+    ProcessMaps maps(peer.path("maps")); // one lookup, not the whole file (memory_map.hpp)
+    MapsEntry vma;
+    return maps.covering_or_next(addr, vma) && vma.start <= addr && addr + length <= vma.end &&
+           vma.inode == 0 && vma.readable;
 }
 
 } // namespace
@@ -218,9 +215,18 @@ int ClientProcess::adopt(PeerProcess& peer, int mem_fd, uint64_t probe_addr, con
         return EBADF;
     // The file reads the process's memory: 16 bytes it holds at an address of its own,
     // in anonymous memory (a file's page could make the read wait, on FUSE for its
-    // daemon, which the client may run).
+    // daemon, which the client may run). The pinned process's maps are read with its own
+    // rights: a process that exec'd a set-ID program (not dumpable) keeps them from its
+    // user, so a forked child holding the connection learns nothing of that program's
+    // address space from the answer (issue 40, item 8); the memory file it sends must
+    // then be the pinned process's own to pass the probe.
     uint8_t seen[16];
-    if (probe_addr < kLowestProbe || !in_anonymous_memory(peer, probe_addr, sizeof(seen)) ||
+    bool anonymous = false;
+    {
+        FileCredentials as_peer(peer);
+        anonymous = as_peer.ok() && in_anonymous_memory(peer, probe_addr, sizeof(seen));
+    }
+    if (probe_addr < kLowestProbe || !anonymous ||
         ::pread(mem_fd, seen, sizeof(seen), static_cast<off_t>(probe_addr)) !=
             static_cast<ssize_t>(sizeof(seen)) ||
         std::memcmp(seen, probe, sizeof(seen)) != 0)
@@ -344,6 +350,18 @@ bool ClientProcess::abandoned() const {
 }
 
 FileCredentials::FileCredentials(const ClientProcess& client) {
+    switch_to(client.uid(), client.gid(), client.groups(), client.effective_caps());
+}
+
+FileCredentials::FileCredentials(const PeerProcess& peer) {
+    uint32_t caps[2] = {0, 0};
+    if (peer.uid == 0)
+        read_effective_caps(peer, caps);
+    switch_to(peer.uid, peer.gid, peer.groups, caps);
+}
+
+void FileCredentials::switch_to(uid_t uid, gid_t gid, const std::vector<gid_t>& groups,
+                                const uint32_t caps[2]) {
     if (::geteuid() != 0)
         return; // an engine that is not root has nobody's rights to lend or drop
     __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
@@ -361,19 +379,18 @@ FileCredentials::FileCredentials(const ClientProcess& client) {
     // The IDs first, while CAP_SETUID and CAP_SETGID are effective; per thread: the
     // system calls themselves, not glibc's wrappers that change every thread. Each is
     // read back: a switch that did not take must not open anything.
-    const bool groups_set =
-        ::syscall(SYS_setgroups, client.groups().size(), client.groups().data()) == 0;
-    ::syscall(SYS_setfsgid, client.gid());
-    ::syscall(SYS_setfsuid, client.uid());
+    const bool groups_set = ::syscall(SYS_setgroups, groups.size(), groups.data()) == 0;
+    ::syscall(SYS_setfsgid, gid);
+    ::syscall(SYS_setfsuid, uid);
     const auto fsgid = static_cast<gid_t>(::syscall(SYS_setfsgid, -1));
     const auto fsuid = static_cast<uid_t>(::syscall(SYS_setfsuid, -1));
     // Then the capabilities: the client's own effective ones (what it could do itself)
     // and CAP_CHECKPOINT_RESTORE, which map_files asks of whoever opens it.
-    data[0].effective &= client.effective_caps()[0];
-    data[1].effective &= client.effective_caps()[1];
+    data[0].effective &= caps[0];
+    data[1].effective &= caps[1];
     data[1].effective |= CAP_TO_MASK(CAP_CHECKPOINT_RESTORE) & data[1].permitted;
     const bool caps_set = ::syscall(SYS_capset, &header, data) == 0;
-    ok_ = groups_set && caps_set && fsuid == client.uid() && fsgid == client.gid();
+    ok_ = groups_set && caps_set && fsuid == uid && fsgid == gid;
 }
 
 FileCredentials::~FileCredentials() {

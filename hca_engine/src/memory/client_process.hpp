@@ -137,12 +137,16 @@ class ClientProcess {
 class FileCredentials {
   public:
     explicit FileCredentials(const ClientProcess& client);
+    // A process pinned but not yet adopted as a client: its IDs and groups, and the
+    // effective capabilities trusted of it (root's only, as ClientProcess takes them).
+    explicit FileCredentials(const PeerProcess& peer);
     ~FileCredentials();
     FileCredentials(const FileCredentials&) = delete;
     FileCredentials& operator=(const FileCredentials&) = delete;
     bool ok() const { return ok_; }
 
   private:
+    void switch_to(uid_t uid, gid_t gid, const std::vector<gid_t>& groups, const uint32_t caps[2]);
     bool switched_ = false;
     bool ok_ = true;
     uint32_t effective_[2] = {0, 0};

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <sys/types.h>
+#include <vector>
 
 namespace softhca::engine {
 
@@ -22,6 +23,41 @@ struct MapsEntry {
 };
 // False when the line is not one (a malformed line).
 bool parse_maps_line(const std::string& line, MapsEntry& entry);
+
+// A process's mappings, found one at a time: the one that covers an address or, past it,
+// the next. Where the kernel has PROCMAP_QUERY (Linux 6.11) each is one ioctl on the
+// open maps file, a lookup in the process's VMA tree, and nothing else of the file is
+// made or read: a process split into 64,000 mappings costs a registration what one of
+// a few mappings costs. Elsewhere the file is read and parsed once, on the first lookup.
+// The file is opened with the calling thread's file credentials (FileCredentials), as
+// the kernel checks them at open.
+class ProcessMaps {
+  public:
+    explicit ProcessMaps(const std::string& path);
+    // Over a maps text (the format of /proc/PID/maps), for tests.
+    static ProcessMaps from_text(const std::string& text);
+    ~ProcessMaps();
+    ProcessMaps(ProcessMaps&& other) noexcept;
+    ProcessMaps(const ProcessMaps&) = delete;
+    ProcessMaps& operator=(const ProcessMaps&) = delete;
+    ProcessMaps& operator=(ProcessMaps&&) = delete;
+
+    // 0 when the file opened, else its errno (EACCES, ENOENT: the process is gone).
+    int error() const { return error_; }
+    // The mapping that covers `addr`, or the lowest one above it; false when there is
+    // none, or the process is gone.
+    bool covering_or_next(uint64_t addr, MapsEntry& vma);
+    // Whether the lookups are the kernel's (PROCMAP_QUERY), for tests.
+    bool queried() const { return fd_ >= 0 && !parsed_; }
+
+  private:
+    ProcessMaps() = default;
+    void parse(const std::string& text);
+    int fd_ = -1;
+    int error_ = 0;
+    bool parsed_ = false; // the file was read whole: vmas_ holds it
+    std::vector<MapsEntry> vmas_;
+};
 
 // Returns 0, or EFAULT when some page of [addr, addr+length) is unmapped, not
 // readable, or (need_write) not writable; ESRCH when the process is gone.

@@ -9,7 +9,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
-#include <fstream>
 #include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -74,14 +73,13 @@ std::unique_ptr<SharedMapping> SharedMapping::map(const ClientProcess& client, u
     const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
     const uint64_t first = addr & ~(page - 1);
     const uint64_t last = (addr + length + page - 1) & ~(page - 1);
-    std::ifstream maps(client.proc_path("maps"));
-    std::string line;
-    std::vector<MapsEntry> vmas; // the VMAs holding the range
+    ProcessMaps maps(client.proc_path("maps")); // the range's VMAs only (memory_map.hpp)
+    std::vector<MapsEntry> vmas;                // the VMAs holding the range
     uint64_t covered = first;
-    while (covered < last && std::getline(maps, line)) {
+    while (covered < last) {
         MapsEntry vma;
-        if (!parse_maps_line(line, vma) || vma.end <= covered)
-            continue;
+        if (!maps.covering_or_next(covered, vma))
+            return nullptr;
         // A hole, private memory, or anonymous memory with no file that map_files could
         // open: cross-memory access serves it. (memfd, shm, hugetlbfs and MAP_SHARED
         // anonymous memory all have a file.)

@@ -1,12 +1,30 @@
 #include "shared_memory.hpp"
 
 #include <cerrno>
+#include <cstdint>
+#include <cstdio>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 #include <utility>
 
 namespace softhca::engine {
+
+namespace {
+
+// Opens the file behind the engine's own mapping of `bytes` at `data` (its VMA ends at
+// the next page boundary, which its map_files name says).
+int open_own_mapping(const void* data, size_t bytes) {
+    char path[64];
+    const auto start = reinterpret_cast<uintptr_t>(data);
+    const auto page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    bytes = (bytes + page - 1) / page * page;
+    std::snprintf(path, sizeof(path), "/proc/self/map_files/%lx-%lx",
+                  static_cast<unsigned long>(start), static_cast<unsigned long>(start + bytes));
+    return ::open(path, O_RDWR | O_CLOEXEC);
+}
+
+} // namespace
 
 SharedMemory::~SharedMemory() {
     release();
@@ -55,10 +73,25 @@ int SharedMemory::create(const char* name, size_t bytes) {
         ::close(fd);
         return err;
     }
-    fd_ = fd;
     bytes_ = bytes;
     data_ = map;
+    fd_ = fd;
+    // The mapping is enough where it can be reopened: the descriptor goes.
+    const int again = open_own_mapping(data_, bytes_);
+    if (again >= 0) {
+        ::close(again);
+        ::close(fd_);
+        fd_ = -1;
+    }
     return 0;
+}
+
+int SharedMemory::share() const {
+    if (!data_) {
+        errno = EBADF;
+        return -1;
+    }
+    return fd_ >= 0 ? ::fcntl(fd_, F_DUPFD_CLOEXEC, 0) : open_own_mapping(data_, bytes_);
 }
 
 } // namespace softhca::engine

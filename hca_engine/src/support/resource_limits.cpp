@@ -4,13 +4,14 @@
 
 namespace softhca::engine {
 
-// What ibv_query_device reports (max_qp, max_cq, max_srq, max_mr, max_pd, max_mw,
-// max_dm_size; multicast: max_mcast_grp * max_mcast_qp_attach) and the engine's own
+// What ibv_query_device reports (max_qp, max_cq, max_srq, max_mr, max_pd, max_mw;
+// multicast: max_mcast_grp * max_mcast_qp_attach), each device's pool of device memory
+// (device_interface/control.hpp) and the engine's own
 // connection and rdma_cm maxima. Engine memory has no maximum of the engine's (it is the
 // machine's), so a user's bytes are not compared with one. Kept equal to the device
 // model's by a unit test (test_resource_limits.cpp).
 const EngineMaxima kEngineMaxima{ResourceUsage{16384, 1u << 16, 4096, 1u << 20, 1u << 16, 1u << 16,
-                                               256 << 10, 8192 * 64, UINT64_MAX},
+                                               1024 << 10, 8192 * 64, UINT64_MAX},
                                  8192, 8192, 65536};
 
 std::string ResourceLimits::parse(const std::string& text, ResourceLimits& result) {

@@ -53,8 +53,8 @@ extern const EngineMaxima kEngineMaxima;
 struct ResourceLimits {
     // Defaults: room for heavy real programs (UCX, MPI, rdma-core's tests, perftest with
     // deep queues), and at most half of any engine-wide maximum for one user.
-    ResourceUsage context{8192, 8192, 2048, 65536, 8192, 8192, 128 << 10, 2048, 4ull << 30};
-    ResourceUsage user{8192, 16384, 2048, 131072, 16384, 16384, 128 << 10, 4096, 8ull << 30};
+    ResourceUsage context{8192, 8192, 2048, 65536, 8192, 8192, 256 << 10, 2048, 4ull << 30};
+    ResourceUsage user{8192, 16384, 2048, 131072, 16384, 16384, 256 << 10, 4096, 8ull << 30};
     // Per user, engine-wide.
     uint64_t user_connections = 1024; // control connections
     uint64_t user_cm_files = 1024;    // rdma_cm files (one connection each)

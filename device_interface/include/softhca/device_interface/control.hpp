@@ -123,9 +123,12 @@ struct MapDoorbellsReply {
 };
 static_assert(sizeof(MapDoorbellsReply) == 32);
 
-// Device memory (ibv_alloc_dm(3)): engine memory the process maps. Each device has
-// kDeviceMemoryBytes of it (max_dm_size); one allocation may take all of it.
+// Device memory (ibv_alloc_dm(3)): engine memory the process maps. Each device has a
+// pool of kDeviceMemoryPoolBytes; one allocation may take kDeviceMemoryBytes of it
+// (max_dm_size), which is also what one user may hold by default (--limits user_dm_kb):
+// one user leaves the rest of the pool to the others.
 constexpr uint64_t kDeviceMemoryBytes = 256 * 1024;
+constexpr uint64_t kDeviceMemoryPoolBytes = 1024 * 1024;
 constexpr uint32_t kMaxDmLogAlign = 12; // a page
 
 struct AllocDmRequest {
