@@ -37,20 +37,6 @@ tools/install-deps.sh
 tools/check-layers.sh
 tools/build.sh
 tools/check-format.sh
-# The whole suite's sanitizer, fuzz, TSan and package tests each compile much of the code
-# once more, in a tree of their own. Those trees are built in the background, at the
-# lowest priority, on the CPU the other tests leave idle (the serial end-to-end tests
-# wait on timers, peers and namespaces much of the time); each of those tests takes its
-# tree's lock and finds it built, or waits for the rest (tools/sanitize.sh and the others
-# build whatever is missing when run alone).
-if [ -z "$quick" ]; then
-    export SOFTHCA_DEB_BUILD=$PWD/build/deb
-    setsid nice -n 19 bash -c 'tools/build-deb.sh "$SOFTHCA_DEB_BUILD" --build-only >/dev/null &&
-        tools/fuzz.sh --build-only && tools/sanitize.sh --build-only && tools/tsan.sh --build-only' \
-        >build/background-trees.log 2>&1 &
-    background=$!
-    trap 'kill -- -"$background" 2>/dev/null || true' EXIT
-fi
 cd build
 selection=()
 if [ -n "$quick" ]; then

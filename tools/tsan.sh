@@ -7,19 +7,14 @@
 # SOFTHCA_PRELOAD), against the normal build's engine (DPDK's EAL and TSan's shadow memory
 # do not go together). Only those four targets are built with TSan: not the engine, which
 # the TSan build's `softhca` would pull in. Any TSan report fails.
-#   tools/tsan.sh [--build-only]   (after tools/build.sh)
+#   tools/tsan.sh   (after tools/build.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 out=build/tsan
-mkdir -p build
-(
-    flock 9 # a build already under way (run-tests.sh's, in the background) is waited for
-    cmake -S . -B "$out" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSOFTHCA_TSAN=ON >/dev/null
-    cmake --build "$out" -j"$(nproc)" --target softhca_provider softhca_preload \
-        control_channel_test event_verbs_test >/dev/null
-) 9>"$out.lock"
-[ "${1:-}" = --build-only ] && exit 0
+cmake -S . -B "$out" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSOFTHCA_TSAN=ON >/dev/null
+cmake --build "$out" -j"$(nproc)" --target softhca_provider softhca_preload \
+    control_channel_test event_verbs_test >/dev/null
 prefix=shtsan
 export SOFTHCA_ENGINE=$root/build/hca_engine/softhca-engine SOFTHCA_PREFIX=$prefix
 export SOFTHCA_PROVIDER=$root/$out/provider/libsofthca-rdmav34.so

@@ -25,8 +25,8 @@ if dpkg-query -W -f='${Status}' softhca 2>/dev/null | grep -q "install ok instal
     fail "a softhca package is installed on this machine already: the test would replace it"
 fi
 
-# SOFTHCA_DEB_BUILD: a build directory to use (run-tests.sh's, built in the background
-# while other tests ran); a fresh one by default.
+# SOFTHCA_DEB_BUILD: a build directory to use (built there incrementally); a fresh one
+# by default.
 deb=$("$repo/tools/build-deb.sh" "${SOFTHCA_DEB_BUILD:-$work/build}") ||
     fail "tools/build-deb.sh failed"
 echo "built $(basename "$deb")"
