@@ -697,3 +697,48 @@ TEST_CASE("rdma_cm: closing a file whose listener holds requests not yet reporte
     CHECK(bench.cm.status_document()["files"] == 1);
     CHECK(bench.cm.status_document()["ids"] == 2); // the client's own two
 }
+
+TEST_CASE("rdma_cm: a user's ids and multicast joins stop at user_cm_ids with ENOMEM, and a "
+          "destroyed id gives back its joins and drops their events") {
+    CmBench bench({});
+    ResourceLimits limits;
+    REQUIRE(ResourceLimits::parse("user_cm_ids=4", limits).empty());
+    bench.cm.set_limits(limits);
+    CmFileClient f(bench);
+    // A UD id bound to the first device's address, with two groups joined.
+    rdma_ucm_create_id c{};
+    c.uid = 0x77;
+    c.ps = RDMA_PS_UDP;
+    std::vector<uint8_t> r;
+    REQUIRE(f.command(RDMA_USER_CM_CMD_CREATE_ID, c, r, 4) == 0);
+    uint32_t id = 0;
+    std::memcpy(&id, r.data(), 4);
+    rdma_ucm_bind_ip b{};
+    b.id = id;
+    b.addr = ipv4_in6(0xc6120001, 0);
+    REQUIRE(f.command(RDMA_USER_CM_CMD_BIND_IP, b) == 0);
+    auto join = [&](uint32_t group) {
+        rdma_ucm_join_ip_mcast j{};
+        j.id = id;
+        j.uid = group;
+        j.addr = ipv4_in6(group, 0);
+        std::vector<uint8_t> response;
+        return f.command(RDMA_USER_CM_CMD_JOIN_IP_MCAST, j, response, 4);
+    };
+    REQUIRE(join(0xe0000101) == 0);
+    REQUIRE(join(0xe0000102) == 0);
+    f.create_id(0x78); // the fourth of the user's four
+    CHECK(join(0xe0000103) == -ENOMEM);
+    rdma_ucm_create_id more{};
+    more.ps = RDMA_PS_TCP;
+    CHECK(f.command(RDMA_USER_CM_CMD_CREATE_ID, more, r, 4) == -ENOMEM);
+    // The joins' events are queued; destroying the id drops them and frees two places.
+    REQUIRE_FALSE(f.no_event_queued());
+    rdma_ucm_destroy_id x{};
+    x.id = id;
+    REQUIRE(f.command(RDMA_USER_CM_CMD_DESTROY_ID, x, r, sizeof(rdma_ucm_destroy_id_resp)) == 0);
+    CHECK(f.no_event_queued());
+    for (int i = 0; i < 3; ++i) // the id and its two joins were three of the four
+        CHECK(f.command(RDMA_USER_CM_CMD_CREATE_ID, more, r, 4) == 0);
+    CHECK(f.command(RDMA_USER_CM_CMD_CREATE_ID, more, r, 4) == -ENOMEM);
+}

@@ -144,6 +144,12 @@ int ContextResources::charge_pinned(uint64_t bytes) {
     return 0;
 }
 
+bool ContextResources::fits_pinned(uint64_t bytes) const {
+    auto it = keys_.pinned_by_process.find(client_->pid());
+    const uint64_t total = it == keys_.pinned_by_process.end() ? 0 : it->second;
+    return bytes <= client_->memlock_limit() && total <= client_->memlock_limit() - bytes;
+}
+
 void ContextResources::uncharge_pinned(uint64_t bytes) {
     if (!bytes)
         return;
@@ -247,6 +253,12 @@ int ContextResources::reg_mr(const di::RegMrRequest& request, RegisteredMr& out)
         return ENOMEM;
     if (int err = admit({.mrs = 1, .bytes = sizeof(MemoryRegion)}))
         return err;
+    // Past RLIMIT_MEMLOCK before the range is looked at, as ib_umem_get checks the pages
+    // against it before it pins any: a huge range over many mappings costs nothing then.
+    if (!on_demand(request.access) && request.length &&
+        request.addr + request.length >= request.addr &&
+        !fits_pinned(pinned_bytes(request.addr, request.length)))
+        return ENOMEM;
     if (int err =
             check_mr_memory(*client_, request.addr, request.length, request.iova, request.access))
         return err;

@@ -189,6 +189,8 @@ class ContextResources final : public QueueContext {
     int admit(const ResourceUsage& more) const;
     // Charges `bytes` of a registration to the process's RLIMIT_MEMLOCK: ENOMEM past it.
     int charge_pinned(uint64_t bytes);
+    // Whether `bytes` more would stay within it (nothing charged).
+    bool fits_pinned(uint64_t bytes) const;
     void uncharge_pinned(uint64_t bytes);
     std::shared_ptr<ClientProcess> client_;
     uint64_t pinned_ = 0;

@@ -24,6 +24,7 @@ int MulticastGroups::attach(const tp::Gid& gid, EngineQp* qp) {
     if (members.size() >= kMaxQpsPerGroup)
         return ENOMEM;
     members.push_back(qp);
+    groups_of_[qp].push_back(gid);
     return 0;
 }
 
@@ -38,18 +39,33 @@ int MulticastGroups::detach(const tp::Gid& gid, EngineQp* qp) {
     members.erase(it);
     if (members.empty())
         groups_.erase(group);
+    auto mine = groups_of_.find(qp);
+    if (mine != groups_of_.end()) {
+        std::erase(mine->second, gid);
+        if (mine->second.empty())
+            groups_of_.erase(mine);
+    }
     return 0;
 }
 
 uint64_t MulticastGroups::detach_all(EngineQp* qp) {
+    // Only the QP's own groups: a QP's destruction costs nothing for the groups of others.
+    auto mine = groups_of_.find(qp);
+    if (mine == groups_of_.end())
+        return 0;
     uint64_t left = 0;
-    for (auto group = groups_.begin(); group != groups_.end();) {
+    for (const tp::Gid& gid : mine->second) {
+        auto group = groups_.find(gid);
+        if (group == groups_.end())
+            continue;
         auto& members = group->second;
         const size_t before = members.size();
         members.erase(std::remove(members.begin(), members.end(), qp), members.end());
         left += before - members.size();
-        group = members.empty() ? groups_.erase(group) : std::next(group);
+        if (members.empty())
+            groups_.erase(group);
     }
+    groups_of_.erase(mine);
     return left;
 }
 

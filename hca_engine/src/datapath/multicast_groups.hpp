@@ -6,6 +6,7 @@
 #include "softhca/transport/roce_address.hpp"
 
 #include <map>
+#include <unordered_map>
 #include <vector>
 
 namespace softhca::engine {
@@ -32,6 +33,7 @@ class MulticastGroups {
 
   private:
     std::map<transport::Gid, std::vector<EngineQp*>> groups_;
+    std::unordered_map<const EngineQp*, std::vector<transport::Gid>> groups_of_; // by QP
 };
 
 } // namespace softhca::engine

@@ -141,7 +141,7 @@ uint8_t RdmaCmServer::source_gid_index(const CmId& id) const {
 
 bool RdmaCmServer::port_in_use(const CmId& id, uint16_t port) const {
     // The ids bound to this port only (index_bound_port), not every id of every user.
-    auto [first, last] = bound_ports_.equal_range(port);
+    auto [first, last] = bound_ports_.equal_range({id.port_space, port});
     for (auto b = first; b != last; ++b) {
         auto found = ids_.find(b->second);
         if (found == ids_.end())
@@ -220,6 +220,8 @@ int RdmaCmServer::resolve_address(CmId& id, const sockaddr* src, const sockaddr*
         return -EAFNOSUPPORT;
     if (id.state != CmState::Idle && id.state != CmState::AddrResolved)
         return -EINVAL;
+    if (id.file && events_full(*id.file))
+        return -ENOMEM; // the user's files hold all the events they may
     const tp::Gid dst_gid = gid_of_address(d);
     if (dst_gid == tp::Gid{})
         return -EHOSTUNREACH;
@@ -415,7 +417,12 @@ int RdmaCmServer::join_multicast(CmId& id, uint64_t uid, const sockaddr* group, 
     const uint32_t ip = ipv4_of_address(g);
     if ((ip >> 28) != 0xe)
         return -EINVAL; // not 224.0.0.0/4
+    // A join holds engine memory and queues an event: charged as an id, and refused while
+    // the user's queued events are at their cap.
+    if (!id.file || events_full(*id.file) || !charge_id(id.file->uid))
+        return -ENOMEM;
     CmMulticast mc;
+    mc.user = id.file->uid;
     while (next_handle_ == 0 || ids_.count(next_handle_) || multicasts_.count(next_handle_))
         ++next_handle_;
     mc.handle = next_handle_++;

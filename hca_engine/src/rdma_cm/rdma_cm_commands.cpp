@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <rdma/ib_user_verbs.h>
 
 namespace softhca::engine {
@@ -88,6 +89,8 @@ int RdmaCmServer::cmd_resolve_route(Call& call, const rdma_ucm_resolve_route& c,
         return -ENOENT;
     if (id->state != CmState::AddrResolved && id->state != CmState::RouteResolved)
         return -EINVAL;
+    if (events_full(call.file))
+        return -ENOMEM; // the user's files hold all the events they may
     // RoCE: the path comes from the addresses (cma_resolve_iboe_route), at once.
     id->route_resolved = true;
     id->state = CmState::RouteResolved;
@@ -268,6 +271,7 @@ int RdmaCmServer::cmd_get_event(Call& call, const rdma_ucm_get_event& c, Reply& 
     }
     CmEvent event = file.events.front();
     file.events.pop_front();
+    uncount_events(file.uid, 1);
     uint8_t token;
     [[maybe_unused]] ssize_t r = ::read(file.pipe, &token, 1);
     if (auto it = ids_.find(event.owner); it != ids_.end()) {
@@ -360,17 +364,23 @@ int RdmaCmServer::cmd_migrate_id(Call& call, const rdma_ucm_migrate_id& c, Reply
     r.events_reported = id->events_reported;
     if (source != &file) {
         // Its queued events move with it, in order (ucma_move_events).
-        for (auto it = source->events.begin(); it != source->events.end();) {
-            if (it->owner == id->handle) {
-                file.events.push_back(*it);
-                uint8_t token;
-                [[maybe_unused]] ssize_t rd = ::read(source->pipe, &token, 1);
-                const uint8_t one = 1;
-                [[maybe_unused]] ssize_t wr = ::write(file.pipe, &one, 1);
-                it = source->events.erase(it);
+        // One pass over the source's queue (both files are the same user's: the count
+        // of its queued events does not change).
+        std::deque<CmEvent> kept;
+        size_t moved = 0;
+        for (CmEvent& e : source->events) {
+            if (e.owner == id->handle) {
+                file.events.push_back(e);
+                ++moved;
             } else {
-                ++it;
+                kept.push_back(e);
             }
+        }
+        source->events.swap(kept);
+        for (size_t i = 0; i < moved; ++i) {
+            uint8_t token = 1;
+            [[maybe_unused]] ssize_t rd = ::read(source->pipe, &token, 1);
+            [[maybe_unused]] ssize_t wr = ::write(file.pipe, &token, 1);
         }
         source->ids.erase(id->handle);
         file.ids.insert(id->handle);
@@ -414,8 +424,9 @@ int RdmaCmServer::cmd_leave_mcast(Call& call, const rdma_ucm_destroy_id& c, Repl
         return -ENOENT;
     rdma_ucm_destroy_id_resp r{};
     r.events_reported = it->second.events_reported;
-    drop_events(call.file, c.id);
+    drop_events(call.file, {c.id});
     std::erase(id->multicasts, c.id);
+    uncharge_id(it->second.user);
     multicasts_.erase(it);
     reply.set(c.response, r, sizeof(r));
     return 0;

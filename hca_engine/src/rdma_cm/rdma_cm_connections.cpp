@@ -139,7 +139,7 @@ CmId* RdmaCmServer::listener_for(uint16_t port_space, uint16_t port, size_t devi
     // A listener of a fabric host's namespace hears only its host's devices (set_hosts).
     // Only the ids bound to that port are looked at (index_bound_port).
     CmId* any = nullptr;
-    auto [first, last] = bound_ports_.equal_range(port);
+    auto [first, last] = bound_ports_.equal_range({port_space, port});
     for (auto b = first; b != last; ++b) {
         auto found = ids_.find(b->second);
         if (found == ids_.end())

@@ -116,6 +116,7 @@ struct CmMulticast {
     uint32_t handle = 0; // what LEAVE_MCAST names
     uint64_t uid = 0;    // librdmacm's pointer, returned in its events
     uint32_t id = 0;     // the id that joined
+    uid_t user = 0;      // charged to, as an id (user_cm_ids)
     sockaddr_storage group{};
     uint32_t events_reported = 0;
 };

@@ -159,6 +159,7 @@ void RdmaCmServer::close_file(CmFile& file) {
     for (const CmEvent& e : file.events)
         if (e.resp.event == kEventConnectRequest)
             unreported.push_back(e.resp.id);
+    uncount_events(file.uid, file.events.size());
     file.events.clear();
     for (uint32_t child : unreported)
         if (auto it = ids_.find(child); it != ids_.end() && it->second->file == &file)
@@ -293,13 +294,8 @@ CmId* RdmaCmServer::find_id(const CmFile& file, uint32_t handle) {
 CmId* RdmaCmServer::create_id(CmFile& file, uint64_t uid, uint16_t port_space, uint8_t qp_type) {
     // Charged to the file's user until released (kept while the CM finishes on the wire):
     // ENOMEM past the user's cap or the engine's maximum, as the kernel's allocation fails.
-    uint64_t& charged = ids_by_user_[file.uid];
-    if (charged >= limits_.user_cm_ids || ids_.size() >= kEngineMaxima.cm_ids) {
-        if (charged == 0)
-            ids_by_user_.erase(file.uid);
+    if (!charge_id(file.uid))
         return nullptr;
-    }
-    ++charged;
     auto id = std::make_unique<CmId>();
     // A handle no live id or group has (the counter wraps only after 2^32 of them).
     while (next_handle_ == 0 || ids_.count(next_handle_) || multicasts_.count(next_handle_))
@@ -323,11 +319,11 @@ CmId* RdmaCmServer::create_id(CmFile& file, uint64_t uid, uint16_t port_space, u
 
 void RdmaCmServer::index_bound_port(const CmId& id) {
     if (!id.from_request)
-        bound_ports_.emplace(port_of_address(id.src), id.handle);
+        bound_ports_.emplace(std::make_pair(id.port_space, port_of_address(id.src)), id.handle);
 }
 
 void RdmaCmServer::forget_bound_port(const CmId& id) {
-    auto [first, last] = bound_ports_.equal_range(port_of_address(id.src));
+    auto [first, last] = bound_ports_.equal_range({id.port_space, port_of_address(id.src)});
     for (auto it = first; it != last; ++it)
         if (it->second == id.handle) {
             bound_ports_.erase(it);
@@ -339,8 +335,7 @@ void RdmaCmServer::release_id(CmId& id) {
     // Nothing else points at it: requests name their listener by handle.
     if (id.connection)
         cm_.release(id.connection);
-    if (auto it = ids_by_user_.find(id.user); it != ids_by_user_.end() && --it->second == 0)
-        ids_by_user_.erase(it);
+    uncharge_id(id.user);
     ids_.erase(id.handle);
 }
 
@@ -353,15 +348,17 @@ void RdmaCmServer::destroy_id(CmId& id) {
         for (const CmEvent& e : id.file->events)
             if (e.owner == id.handle && e.resp.event == kEventConnectRequest)
                 unreported.push_back(e.resp.id);
-        drop_events(*id.file, id.handle);
+        // Its events and its groups' in one pass over the file's queue.
+        std::vector<uint32_t> owners = id.multicasts;
+        owners.push_back(id.handle);
+        drop_events(*id.file, owners);
     }
     if (CmId* listener = listener_of(id); listener && listener->pending_requests)
         --listener->pending_requests;
     id.listener = 0;
     for (uint32_t group : id.multicasts) {
-        if (id.file)
-            drop_events(*id.file, group);
         multicasts_.erase(group);
+        uncharge_id(id.user); // a join is charged as an id (join_multicast)
     }
     id.multicasts.clear();
     if (id.bound)
@@ -398,6 +395,7 @@ void RdmaCmServer::queue_event(CmId& owner, const CmEvent& event) {
     if (listener_of(owner))
         return;
     owner.file->events.push_back(event);
+    ++events_by_user_[owner.file->uid];
     const uint8_t token = 1;
     [[maybe_unused]] ssize_t w = ::write(owner.file->pipe, &token, 1);
 }
@@ -409,16 +407,52 @@ void RdmaCmServer::queue_event(CmId& owner, uint32_t type, int32_t status, uint3
     queue_event(owner, event);
 }
 
-void RdmaCmServer::drop_events(CmFile& file, uint32_t owner) {
-    for (auto it = file.events.begin(); it != file.events.end();) {
-        if (it->owner == owner || it->resp.id == owner) {
-            it = file.events.erase(it);
-            uint8_t token;
-            [[maybe_unused]] ssize_t r = ::read(file.pipe, &token, 1);
-        } else {
-            ++it;
-        }
+void RdmaCmServer::drop_events(CmFile& file, const std::vector<uint32_t>& owners) {
+    // One pass however many owners and events (erasing one by one from the middle of the
+    // queue, once per owner, was quadratic), then the pipe's tokens in bulk.
+    auto named = [&owners](uint32_t h) {
+        return std::find(owners.begin(), owners.end(), h) != owners.end();
+    };
+    const size_t dropped = std::erase_if(
+        file.events, [&](const CmEvent& e) { return named(e.owner) || named(e.resp.id); });
+    uncount_events(file.uid, dropped);
+    uint8_t tokens[4096];
+    for (size_t left = dropped; left > 0;) {
+        const ssize_t r = ::read(file.pipe, tokens, std::min(left, sizeof(tokens)));
+        if (r <= 0)
+            break;
+        left -= static_cast<size_t>(r);
     }
+}
+
+void RdmaCmServer::uncount_events(uid_t user, size_t count) {
+    if (auto it = events_by_user_.find(user); it != events_by_user_.end()) {
+        it->second -= std::min<uint64_t>(it->second, count);
+        if (it->second == 0)
+            events_by_user_.erase(it);
+    }
+}
+
+bool RdmaCmServer::events_full(const CmFile& file) const {
+    auto it = events_by_user_.find(file.uid);
+    return it != events_by_user_.end() && it->second >= kMaxQueuedEventsPerUser;
+}
+
+bool RdmaCmServer::charge_id(uid_t user) {
+    uint64_t& charged = ids_by_user_[user];
+    if (charged >= limits_.user_cm_ids ||
+        ids_.size() + multicasts_.size() >= kEngineMaxima.cm_ids) {
+        if (charged == 0)
+            ids_by_user_.erase(user);
+        return false;
+    }
+    ++charged;
+    return true;
+}
+
+void RdmaCmServer::uncharge_id(uid_t user) {
+    if (auto it = ids_by_user_.find(user); it != ids_by_user_.end() && --it->second == 0)
+        ids_by_user_.erase(it);
 }
 
 bool RdmaCmServer::poll(uint64_t now) {

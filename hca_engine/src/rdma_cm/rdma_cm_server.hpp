@@ -168,8 +168,8 @@ class RdmaCmServer final : public MadReceiver, private transport::CmConsumer {
         auto it = ids_.find(id.listener);
         return it == ids_.end() ? nullptr : it->second.get();
     }
-    // The ids bound to a port (not those of a connection request), by port: what binds,
-    // listens and arriving requests look at, not every id.
+    // The ids bound to a port (not those of a connection request), by port space and
+    // port: what binds, listens and arriving requests look at, not every id.
     void index_bound_port(const CmId& id);
     void forget_bound_port(const CmId& id);
     // rdma_cm_addresses.cpp
@@ -199,7 +199,18 @@ class RdmaCmServer final : public MadReceiver, private transport::CmConsumer {
     void queue_event(CmId& owner, const CmEvent& event);
     // An event of `owner`'s, counted on it and reported with its uid and handle.
     static CmEvent event_for(const CmId& owner, uint32_t type, int32_t status = 0);
-    void drop_events(CmFile& file, uint32_t owner);
+    // Drops the events of these ids and groups (owned by or naming them) from the file.
+    void drop_events(CmFile& file, const std::vector<uint32_t>& owners);
+    // Events queued for a user's files, at most kMaxQueuedEventsPerUser: a command that
+    // would queue one more (a resolution, a join) fails with ENOMEM instead; the wire's
+    // events (a few per connection) are never refused.
+    static constexpr uint64_t kMaxQueuedEventsPerUser = 65536;
+    bool events_full(const CmFile& file) const;
+    void uncount_events(uid_t user, size_t count);
+    // An id or a multicast join charged to a user (user_cm_ids) under the engine's
+    // maximum; false past either.
+    bool charge_id(uid_t user);
+    void uncharge_id(uid_t user);
     int join_multicast(CmId& id, uint64_t uid, const sockaddr* group, size_t length,
                        uint16_t join_flags, uint32_t& handle);
     int init_qp_attr(const CmId& id, uint32_t qp_state, struct ib_uverbs_qp_attr& attr) const;
@@ -249,10 +260,11 @@ class RdmaCmServer final : public MadReceiver, private transport::CmConsumer {
     std::map<int, std::unique_ptr<CmFile>> files_;
     std::map<uint32_t, std::unique_ptr<CmId>> ids_;
     std::map<uint32_t, CmMulticast> multicasts_;
-    std::multimap<uint16_t, uint32_t> bound_ports_; // index_bound_port
-    std::set<uint32_t> resolving_;                  // ids in AddrQuery: what poll() visits
+    // index_bound_port: by port space and port.
+    std::multimap<std::pair<uint16_t, uint16_t>, uint32_t> bound_ports_;
+    std::set<uint32_t> resolving_; // ids in AddrQuery: what poll() visits
     ResourceLimits limits_;
-    std::map<uid_t, uint64_t> ids_by_user_, files_by_user_;
+    std::map<uid_t, uint64_t> ids_by_user_, files_by_user_, events_by_user_;
     uint32_t next_handle_ = 1;
     std::mt19937 random_;
     // The IB CM: its response timeout (IBA exponent, as the kernel's), its retries and the
