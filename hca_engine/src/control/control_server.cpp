@@ -87,6 +87,22 @@ ControlServer::~ControlServer() {
     ::unlink(socket_path_.c_str());
 }
 
+namespace {
+
+// The refusal of a connection the engine will not serve (a reply of sequence 0,
+// control.hpp): the client's open fails with EMFILE, as too many open files would fail
+// it, not with a broken connection. The caller closes `fd`.
+void refuse_connection(int fd) {
+    di::ReplyHeader refusal{};
+    refusal.header.magic = di::kControlMagic;
+    refusal.header.version = di::kControlVersion;
+    refusal.header.length = sizeof(refusal);
+    refusal.status = EMFILE;
+    [[maybe_unused]] ssize_t sent = ::send(fd, &refusal, sizeof(refusal), MSG_DONTWAIT);
+}
+
+} // namespace
+
 std::vector<int> ControlServer::accept_pending() {
     std::vector<int> accepted;
     // A bounded number per round (the listening socket stays readable for the rest), so
@@ -118,25 +134,14 @@ std::vector<int> ControlServer::accept_pending() {
         // the engine's maximum (--limits user_connections), so one user cannot take the
         // descriptors every other client needs. Refused as the descriptors running out
         // refuses it: the client's open fails.
-        uint64_t& mine = connections_by_user_[c.peer.uid];
-        if (mine >= keys_.limits.user_connections ||
-            connections_.size() >= kEngineMaxima.connections) {
-            if (mine == 0)
-                connections_by_user_.erase(c.peer.uid);
+        if (connections_.size() >= kEngineMaxima.connections ||
+            !connections_by_user_.take(c.peer.uid, keys_.limits.user_connections)) {
             c.peer.release();
-            // The refusal (sequence 0, control.hpp): the client's open fails with EMFILE,
-            // as too many open files would fail it, not with a broken connection.
-            di::ReplyHeader refusal{};
-            refusal.header.magic = di::kControlMagic;
-            refusal.header.version = di::kControlVersion;
-            refusal.header.length = sizeof(refusal);
-            refusal.status = EMFILE;
-            [[maybe_unused]] ssize_t sent = ::send(fd, &refusal, sizeof(refusal), MSG_DONTWAIT);
+            refuse_connection(fd);
             ::close(fd);
             ++refused_connections_;
             continue;
         }
-        ++mine;
         c.fd = fd;
         c.pid = c.peer.pid;
         c.uid = c.peer.uid;
@@ -177,9 +182,7 @@ bool ControlServer::handle_input(int fd) {
         if (m.size <= 0) {
             const bool had_context = c.resources != nullptr;
             close_connection(c);
-            if (auto user = connections_by_user_.find(c.uid);
-                user != connections_by_user_.end() && --user->second == 0)
-                connections_by_user_.erase(user);
+            connections_by_user_.give_back(c.uid);
             connections_.erase(it);
             if (had_context &&
                 std::none_of(connections_.begin(), connections_.end(),

@@ -14,6 +14,7 @@
 #include "client_process.hpp"
 #include "device_model.hpp"
 #include "resource_tables.hpp"
+#include "user_counts.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -186,7 +187,7 @@ class ControlServer {
     KeySpace keys_;
     uint32_t next_context_id_ = 1;
     uint64_t refused_connections_ = 0; // out of descriptors, or past a cap of connections
-    std::map<uid_t, uint64_t> connections_by_user_;
+    UserCounts connections_by_user_;
     static constexpr unsigned kAcceptsPerRound = 64;
     int spare_fd_ = -1;        // reserve descriptor, see accept_pending()
     std::vector<int> wakeups_; // by device: epoll set of its contexts' doorbell pipes

@@ -76,10 +76,15 @@ int SharedMemory::create(const char* name, size_t bytes) {
     bytes_ = bytes;
     data_ = map;
     fd_ = fd;
-    // The mapping is enough where it can be reopened: the descriptor goes.
-    const int again = open_own_mapping(data_, bytes_);
-    if (again >= 0) {
-        ::close(again);
+    // The mapping is enough where it can be reopened (a question of the engine's
+    // capabilities, asked of the first mapping once): the descriptor goes.
+    static const bool reopens = [this] {
+        const int again = open_own_mapping(data_, bytes_);
+        if (again >= 0)
+            ::close(again);
+        return again >= 0;
+    }();
+    if (reopens) {
         ::close(fd_);
         fd_ = -1;
     }

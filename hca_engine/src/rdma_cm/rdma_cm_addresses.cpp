@@ -140,18 +140,15 @@ uint8_t RdmaCmServer::source_gid_index(const CmId& id) const {
 }
 
 bool RdmaCmServer::port_in_use(const CmId& id, uint16_t port) const {
-    // The ids bound to this port only (index_bound_port), not every id of every user.
+    // The ids of this port space bound to this port only (index_bound_port), not every id
+    // of every user.
     auto [first, last] = bound_ports_.equal_range({id.port_space, port});
     for (auto b = first; b != last; ++b) {
         auto found = ids_.find(b->second);
         if (found == ids_.end())
             continue;
         const auto& other = found->second;
-        // Connections accepted on a port do not hold it: a new listener may bind it
-        // once the old one is gone (perftest's -R does exactly this).
-        if (other.get() == &id || !other->bound || other->from_request ||
-            other->port_space != id.port_space || port_of_address(other->src) != port ||
-            !other->file || other->host != id.host)
+        if (other.get() == &id || !other->file || other->host != id.host)
             continue; // another namespace's ports are its own
         const bool overlap = is_any_address(other->src) || is_any_address(id.src) ||
                              gid_of_address(other->src) == gid_of_address(id.src);
@@ -423,9 +420,7 @@ int RdmaCmServer::join_multicast(CmId& id, uint64_t uid, const sockaddr* group, 
         return -ENOMEM;
     CmMulticast mc;
     mc.user = id.file->uid;
-    while (next_handle_ == 0 || ids_.count(next_handle_) || multicasts_.count(next_handle_))
-        ++next_handle_;
-    mc.handle = next_handle_++;
+    mc.handle = next_free_handle();
     mc.uid = uid;
     mc.id = id.handle;
     mc.group = g;

@@ -271,7 +271,7 @@ int RdmaCmServer::cmd_get_event(Call& call, const rdma_ucm_get_event& c, Reply& 
     }
     CmEvent event = file.events.front();
     file.events.pop_front();
-    uncount_events(file.uid, 1);
+    events_by_user_.give_back(file.uid);
     uint8_t token;
     [[maybe_unused]] ssize_t r = ::read(file.pipe, &token, 1);
     if (auto it = ids_.find(event.owner); it != ids_.end()) {
@@ -426,7 +426,7 @@ int RdmaCmServer::cmd_leave_mcast(Call& call, const rdma_ucm_destroy_id& c, Repl
     r.events_reported = it->second.events_reported;
     drop_events(call.file, {c.id});
     std::erase(id->multicasts, c.id);
-    uncharge_id(it->second.user);
+    ids_by_user_.give_back(it->second.user);
     multicasts_.erase(it);
     reply.set(c.response, r, sizeof(r));
     return 0;

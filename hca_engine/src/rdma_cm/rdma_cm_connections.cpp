@@ -145,8 +145,8 @@ CmId* RdmaCmServer::listener_for(uint16_t port_space, uint16_t port, size_t devi
         if (found == ids_.end())
             continue;
         const auto& id = found->second;
-        if (id->state != CmState::Listen || !id->file || id->port_space != port_space ||
-            port_of_address(id->src) != port || !device_in_host(device, id->host))
+        // (The index holds only this port space's ids bound to this port.)
+        if (id->state != CmState::Listen || !id->file || !device_in_host(device, id->host))
             continue;
         if (gid_of_address(id->src) == destination && id->device == static_cast<int>(device))
             return id.get();
@@ -298,7 +298,7 @@ void RdmaCmServer::cm_event(const tp::CmConnection& connection, tp::CmEventType 
         const auto& req = mad->as<tp::CmReq>();
         CmId* found_listener = listener_of(id);
         if (!found_listener)
-            return; // made for a request a moment ago: its listener is there
+            return; // its listener is gone: nobody to report the request to
         CmId& listener = *found_listener;
         // Counted on the listener, naming the new id (ucma_connect_event_handler).
         CmEvent event = event_for(listener, kEventConnectRequest);

@@ -73,6 +73,22 @@ RdmaCmServer::~RdmaCmServer() {
     ::unlink(socket_path_.c_str());
 }
 
+namespace {
+
+// The answer to the Open a refused client sends first: its open(2) fails EMFILE. The
+// caller closes `fd`.
+void refuse_open(int fd) {
+    di::RdmaCmReply refusal{};
+    refusal.header.magic = di::kRdmaCmMagic;
+    refusal.header.version = di::kRdmaCmVersion;
+    refusal.header.op = static_cast<uint16_t>(di::RdmaCmOp::Open);
+    refusal.header.length = sizeof(refusal);
+    refusal.result = -EMFILE;
+    [[maybe_unused]] ssize_t sent = ::send(fd, &refusal, sizeof(refusal), MSG_DONTWAIT);
+}
+
+} // namespace
+
 std::vector<int> RdmaCmServer::accept_pending() {
     std::vector<int> accepted;
     // A bounded number per round: the listening socket stays readable for the rest.
@@ -97,19 +113,10 @@ std::vector<int> RdmaCmServer::accept_pending() {
         }
         // A user's files are capped below the engine's maximum (--limits user_cm_files):
         // past either the open is refused, the connection closed.
-        uint64_t& mine = files_by_user_[peer.uid];
-        if (mine >= limits_.user_cm_files || files_.size() >= kEngineMaxima.cm_files) {
-            if (mine == 0)
-                files_by_user_.erase(peer.uid);
+        if (files_.size() >= kEngineMaxima.cm_files ||
+            !files_by_user_.take(peer.uid, limits_.user_cm_files)) {
             peer.release();
-            // The answer to the Open the client sends first: its open(2) fails EMFILE.
-            di::RdmaCmReply refusal{};
-            refusal.header.magic = di::kRdmaCmMagic;
-            refusal.header.version = di::kRdmaCmVersion;
-            refusal.header.op = static_cast<uint16_t>(di::RdmaCmOp::Open);
-            refusal.header.length = sizeof(refusal);
-            refusal.result = -EMFILE;
-            [[maybe_unused]] ssize_t sent = ::send(fd, &refusal, sizeof(refusal), MSG_DONTWAIT);
+            refuse_open(fd);
             ::close(fd);
             ++counters_.refused_files;
             continue;
@@ -128,7 +135,6 @@ std::vector<int> RdmaCmServer::accept_pending() {
         // Root only: a CapEff of CAP_NET_BIND_SERVICE may be a user namespace's.
         file->privileged_ports = peer.uid == 0;
         peer.release();
-        ++mine;
         files_.emplace(fd, std::move(file));
         accepted.push_back(fd);
     }
@@ -159,7 +165,7 @@ void RdmaCmServer::close_file(CmFile& file) {
     for (const CmEvent& e : file.events)
         if (e.resp.event == kEventConnectRequest)
             unreported.push_back(e.resp.id);
-    uncount_events(file.uid, file.events.size());
+    events_by_user_.give_back(file.uid, file.events.size());
     file.events.clear();
     for (uint32_t child : unreported)
         if (auto it = ids_.find(child); it != ids_.end() && it->second->file == &file)
@@ -175,8 +181,7 @@ void RdmaCmServer::close_file(CmFile& file) {
     ::close(file.fd);
     if (file.pipe >= 0)
         ::close(file.pipe);
-    if (auto it = files_by_user_.find(file.uid); it != files_by_user_.end() && --it->second == 0)
-        files_by_user_.erase(it);
+    files_by_user_.give_back(file.uid);
 }
 
 bool RdmaCmServer::handle_input(int fd) {
@@ -297,10 +302,7 @@ CmId* RdmaCmServer::create_id(CmFile& file, uint64_t uid, uint16_t port_space, u
     if (!charge_id(file.uid))
         return nullptr;
     auto id = std::make_unique<CmId>();
-    // A handle no live id or group has (the counter wraps only after 2^32 of them).
-    while (next_handle_ == 0 || ids_.count(next_handle_) || multicasts_.count(next_handle_))
-        ++next_handle_;
-    id->handle = next_handle_++;
+    id->handle = next_free_handle();
     id->uid = uid;
     id->file = &file;
     id->user = file.uid;
@@ -317,12 +319,22 @@ CmId* RdmaCmServer::create_id(CmFile& file, uint64_t uid, uint16_t port_space, u
     return &ref;
 }
 
+uint32_t RdmaCmServer::next_free_handle() {
+    while (next_handle_ == 0 || ids_.count(next_handle_) || multicasts_.count(next_handle_))
+        ++next_handle_;
+    return next_handle_++;
+}
+
 void RdmaCmServer::index_bound_port(const CmId& id) {
+    // Connections accepted on a port do not hold it: a new listener may bind it once the
+    // old one is gone (perftest's -R does exactly this).
     if (!id.from_request)
         bound_ports_.emplace(std::make_pair(id.port_space, port_of_address(id.src)), id.handle);
 }
 
 void RdmaCmServer::forget_bound_port(const CmId& id) {
+    if (id.from_request)
+        return; // never indexed
     auto [first, last] = bound_ports_.equal_range({id.port_space, port_of_address(id.src)});
     for (auto it = first; it != last; ++it)
         if (it->second == id.handle) {
@@ -335,7 +347,7 @@ void RdmaCmServer::release_id(CmId& id) {
     // Nothing else points at it: requests name their listener by handle.
     if (id.connection)
         cm_.release(id.connection);
-    uncharge_id(id.user);
+    ids_by_user_.give_back(id.user);
     ids_.erase(id.handle);
 }
 
@@ -358,7 +370,7 @@ void RdmaCmServer::destroy_id(CmId& id) {
     id.listener = 0;
     for (uint32_t group : id.multicasts) {
         multicasts_.erase(group);
-        uncharge_id(id.user); // a join is charged as an id (join_multicast)
+        ids_by_user_.give_back(id.user); // a join is charged as an id (join_multicast)
     }
     id.multicasts.clear();
     if (id.bound)
@@ -395,7 +407,7 @@ void RdmaCmServer::queue_event(CmId& owner, const CmEvent& event) {
     if (listener_of(owner))
         return;
     owner.file->events.push_back(event);
-    ++events_by_user_[owner.file->uid];
+    events_by_user_.add(owner.file->uid);
     const uint8_t token = 1;
     [[maybe_unused]] ssize_t w = ::write(owner.file->pipe, &token, 1);
 }
@@ -415,7 +427,7 @@ void RdmaCmServer::drop_events(CmFile& file, const std::vector<uint32_t>& owners
     };
     const size_t dropped = std::erase_if(
         file.events, [&](const CmEvent& e) { return named(e.owner) || named(e.resp.id); });
-    uncount_events(file.uid, dropped);
+    events_by_user_.give_back(file.uid, dropped);
     uint8_t tokens[4096];
     for (size_t left = dropped; left > 0;) {
         const ssize_t r = ::read(file.pipe, tokens, std::min(left, sizeof(tokens)));
@@ -423,36 +435,6 @@ void RdmaCmServer::drop_events(CmFile& file, const std::vector<uint32_t>& owners
             break;
         left -= static_cast<size_t>(r);
     }
-}
-
-void RdmaCmServer::uncount_events(uid_t user, size_t count) {
-    if (auto it = events_by_user_.find(user); it != events_by_user_.end()) {
-        it->second -= std::min<uint64_t>(it->second, count);
-        if (it->second == 0)
-            events_by_user_.erase(it);
-    }
-}
-
-bool RdmaCmServer::events_full(const CmFile& file) const {
-    auto it = events_by_user_.find(file.uid);
-    return it != events_by_user_.end() && it->second >= kMaxQueuedEventsPerUser;
-}
-
-bool RdmaCmServer::charge_id(uid_t user) {
-    uint64_t& charged = ids_by_user_[user];
-    if (charged >= limits_.user_cm_ids ||
-        ids_.size() + multicasts_.size() >= kEngineMaxima.cm_ids) {
-        if (charged == 0)
-            ids_by_user_.erase(user);
-        return false;
-    }
-    ++charged;
-    return true;
-}
-
-void RdmaCmServer::uncharge_id(uid_t user) {
-    if (auto it = ids_by_user_.find(user); it != ids_by_user_.end() && --it->second == 0)
-        ids_by_user_.erase(it);
 }
 
 bool RdmaCmServer::poll(uint64_t now) {

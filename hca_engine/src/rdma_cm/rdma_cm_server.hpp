@@ -22,6 +22,7 @@
 #include "rdma_cm_ids.hpp"
 #include "resource_limits.hpp"
 #include "softhca/transport/ib_cm.hpp"
+#include "user_counts.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -205,12 +206,17 @@ class RdmaCmServer final : public MadReceiver, private transport::CmConsumer {
     // would queue one more (a resolution, a join) fails with ENOMEM instead; the wire's
     // events (a few per connection) are never refused.
     static constexpr uint64_t kMaxQueuedEventsPerUser = 65536;
-    bool events_full(const CmFile& file) const;
-    void uncount_events(uid_t user, size_t count);
+    bool events_full(const CmFile& file) const {
+        return events_by_user_.of(file.uid) >= kMaxQueuedEventsPerUser;
+    }
     // An id or a multicast join charged to a user (user_cm_ids) under the engine's
     // maximum; false past either.
-    bool charge_id(uid_t user);
-    void uncharge_id(uid_t user);
+    bool charge_id(uid_t user) {
+        return ids_.size() + multicasts_.size() < kEngineMaxima.cm_ids &&
+               ids_by_user_.take(user, limits_.user_cm_ids);
+    }
+    // A handle no live id or group has (the counter wraps only after 2^32 of them).
+    uint32_t next_free_handle();
     int join_multicast(CmId& id, uint64_t uid, const sockaddr* group, size_t length,
                        uint16_t join_flags, uint32_t& handle);
     int init_qp_attr(const CmId& id, uint32_t qp_state, struct ib_uverbs_qp_attr& attr) const;
@@ -264,7 +270,7 @@ class RdmaCmServer final : public MadReceiver, private transport::CmConsumer {
     std::multimap<std::pair<uint16_t, uint16_t>, uint32_t> bound_ports_;
     std::set<uint32_t> resolving_; // ids in AddrQuery: what poll() visits
     ResourceLimits limits_;
-    std::map<uid_t, uint64_t> ids_by_user_, files_by_user_, events_by_user_;
+    UserCounts ids_by_user_, files_by_user_, events_by_user_;
     uint32_t next_handle_ = 1;
     std::mt19937 random_;
     // The IB CM: its response timeout (IBA exponent, as the kernel's), its retries and the

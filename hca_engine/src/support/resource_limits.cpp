@@ -14,6 +14,32 @@ const EngineMaxima kEngineMaxima{ResourceUsage{16384, 1u << 16, 4096, 1u << 20, 
                                                1024 << 10, 8192 * 64, UINT64_MAX},
                                  8192, 8192, 65536};
 
+namespace {
+
+// The per-user counts of ResourceLimits, each with the engine's maximum of it.
+struct UserCount {
+    const char* key; // after user_
+    uint64_t ResourceLimits::*cap;
+    uint64_t EngineMaxima::*maximum;
+};
+constexpr UserCount kUserCounts[] = {
+    {"connections", &ResourceLimits::user_connections, &EngineMaxima::connections},
+    {"cm_files", &ResourceLimits::user_cm_files, &EngineMaxima::cm_files},
+    {"cm_ids", &ResourceLimits::user_cm_ids, &EngineMaxima::cm_ids}};
+
+// Whether `key` names one of `table`'s entries; `set` is given it.
+template <typename Table, typename Set>
+bool set_by_key(const Table& table, const std::string& key, Set&& set) {
+    for (const auto& entry : table)
+        if (key == entry.key) {
+            set(entry);
+            return true;
+        }
+    return false;
+}
+
+} // namespace
+
 std::string ResourceLimits::parse(const std::string& text, ResourceLimits& result) {
     ResourceLimits limits = result; // `result` changes only when all of `text` is right
     std::string error =
@@ -23,66 +49,33 @@ std::string ResourceLimits::parse(const std::string& text, ResourceLimits& resul
                 return false;
             const std::string scope = key.substr(0, underscore), what = key.substr(underscore + 1);
             const auto n = static_cast<uint64_t>(value);
-            if (scope == "user" && what == "connections")
-                limits.user_connections = n;
-            else if (scope == "user" && what == "cm_files")
-                limits.user_cm_files = n;
-            else if (scope == "user" && what == "cm_ids")
-                limits.user_cm_ids = n;
-            else {
-                ResourceUsage* cap = scope == "context" ? &limits.context
-                                     : scope == "user"  ? &limits.user
-                                                        : nullptr;
-                if (!cap)
-                    return false;
-                if (what == "qps")
-                    cap->qps = n;
-                else if (what == "cqs")
-                    cap->cqs = n;
-                else if (what == "srqs")
-                    cap->srqs = n;
-                else if (what == "mrs")
-                    cap->mrs = n;
-                else if (what == "pds")
-                    cap->pds = n;
-                else if (what == "mws")
-                    cap->mws = n;
-                else if (what == "dm_kb")
-                    cap->dm_bytes = n << 10;
-                else if (what == "attachments")
-                    cap->attachments = n;
-                else if (what == "mb")
-                    cap->bytes = n << 20;
-                else
-                    return false;
-            }
-            return true;
+            if (scope == "user" &&
+                set_by_key(kUserCounts, what, [&](const UserCount& c) { limits.*c.cap = n; }))
+                return true;
+            ResourceUsage* cap = scope == "context" ? &limits.context
+                                 : scope == "user"  ? &limits.user
+                                                    : nullptr;
+            return cap && set_by_key(kResourceFields, what, [&](const ResourceField& f) {
+                       cap->*f.member = n << f.shift;
+                   });
         });
     if (!error.empty())
         return error;
-    // A user at every cap must leave some of each to the others.
-    const ResourceUsage& u = limits.user;
-    const ResourceUsage& m = kEngineMaxima.objects;
-    const struct {
-        const char* key;
-        uint64_t cap, maximum;
-    } checks[] = {{"user_qps", u.qps, m.qps},
-                  {"user_cqs", u.cqs, m.cqs},
-                  {"user_srqs", u.srqs, m.srqs},
-                  {"user_mrs", u.mrs, m.mrs},
-                  {"user_pds", u.pds, m.pds},
-                  {"user_mws", u.mws, m.mws},
-                  {"user_dm_kb", u.dm_bytes, m.dm_bytes},
-                  {"user_attachments", u.attachments, m.attachments},
-                  {"user_connections", limits.user_connections, kEngineMaxima.connections},
-                  {"user_cm_files", limits.user_cm_files, kEngineMaxima.cm_files},
-                  {"user_cm_ids", limits.user_cm_ids, kEngineMaxima.cm_ids}};
-    for (const auto& c : checks)
-        if (c.cap >= c.maximum)
-            return std::string(c.key) + " must be below the engine's maximum (" +
-                   std::to_string(c.key == std::string("user_dm_kb") ? c.maximum >> 10
-                                                                     : c.maximum) +
-                   ")";
+    // A user at every cap must leave some of each to the others (engine memory has no
+    // maximum: UINT64_MAX is never reached).
+    auto below = [](const std::string& key, uint64_t cap, uint64_t maximum, unsigned shift) {
+        return cap < maximum ? std::string()
+                             : "user_" + key + " must be below the engine's maximum (" +
+                                   std::to_string(maximum >> shift) + ")";
+    };
+    for (const ResourceField& f : kResourceFields)
+        if (std::string e =
+                below(f.key, limits.user.*f.member, kEngineMaxima.objects.*f.member, f.shift);
+            !e.empty())
+            return e;
+    for (const UserCount& c : kUserCounts)
+        if (std::string e = below(c.key, limits.*c.cap, kEngineMaxima.*c.maximum, 0); !e.empty())
+            return e;
     result = limits;
     return {};
 }

@@ -19,25 +19,37 @@ struct ResourceUsage {
     uint64_t dm_bytes = 0;    // device memory (ibv_alloc_dm), of the device's pool
     uint64_t attachments = 0; // multicast attachments (ibv_attach_mcast)
     uint64_t bytes = 0;       // engine memory: rings, work request state, device memory
-    ResourceUsage& operator+=(const ResourceUsage& o) {
-        qps += o.qps;
-        cqs += o.cqs;
-        srqs += o.srqs;
-        mrs += o.mrs;
-        pds += o.pds;
-        mws += o.mws;
-        dm_bytes += o.dm_bytes;
-        attachments += o.attachments;
-        bytes += o.bytes;
-        return *this;
-    }
+    ResourceUsage& operator+=(const ResourceUsage& o);
     // Whether any count or the bytes exceed `cap`'s.
-    bool exceeds(const ResourceUsage& cap) const {
-        return qps > cap.qps || cqs > cap.cqs || srqs > cap.srqs || mrs > cap.mrs ||
-               pds > cap.pds || mws > cap.mws || dm_bytes > cap.dm_bytes ||
-               attachments > cap.attachments || bytes > cap.bytes;
-    }
+    bool exceeds(const ResourceUsage& cap) const;
 };
+
+// Every field of ResourceUsage: the --limits key that sets it (after context_ or user_)
+// and the power of two that key counts in.
+struct ResourceField {
+    const char* key;
+    uint64_t ResourceUsage::*member;
+    unsigned shift;
+};
+inline constexpr ResourceField kResourceFields[] = {
+    {"qps", &ResourceUsage::qps, 0},         {"cqs", &ResourceUsage::cqs, 0},
+    {"srqs", &ResourceUsage::srqs, 0},       {"mrs", &ResourceUsage::mrs, 0},
+    {"pds", &ResourceUsage::pds, 0},         {"mws", &ResourceUsage::mws, 0},
+    {"dm_kb", &ResourceUsage::dm_bytes, 10}, {"attachments", &ResourceUsage::attachments, 0},
+    {"mb", &ResourceUsage::bytes, 20}};
+
+inline ResourceUsage& ResourceUsage::operator+=(const ResourceUsage& o) {
+    for (const ResourceField& f : kResourceFields)
+        this->*f.member += o.*f.member;
+    return *this;
+}
+
+inline bool ResourceUsage::exceeds(const ResourceUsage& cap) const {
+    for (const ResourceField& f : kResourceFields)
+        if (this->*f.member > cap.*f.member)
+            return true;
+    return false;
+}
 
 // The engine's own maxima (what ibv_query_device reports: datapath/device_model.hpp,
 // engine_qp.hpp, engine_srq.hpp, device_interface/control.hpp) that the caps of one user
