@@ -195,8 +195,14 @@ bool open_rdma_cm(const char* path, int flags, int& result) {
         open.header.length = sizeof(open);
         open.app_fd = app;
         di::RdmaCmReply reply{};
-        opened = di::send_message(sock, &open, sizeof(open), engine_end) == sizeof(open) &&
-                 ::recv(sock, &reply, sizeof(reply), 0) == sizeof(reply) && reply.result == 0;
+        const bool sent = di::send_message(sock, &open, sizeof(open), engine_end) == sizeof(open);
+        // A refused open (a user at its cap of files) is answered, then closed with the
+        // Open unread: the kernel reports that reset before the answer, which still waits.
+        // A send that failed may have met the same close.
+        ssize_t got = ::recv(sock, &reply, sizeof(reply), sent ? 0 : MSG_DONTWAIT);
+        if (got < 0 && errno == ECONNRESET)
+            got = ::recv(sock, &reply, sizeof(reply), MSG_DONTWAIT);
+        opened = sent && got == sizeof(reply) && reply.result == 0;
         if (!opened)
             errno = reply.result < 0 ? -reply.result : ENODEV;
     }

@@ -7,6 +7,8 @@
 //   flood_attack pds DEVICE LIMIT [--exit]       protection domains, on a context after
 //                                                another
 //   flood_attack contexts DEVICE LIMIT [--exit]  open contexts (a control connection each)
+//   flood_attack cm_files ANY LIMIT [--exit]     rdma_cm event channels (an rdma_cm file
+//                                                and connection each)
 //   flood_attack vmas DEVICE LIMIT               splits its memory into LIMIT mappings (or
 //                                                as many as vm.max_map_count allows), then
 //                                                registers and deregisters an MR in them
@@ -15,12 +17,14 @@
 
 #include <arpa/inet.h>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <netinet/in.h>
 #include <rdma/rdma_cma.h>
 #include <string>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -94,6 +98,43 @@ ibv_context* open_device(const std::string& device, int& error) {
     return context;
 }
 
+// The preload serves 64 rdma_cm files per process: children open them, 60 each, and
+// stay (killed with this process) holding them.
+size_t open_cm_files(size_t limit, int& error) {
+    size_t made = 0;
+    while (made < limit) {
+        int report_pipe[2];
+        if (pipe(report_pipe) != 0)
+            break;
+        const pid_t child = fork();
+        if (child == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            uint64_t report[2] = {0, 0}; // opened, errno
+            while (report[0] < 60 && report[0] < limit - made) {
+                if (!rdma_create_event_channel()) {
+                    report[1] = static_cast<uint64_t>(errno);
+                    break;
+                }
+                ++report[0];
+            }
+            [[maybe_unused]] ssize_t w = write(report_pipe[1], report, sizeof(report));
+            for (;;)
+                pause();
+        }
+        close(report_pipe[1]);
+        uint64_t report[2] = {0, 0};
+        const bool got = child > 0 && read(report_pipe[0], report, sizeof(report)) ==
+                                          static_cast<ssize_t>(sizeof(report));
+        close(report_pipe[0]);
+        made += report[0];
+        if (!got || report[1] || report[0] == 0) {
+            error = got ? static_cast<int>(report[1]) : EIO;
+            break;
+        }
+    }
+    return made;
+}
+
 size_t open_contexts(const std::string& device, size_t limit, int& error) {
     size_t made = 0;
     while (made < limit && open_device(device, error))
@@ -158,6 +199,8 @@ int main(int argc, char** argv) {
         made = make_pds(argv[2], limit, error);
     else if (mode == "contexts")
         made = open_contexts(argv[2], limit, error);
+    else if (mode == "cm_files")
+        made = open_cm_files(limit, error);
     else if (mode == "vmas")
         made = split_and_register(argv[2], limit, error);
     else

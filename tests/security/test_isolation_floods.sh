@@ -22,9 +22,9 @@ cleanup() {
 }
 trap cleanup EXIT
 "$SOFTHCA" up >/dev/null || fail "softhca up failed"
-caps=$("$SOFTHCA" status --json | python3 -c 'import json,sys; u=json.load(sys.stdin)["limits"]["user"]; print(u["cm_ids"], u["pds"], u["connections"])')
-read -r cap_cm_ids cap_pds cap_connections <<<"$caps"
-echo "the user's caps: $cap_cm_ids rdma_cm ids, $cap_pds PDs, $cap_connections connections"
+caps=$("$SOFTHCA" status --json | python3 -c 'import json,sys; u=json.load(sys.stdin)["limits"]["user"]; print(u["cm_ids"], u["pds"], u["connections"], u["cm_files"])')
+read -r cap_cm_ids cap_pds cap_connections cap_cm_files <<<"$caps"
+echo "the user's caps: $cap_cm_ids rdma_cm ids, $cap_pds PDs, $cap_connections connections, $cap_cm_files rdma_cm files"
 
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 # The milliseconds an ibv_rc_pingpong of 500 exchanges between the two devices takes.
@@ -87,6 +87,8 @@ flood cm_ids 198.18.0.1 "$cap_cm_ids" 12                        # ENOMEM
 flood pds "${SOFTHCA_PREFIX}0" "$cap_pds" 12                     # ENOMEM
 # A context past the cap: the engine refuses the connection, ibv_open_device fails EMFILE.
 flood contexts "${SOFTHCA_PREFIX}0" "$cap_connections" 24                 # EMFILE
+# An rdma_cm file past the cap: refused the same way, open(2) of the device fails EMFILE.
+flood cm_files - "$cap_cm_files" 24                                       # EMFILE
 # Registrations by a process split into some 60,000 mappings (issue 40, item 7): each
 # reads only the mappings its range covers (PROCMAP_QUERY, Linux 6.11), not the whole maps
 # file, while every data path waits.
