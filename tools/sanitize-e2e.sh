@@ -14,7 +14,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 out=build/sanitize
-cmake -S . -B "$out" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSOFTHCA_SANITIZE=ON >/dev/null
+# A unity build (eight sources to a unit): the sanitizer tree compiles in two-thirds of
+# the time. The normal build keeps one unit per source, which checks every file's includes.
+cmake -S . -B "$out" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSOFTHCA_SANITIZE=ON -DCMAKE_UNITY_BUILD=ON >/dev/null
 cmake --build "$out" -j"$(nproc)" --target softhca-engine >/dev/null
 reports=$(mktemp -d /tmp/softhca-sanitize-XXXXXX)
 output=$(mktemp /tmp/softhca-sanitize-out-XXXXXX)

@@ -7,7 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=build/sanitize
-cmake -S . -B "$out" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSOFTHCA_SANITIZE=ON >/dev/null
+# A unity build (eight sources to a unit): the sanitizer tree compiles in two-thirds of
+# the time. The normal build keeps one unit per source, which checks every file's includes.
+cmake -S . -B "$out" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSOFTHCA_SANITIZE=ON -DCMAKE_UNITY_BUILD=ON >/dev/null
 cmake --build "$out" -j"$(nproc)" --target unit_tests >/dev/null
 # Leaks are reported at exit too; any report fails the run.
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:halt_on_error=1

@@ -12,7 +12,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 out=build/tsan
-cmake -S . -B "$out" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSOFTHCA_TSAN=ON >/dev/null
+# A unity build (eight sources to a unit): the sanitizer tree compiles in two-thirds of
+# the time. The normal build keeps one unit per source, which checks every file's includes.
+cmake -S . -B "$out" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSOFTHCA_TSAN=ON -DCMAKE_UNITY_BUILD=ON >/dev/null
 cmake --build "$out" -j"$(nproc)" --target softhca_provider softhca_preload \
     control_channel_test event_verbs_test >/dev/null
 prefix=shtsan

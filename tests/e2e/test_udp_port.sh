@@ -28,16 +28,23 @@ grep -qE "GID\[\s*1\]:\s+2001:2:0:2::1, RoCE v2" <<<"$gids" || fail "GID 1: $gid
 "$here/test_pingpong.sh" ibv_uc_pingpong 4096 65536 || fail "ibv_uc_pingpong"
 "$here/test_pingpong.sh" ibv_ud_pingpong 512 1024 || fail "ibv_ud_pingpong"
 "$here/test_pingpong.sh" ibv_srq_pingpong 4096 65536 || fail "ibv_srq_pingpong"
-for tool in ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw ib_send_lat ib_write_lat \
-    ib_read_lat ib_atomic_lat; do
+# The bandwidth tools at every size; the others at one packet, a few and many (each size
+# costs perftest a fixed calibration: test_perftest.sh).
+few_sizes="2 4096 1048576"
+for tool in ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw; do
     "$here/test_perftest.sh" "$tool" | tail -2 || fail "$tool over the udp port"
 done
-for run in "ib_send_bw -c UD" "ib_write_bw -c UC"; do
-    # shellcheck disable=SC2086 # the tool and its arguments
-    "$here/test_perftest.sh" $run | tail -2 || fail "$run over the udp port"
+for tool in ib_send_lat ib_write_lat ib_read_lat ib_atomic_lat; do
+    PERFTEST_SIZES=$few_sizes "$here/test_perftest.sh" "$tool" | tail -2 ||
+        fail "$tool over the udp port"
 done
+PERFTEST_SIZES="2 1024" "$here/test_perftest.sh" ib_send_bw -c UD | tail -2 ||
+    fail "ib_send_bw -c UD over the udp port"
+PERFTEST_SIZES=$few_sizes "$here/test_perftest.sh" ib_write_bw -c UC | tail -2 ||
+    fail "ib_write_bw -c UC over the udp port"
 GID_INDEX=1 "$here/test_pingpong.sh" ibv_rc_pingpong 4096 65536 || fail "ibv_rc_pingpong over IPv6"
-GID_INDEX=1 "$here/test_perftest.sh" ib_send_bw | tail -2 || fail "ib_send_bw over IPv6"
+GID_INDEX=1 PERFTEST_SIZES=$few_sizes "$here/test_perftest.sh" ib_send_bw | tail -2 ||
+    fail "ib_send_bw over IPv6"
 
 # rdma_cm over the udp ports, both families: rping with every ping verified.
 for addr in 198.18.2.1 2001:2:0:2::1; do

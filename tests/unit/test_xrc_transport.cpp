@@ -10,7 +10,7 @@ using namespace softhca::transport;
 
 namespace {
 
-constexpr uint32_t kRights = access::kLocalWrite | access::kRemoteWrite;
+constexpr uint32_t kXrcRights = access::kLocalWrite | access::kRemoteWrite;
 
 // The target's XRC domain: SRQs by number, each with its own memory (its PD).
 struct Domain : SrqDirectory {
@@ -33,15 +33,15 @@ TEST_CASE("XRC: each message lands in the SRQ it names, in order, despite loss")
     Domain domain;
     domain.srqs = {{5, &five}, {9, &nine}};
     link.b().qp.use_srq_directory(domain);
-    link.connect(PathMtu::Mtu1024, kRights);
-    const uint32_t five_key = five_memory.add_region(64 * 4096, kRights);
-    const uint32_t nine_key = nine_memory.add_region(64 * 4096, kRights);
+    link.connect(PathMtu::Mtu1024, kXrcRights);
+    const uint32_t five_key = five_memory.add_region(64 * 4096, kXrcRights);
+    const uint32_t nine_key = nine_memory.add_region(64 * 4096, kXrcRights);
     for (uint32_t i = 0; i < 64; ++i) {
         REQUIRE(five.post(one_sge_receive(i, five_memory, five_key, 4096, uint64_t{i} * 4096)));
         REQUIRE(nine.post(one_sge_receive(i, nine_memory, nine_key, 4096, uint64_t{i} * 4096)));
     }
     auto& a = link.a();
-    const uint32_t src = a.memory.add_region(4096, kRights);
+    const uint32_t src = a.memory.add_region(4096, kXrcRights);
     for (uint32_t i = 0; i < 90; ++i) {
         SendWqe w = one_sge_request(i, WrOpcode::Send, a.memory, src, 100 + i * 30);
         w.signaled = true;
@@ -69,11 +69,11 @@ TEST_CASE("XRC: remote access is checked in the named SRQ's domain, an unknown S
     Domain domain;
     domain.srqs = {{5, &srq}};
     link.b().qp.use_srq_directory(domain);
-    link.connect(PathMtu::Mtu1024, kRights);
+    link.connect(PathMtu::Mtu1024, kXrcRights);
     // The region lives in the SRQ's PD only: the target QP has none of its own.
-    const uint32_t target = srq_memory.add_region(4096, kRights);
+    const uint32_t target = srq_memory.add_region(4096, kXrcRights);
     auto& a = link.a();
-    const uint32_t src = a.memory.add_region(4096, kRights);
+    const uint32_t src = a.memory.add_region(4096, kXrcRights);
     a.memory.region(src).bytes.assign(4096, 0x3c);
     SendWqe write = one_sge_request(1, WrOpcode::RdmaWrite, a.memory, src, 3000);
     write.signaled = true;
