@@ -104,10 +104,11 @@ int connect_engine(const char* socket_path) {
 
 // One request and its reply; the response bytes go where the engine says. Returns what
 // write(2) returns.
-ssize_t exchange(OpenFile& file, const void* request, size_t size, bool& wait_again) {
+ssize_t exchange(OpenFile& file, const void* request, size_t size, bool& wait_again,
+                 int fd_to_pass = -1) {
     alignas(8) char reply_buffer[di::kMaxRdmaCmMessage];
     pthread_mutex_lock(&file.lock);
-    ssize_t sent = di::send_message(file.engine, request, size);
+    ssize_t sent = di::send_message(file.engine, request, size, fd_to_pass);
     di::ReceivedMessage m{};
     if (sent == static_cast<ssize_t>(size))
         m = di::receive_message(file.engine, reply_buffer, sizeof(reply_buffer));
@@ -193,7 +194,6 @@ bool open_rdma_cm(const char* path, int flags, int& result) {
         open.header.version = di::kRdmaCmVersion;
         open.header.op = static_cast<uint16_t>(di::RdmaCmOp::Open);
         open.header.length = sizeof(open);
-        open.app_fd = app;
         di::RdmaCmReply reply{};
         const bool sent = di::send_message(sock, &open, sizeof(open), engine_end) == sizeof(open);
         // A refused open (a user at its cap of files) is answered, then closed with the
@@ -264,6 +264,19 @@ bool rdma_cm_write(int fd, const void* buffer, size_t count, ssize_t& result) {
             return true;
         }
     }
+    // MIGRATE_ID: the descriptor the caller holds at the number it names goes along, as
+    // the kernel takes the source file from the caller's own table (fdget). A number
+    // that names nothing passes nothing: the engine answers ENOENT, as ucma_migrate_id
+    // does when fdget fails.
+    int source_file = -1;
+    if (hdr.cmd == RDMA_USER_CM_CMD_MIGRATE_ID &&
+        count >= sizeof(hdr) + sizeof(rdma_ucm_migrate_id)) {
+        rdma_ucm_migrate_id migrate{};
+        std::memcpy(&migrate, body + sizeof(hdr), sizeof(migrate));
+        const int named = static_cast<int>(migrate.fd);
+        if (named >= 0 && ::fcntl(named, F_GETFD) >= 0)
+            source_file = named;
+    }
     command->header.magic = di::kRdmaCmMagic;
     command->header.version = di::kRdmaCmVersion;
     command->header.op = static_cast<uint16_t>(di::RdmaCmOp::Command);
@@ -275,7 +288,7 @@ bool rdma_cm_write(int fd, const void* buffer, size_t count, ssize_t& result) {
             return true;
         command->header.sequence = ++file->sequence;
         bool wait_again = false;
-        result = exchange(*file, request, command->header.length, wait_again);
+        result = exchange(*file, request, command->header.length, wait_again, source_file);
         if (!wait_again)
             return true;
     }

@@ -3,7 +3,8 @@
 //
 // MIGRATE_ID is written on the file an id moves to and names, by descriptor number, the
 // file it is on now; the kernel finds that file in the caller's own descriptor table.
-// The engine finds it among the files of the caller's process. Here the opener opens an
+// So does the engine: the preload library passes the descriptor the caller holds at that
+// number, and the engine takes the file whose pipe it is. Here the opener opens an
 // rdma_cm file, forks the attacker (who keeps that file) and exits; a victim process is
 // made to take the opener's PID (ns_last_pid, as CRIU does), opens a file of its own and
 // listens on it. The attacker then writes MIGRATE_ID on the opener's old file, naming the

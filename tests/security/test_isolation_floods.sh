@@ -11,6 +11,7 @@
 # Runs against an engine of its own, with the default caps.
 #   test_isolation_floods.sh FLOOD_ATTACK
 source "$(dirname "$0")/../e2e/lib.sh"
+source "$(dirname "$0")/honest_client.sh"
 ATTACK=${1:?path to flood_attack}
 as_nobody=(setpriv --reuid=65534 --regid=65534 --clear-groups)
 out=$(mktemp)
@@ -26,42 +27,7 @@ caps=$("$SOFTHCA" status --json | python3 -c 'import json,sys; u=json.load(sys.s
 read -r cap_cm_ids cap_pds cap_connections cap_cm_files <<<"$caps"
 echo "the user's caps: $cap_cm_ids rdma_cm ids, $cap_pds PDs, $cap_connections connections, $cap_cm_files rdma_cm files"
 
-now_ms() { echo $(($(date +%s%N) / 1000000)); }
-# The milliseconds an ibv_rc_pingpong of 500 exchanges between the two devices takes.
-pingpong_ms() {
-    local port start server
-    port=$(free_port)
-    start=$(now_ms)
-    "$SOFTHCA" exec -- timeout 60 ibv_rc_pingpong -d "${SOFTHCA_PREFIX}0" -g 0 -p "$port" \
-        -n 500 >/dev/null 2>&1 &
-    server=$!
-    wait_listening "$port" || fail "the honest pingpong server did not start"
-    "$SOFTHCA" exec -- timeout 60 ibv_rc_pingpong -d "${SOFTHCA_PREFIX}1" -g 0 -p "$port" \
-        -n 500 127.0.0.1 >/dev/null 2>&1 || fail "the honest pingpong failed"
-    wait "$server" || fail "the honest pingpong server failed"
-    echo $(($(now_ms) - start))
-}
-# Fails unless `softhca status` answers within a second.
-status_within_a_second() {
-    local start took
-    start=$(now_ms)
-    timeout 10 "$SOFTHCA" status >/dev/null || fail "softhca status failed $1"
-    took=$(($(now_ms) - start))
-    [ "$took" -le 1000 ] || fail "softhca status took $took ms $1"
-}
-baseline=$(pingpong_ms)
-pingpong_ms >/dev/null # warm
-baseline=$(( (baseline + $(pingpong_ms)) / 2 ))
-bound=$((2 * baseline > baseline + 1000 ? 2 * baseline : baseline + 1000))
-echo "honest pingpong alone: $baseline ms (bound $bound ms)"
-honest_keeps_going() {
-    status_within_a_second "$1"
-    local took
-    took=$(pingpong_ms)
-    echo "  honest pingpong $1: $took ms"
-    [ "$took" -le "$bound" ] || fail "the honest pingpong took $took ms $1 (bound $bound ms)"
-    status_within_a_second "$1"
-}
+honest_baseline
 
 # flood KIND TARGET CAP ERRNO: the attacker floods, is held to CAP with ERRNO, root still
 # makes one, and nothing of root's slows down, during the flood or its teardown.

@@ -45,7 +45,6 @@ inline bool open_rdma_cm_file(const std::string& socket_path, uint32_t sequence,
                    0,
                    sizeof(open),
                    sequence};
-    open.app_fd = app;
     const bool ok = app >= 0 && engine_end >= 0 && sock >= 0 &&
                     ::connect(sock, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
                     di::send_message(sock, &open, sizeof(open), engine_end) == sizeof(open);

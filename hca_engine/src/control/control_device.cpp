@@ -53,7 +53,7 @@ void ControlServer::open_device(Call& call) {
     std::shared_ptr<ClientProcess> client;
     if (int err = ClientProcess::adopt(c.peer, call.second_fd, request.probe_addr, request.probe,
                                        client)) {
-        ::close(async_fd);
+        close_client_descriptor(async_fd);
         reply_status(call, err);
         return;
     }
@@ -63,7 +63,7 @@ void ControlServer::open_device(Call& call) {
         c.resources = std::make_unique<ContextResources>(std::move(client), keys_,
                                                          static_cast<size_t>(index));
     } catch (const std::system_error& e) {
-        ::close(async_fd);
+        close_client_descriptor(async_fd);
         reply_status(call, e.code().value()); // no memory for its doorbell page
         return;
     }
@@ -72,7 +72,7 @@ void ControlServer::open_device(Call& call) {
     int doorbell[2];
     if (::pipe2(doorbell, O_NONBLOCK | O_CLOEXEC) != 0) {
         const int err = errno;
-        ::close(async_fd);
+        close_client_descriptor(async_fd);
         c.resources.reset();
         reply_status(call, err);
         return;

@@ -1,5 +1,6 @@
 #include "control_server.hpp"
 
+#include "client_descriptors.hpp"
 #include "clock.hpp"
 #include "control_messages.hpp"
 #include "engine_qp.hpp"
@@ -157,7 +158,7 @@ void ControlServer::close_connection(Connection& connection) {
     connection.resources.reset(); // destroys every object of the context
     connection.peer.release();
     if (connection.async_fd >= 0)
-        ::close(connection.async_fd);
+        close_client_descriptor(connection.async_fd); // a client's pipe
     if (connection.doorbell_fd >= 0)
         ::close(connection.doorbell_fd); // leaves the epoll set with its last descriptor
     connection.doorbell_fd = -1;
@@ -176,10 +177,14 @@ bool ControlServer::handle_input(int fd) {
     // brings the rest back next round), so one client that keeps sending cannot hold
     // the control path from the others or the data path.
     for (unsigned served = 0; served < kRequestsPerRound; ++served) {
-        di::ReceivedMessage m = di::receive_message(fd, buffer, sizeof(buffer), MSG_DONTWAIT);
+        di::ReceivedMessage m =
+            di::receive_message(fd, buffer, sizeof(buffer), MSG_DONTWAIT, close_client_descriptor);
         if (m.size < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return true;
         if (m.size <= 0) {
+            // An empty message may carry descriptors too.
+            close_client_descriptor(m.fd);
+            close_client_descriptor(m.second_fd);
             const bool had_context = c.resources != nullptr;
             close_connection(c);
             connections_by_user_.give_back(c.uid);
@@ -192,10 +197,8 @@ bool ControlServer::handle_input(int fd) {
         }
         if (m.truncated) {
             // Larger than any valid message: answer as garbage.
-            if (m.fd >= 0)
-                ::close(m.fd);
-            if (m.second_fd >= 0)
-                ::close(m.second_fd);
+            close_client_descriptor(m.fd);
+            close_client_descriptor(m.second_fd);
             di::MessageHeader none{};
             reply_status(c, none, EMSGSIZE);
             continue;
@@ -222,13 +225,11 @@ void ControlServer::reply_status(Connection& c, const di::MessageHeader& request
 
 void ControlServer::dispatch(Connection& c, const void* message, size_t size, int received_fd,
                              int second_fd) {
-    // Any descriptor not consumed by the handler is closed on the way out.
+    // Any descriptor not consumed by the handler is closed on the way out, without
+    // waiting on whatever filesystem it may lie on (client_descriptors.hpp).
     struct FdGuard {
         int fd;
-        ~FdGuard() {
-            if (fd >= 0)
-                ::close(fd);
-        }
+        ~FdGuard() { close_client_descriptor(fd); }
     } guard{received_fd}, second_guard{second_fd};
 
     di::MessageHeader header{};

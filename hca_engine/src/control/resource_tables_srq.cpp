@@ -1,4 +1,5 @@
 // ContextResources: shared receive queues, XRC domains and multicast attachment.
+#include "client_descriptors.hpp"
 #include "engine_qp.hpp"
 #include "engine_srq.hpp"
 #include "resource_tables.hpp"
@@ -9,6 +10,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 namespace softhca::engine {
@@ -127,8 +129,13 @@ int ContextResources::detach_mcast(uint32_t qp_handle, const uint8_t* gid) {
 }
 
 int KeySpace::open_xrc_domain(size_t device, int fd, uint32_t oflags, uint32_t& domain) {
+    // The file's identity (device and inode) from what the kernel holds, asking the file
+    // nothing (client_descriptors.hpp): an fstat of a FUSE file would ask its daemon,
+    // which the client may run and never answer, or be refused to the engine, which is
+    // not of the mount's user namespace. The kernel's ib_uverbs_open_xrcd asks the file
+    // nothing either.
     struct stat st {};
-    if (fd >= 0 && ::fstat(fd, &st) != 0)
+    if (fd >= 0 && !descriptor_identity(fd, st.st_dev, st.st_ino))
         return EBADF;
     // The kernel's ib_uverbs_open_xrcd takes the file with fdget, which refuses an O_PATH
     // descriptor (EBADF): one can be had for a file its holder may not open, and it
@@ -171,8 +178,7 @@ int KeySpace::open_xrc_domain(size_t device, int fd, uint32_t oflags, uint32_t& 
 void KeySpace::close_xrc_domain(uint32_t domain) {
     auto it = xrc_domains_.find(domain);
     if (it != xrc_domains_.end() && --it->second.opened == 0) {
-        if (it->second.file >= 0)
-            ::close(it->second.file);
+        close_client_descriptor(it->second.file); // the domain's file (-1: none)
         xrc_domains_.erase(it);
     }
 }

@@ -1,5 +1,7 @@
 #include "completion_channel.hpp"
 
+#include "client_descriptors.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 #include <utility>
@@ -26,8 +28,7 @@ CompletionChannel& CompletionChannel::operator=(CompletionChannel&& other) noexc
 }
 
 CompletionChannel::~CompletionChannel() {
-    if (fd_ >= 0)
-        ::close(fd_);
+    close_client_descriptor(fd_); // a client's pipe: its close may wait (client_descriptors.hpp)
 }
 
 bool CompletionChannel::signal(uint64_t cq_user_handle) const {

@@ -1,5 +1,7 @@
 #include "client_process.hpp"
 
+#include "client_descriptors.hpp"
+
 #include "environment.hpp"
 #include "memory_map.hpp"
 
@@ -55,8 +57,13 @@ bool pidfd_alive(int pidfd) {
     return poll_now(p) == 0;
 }
 
-// A procfs regular file of mode 0600, opened for reading and writing, named "mem".
-bool looks_like_memory_file(int fd) {
+// A procfs regular file of mode 0600, opened for reading and writing, named "mem". Its
+// mount must be a proc mount of `peer`'s mount namespace before anything is asked of its
+// filesystem: an fstatfs of a FUSE file asks the daemon, which the client may run
+// (client_descriptors.hpp).
+bool looks_like_memory_file(int fd, const PeerProcess& peer) {
+    if (filesystem_type(fd, peer.path("mountinfo")) != "proc")
+        return false;
     struct statfs fs {};
     struct stat st {};
     if (::fstatfs(fd, &fs) != 0 || fs.f_type != PROC_SUPER_MAGIC || ::fstat(fd, &st) != 0 ||
@@ -108,7 +115,7 @@ bool in_anonymous_memory(const PeerProcess& peer, uint64_t addr, uint64_t length
     ProcessMaps maps(peer.path("maps")); // one lookup, not the whole file (memory_map.hpp)
     MapsEntry vma;
     return maps.covering_or_next(addr, vma) && vma.start <= addr && addr + length <= vma.end &&
-           vma.inode == 0 && vma.readable;
+           vma.inode == 0 && vma.dev_major == 0 && vma.dev_minor == 0 && vma.readable;
 }
 
 } // namespace
@@ -211,7 +218,7 @@ ClientProcess::~ClientProcess() {
 
 int ClientProcess::adopt(PeerProcess& peer, int mem_fd, uint64_t probe_addr, const uint8_t* probe,
                          std::shared_ptr<ClientProcess>& out) {
-    if (mem_fd < 0 || peer.proc_dir < 0 || !looks_like_memory_file(mem_fd))
+    if (mem_fd < 0 || peer.proc_dir < 0 || !looks_like_memory_file(mem_fd, peer))
         return EBADF;
     // The file reads the process's memory: 16 bytes it holds at an address of its own,
     // in anonymous memory (a file's page could make the read wait, on FUSE for its

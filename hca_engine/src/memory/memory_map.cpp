@@ -9,7 +9,11 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 #include <utility>
 #include <vector>
@@ -134,6 +138,11 @@ bool ProcessMaps::covering_or_next(uint64_t addr, MapsEntry& vma) {
 
 namespace {
 
+// "MAJOR:MINOR", as maps and mountinfo write a device.
+std::string device_name(unsigned major_number, unsigned minor_number) {
+    return std::to_string(major_number) + ":" + std::to_string(minor_number);
+}
+
 // The check of check_user_range over `maps`; the devices of the files behind the range
 // go to `files`.
 int check_range(ProcessMaps& maps, uint64_t addr, uint64_t length, bool need_write,
@@ -146,8 +155,10 @@ int check_range(ProcessMaps& maps, uint64_t addr, uint64_t length, bool need_wri
             return EFAULT; // a hole (or nothing) where the range goes on
         if (!vma.readable || (need_write && !vma.writable))
             return EFAULT;
-        if (files && vma.inode)
-            files->push_back(std::to_string(vma.dev_major) + ":" + std::to_string(vma.dev_minor));
+        // A file's mapping has its device (a FUSE daemon may give its file inode 0);
+        // anonymous memory is 00:00 with inode 0.
+        if (files && (vma.inode || vma.dev_major || vma.dev_minor))
+            files->push_back(device_name(vma.dev_major, vma.dev_minor));
         covered = vma.end;
     }
     return 0;
@@ -160,6 +171,43 @@ int check_range_in_maps(const std::string& text, uint64_t addr, uint64_t length,
     return check_range(maps, addr, length, need_write, nullptr);
 }
 
+namespace {
+
+// The devices of the kernel's own memory mounts, which no mountinfo lists: shmem's (memfds,
+// MAP_SHARED anonymous memory, SysV shared memory) and hugetlbfs's for the default, 2 MiB
+// and 1 GiB huge pages (memfds with MFD_HUGETLB). Learned once, from memfds of the engine's
+// own. (The page size goes in bits 26 and up of the flags, as linux/memfd.h encodes it.)
+const std::vector<std::string>& kernel_memory_devices() {
+    static const std::vector<std::string> devices = [] {
+        std::vector<std::string> found;
+        for (const unsigned flags :
+             {0u, MFD_HUGETLB, MFD_HUGETLB | (21u << 26), MFD_HUGETLB | (30u << 26)}) {
+            const int fd = ::memfd_create("softhca-probe", MFD_CLOEXEC | flags);
+            if (fd < 0)
+                continue;
+            struct stat st {};
+            if (::fstat(fd, &st) == 0)
+                found.push_back(device_name(major(st.st_dev), minor(st.st_dev)));
+            ::close(fd);
+        }
+        return found;
+    }();
+    return devices;
+}
+
+// Filesystems whose pages the kernel brings in without waiting on anything a user runs:
+// memory filesystems and local disk ones. FUSE (whose daemon a user may run), network
+// filesystems and every kind not named here may make a reader wait as long as someone
+// else decides.
+bool never_waits_on_a_user(std::string_view type) {
+    static constexpr std::string_view kTypes[] = {"tmpfs", "hugetlbfs", "ramfs", "ext2", "ext3",
+                                                  "ext4",  "xfs",       "btrfs", "f2fs", "vfat",
+                                                  "exfat", "squashfs",  "erofs"};
+    return std::find(std::begin(kTypes), std::end(kTypes), type) != std::end(kTypes);
+}
+
+} // namespace
+
 int check_user_range(const ClientProcess& client, uint64_t addr, uint64_t length, bool need_write) {
     FileCredentials as_client(client);
     if (!as_client.ok())
@@ -170,14 +218,23 @@ int check_user_range(const ClientProcess& client, uint64_t addr, uint64_t length
     std::vector<std::string> devices;
     if (int err = check_range(maps, addr, length, need_write, &devices))
         return err;
-    // A file on FUSE behind the range: the engine's one thread would wait for the FUSE
-    // daemon (which the client may run) whenever a page is not in memory. Refused, as
-    // memory the device cannot use. The filesystem is found by the mapping's device in
-    // the client's mountinfo, without opening the file (an open would ask the daemon).
+    // Files behind the range. An engine thread that touches a page not in memory waits
+    // for the file's filesystem to bring it, so a registration is refused (as memory the
+    // device cannot use) unless every file lies on the kernel's own memory mounts or on a
+    // filesystem that never waits on a user, by the client's mountinfo. A device that
+    // mountinfo does not list is refused too: a FUSE mount in a mount namespace of the
+    // user's own (whose daemon it runs) shows in that namespace's mountinfo only. The
+    // files are not opened, nor their filesystems asked (an open or a statfs would ask
+    // the daemon). What is mapped over the range after this check is not seen here
+    // (docs/security.md).
+    const auto& kernel_memory = kernel_memory_devices();
+    std::erase_if(devices, [&](const std::string& device) {
+        return std::find(kernel_memory.begin(), kernel_memory.end(), device) != kernel_memory.end();
+    });
     if (devices.empty())
         return 0;
     std::ifstream mounts(client.proc_path("mountinfo"));
-    for (std::string line; std::getline(mounts, line);) {
+    for (std::string line; std::getline(mounts, line) && !devices.empty();) {
         // ID PARENT MAJOR:MINOR ROOT POINT OPTIONS [TAGS] - FSTYPE SOURCE SUPER
         std::istringstream fields(line);
         std::string id, parent, device;
@@ -186,10 +243,14 @@ int check_user_range(const ClientProcess& client, uint64_t addr, uint64_t length
         if (dash == std::string::npos ||
             std::find(devices.begin(), devices.end(), device) == devices.end())
             continue;
-        if (line.compare(dash + 3, 4, "fuse") == 0)
+        const size_t type_end = line.find(' ', dash + 3);
+        const std::string_view type = std::string_view(line).substr(
+            dash + 3, type_end == std::string::npos ? std::string::npos : type_end - (dash + 3));
+        if (!never_waits_on_a_user(type))
             return EOPNOTSUPP;
+        std::erase(devices, device);
     }
-    return 0;
+    return devices.empty() ? 0 : EOPNOTSUPP;
 }
 
 } // namespace softhca::engine

@@ -62,7 +62,8 @@ class ProcessMaps {
 // Returns 0, or EFAULT when some page of [addr, addr+length) is unmapped, not
 // readable, or (need_write) not writable; ESRCH when the process is gone.
 // /proc/PID/maps is read with the client's file credentials (client_process.hpp).
-// EOPNOTSUPP when a file on FUSE lies behind the range.
+// EOPNOTSUPP when a file behind the range is on a filesystem that may wait on a user
+// (FUSE, a network filesystem) or on one the client's mountinfo does not show.
 int check_user_range(const ClientProcess& client, uint64_t addr, uint64_t length, bool need_write);
 
 // The same check against a maps text (the format of /proc/PID/maps), for tests.

@@ -3,6 +3,7 @@
 // it gives, the response where the command points.
 #include "rdma_cm_server.hpp"
 
+#include "client_descriptors.hpp"
 #include "clock.hpp"
 #include "socket_addresses.hpp"
 
@@ -344,19 +345,27 @@ int RdmaCmServer::cmd_notify(Call& call, const rdma_ucm_notify& c, Reply& /*repl
 }
 
 int RdmaCmServer::cmd_migrate_id(Call& call, const rdma_ucm_migrate_id& c, Reply& reply) {
-    // Written on the file the id moves to; `fd` names the file it is on now
-    // (ucma_migrate_id), which must be this process's: the kernel finds it with fdget in
-    // the caller's own table. A file is this process's when it was opened by the same
-    // process, the same PID with the same start time (a PID alone may since have been
-    // taken by another process, another user's), and the same user.
+    // Written on the file the id moves to; `fd` names the file it is on now, which the
+    // kernel finds with fdget in the caller's own descriptor table, then refuses unless
+    // it is an rdma_cm file (ucma_migrate_id). The preload library passes the descriptor
+    // the caller holds at that number (device_interface/rdma_cm.hpp): the source is the
+    // file whose event pipe that descriptor is. Holding it is the right to move the
+    // file's ids, as with the kernel; no number or PID the caller names finds a file.
+    // The descriptor is looked at through its /proc/self/fd link only: an fstat of a FUSE
+    // file would ask its daemon, which the caller may run (client_descriptors.hpp).
+    // Pipe inode numbers wrap (files_by_pipe_), so only the caller's user's files are
+    // candidates: another user's file is never found, whatever number collides.
+    if (call.passed_fd < 0)
+        return -ENOENT; // the number names no descriptor of the caller's (fdget fails)
     CmFile& file = call.file;
+    const ino_t pipe = anonymous_pipe_inode(call.passed_fd);
     CmFile* source = nullptr;
-    for (auto& [fd, f] : files_)
-        if (f->pid == file.pid && f->start_time == file.start_time && f->uid == file.uid &&
-            f->app_fd == static_cast<int>(c.fd))
-            source = f.get();
+    auto [first, last] = files_by_pipe_.equal_range(pipe);
+    for (auto it = first; pipe && it != last; ++it)
+        if (it->second->uid == file.uid)
+            source = it->second;
     if (!source)
-        return -EBADF;
+        return -EINVAL; // not an rdma_cm file (of the caller's user)
     CmId* id = find_id(*source, c.id);
     if (!id)
         return -ENOENT;

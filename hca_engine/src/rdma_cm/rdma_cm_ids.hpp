@@ -131,14 +131,14 @@ struct CmEvent {
 struct CmFile {
     int fd = -1;   // the connection to the preload library
     int pipe = -1; // the event doorbell (see device_interface/rdma_cm.hpp)
-    // The process that opened it, as it was: its PID with the PID's start time (a PID
-    // alone may name another process once this one is gone) and its user.
+    // The process that opened it (its PID, for traces and status only: nothing is found
+    // by it) and its user, charged for the file and its ids.
     pid_t pid = 0;
-    uint64_t start_time = 0;
     uid_t uid = 0;
     int host = -1; // the fabric host whose namespace its socket is in (set_hosts), -1: none
     bool privileged_ports = false; // root: may bind below 1024
-    int app_fd = -1; // the descriptor number the application holds (MIGRATE_ID names it)
+    // The pipe's inode (pipefs): MIGRATE_ID finds its source file by a descriptor of it.
+    ino_t pipe_inode = 0;
     std::deque<CmEvent> events;
     // Its ids (not those destroyed and finishing on the wire): closing the file destroys
     // these and looks at no other.

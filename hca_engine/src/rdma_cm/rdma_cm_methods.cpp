@@ -95,13 +95,13 @@ const RdmaCmServer::Method* RdmaCmServer::method_for(uint32_t cmd) {
 }
 
 int RdmaCmServer::command(CmFile& file, uint32_t cmd, const uint8_t* in, size_t in_bytes,
-                          const uint8_t* extra, size_t extra_bytes, Reply& reply) {
+                          const uint8_t* extra, size_t extra_bytes, Reply& reply, int passed_fd) {
     const Method* method = method_for(cmd);
     if (!method)
         return -EINVAL; // no such command (ucma_write)
     if (!method->handler)
         return -ENOSYS; // as the kernel answers it
-    Call call{file, extra, extra_bytes, monotonic_ns()};
+    Call call{file, extra, extra_bytes, monotonic_ns(), passed_fd};
     const int rc = method->handler(*this, call, in, in_bytes, reply);
     // No handler answers more than its command's response.
     if (reply.bytes.size() > method->out_bytes)

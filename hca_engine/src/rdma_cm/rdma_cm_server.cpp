@@ -124,13 +124,7 @@ std::vector<int> RdmaCmServer::accept_pending() {
         auto file = std::make_unique<CmFile>();
         file->fd = fd;
         file->pid = peer.pid;
-        file->start_time = peer.start_time();
         file->uid = peer.uid;
-        if (file->start_time == 0) { // gone already, or /proc unreadable: no identity
-            peer.release();
-            ::close(fd);
-            continue;
-        }
         file->host = host_of_socket(fd);
         // Root only: a CapEff of CAP_NET_BIND_SERVICE may be a user namespace's.
         file->privileged_ports = peer.uid == 0;
@@ -179,8 +173,15 @@ void RdmaCmServer::close_file(CmFile& file) {
         destroy_id(*it->second);
     }
     ::close(file.fd);
-    if (file.pipe >= 0)
-        ::close(file.pipe);
+    if (file.pipe >= 0) {
+        auto [first, last] = files_by_pipe_.equal_range(file.pipe_inode);
+        for (auto it = first; it != last; ++it)
+            if (it->second == &file) {
+                files_by_pipe_.erase(it);
+                break;
+            }
+        close_client_descriptor(file.pipe); // a client's pipe
+    }
     files_by_user_.give_back(file.uid);
 }
 
@@ -192,28 +193,38 @@ bool RdmaCmServer::handle_input(int fd) {
     alignas(8) uint8_t buffer[di::kMaxRdmaCmMessage];
     // A few commands per file per round, as the control server serves its connections.
     for (unsigned served = 0; served < 16; ++served) {
-        di::ReceivedMessage m = di::receive_message(fd, buffer, sizeof(buffer), MSG_DONTWAIT);
+        di::ReceivedMessage m =
+            di::receive_message(fd, buffer, sizeof(buffer), MSG_DONTWAIT, close_client_descriptor);
         if (m.size < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return true;
         if (m.size <= 0) {
+            // An empty message may carry descriptors too.
+            close_client_descriptor(m.fd);
+            close_client_descriptor(m.second_fd);
             close_file(file);
             files_.erase(it);
             return false;
         }
+        int passed = -1; // a command's descriptor (MIGRATE_ID's), closed once it is served
         if (m.fd >= 0) {
-            // Only Open brings a descriptor: the event pipe, which must be a pipe. The
-            // engine reads and writes it through a description of its own
-            // (client_descriptors.hpp), so the client cannot make it block.
+            // Open brings the event pipe, which must be a pipe. The engine reads and
+            // writes it through a description of its own (client_descriptors.hpp), so the
+            // client cannot make it block.
             di::RdmaCmHeader h{};
             std::memcpy(&h, buffer, std::min<size_t>(sizeof(h), static_cast<size_t>(m.size)));
-            if (file.pipe < 0 && h.op == static_cast<uint16_t>(di::RdmaCmOp::Open))
+            if (file.pipe < 0 && h.op == static_cast<uint16_t>(di::RdmaCmOp::Open)) {
                 file.pipe = adopt_client_pipe(m.fd, true);
-            else
-                ::close(m.fd);
+                if (file.pipe >= 0 && (file.pipe_inode = anonymous_pipe_inode(file.pipe)))
+                    files_by_pipe_.emplace(file.pipe_inode, &file);
+            } else if (h.op == static_cast<uint16_t>(di::RdmaCmOp::Command)) {
+                passed = m.fd;
+            } else {
+                close_client_descriptor(m.fd);
+            }
         }
-        if (m.second_fd >= 0)
-            ::close(m.second_fd);
+        close_client_descriptor(m.second_fd);
         if (m.truncated) {
+            close_client_descriptor(passed);
             di::RdmaCmReply reply{};
             reply.header.magic = di::kRdmaCmMagic;
             reply.header.version = di::kRdmaCmVersion;
@@ -222,12 +233,13 @@ bool RdmaCmServer::handle_input(int fd) {
             di::send_message(fd, &reply, sizeof(reply));
             continue;
         }
-        dispatch(file, buffer, static_cast<size_t>(m.size));
+        dispatch(file, buffer, static_cast<size_t>(m.size), passed);
+        close_client_descriptor(passed);
     }
     return true;
 }
 
-void RdmaCmServer::dispatch(CmFile& file, const uint8_t* message, size_t size) {
+void RdmaCmServer::dispatch(CmFile& file, const uint8_t* message, size_t size, int passed_fd) {
     di::RdmaCmHeader header{};
     std::memcpy(&header, message, std::min(size, sizeof(header)));
     di::RdmaCmReply reply{};
@@ -243,8 +255,6 @@ void RdmaCmServer::dispatch(CmFile& file, const uint8_t* message, size_t size) {
         if (size != sizeof(open) || file.pipe < 0) {
             reply.result = -EBADMSG;
         } else {
-            std::memcpy(&open, message, sizeof(open));
-            file.app_fd = open.app_fd;
             reply.result = 0;
         }
     } else if (header.op == static_cast<uint16_t>(di::RdmaCmOp::Command) && file.pipe >= 0 &&
@@ -264,7 +274,7 @@ void RdmaCmServer::dispatch(CmFile& file, const uint8_t* message, size_t size) {
             } else {
                 ++counters_.commands;
                 const int rc = command(file, hdr.cmd, body + sizeof(hdr), hdr.in,
-                                       body + c.write_bytes, c.extra_bytes, out);
+                                       body + c.write_bytes, c.extra_bytes, out, passed_fd);
                 if (trace_ && hdr.cmd != RDMA_USER_CM_CMD_GET_EVENT)
                     std::fprintf(stderr, "rdma_cm: pid %d command %u in %u out %u: %d\n",
                                  static_cast<int>(file.pid), hdr.cmd, hdr.in, hdr.out, rc);

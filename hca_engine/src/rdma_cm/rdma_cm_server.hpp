@@ -107,14 +107,18 @@ class RdmaCmServer final : public MadReceiver, private transport::CmConsumer {
 
     // rdma_cm_server.cpp
     void close_file(CmFile& file);
-    void dispatch(CmFile& file, const uint8_t* message, size_t size);
+    // `passed_fd`: the descriptor the message brought (MIGRATE_ID's), -1: none; the
+    // caller keeps it and closes it.
+    void dispatch(CmFile& file, const uint8_t* message, size_t size, int passed_fd = -1);
     // What every command's handler gets besides its input: the file it was written on,
-    // the bytes past the command (SET_OPTION's value) and the time.
+    // the bytes past the command (SET_OPTION's value), the time and the descriptor the
+    // command brought (-1: none).
     struct Call {
         CmFile& file;
         const uint8_t* extra;
         size_t extra_bytes;
         uint64_t now;
+        int passed_fd;
     };
     // rdma_cm_methods.cpp: every command as one table indexed by command number (as the
     // kernel's ucma_cmd_table): the sizes of its input and of its response, and its
@@ -133,7 +137,7 @@ class RdmaCmServer final : public MadReceiver, private transport::CmConsumer {
     static int invoke(RdmaCmServer& server, Call& call, const uint8_t* in, size_t in_bytes,
                       Reply& reply);
     int command(CmFile& file, uint32_t cmd, const uint8_t* in, size_t in_bytes,
-                const uint8_t* extra, size_t extra_bytes, Reply& reply);
+                const uint8_t* extra, size_t extra_bytes, Reply& reply, int passed_fd = -1);
     // rdma_cm_commands.cpp: one handler per command (RDMA_USER_CM_CMD_*).
     int cmd_create_id(Call& call, const rdma_ucm_create_id& c, Reply& reply);
     int cmd_destroy_id(Call& call, const rdma_ucm_destroy_id& c, Reply& reply);
@@ -264,6 +268,9 @@ class RdmaCmServer final : public MadReceiver, private transport::CmConsumer {
     const PortSet& ports_;
     MadSender& wire_;
     std::map<int, std::unique_ptr<CmFile>> files_;
+    // By their pipe's inode (MIGRATE_ID). Pipe inode numbers are 32-bit and wrap, so two
+    // live pipes may share one: a lookup takes only the caller's user's files.
+    std::multimap<ino_t, CmFile*> files_by_pipe_;
     std::map<uint32_t, std::unique_ptr<CmId>> ids_;
     std::map<uint32_t, CmMulticast> multicasts_;
     // index_bound_port: by port space and port.

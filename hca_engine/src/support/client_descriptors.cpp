@@ -1,8 +1,16 @@
 #include "client_descriptors.hpp"
 
+#include <condition_variable>
 #include <cstdio>
+#include <cstring>
+#include <deque>
 #include <fcntl.h>
+#include <fstream>
+#include <mutex>
+#include <sstream>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <thread>
 #include <unistd.h>
 
 namespace softhca::engine {
@@ -25,19 +33,127 @@ dev_t pipe_filesystem() {
     return dev;
 }
 
+// The threads that close client descriptors (close_client_descriptor). A close may wait
+// as long as the client decides (a FUSE file's FLUSH its daemon never answers, a socket
+// lingering on unsent data, a pipe whose lock a client thread holds while it faults on
+// such a file), so each close runs on a thread that serves nobody, and a new thread
+// starts whenever none is idle, up to kMaxThreads; past that, closes wait their turn.
+// The threads live as long as the engine and are never joined.
+class Closer {
+  public:
+    static Closer& instance() {
+        static Closer* closer = new Closer; // never destroyed: its threads may be waiting
+        return *closer;
+    }
+    void close(int fd) {
+        std::lock_guard lock(mutex_);
+        queue_.push_back(fd);
+        if (idle_ == 0 && threads_ < kMaxThreads) {
+            ++threads_;
+            std::thread([this] { run(); }).detach();
+        }
+        ready_.notify_one();
+    }
+
+  private:
+    static constexpr unsigned kMaxThreads = 64;
+    void run() {
+        for (;;) {
+            int fd;
+            {
+                std::unique_lock lock(mutex_);
+                ++idle_;
+                ready_.wait(lock, [this] { return !queue_.empty(); });
+                --idle_;
+                fd = queue_.front();
+                queue_.pop_front();
+            }
+            ::close(fd);
+        }
+    }
+    std::mutex mutex_;
+    std::condition_variable ready_;
+    std::deque<int> queue_;
+    unsigned threads_ = 0, idle_ = 0;
+};
+
 } // namespace
+
+std::string filesystem_type(int fd, const std::string& mountinfo) {
+    std::ifstream fdinfo("/proc/self/fdinfo/" + std::to_string(fd));
+    std::string mount_id;
+    for (std::string line; std::getline(fdinfo, line);)
+        if (line.rfind("mnt_id:", 0) == 0) {
+            std::istringstream(line.substr(7)) >> mount_id;
+            break;
+        }
+    if (mount_id.empty())
+        return {};
+    std::ifstream mounts(mountinfo);
+    for (std::string line; std::getline(mounts, line);) {
+        // ID PARENT MAJOR:MINOR ROOT POINT OPTIONS [TAGS] - FSTYPE SOURCE SUPER
+        if (line.compare(0, mount_id.size() + 1, mount_id + " ") != 0)
+            continue;
+        const size_t dash = line.find(" - ");
+        if (dash == std::string::npos)
+            return {};
+        const size_t end = line.find(' ', dash + 3);
+        return line.substr(dash + 3, end == std::string::npos ? std::string::npos : end - dash - 3);
+    }
+    return {};
+}
+
+bool descriptor_identity(int fd, dev_t& device, ino_t& inode) {
+    struct statx sx {};
+    if (::statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, 0, &sx) != 0)
+        return false;
+    std::ifstream fdinfo("/proc/self/fdinfo/" + std::to_string(fd));
+    unsigned long long number = 0;
+    for (std::string line; std::getline(fdinfo, line);)
+        if (line.rfind("ino:", 0) == 0) {
+            std::istringstream(line.substr(4)) >> number;
+            break;
+        }
+    if (number == 0)
+        return false;
+    device = makedev(sx.stx_dev_major, sx.stx_dev_minor);
+    inode = static_cast<ino_t>(number);
+    return true;
+}
+
+void close_client_descriptor(int fd) {
+    if (fd >= 0)
+        Closer::instance().close(fd);
+}
+
+ino_t anonymous_pipe_inode(int fd) {
+    char path[64], link[64];
+    std::snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    const ssize_t n = ::readlink(path, link, sizeof(link) - 1);
+    if (n <= 0)
+        return 0;
+    link[n] = '\0';
+    unsigned long long inode = 0;
+    char end = 0;
+    // A pipe's link is "pipe:[INODE]"; a named FIFO's is its path.
+    if (std::sscanf(link, "pipe:[%llu%c", &inode, &end) != 2 || end != ']')
+        return 0;
+    return static_cast<ino_t>(inode);
+}
 
 int adopt_client_pipe(int fd, bool read_too) {
     if (fd < 0)
         return -1;
     struct stat st {};
     int own = -1;
-    if (::fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode) && st.st_dev == pipe_filesystem()) {
+    // A pipe first (asking no filesystem), then its fstat on pipefs.
+    if (anonymous_pipe_inode(fd) != 0 && ::fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode) &&
+        st.st_dev == pipe_filesystem()) {
         char path[64];
         std::snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
         own = ::open(path, (read_too ? O_RDWR : O_WRONLY) | O_NONBLOCK | O_CLOEXEC);
     }
-    ::close(fd);
+    close_client_descriptor(fd);
     return own;
 }
 

@@ -6,9 +6,42 @@
 // descriptor is an anonymous pipe (not a FIFO on disk, nor any other file that a root
 // open could widen) and opens the pipe anew through /proc/self/fd, a description of
 // its own, non-blocking, that no client holds.
+//
+// Nothing of a client's descriptor is asked of its filesystem before the engine knows
+// the filesystem cannot wait on a user: an fstat of a FUSE file asks the FUSE daemon
+// (GETATTR), an fstatfs asks it too (STATFS), and even a close asks it to FLUSH, and the
+// daemon may be the client's own, never answering. What a descriptor is, the engine
+// learns from the kernel's own tables: its /proc/self/fd link tells a pipe
+// ("pipe:[INODE]"), a socket or an anonymous inode from the dentry alone, and its mount
+// (the mnt_id of /proc/self/fdinfo) names its filesystem in a mountinfo.
 #pragma once
 
+#include <string>
+#include <string_view>
+#include <sys/types.h>
+
 namespace softhca::engine {
+
+// The type of the filesystem `fd` lies on (as mountinfo writes it: "proc", "tmpfs",
+// "fuse", ...), by the descriptor's mount as `mountinfo` (a /proc/PID/mountinfo path)
+// lists it; empty when that mountinfo does not list the mount (another mount
+// namespace's, or pipefs and sockfs, which no mountinfo lists). Asks no filesystem.
+std::string filesystem_type(int fd, const std::string& mountinfo);
+
+// The device and inode of the file `fd` is open on, from a statx that asks for no
+// attribute (the device, which FUSE gives even to a process it refuses) and the "ino:"
+// of /proc/self/fdinfo; false when either cannot be had. Asks no filesystem.
+bool descriptor_identity(int fd, dev_t& device, ino_t& inode);
+
+// Closes a descriptor a client handed the engine (-1: nothing) on a thread that serves
+// nobody: a close may wait as long as the client decides (a FUSE file's FLUSH, a socket
+// lingering on unsent data, a pipe whose lock a client thread holds), and then holds
+// that thread alone.
+void close_client_descriptor(int fd);
+
+// The inode of the anonymous pipe `fd` is, from its /proc/self/fd link; 0 when `fd` is
+// anything else. Asks no filesystem.
+ino_t anonymous_pipe_inode(int fd);
 
 // Takes `fd` (closing it) and returns the engine's own non-blocking descriptor of the
 // same pipe, opened for writing (or for reading and writing with `read_too`); -1 when

@@ -11,6 +11,12 @@
 // application never reads it. The engine's end is a second, non-blocking open of the
 // same pipe, passed with OpenRequest.
 //
+// MIGRATE_ID is written on the file the id moves to and names, by descriptor number
+// (`fd`), the file the id is on now; the kernel finds that file with fdget in the
+// caller's own table. The preload library passes the descriptor the caller holds at that
+// number along with the command (SCM_RIGHTS): the engine finds the source file by that
+// descriptor's pipe, so a caller reaches only a file it holds, as with the kernel.
+//
 // Versioning: every message starts with RdmaCmHeader; `version` must equal
 // kRdmaCmVersion or the engine answers EPROTO. Host byte order.
 #pragma once
@@ -21,7 +27,8 @@
 namespace softhca::device_interface {
 
 constexpr uint16_t kRdmaCmMagic = 0x5243; // "RC"
-constexpr uint16_t kRdmaCmVersion = 1;
+// 2: MIGRATE_ID carries the source file's descriptor; Open no longer names it.
+constexpr uint16_t kRdmaCmVersion = 2;
 constexpr size_t kMaxRdmaCmMessage = 4096;
 // The ABI version the kernel's rdma_ucm reports (RDMA_USER_CM_ABI_VERSION).
 constexpr int kRdmaCmAbiVersion = 4;
@@ -43,18 +50,17 @@ struct RdmaCmHeader {
 };
 static_assert(sizeof(RdmaCmHeader) == 16);
 
-// Open: the descriptor number the application holds for this file, which MIGRATE_ID
-// names; the engine's end of the pipe rides along as SCM_RIGHTS.
+// Open: the engine's end of the pipe rides along as SCM_RIGHTS.
 struct RdmaCmOpen {
     RdmaCmHeader header;
-    int32_t app_fd;
-    uint32_t reserved;
+    uint32_t reserved[2];
 };
 static_assert(sizeof(RdmaCmOpen) == 24);
 
 // Command: the bytes of the write follow the header (rdma_ucm_cmd_hdr first), then
 // `extra_bytes` the command points at that the engine cannot read itself: the option
-// value of SET_OPTION.
+// value of SET_OPTION. MIGRATE_ID's brings the descriptor its `fd` names (SCM_RIGHTS);
+// any other command's descriptor is closed unread.
 struct RdmaCmCommand {
     RdmaCmHeader header;
     uint32_t write_bytes;

