@@ -15,6 +15,7 @@
 //   cm_migrate_attack BIND_IPV4    (as root, under `softhca exec`, nothing else forking)
 // Exit 0 when the attack failed; 3 when an id was taken; 1 on any other failure.
 #include "fork_with_pid.hpp"
+#include "raw_migrate_id.hpp"
 
 #include <arpa/inet.h>
 #include <cerrno>
@@ -55,38 +56,12 @@ rdma_cm_id* make_id(rdma_event_channel* channel) {
     return id;
 }
 
-// MIGRATE_ID as librdmacm writes it (the kernel's uapi rdma_user_cm.h, which cannot be
-// included beside rdma_cma.h): the command header, then the command.
-constexpr uint32_t kMigrateIdCommand = 18; // RDMA_USER_CM_CMD_MIGRATE_ID
-struct MigrateIdMessage {
-    uint32_t cmd;
-    uint16_t in;
-    uint16_t out;
-    uint64_t response;
-    uint32_t id;
-    uint32_t fd;
-};
-static_assert(sizeof(MigrateIdMessage) == 8 + 16);
-
-// MIGRATE_ID written raw on `file`: true when the engine took it.
-bool migrate(int file, uint32_t id, int from_fd) {
-    uint32_t events_reported = 0; // struct rdma_ucm_migrate_resp
-    MigrateIdMessage message{};
-    message.cmd = kMigrateIdCommand;
-    message.in = sizeof(message) - 8;
-    message.out = sizeof(events_reported);
-    message.response = reinterpret_cast<uintptr_t>(&events_reported);
-    message.id = id;
-    message.fd = static_cast<uint32_t>(from_fd);
-    return write(file, &message, sizeof(message)) == static_cast<ssize_t>(sizeof(message));
-}
-
 // The attacker: holds the opener's file; tries every id handle of the victim's file.
 int attack(rdma_event_channel* old_file, int from_victim, int to_victim) {
     const int victim_fd = receive_int(from_victim);
     int taken = 0;
     for (uint32_t id = 0; id < 65536; ++id)
-        if (migrate(old_file->fd, id, victim_fd)) {
+        if (raw_cm::migrate_id(old_file->fd, id, victim_fd)) {
             std::printf("attacker: MIGRATE_ID took id %u of the victim's file\n", id);
             ++taken;
             break;

@@ -24,6 +24,8 @@
 // The FUSE daemon prints "fuse: READ asked" and "fuse: FLUSH asked" for the requests it
 // never answers.
 #include "attack_verbs.hpp"
+#include "raw_migrate_id.hpp"
+#include "softhca/device_interface/socket_io.hpp"
 
 #include <csignal>
 #include <cstdint>
@@ -196,20 +198,8 @@ class FuseDaemon {
     const int file = ::open((std::string(mount_dir) + "/file").c_str(), O_RDWR);
     if (file < 0)
         attack::die("open the FUSE file");
-    char byte = 0;
-    iovec piece{&byte, 1};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr message{};
-    message.msg_iov = &piece;
-    message.msg_iovlen = 1;
-    message.msg_control = control;
-    message.msg_controllen = sizeof(control);
-    cmsghdr* header = CMSG_FIRSTHDR(&message);
-    header->cmsg_level = SOL_SOCKET;
-    header->cmsg_type = SCM_RIGHTS;
-    header->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(header), &file, sizeof(int));
-    if (::sendmsg(channel, &message, 0) != 1)
+    const char byte = 0;
+    if (softhca::device_interface::send_message(channel, &byte, 1, file) != 1)
         attack::die("send the FUSE file");
     ::close(file); // only the parent holds it now: the daemon's own exit flushes nothing
     server.join();
@@ -218,21 +208,10 @@ class FuseDaemon {
 
 int receive_file(int channel) {
     char byte = 0;
-    iovec piece{&byte, 1};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr message{};
-    message.msg_iov = &piece;
-    message.msg_iovlen = 1;
-    message.msg_control = control;
-    message.msg_controllen = sizeof(control);
-    if (::recvmsg(channel, &message, 0) != 1)
+    const auto m = softhca::device_interface::receive_message(channel, &byte, 1);
+    if (m.size != 1 || m.fd < 0)
         attack::die("receive the FUSE file (the child failed)");
-    cmsghdr* header = CMSG_FIRSTHDR(&message);
-    if (!header || header->cmsg_type != SCM_RIGHTS)
-        attack::die("no file in the message");
-    int file = -1;
-    std::memcpy(&file, CMSG_DATA(header), sizeof(int));
-    return file;
+    return m.fd;
 }
 
 // An RDMA WRITE from `source` over a QP connected to another of the same context: the
@@ -314,15 +293,7 @@ int main(int argc, char** argv) {
     rdma_event_channel* cm_file = rdma_create_event_channel();
     if (!cm_file)
         attack::die("rdma_create_event_channel");
-    struct {
-        uint32_t cmd;
-        uint16_t in, out;
-        uint64_t response;
-        uint32_t id, fd;
-    } migrate{18 /* RDMA_USER_CM_CMD_MIGRATE_ID */, 16, 4, 0, 0, static_cast<uint32_t>(file)};
-    uint32_t events_reported = 0;
-    migrate.response = reinterpret_cast<uintptr_t>(&events_reported);
-    const bool moved = ::write(cm_file->fd, &migrate, sizeof(migrate)) == sizeof(migrate);
+    const bool moved = raw_cm::migrate_id(cm_file->fd, 0, file);
     std::printf("migrate: %s\n", moved ? "0" : strerrorname_np(errno));
     std::printf("holding\n");
     std::fflush(stdout);

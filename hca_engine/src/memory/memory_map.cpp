@@ -1,6 +1,7 @@
 #include "memory_map.hpp"
 
 #include "client_process.hpp"
+#include "mountinfo.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -235,20 +236,13 @@ int check_user_range(const ClientProcess& client, uint64_t addr, uint64_t length
         return 0;
     std::ifstream mounts(client.proc_path("mountinfo"));
     for (std::string line; std::getline(mounts, line) && !devices.empty();) {
-        // ID PARENT MAJOR:MINOR ROOT POINT OPTIONS [TAGS] - FSTYPE SOURCE SUPER
-        std::istringstream fields(line);
-        std::string id, parent, device;
-        fields >> id >> parent >> device;
-        const size_t dash = line.find(" - ");
-        if (dash == std::string::npos ||
-            std::find(devices.begin(), devices.end(), device) == devices.end())
+        MountinfoLine mount;
+        if (!parse_mountinfo_line(line, mount) ||
+            std::find(devices.begin(), devices.end(), mount.device) == devices.end())
             continue;
-        const size_t type_end = line.find(' ', dash + 3);
-        const std::string_view type = std::string_view(line).substr(
-            dash + 3, type_end == std::string::npos ? std::string::npos : type_end - (dash + 3));
-        if (!never_waits_on_a_user(type))
+        if (!never_waits_on_a_user(mount.type))
             return EOPNOTSUPP;
-        std::erase(devices, device);
+        std::erase(devices, mount.device);
     }
     return devices.empty() ? 0 : EOPNOTSUPP;
 }

@@ -1,7 +1,10 @@
 #include "client_descriptors.hpp"
 
+#include "mountinfo.hpp"
+
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <fcntl.h>
@@ -17,20 +20,17 @@ namespace softhca::engine {
 
 namespace {
 
-// The device of pipefs, where every anonymous pipe lives (a named FIFO lives on the
-// filesystem that holds its name).
-dev_t pipe_filesystem() {
-    static const dev_t dev = [] {
-        int fds[2];
-        struct stat st {};
-        if (::pipe2(fds, O_CLOEXEC) != 0)
-            return dev_t{0};
-        ::fstat(fds[0], &st);
-        ::close(fds[0]);
-        ::close(fds[1]);
-        return st.st_dev;
-    }();
-    return dev;
+// The value of the field `name` (with its colon) in /proc/self/fdinfo/FD; empty when
+// there is none.
+std::string fdinfo_field(int fd, std::string_view name) {
+    std::ifstream fdinfo("/proc/self/fdinfo/" + std::to_string(fd));
+    for (std::string line; std::getline(fdinfo, line);)
+        if (line.starts_with(name)) {
+            std::string value;
+            std::istringstream(line.substr(name.size())) >> value;
+            return value;
+        }
+    return {};
 }
 
 // The threads that close client descriptors (close_client_descriptor). A close may wait
@@ -80,25 +80,14 @@ class Closer {
 } // namespace
 
 std::string filesystem_type(int fd, const std::string& mountinfo) {
-    std::ifstream fdinfo("/proc/self/fdinfo/" + std::to_string(fd));
-    std::string mount_id;
-    for (std::string line; std::getline(fdinfo, line);)
-        if (line.rfind("mnt_id:", 0) == 0) {
-            std::istringstream(line.substr(7)) >> mount_id;
-            break;
-        }
+    const std::string mount_id = fdinfo_field(fd, "mnt_id:");
     if (mount_id.empty())
         return {};
     std::ifstream mounts(mountinfo);
     for (std::string line; std::getline(mounts, line);) {
-        // ID PARENT MAJOR:MINOR ROOT POINT OPTIONS [TAGS] - FSTYPE SOURCE SUPER
-        if (line.compare(0, mount_id.size() + 1, mount_id + " ") != 0)
-            continue;
-        const size_t dash = line.find(" - ");
-        if (dash == std::string::npos)
-            return {};
-        const size_t end = line.find(' ', dash + 3);
-        return line.substr(dash + 3, end == std::string::npos ? std::string::npos : end - dash - 3);
+        MountinfoLine mount;
+        if (parse_mountinfo_line(line, mount) && mount.id == mount_id)
+            return std::string(mount.type);
     }
     return {};
 }
@@ -107,13 +96,7 @@ bool descriptor_identity(int fd, dev_t& device, ino_t& inode) {
     struct statx sx {};
     if (::statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, 0, &sx) != 0)
         return false;
-    std::ifstream fdinfo("/proc/self/fdinfo/" + std::to_string(fd));
-    unsigned long long number = 0;
-    for (std::string line; std::getline(fdinfo, line);)
-        if (line.rfind("ino:", 0) == 0) {
-            std::istringstream(line.substr(4)) >> number;
-            break;
-        }
+    const unsigned long long number = std::strtoull(fdinfo_field(fd, "ino:").c_str(), nullptr, 10);
     if (number == 0)
         return false;
     device = makedev(sx.stx_dev_major, sx.stx_dev_minor);
@@ -144,11 +127,9 @@ ino_t anonymous_pipe_inode(int fd) {
 int adopt_client_pipe(int fd, bool read_too) {
     if (fd < 0)
         return -1;
-    struct stat st {};
     int own = -1;
-    // A pipe first (asking no filesystem), then its fstat on pipefs.
-    if (anonymous_pipe_inode(fd) != 0 && ::fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode) &&
-        st.st_dev == pipe_filesystem()) {
+    // Only pipefs names a descriptor "pipe:[INODE]": an anonymous pipe, not a FIFO on disk.
+    if (anonymous_pipe_inode(fd) != 0) {
         char path[64];
         std::snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
         own = ::open(path, (read_too ? O_RDWR : O_WRONLY) | O_NONBLOCK | O_CLOEXEC);
