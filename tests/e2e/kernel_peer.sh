@@ -212,7 +212,10 @@ kp_tool() {
 # the device and its GID index on the side that runs it, @PORT@ a TCP port of this exchange,
 # and @ADDR@ the server's address (the RDMA address for cm, its IPv6 one with KP_CM_IPV6
 # set; the TCP side channel's for tcp).
-# A server in the guest is stopped after KP_SERVER_TIMEOUT seconds (default 100).
+# A server in the guest is stopped after KP_SERVER_TIMEOUT seconds (default 100), the
+# other programs after 120 s (a guest program 10 s earlier, so that the guest's shell is
+# free for the next command). KP_RUN_TIMEOUT=T bounds every program of the exchange at T
+# seconds instead.
 # Both must exit 0; fails the test otherwise (with KP_MAY_FAIL set, returns 1 instead).
 # A run that failed only because perftest could not calibrate its clock (lib.sh) is run
 # again. The client's output is left in KP_OUT, the server's in KP_SERVER_OUT.
@@ -240,6 +243,7 @@ kp_exchange_once() {
     local on_guest="s/@DEV@/rxe0/g; s/@GID@/$KP_GUEST_GID/g; s/@PORT@/$KP_PORT/g; s/@ADDR@/$addr/g"
     local on_softhca="s/@DEV@/$KP_DEV/g; s/@GID@/${KP_SOFTHCA_GID:-0}/g; s/@PORT@/$KP_PORT/g; s/@ADDR@/$addr/g"
     local rc=0 server_rc=0 server_out
+    local bound=${KP_RUN_TIMEOUT:-120} guest_bound=${KP_RUN_TIMEOUT:-110}
     if [ "$side" = linux ]; then
         local check
         if [ "$ready" = cm ]; then
@@ -248,22 +252,22 @@ kp_exchange_once() {
             check=$(kp_tcp_listening "$KP_PORT")
         fi
         # A server whose client failed may wait for it forever: it is bounded.
-        kp_guest_server "timeout ${KP_SERVER_TIMEOUT:-100} $(sed "$on_guest" <<<"$server_cmd")" "$check"
+        kp_guest_server "timeout ${KP_RUN_TIMEOUT:-${KP_SERVER_TIMEOUT:-100}} $(sed "$on_guest" <<<"$server_cmd")" "$check"
         # shellcheck disable=SC2046 # the command's words
-        KP_OUT=$(kp_on_softhca timeout 120 $(sed "$on_softhca" <<<"$client_cmd") 2>&1) || rc=$?
+        KP_OUT=$(kp_on_softhca timeout "$bound" $(sed "$on_softhca" <<<"$client_cmd") 2>&1) || rc=$?
         server_out=$(kp_guest_wait "$KP_JOB" 120) || server_rc=$?
     else
         local server_file
         server_file=$(mktemp)
         # shellcheck disable=SC2046
-        kp_on_softhca timeout 120 $(sed "$on_softhca" <<<"$server_cmd") >"$server_file" 2>&1 &
+        kp_on_softhca timeout "$bound" $(sed "$on_softhca" <<<"$server_cmd") >"$server_file" 2>&1 &
         local server=$!
         if [ "$ready" = cm ]; then
             wait_until "kp_softhca_status | grep -q 'listening [1-9]'" 20
         else
             SERVER_NS=$KP_NS wait_listening "$KP_PORT"
         fi || fail "server did not get ready: $server_cmd: $(cat "$server_file")"
-        KP_OUT=$(kp_guest 120 "$(sed "$on_guest" <<<"$client_cmd")") || rc=$?
+        KP_OUT=$(kp_guest $((guest_bound + 10)) "timeout $guest_bound $(sed "$on_guest" <<<"$client_cmd")") || rc=$?
         wait "$server" || server_rc=$?
         server_out=$(cat "$server_file")
         rm -f "$server_file"

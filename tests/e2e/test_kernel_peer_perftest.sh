@@ -14,16 +14,32 @@ up_args=()
 kp_up "$SOFTHCA_PREFIX" "${KP_SUBNET:-8}" "${up_args[@]}"
 
 # One run: TOOL and ARGS, the server on SIDE (linux or softhca); the client's result table
-# must have a row.
+# must have a row. With KP_MAY_FAIL set a run that failed returns 1 (KP_WHAT says why).
 perftest() {
     local side=$1 tool=$2
     shift 2
     kp_exchange "$side" tcp "$tool -d @DEV@ -x @GID@ -p @PORT@ $*" \
-        "$tool -d @DEV@ -x @GID@ -p @PORT@ $* @ADDR@"
+        "$tool -d @DEV@ -x @GID@ -p @PORT@ $* @ADDR@" || return 1
     local row
     row=$(grep -E "^ +[0-9]+ +[0-9]+ +[0-9.]+" <<<"$KP_OUT" | tail -1) ||
         fail "$tool $*: no result row: $KP_OUT"
     echo "$tool $* ($side server):$row"
+}
+
+# A run over UC or UD: unreliable services do not retransmit (IBTA 9.8), so a frame
+# the guest drops loses its message, and a tool that waits for every message (the send
+# servers count their receives; the latency tools ping-pong) then waits for ever. QEMU
+# without KVM on a loaded 2-core machine does drop one now and then. Such a run is bounded
+# at 30 s (they take 2-3 s) and, when it ran out of time, run again: three runs at most,
+# every lost one reported. Any other failure stands.
+unreliable() {
+    local try
+    for try in 1 2 3; do
+        KP_MAY_FAIL=1 KP_RUN_TIMEOUT=30 perftest "$@" && return 0
+        grep -q "(124)" <<<"$KP_WHAT" || fail "$KP_WHAT"
+        echo "${*:2}: a message was lost over an unreliable service (run $try): $KP_WHAT" >&2
+    done
+    fail "${*:2}: a message was lost in each of three runs"
 }
 
 sides=(linux softhca)
@@ -60,16 +76,16 @@ for side in "${sides[@]}"; do
     # guest it takes 4 KiB (4 packets), on softhca (Linux sending, nothing dropped on
     # the way in) 64 KiB. The latency tools take one packet (the path MTU is 1024), so
     # that one drop in the guest does not hang the run.
-    perftest "$side" ib_write_bw -c UC -s 65536 -n 100
+    unreliable "$side" ib_write_bw -c UC -s 65536 -n 100
     send_size=65536
     [ "$side" = linux ] && send_size=4096
-    perftest "$side" ib_send_bw -c UC -s "$send_size" -n 100
+    unreliable "$side" ib_send_bw -c UC -s "$send_size" -n 100
     for tool in ib_write_lat ib_send_lat; do
-        perftest "$side" "$tool" -c UC -s 1024 -n 100
+        unreliable "$side" "$tool" -c UC -s 1024 -n 100
     done
     # UD messages fit one path MTU (1024 on the guest's link).
-    perftest "$side" ib_send_bw -c UD -s 1024 -n 100
-    perftest "$side" ib_send_lat -c UD -s 1024 -n 100
+    unreliable "$side" ib_send_bw -c UD -s 1024 -n 100
+    unreliable "$side" ib_send_lat -c UD -s 1024 -n 100
 done
 kp_check_received
 echo PASS

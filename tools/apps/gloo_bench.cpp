@@ -72,10 +72,20 @@ int main(int argc, char** argv) {
         iterations;
     if (rank == 0)
         std::printf("allreduce %zu us %.0f\n", size, us);
-    // Out without the destructors: Gloo's ring does not wait for its last sends to
-    // complete, and its ibverbs buffers refuse to be destroyed while one is pending
-    // ("Destructing buffer expecting completions"); PyTorch keeps them for the process's
-    // life.
     std::fflush(stdout);
+    // AllreduceRing's last step posts a notification to the left neighbour and returns
+    // without waiting for it to complete. A rank that left now could take that write
+    // with it (a dead process's QPs are destroyed, as the kernel destroys them, whatever
+    // they had posted) and leave its neighbour waiting for it until Gloo's timeout. So
+    // each rank says it is done and leaves only when every rank is: none is done before
+    // it has received all its neighbours sent.
+    store.set("softhca-bench-done-" + std::to_string(rank), {1});
+    std::vector<std::string> done;
+    for (int r = 0; r < ranks; ++r)
+        done.push_back("softhca-bench-done-" + std::to_string(r));
+    store.wait(done);
+    // Out without the destructors: Gloo's ibverbs buffers refuse to be destroyed while a
+    // send is pending ("Destructing buffer expecting completions"); PyTorch keeps them
+    // for the process's life.
     std::_Exit(0);
 }
