@@ -47,6 +47,10 @@ packages=(
     tshark
     # af_xdp ports' XDP program (hca_engine/src/ports/xdp): libbpf's headers, built by clang
     libbpf-dev
+    # The tools users already have, seeing softhca (tests/e2e/test_diag_tools.sh): ibstat
+    # and ibstatus, Prometheus's node_exporter with its infiniband collector, and curl to
+    # scrape it
+    infiniband-diags prometheus-node-exporter curl
     # Tests and scripts: process inspection, interface offloads (the udp port's GSO cut
     # into packets on a bridge: test_udp_af_packet.sh); network namespaces with iproute2,
     # in the quick share above

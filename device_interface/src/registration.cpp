@@ -1,6 +1,9 @@
 #include "softhca/device_interface/registration.hpp"
 
+#include "softhca/device_interface/control.hpp" // kPortCapabilityMask
+
 #include <cerrno>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sys/stat.h>
@@ -61,6 +64,9 @@ void write_port(const fs::path& port_dir, const PortRegistration& port) {
     write_file(port_dir / "lid_mask_count", "0\n");
     write_file(port_dir / "sm_sl", "0\n");
     write_file(port_dir / "rate", "10 Gb/sec (1X QDR)\n");
+    char cap_mask[16];
+    std::snprintf(cap_mask, sizeof(cap_mask), "0x%08x\n", kPortCapabilityMask);
+    write_file(port_dir / "cap_mask", cap_mask);
 }
 
 // The `device` link of every device, as a real HCA's links to its PCI function. With a

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <dirent.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -221,4 +222,60 @@ SOFTHCA_EXPORT int faccessat(int dirfd, const char* path, int mode, int flags) {
     static const auto real = next_symbol<int (*)(int, const char*, int, int)>("faccessat");
     char buffer[PATH_MAX];
     return real(dirfd, redirect(path, buffer), mode, flags);
+}
+
+// Directory scans: glibc's scandir and nftw open the directory through its own internal
+// opendir, which the opendir above does not see (libibumad lists a device's ports and
+// pkeys with scandir: ibstat; find and monitoring scripts walk the tree with nftw).
+using DirentFilter = int (*)(const struct dirent*);
+using DirentCompare = int (*)(const struct dirent**, const struct dirent**);
+using Dirent64Filter = int (*)(const struct dirent64*);
+using Dirent64Compare = int (*)(const struct dirent64**, const struct dirent64**);
+
+SOFTHCA_EXPORT int scandir(const char* path, struct dirent*** list, DirentFilter filter,
+                           DirentCompare compare) {
+    static const auto real =
+        next_symbol<int (*)(const char*, struct dirent***, DirentFilter, DirentCompare)>("scandir");
+    char buffer[PATH_MAX];
+    return real(redirect(path, buffer), list, filter, compare);
+}
+
+SOFTHCA_EXPORT int scandir64(const char* path, struct dirent64*** list, Dirent64Filter filter,
+                             Dirent64Compare compare) {
+    static const auto real =
+        next_symbol<int (*)(const char*, struct dirent64***, Dirent64Filter, Dirent64Compare)>(
+            "scandir64");
+    char buffer[PATH_MAX];
+    return real(redirect(path, buffer), list, filter, compare);
+}
+
+SOFTHCA_EXPORT int scandirat(int dirfd, const char* path, struct dirent*** list,
+                             DirentFilter filter, DirentCompare compare) {
+    static const auto real =
+        next_symbol<int (*)(int, const char*, struct dirent***, DirentFilter, DirentCompare)>(
+            "scandirat");
+    char buffer[PATH_MAX];
+    return real(dirfd, redirect(path, buffer), list, filter, compare);
+}
+
+using NftwVisit = int (*)(const char*, const struct stat*, int, struct FTW*);
+using Nftw64Visit = int (*)(const char*, const struct stat64*, int, struct FTW*);
+
+SOFTHCA_EXPORT int nftw(const char* path, NftwVisit visit, int descriptors, int flags) {
+    static const auto real = next_symbol<int (*)(const char*, NftwVisit, int, int)>("nftw");
+    char buffer[PATH_MAX];
+    return real(redirect(path, buffer), visit, descriptors, flags);
+}
+
+SOFTHCA_EXPORT int nftw64(const char* path, Nftw64Visit visit, int descriptors, int flags) {
+    static const auto real = next_symbol<int (*)(const char*, Nftw64Visit, int, int)>("nftw64");
+    char buffer[PATH_MAX];
+    return real(redirect(path, buffer), visit, descriptors, flags);
+}
+
+// `cd /sys/class/infiniband` (ibstatus does, then lists `*`).
+SOFTHCA_EXPORT int chdir(const char* path) {
+    static const auto real = next_symbol<int (*)(const char*)>("chdir");
+    char buffer[PATH_MAX];
+    return real(redirect(path, buffer));
 }

@@ -17,6 +17,7 @@
 #include "fabric_ports.hpp"
 #include "fast_crc32.hpp"
 #include "host_namespaces.hpp"
+#include "port_counter_files.hpp"
 #include "rdma_cm_server.hpp"
 #include "udp_ports.hpp"
 
@@ -206,6 +207,18 @@ int run(const EngineConfig& config) {
         });
         static_cast<FabricPortSet&>(ports).set_host_namespaces(std::move(namespaces));
     }
+    // The ports' counters in every device tree (port_counter_files.hpp).
+    std::vector<PortCounterFiles::Target> counter_targets;
+    const auto port_dir = [](const std::string& root, const Device& device) {
+        return root + "/class/infiniband/" + device.name + "/ports/1";
+    };
+    for (const Device& device : devices)
+        counter_targets.push_back({port_dir(config.sysfs_root(), device), device.port_index});
+    for (const fabric::HostNamespace& host : hosts)
+        for (uint32_t nic : host.nics)
+            counter_targets.push_back({port_dir(host_view_root(config, host.host), devices[nic]),
+                                       devices[nic].port_index});
+    PortCounterFiles counter_files(std::move(counter_targets));
     {
         std::ofstream pid(config.pid_path());
         pid << getpid() << "\n";
@@ -270,6 +283,10 @@ int run(const EngineConfig& config) {
         if (now >= rdma_cm.next_deadline()) {
             const auto world = threads.world();
             busy |= rdma_cm.poll(now);
+        }
+        if (counter_files.due(now)) {
+            const auto world = threads.world();
+            counter_files.publish(now, ports);
         }
         if (busy)
             last_busy = now;

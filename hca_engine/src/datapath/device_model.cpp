@@ -87,7 +87,7 @@ di::PortAttributes port_attributes(const PortInfo& port) {
     a.eth_mtu = port.eth_mtu;
     a.gid_tbl_len = static_cast<uint32_t>(port.gids.size());
     a.pkey_tbl_len = 1;
-    a.port_cap_flags = 0;
+    a.port_cap_flags = di::kPortCapabilityMask;
     a.max_msg_sz = 1u << 31; // IBTA: messages up to 2^31 bytes
     encode_speed(port.link_speed_mbps, a.active_width, a.active_speed);
     a.link_layer = 2; // IBV_LINK_LAYER_ETHERNET

@@ -206,6 +206,11 @@ struct QueryDeviceReply {
 
 enum class PortState : uint32_t { Down = 1, Init = 2, Armed = 3, Active = 4 };
 
+// The port's capability mask (IBTA 14.2.5.6 PortInfo:CapabilityMask), as ibv_query_port's
+// port_cap_flags and sysfs's ports/N/cap_mask give it: the communication manager is
+// supported (IsCommunicationManagementSupported, bit 16), as Linux rxe says.
+constexpr uint32_t kPortCapabilityMask = 1u << 16;
+
 struct PortAttributes {
     uint32_t state;      // PortState
     uint32_t phys_state; // 5 = LinkUp, 3 = Disabled (IBTA PortInfo PortPhysicalState)
