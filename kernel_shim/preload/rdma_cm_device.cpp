@@ -8,6 +8,7 @@
 #include "rdma_cm_device.hpp"
 
 #include "next_symbol.hpp"
+#include "rdma_netlink.hpp"
 #include "softhca/device_interface/rdma_cm.hpp"
 #include "softhca/device_interface/socket_io.hpp"
 
@@ -328,6 +329,7 @@ using namespace softhca::preload;
 extern "C" __attribute__((visibility("default"))) int close(int fd) {
     static const auto real = next_symbol<int (*)(int)>("close");
     rdma_cm_close(fd);
+    rdma_netlink_close(fd);
     return real(fd);
 }
 

@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # The tools users already have, on an instance of this test's own: ibstat and ibstatus
-# (infiniband-diags) list the devices; the port counters in sysfs (ports/1/counters,
+# (infiniband-diags) list the devices; iproute2's rdma tool (dev, link, system, statistic
+# and resource show) sees them through the RDMA netlink softhca's preload answers, bad
+# netlink input gets the kernel's errors, and another user sees none of root's QPs; the
+# port counters in sysfs (ports/1/counters,
 # hw_counters) grow by what an ib_write_bw moved, agree with `softhca status` and between
 # the two ends, and honour hw_counters/lifespan; Prometheus's node_exporter (its
 # infiniband collector, pointed at softhca's sysfs) exports them.
 #   test_diag_tools.sh
 source "$(dirname "$0")/lib.sh"
+here=$(cd "$(dirname "$0")" && pwd)
 server=${SOFTHCA_PREFIX}0 client=${SOFTHCA_PREFIX}1
-exporter=
+exporter= pingpongs=()
 trap 'if [ -n "$exporter" ]; then kill "$exporter" 2>/dev/null || true; fi
+      for p in "${pingpongs[@]}"; do kill "$p" 2>/dev/null || true; done
       "$SOFTHCA" down >/dev/null 2>&1 || true' EXIT
 "$SOFTHCA" up >/dev/null || fail "softhca up failed"
 tree=$("$SOFTHCA" env | sed -n 's/^export SYSFS_PATH=//p')
@@ -29,6 +34,26 @@ for dev in "$server" "$client"; do
     grep -qF "Infiniband device '$dev' port 1 status:" <<<"$out" || fail "ibstatus: no $dev: $out"
 done
 grep -qE "state:[[:space:]]+4: ACTIVE" <<<"$out" || fail "ibstatus shows no ACTIVE port: $out"
+
+# iproute2's rdma tool.
+out=$("$SOFTHCA" exec -- rdma dev show) || fail "rdma dev show: $out"
+echo "$out"
+for dev in "$server" "$client"; do
+    guid=$(cat "$tree/class/infiniband/$dev/node_guid")
+    grep -qE "^[0-9]+: $dev: node_type ca fw .* node_guid $guid " <<<"$out" ||
+        fail "rdma dev show: no $dev with node_guid $guid"
+done
+out=$("$SOFTHCA" exec -- rdma link show) || fail "rdma link show: $out"
+echo "$out"
+for dev in "$server" "$client"; do
+    grep -q "^link $dev/1 state ACTIVE physical_state LINK_UP" <<<"$out" ||
+        fail "rdma link show: $dev/1 is not ACTIVE and LINK_UP"
+done
+out=$("$SOFTHCA" exec -- rdma system show) || fail "rdma system show: $out"
+grep -q "netns shared copy-on-fork on" <<<"$out" || fail "rdma system show: $out"
+"$SOFTHCA" exec -- python3 "$here/rdma_netlink_probe.py" || fail "bad netlink input"
+out=$("$SOFTHCA" exec -- rdma resource show cq 2>&1) && fail "rdma resource show cq: $out"
+grep -q "Operation not supported" <<<"$out" || fail "rdma resource show cq: $out"
 
 counter() { cat "$tree/class/infiniband/$1/ports/1/$2"; }
 status_counter() { # DEVICE NAME: the port counter as `softhca status` shows it
@@ -77,6 +102,40 @@ for f in port_rcv_errors symbol_error; do
     [ "$(counter "$server" "counters/$f")" = 0 ] || fail "counters/$f is not 0"
 done
 [ "$(counter "$client" hw_counters/lifespan)" = 10 ] || fail "lifespan is not 10 ms by default"
+out=$("$SOFTHCA" exec -- rdma statistic show link "$client/1") || fail "rdma statistic show: $out"
+echo "$out"
+grep -q " sent_pkts $(counter "$client" hw_counters/sent_pkts) " <<<"$out" ||
+    fail "rdma statistic show: sent_pkts differs from hw_counters/sent_pkts"
+
+# rdma resource show: a running ibv_rc_pingpong's QPs, with their processes; another user
+# sees none of them.
+port=$((18900 + RANDOM % 100))
+"$SOFTHCA" exec -- ibv_rc_pingpong -d "$server" -g 0 -p "$port" -n 100000000 >/dev/null 2>&1 &
+pingpongs+=($!)
+wait_listening "$port" || fail "ibv_rc_pingpong's server did not listen"
+"$SOFTHCA" exec -- ibv_rc_pingpong -d "$client" -g 0 -p "$port" -n 100000000 "$SERVER_ADDR" \
+    >/dev/null 2>&1 &
+pingpongs+=($!)
+wait_until "\"$SOFTHCA\" exec -- rdma res show qp | grep -q '^link $client/1 .*state RTS'" 10 ||
+    fail "no RTS QP of the pingpong in rdma res show qp: $("$SOFTHCA" exec -- rdma res show qp)"
+out=$("$SOFTHCA" exec -- rdma res show qp) || fail "rdma res show qp: $out"
+echo "$out"
+line=$(grep "^link $client/1 " <<<"$out") || fail "no QP on $client/1"
+qp_pid=$(sed -n 's/.* pid \([0-9]*\) .*/\1/p' <<<"$line")
+[ "$(cat "/proc/$qp_pid/comm" 2>/dev/null)" = ibv_rc_pingpong ] ||
+    fail "the QP's pid $qp_pid is not the pingpong's"
+grep -qE "type RC state RTS rq-psn [0-9]+ sq-psn [0-9]+ pid $qp_pid comm ibv_rc_pingpong" <<<"$line" ||
+    fail "rdma res show qp line: $line"
+summary=$("$SOFTHCA" exec -- rdma res show) || fail "rdma res show: $summary"
+echo "$summary"
+grep -qE "^[0-9]+: $client: pd 1 cq 1 qp 1 mr 1 ctx 1" <<<"$summary" || fail "rdma res show: $summary"
+if id nobody >/dev/null 2>&1; then
+    theirs=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$SOFTHCA" exec -- rdma res show qp) ||
+        fail "rdma res show qp as nobody failed"
+    [ -z "$theirs" ] || fail "another user sees root's QPs: $theirs"
+fi
+for p in "${pingpongs[@]}"; do kill "$p" 2>/dev/null || true; done
+pingpongs=()
 
 # lifespan: at 10 s (the kernel's most) the files keep the values of the last publication
 # while traffic goes on (the engine reads lifespan each second); back at 10 ms they catch

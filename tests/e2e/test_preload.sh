@@ -2,7 +2,8 @@
 # What libsofthca-preload.so does for a program run with `softhca exec`, besides
 # completion channels (the verbs tests cover those): the hard-coded sysfs paths NCCL and
 # UCX open resolve into the device tree, paths of devices that are not ours are left
-# alone, and RDMA netlink is hidden so libibverbs uses the tree.
+# alone, and RDMA netlink answers from the tree (libibverbs's discovery sees the tree's
+# devices, not the host kernel's); without a tree the family is not there.
 source "$(dirname "$0")/lib.sh"
 dev="${SOFTHCA_PREFIX}0"
 run() { "$SOFTHCA" exec -- "$@"; }
@@ -41,8 +42,35 @@ if SYSFS_PATH=$("$SOFTHCA" env | sed -n 's/^export SYSFS_PATH=//p') \
     test -e "/sys/class/infiniband/$dev/node_type"; then
     fail "the path resolved without the preload library"
 fi
-# RDMA netlink (NETLINK_RDMA = 20) is not there for the program.
-run python3 - <<'PY' || fail "NETLINK_RDMA socket was not refused"
+# RDMA netlink (NETLINK_RDMA = 20): a device dump names the tree's devices, and only them.
+tree=$("$SOFTHCA" env | sed -n 's/^export SYSFS_PATH=//p')
+want=$(ls "$tree/class/infiniband" | sort | tr '\n' ' ')
+got=$(run python3 - <<'PY'
+import socket, struct
+s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 20)
+s.bind((0, 0))
+s.send(struct.pack("=IHHII", 16, (5 << 10) + 1, 0x301, 1, 0))
+names, done = [], False
+while not done:
+    data = s.recv(65536)
+    at = 0
+    while at + 16 <= len(data):
+        length, kind = struct.unpack_from("=IH", data, at)
+        done |= kind == 3
+        attr = at + 16
+        while kind != 3 and attr + 4 <= at + length:
+            alen, atype = struct.unpack_from("=HH", data, attr)
+            if atype == 2:  # RDMA_NLDEV_ATTR_DEV_NAME
+                names.append(data[attr + 4:attr + alen].rstrip(b"\0").decode())
+            attr += (alen + 3) & ~3
+        at += (length + 3) & ~3
+print(" ".join(sorted(names)) + " ")
+PY
+) || fail "RDMA netlink device dump failed"
+[ "$got" = "$want" ] || fail "RDMA netlink lists '$got', the tree has '$want'"
+# Without a tree (the preload loaded, SYSFS_PATH not softhca's) it is not there.
+preload=$("$SOFTHCA" env | sed -n 's/^export LD_PRELOAD=\([^$:]*\).*/\1/p')
+LD_PRELOAD=$preload SYSFS_PATH=/sys python3 - <<'PY' || fail "NETLINK_RDMA socket was not refused without a tree"
 import errno, socket, sys
 try:
     socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 20)

@@ -159,6 +159,8 @@ Json qp_document(const EngineQp& qp) {
             {"type", qp_type_name(qp.type())},
             {"state", qp_state_name(qp.transport().state())},
             {"dest_qp", qp.transport().attributes().dest_qp},
+            {"sq_psn", qp.transport().requester_psn()},
+            {"rq_psn", qp.transport().responder_psn()},
             {"srq", qp.srq() != nullptr},
             {"counters",
              {{"packets_sent", k.packets_sent},

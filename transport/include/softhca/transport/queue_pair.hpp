@@ -142,6 +142,10 @@ class QueuePair {
     QpConfig& attributes() { return attr_; }
     const QpConfig& attributes() const { return attr_; }
     const QpCounters& counters() const { return counters_; }
+    // The PSN the requester sends next and the one the responder expects next (what
+    // ibv_query_qp's sq_psn and rq_psn report on rxe once the QP runs).
+    uint32_t requester_psn() const { return req_.next_psn; }
+    uint32_t responder_psn() const { return resp_.epsn; }
 
     // Applies a state change already validated with modify_qp_allowed(). Entering RTR
     // loads rq_psn, entering RTS loads sq_psn; entering ERR flushes every work request.

@@ -1,0 +1,582 @@
+#include "rdma_netlink_replies.hpp"
+
+#include "next_symbol.hpp"
+#include "softhca/device_interface/control.hpp"
+#include "softhca/device_interface/registration.hpp" // kEngineSocketFile
+#include "softhca/device_interface/socket_io.hpp"
+
+// This library is built without exceptions: a document that does not parse is discarded.
+#define JSON_NOEXCEPTION
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <dirent.h>
+#include <fcntl.h>
+#include <functional>
+#include <linux/netlink.h>
+#include <net/if.h>
+#include <rdma/rdma_netlink.h>
+#include <sys/socket.h>
+#include <sys/sysmacros.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+namespace softhca::preload {
+namespace {
+
+// The tree's files are read with the C library's own open: the interposed one would
+// send /sys/class/... paths back into the tree, and these are the tree's paths already.
+std::string read_file(const std::string& path) {
+    static const auto real_open = next_symbol<int (*)(const char*, int, ...)>("open");
+    const int fd = real_open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return {};
+    char buffer[256];
+    const ssize_t n = ::read(fd, buffer, sizeof(buffer) - 1);
+    ::close(fd);
+    if (n <= 0)
+        return {};
+    std::string text(buffer, static_cast<size_t>(n));
+    while (!text.empty() && (text.back() == '\n' || text.back() == ' '))
+        text.pop_back();
+    return text;
+}
+
+// The names in a folder of the tree, sorted (no dot entries).
+std::vector<std::string> list_folder(const std::string& path) {
+    static const auto real_opendir = next_symbol<DIR* (*)(const char*)>("opendir");
+    std::vector<std::string> names;
+    DIR* dir = real_opendir(path.c_str());
+    if (!dir)
+        return names;
+    while (const dirent* entry = ::readdir(dir))
+        if (entry->d_name[0] != '.')
+            names.emplace_back(entry->d_name);
+    ::closedir(dir);
+    std::sort(names.begin(), names.end());
+    return names;
+}
+
+uint64_t number(const std::string& text) {
+    return std::strtoull(text.c_str(), nullptr, 0);
+}
+
+// A GUID as sysfs writes it ("0053:48ff:fe60:ae01") to the u64 nldev carries.
+uint64_t guid(const std::string& text) {
+    uint64_t value = 0;
+    for (char c : text) {
+        if (c == ':')
+            continue;
+        const char* digits = "0123456789abcdef";
+        const char* at = std::strchr(digits, std::tolower(static_cast<unsigned char>(c)));
+        if (!at || !*at)
+            return 0;
+        value = value << 4 | static_cast<uint64_t>(at - digits);
+    }
+    return value;
+}
+
+// A device of the tree as nldev numbers it: devices in name order from 1 (the index is
+// stable while the engine runs: its devices never change).
+struct Device {
+    uint32_t index = 0;
+    std::string name;
+    std::string dir; // .../class/infiniband/NAME
+    uint32_t ports = 0;
+};
+
+std::vector<Device> devices(const char* root) {
+    std::vector<Device> out;
+    const std::string cls = std::string(root) + "/class/infiniband";
+    for (const std::string& name : list_folder(cls)) {
+        Device d;
+        d.index = static_cast<uint32_t>(out.size() + 1);
+        d.name = name;
+        d.dir = cls + "/" + name;
+        d.ports = static_cast<uint32_t>(list_folder(d.dir + "/ports").size());
+        out.push_back(std::move(d));
+    }
+    return out;
+}
+
+// One netlink message being built.
+class Message {
+  public:
+    Message(uint16_t type, uint16_t flags, uint32_t seq, uint32_t portid) {
+        nlmsghdr header{};
+        header.nlmsg_type = type;
+        header.nlmsg_flags = flags;
+        header.nlmsg_seq = seq;
+        header.nlmsg_pid = portid;
+        bytes_.assign(reinterpret_cast<const char*>(&header), sizeof(header));
+    }
+    void put(uint16_t type, const void* value, size_t length) {
+        nlattr attr{};
+        attr.nla_type = type;
+        attr.nla_len = static_cast<uint16_t>(NLA_HDRLEN + length);
+        bytes_.append(reinterpret_cast<const char*>(&attr), sizeof(attr));
+        if (length)
+            bytes_.append(static_cast<const char*>(value), length);
+        bytes_.append(NLA_ALIGN(length) - length, '\0');
+    }
+    // A payload that is not attributes (an error's or DONE's).
+    void append(const void* bytes, size_t length) {
+        bytes_.append(static_cast<const char*>(bytes), length);
+    }
+    void put_u8(uint16_t type, uint8_t v) { put(type, &v, sizeof(v)); }
+    void put_u32(uint16_t type, uint32_t v) { put(type, &v, sizeof(v)); }
+    void put_u64(uint16_t type, uint64_t v) { put(type, &v, sizeof(v)); }
+    void put_string(uint16_t type, const std::string& s) { put(type, s.c_str(), s.size() + 1); }
+    // Nested attributes: begin() returns where the nest starts, end() closes it.
+    size_t begin(uint16_t type) {
+        const size_t at = bytes_.size();
+        put(type, nullptr, 0);
+        reinterpret_cast<nlattr*>(&bytes_[at])->nla_type = type | NLA_F_NESTED;
+        return at;
+    }
+    void end(size_t at) {
+        reinterpret_cast<nlattr*>(&bytes_[at])->nla_len = static_cast<uint16_t>(bytes_.size() - at);
+    }
+    std::string finish() {
+        reinterpret_cast<nlmsghdr*>(&bytes_[0])->nlmsg_len = static_cast<uint32_t>(bytes_.size());
+        return std::move(bytes_);
+    }
+
+  private:
+    std::string bytes_;
+};
+
+// What a request asked: its header and the attributes nldev reads from requests.
+struct Request {
+    const nlmsghdr* header = nullptr;
+    bool has_device = false, has_port = false;
+    uint32_t device = 0, port = 0;
+    std::string chardev_type;
+    bool stat_res = false; // a per-resource counter request (statistic qp ...)
+};
+
+Request parse(const nlmsghdr* header) {
+    Request r;
+    r.header = header;
+    const auto* at = reinterpret_cast<const uint8_t*>(header) + NLMSG_HDRLEN;
+    size_t left = header->nlmsg_len - NLMSG_HDRLEN;
+    while (left >= NLA_HDRLEN) {
+        nlattr attr;
+        std::memcpy(&attr, at, sizeof(attr));
+        if (attr.nla_len < NLA_HDRLEN || attr.nla_len > left)
+            break;
+        const uint8_t* value = at + NLA_HDRLEN;
+        const size_t length = attr.nla_len - NLA_HDRLEN;
+        switch (attr.nla_type & NLA_TYPE_MASK) {
+        case RDMA_NLDEV_ATTR_DEV_INDEX:
+            if (length >= 4) {
+                std::memcpy(&r.device, value, 4);
+                r.has_device = true;
+            }
+            break;
+        case RDMA_NLDEV_ATTR_PORT_INDEX:
+            if (length >= 4) {
+                std::memcpy(&r.port, value, 4);
+                r.has_port = true;
+            }
+            break;
+        case RDMA_NLDEV_ATTR_CHARDEV_TYPE:
+            r.chardev_type.assign(reinterpret_cast<const char*>(value),
+                                  strnlen(reinterpret_cast<const char*>(value), length));
+            break;
+        case RDMA_NLDEV_ATTR_STAT_RES:
+            r.stat_res = true;
+            break;
+        default:
+            break;
+        }
+        const size_t step = NLA_ALIGN(attr.nla_len);
+        if (step >= left)
+            break;
+        at += step;
+        left -= step;
+    }
+    return r;
+}
+
+std::string error_message(const nlmsghdr* request, int error, uint32_t portid) {
+    Message m(NLMSG_ERROR, 0, request->nlmsg_seq, portid);
+    nlmsgerr body{};
+    body.error = -error;
+    body.msg = *request;
+    m.append(&body, sizeof(body));
+    return m.finish();
+}
+
+std::string done_message(const nlmsghdr* request, uint32_t portid) {
+    Message m(NLMSG_DONE, NLM_F_MULTI, request->nlmsg_seq, portid);
+    const int32_t status = 0;
+    m.append(&status, sizeof(status));
+    return m.finish();
+}
+
+void put_device_handle(Message& m, const Device& d) {
+    m.put_u32(RDMA_NLDEV_ATTR_DEV_INDEX, d.index);
+    m.put_string(RDMA_NLDEV_ATTR_DEV_NAME, d.name);
+}
+
+// RDMA_NLDEV_CMD_GET (nldev fill_dev_info): the port attribute carries the number of
+// ports.
+void fill_device(Message& m, const Device& d) {
+    put_device_handle(m, d);
+    m.put_u32(RDMA_NLDEV_ATTR_PORT_INDEX, d.ports);
+    m.put_string(RDMA_NLDEV_ATTR_FW_VERSION, read_file(d.dir + "/fw_ver"));
+    m.put_u64(RDMA_NLDEV_ATTR_NODE_GUID, guid(read_file(d.dir + "/node_guid")));
+    m.put_u64(RDMA_NLDEV_ATTR_SYS_IMAGE_GUID, guid(read_file(d.dir + "/sys_image_guid")));
+    m.put_u8(RDMA_NLDEV_ATTR_DEV_NODE_TYPE, RDMA_NODE_IB_CA);
+    m.put_string(RDMA_NLDEV_ATTR_DEV_PROTOCOL, "roce");
+}
+
+// RDMA_NLDEV_CMD_PORT_GET (fill_port_info). A RoCE port has no LID, SM LID or LMC to
+// report (the kernel sends them for InfiniBand ports only); its netdev comes from the
+// first GID's.
+void fill_port(Message& m, const Device& d, uint32_t port) {
+    const std::string dir = d.dir + "/ports/" + std::to_string(port);
+    put_device_handle(m, d);
+    m.put_u32(RDMA_NLDEV_ATTR_PORT_INDEX, port);
+    m.put_u64(RDMA_NLDEV_ATTR_CAP_FLAGS, number(read_file(dir + "/cap_mask")));
+    m.put_u8(RDMA_NLDEV_ATTR_PORT_STATE, static_cast<uint8_t>(number(read_file(dir + "/state"))));
+    m.put_u8(RDMA_NLDEV_ATTR_PORT_PHYS_STATE,
+             static_cast<uint8_t>(number(read_file(dir + "/phys_state"))));
+    const std::string netdev = read_file(dir + "/gid_attrs/ndevs/0");
+    const unsigned ifindex = netdev.empty() ? 0 : ::if_nametoindex(netdev.c_str());
+    if (ifindex) { // only an interface of the caller's namespace, as the kernel does
+        m.put_u32(RDMA_NLDEV_ATTR_NDEV_INDEX, ifindex);
+        m.put_string(RDMA_NLDEV_ATTR_NDEV_NAME, netdev);
+    }
+}
+
+// RDMA_NLDEV_CMD_STAT_GET for a port: every hw counter the engine publishes, by name.
+void fill_port_counters(Message& m, const Device& d, uint32_t port) {
+    const std::string dir = d.dir + "/ports/" + std::to_string(port) + "/hw_counters";
+    put_device_handle(m, d);
+    m.put_u32(RDMA_NLDEV_ATTR_PORT_INDEX, port);
+    const size_t table = m.begin(RDMA_NLDEV_ATTR_STAT_HWCOUNTERS);
+    for (const std::string& name : list_folder(dir)) {
+        if (name == "lifespan" || name.find('.') != std::string::npos)
+            continue;
+        const size_t entry = m.begin(RDMA_NLDEV_ATTR_STAT_HWCOUNTER_ENTRY);
+        m.put_string(RDMA_NLDEV_ATTR_STAT_HWCOUNTER_ENTRY_NAME, name);
+        m.put_u64(RDMA_NLDEV_ATTR_STAT_HWCOUNTER_ENTRY_VALUE, number(read_file(dir + "/" + name)));
+        m.end(entry);
+    }
+    m.end(table);
+}
+
+// RDMA_NLDEV_CMD_GET_CHARDEV for "uverbs": the device's uverbs node, as libibverbs finds
+// it (the tree's infiniband_verbs folder names it). Other character devices (umad,
+// rdma_cm) are not a device's here: their callers fall back to sysfs, as on a kernel
+// without that client.
+bool fill_uverbs(Message& m, const char* root, const Device& d) {
+    const std::string verbs = std::string(root) + "/class/infiniband_verbs";
+    for (const std::string& name : list_folder(verbs)) {
+        if (read_file(verbs + "/" + name + "/ibdev") != d.name)
+            continue;
+        const std::string dev = read_file(verbs + "/" + name + "/dev");
+        unsigned major_number = 0, minor_number = 0;
+        if (std::sscanf(dev.c_str(), "%u:%u", &major_number, &minor_number) != 2)
+            return false;
+        put_device_handle(m, d);
+        m.put_u64(RDMA_NLDEV_ATTR_CHARDEV, makedev(major_number, minor_number));
+        m.put_u64(RDMA_NLDEV_ATTR_CHARDEV_ABI,
+                  number(read_file(verbs + "/" + name + "/abi_version")));
+        m.put_string(RDMA_NLDEV_ATTR_CHARDEV_NAME, name);
+        return true;
+    }
+    return false;
+}
+
+// The engine's status document, as `softhca status --json` gets it: only what the
+// caller may see (its own processes; root in the engine's PID namespace sees every one),
+// as the kernel's resource tracker shows a PID namespace its own. Discarded when the
+// engine does not answer.
+nlohmann::json engine_status(const std::vector<Device>& all) {
+    namespace di = device_interface;
+    nlohmann::json discarded = nlohmann::json::value_t::discarded;
+    if (all.empty())
+        return discarded;
+    const std::string path = read_file(all.front().dir + "/" + di::kEngineSocketFile);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    if (path.empty() || path.size() >= sizeof(address.sun_path))
+        return discarded;
+    std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+    const int sock = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (sock < 0)
+        return discarded;
+    timeval timeout{5, 0};
+    ::setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    const di::MessageHeader request{di::kControlMagic,
+                                    di::kControlVersion,
+                                    static_cast<uint16_t>(di::Opcode::EngineStatusJson),
+                                    0,
+                                    sizeof(di::MessageHeader),
+                                    1};
+    di::StatusReply reply{};
+    di::ReceivedMessage received;
+    if (::connect(sock, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0 &&
+        di::send_message(sock, &request, sizeof(request)) == static_cast<ssize_t>(sizeof(request)))
+        received = di::receive_message(sock, &reply, sizeof(reply));
+    ::close(sock);
+    std::string text;
+    if (received.size == static_cast<ssize_t>(sizeof(reply)) && reply.reply.status == 0 &&
+        received.fd >= 0 && reply.bytes < (64u << 20)) {
+        text.resize(reply.bytes);
+        size_t at = 0;
+        while (at < text.size()) {
+            const ssize_t n =
+                ::pread(received.fd, &text[at], text.size() - at, static_cast<off_t>(at));
+            if (n <= 0)
+                break;
+            at += static_cast<size_t>(n);
+        }
+        text.resize(at);
+    }
+    if (received.fd >= 0)
+        ::close(received.fd);
+    if (received.second_fd >= 0)
+        ::close(received.second_fd);
+    return nlohmann::json::parse(text, nullptr, false);
+}
+
+uint64_t count_of(const nlohmann::json& object, const char* key) {
+    const auto it = object.find(key);
+    return it != object.end() && it->is_number_unsigned() ? it->get<uint64_t>() : 0;
+}
+
+// RDMA_NLDEV_CMD_RES_GET: how many of each object the device's contexts hold.
+void fill_resource_summary(Message& m, const Device& d, const nlohmann::json& status) {
+    put_device_handle(m, d);
+    uint64_t contexts = 0, pd = 0, cq = 0, qp = 0, mr = 0;
+    for (const auto& c : status.value("contexts", nlohmann::json::array())) {
+        if (c.value("device", std::string()) != d.name)
+            continue;
+        ++contexts;
+        const auto& objects = c.contains("objects") ? c["objects"] : nlohmann::json::object();
+        pd += count_of(objects, "pd");
+        cq += count_of(objects, "cq");
+        qp += count_of(objects, "qp");
+        mr += count_of(objects, "mr");
+    }
+    const size_t table = m.begin(RDMA_NLDEV_ATTR_RES_SUMMARY);
+    const std::pair<const char*, uint64_t> rows[] = {
+        {"pd", pd}, {"cq", cq}, {"qp", qp}, {"mr", mr}, {"ctx", contexts}};
+    for (const auto& [name, count] : rows) {
+        const size_t entry = m.begin(RDMA_NLDEV_ATTR_RES_SUMMARY_ENTRY);
+        m.put_string(RDMA_NLDEV_ATTR_RES_SUMMARY_ENTRY_NAME, name);
+        m.put_u64(RDMA_NLDEV_ATTR_RES_SUMMARY_ENTRY_CURR, count);
+        m.end(entry);
+    }
+    m.end(table);
+}
+
+uint8_t qp_type_code(const std::string& type) {
+    // ib_qp_type: RC 2, UC 3, UD 4, XRC_INI 9, XRC_TGT 10.
+    return type == "RC"        ? 2
+           : type == "UC"      ? 3
+           : type == "UD"      ? 4
+           : type == "XRC_INI" ? 9
+           : type == "XRC_TGT" ? 10
+                               : 0;
+}
+
+uint8_t qp_state_code(const std::string& state) {
+    static const char* const states[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
+    for (uint8_t i = 0; i < 7; ++i)
+        if (state == states[i])
+            return i;
+    return 0;
+}
+
+// RDMA_NLDEV_CMD_RES_QP_GET: one message per QP of the device (the kernel's dumpit
+// does the same), with its numbers, type, state, PSNs and owning process.
+void resource_qps(const Device& d, const nlohmann::json& status,
+                  const std::function<void(const std::function<void(Message&)>&)>& reply) {
+    for (const auto& c : status.value("contexts", nlohmann::json::array())) {
+        if (c.value("device", std::string()) != d.name)
+            continue;
+        const uint32_t pid = c.value("pid", 0u);
+        for (const auto& q : c.value("qps", nlohmann::json::array())) {
+            reply([&](Message& m) {
+                put_device_handle(m, d);
+                const size_t table = m.begin(RDMA_NLDEV_ATTR_RES_QP);
+                const size_t entry = m.begin(RDMA_NLDEV_ATTR_RES_QP_ENTRY);
+                const std::string type = q.value("type", std::string());
+                const uint8_t state = qp_state_code(q.value("state", std::string()));
+                if (state >= 2) // past INIT the QP has its port
+                    m.put_u32(RDMA_NLDEV_ATTR_PORT_INDEX, 1);
+                m.put_u32(RDMA_NLDEV_ATTR_RES_LQPN, q.value("qpn", 0u));
+                if (type == "RC" || type == "UC" || type == "XRC_INI" || type == "XRC_TGT") {
+                    m.put_u32(RDMA_NLDEV_ATTR_RES_RQPN, q.value("dest_qp", 0u));
+                    m.put_u32(RDMA_NLDEV_ATTR_RES_RQ_PSN, q.value("rq_psn", 0u));
+                }
+                m.put_u32(RDMA_NLDEV_ATTR_RES_SQ_PSN, q.value("sq_psn", 0u));
+                m.put_u8(RDMA_NLDEV_ATTR_RES_TYPE, qp_type_code(type));
+                m.put_u8(RDMA_NLDEV_ATTR_RES_STATE, state);
+                // A process's object carries its PID (the tool reads the name from
+                // /proc); only the kernel's own objects carry a name instead.
+                m.put_u32(RDMA_NLDEV_ATTR_RES_PID, pid);
+                m.end(entry);
+                m.end(table);
+            });
+        }
+    }
+}
+
+const Device* find_device(const std::vector<Device>& all, uint32_t index) {
+    for (const Device& d : all)
+        if (d.index == index)
+            return &d;
+    return nullptr;
+}
+
+// The answer to one message: datagrams appended to `out`.
+void answer(const char* root, const nlmsghdr* header, uint32_t portid,
+            std::vector<std::string>& out) {
+    if (!(header->nlmsg_flags & NLM_F_REQUEST) || header->nlmsg_type < NLMSG_MIN_TYPE)
+        return; // not a request: the kernel ignores it too
+    const uint32_t client = header->nlmsg_type >> 10;
+    const uint32_t op = header->nlmsg_type & ((1u << 10) - 1);
+    if (client != RDMA_NL_NLDEV) {
+        out.push_back(error_message(header, EINVAL, portid));
+        return;
+    }
+    const Request request = parse(header);
+    const bool dump = (header->nlmsg_flags & NLM_F_DUMP) == NLM_F_DUMP;
+    const uint16_t type = header->nlmsg_type;
+    const std::vector<Device> all = devices(root);
+    const auto reply = [&](auto&& fill) {
+        Message m(type, dump ? NLM_F_MULTI : 0, header->nlmsg_seq, portid);
+        fill(m);
+        out.push_back(m.finish());
+    };
+    const auto acknowledge = [&] {
+        if (!dump && (header->nlmsg_flags & NLM_F_ACK))
+            out.push_back(error_message(header, 0, portid));
+    };
+    const Device* device = request.has_device ? find_device(all, request.device) : nullptr;
+    const auto port_ok = [&](const Device& d) {
+        return request.has_port && request.port >= 1 && request.port <= d.ports;
+    };
+
+    switch (op) {
+    case RDMA_NLDEV_CMD_GET:
+        if (dump) {
+            for (const Device& d : all)
+                reply([&](Message& m) { fill_device(m, d); });
+        } else if (device) {
+            reply([&](Message& m) { fill_device(m, *device); });
+        } else {
+            out.push_back(error_message(header, request.has_device ? ENODEV : EINVAL, portid));
+            return;
+        }
+        break;
+    case RDMA_NLDEV_CMD_PORT_GET:
+    case RDMA_NLDEV_CMD_STAT_GET: {
+        if (op == RDMA_NLDEV_CMD_STAT_GET && request.stat_res) {
+            // Per-QP and per-MR counters (rdma statistic qp|mr) are not kept here.
+            out.push_back(error_message(header, EOPNOTSUPP, portid));
+            return;
+        }
+        const auto fill = [&](Message& m, const Device& d, uint32_t port) {
+            if (op == RDMA_NLDEV_CMD_PORT_GET)
+                fill_port(m, d, port);
+            else
+                fill_port_counters(m, d, port);
+        };
+        if (dump) {
+            for (const Device& d : all) {
+                if (device && device != &d)
+                    continue; // a dump may name one device
+                for (uint32_t p = 1; p <= d.ports; ++p)
+                    reply([&](Message& m) { fill(m, d, p); });
+            }
+        } else if (device && port_ok(*device)) {
+            reply([&](Message& m) { fill(m, *device, request.port); });
+        } else {
+            out.push_back(error_message(header, device ? EINVAL : ENODEV, portid));
+            return;
+        }
+        break;
+    }
+    case RDMA_NLDEV_CMD_SYS_GET:
+        // Namespaces: shared (devices are seen from every network namespace, the kernel's
+        // default). Copy on fork: a registered range stays with the process that
+        // registered it (the engine reads that process's memory, whatever a child
+        // does), which is what a copy-on-fork kernel gives: ibv_fork_init is not needed.
+        reply([&](Message& m) {
+            m.put_u8(RDMA_NLDEV_SYS_ATTR_NETNS_MODE, 1);
+            m.put_u8(RDMA_NLDEV_SYS_ATTR_COPY_ON_FORK, 1);
+        });
+        break;
+    case RDMA_NLDEV_CMD_GET_CHARDEV: {
+        Message m(type, 0, header->nlmsg_seq, portid);
+        if (!device || request.chardev_type != "uverbs" || !fill_uverbs(m, root, *device)) {
+            out.push_back(error_message(header, EOPNOTSUPP, portid));
+            return;
+        }
+        out.push_back(m.finish());
+        break;
+    }
+    case RDMA_NLDEV_CMD_RES_GET:
+    case RDMA_NLDEV_CMD_RES_QP_GET: {
+        const nlohmann::json status = engine_status(all);
+        if (status.is_discarded()) {
+            out.push_back(error_message(header, EIO, portid));
+            return;
+        }
+        if (!dump && !device) {
+            out.push_back(error_message(header, request.has_device ? ENODEV : EINVAL, portid));
+            return;
+        }
+        for (const Device& d : all) {
+            if (device && device != &d)
+                continue;
+            if (op == RDMA_NLDEV_CMD_RES_GET)
+                reply([&](Message& m) { fill_resource_summary(m, d, status); });
+            else
+                resource_qps(d, status, reply);
+        }
+        break;
+    }
+    default:
+        // Setting devices and ports, links (rdma link add), the other resources (cq, mr,
+        // pd, cm_id, ctx, srq lists) and counter modes are not offered through this
+        // interface yet.
+        out.push_back(error_message(header, EOPNOTSUPP, portid));
+        return;
+    }
+    if (dump)
+        out.push_back(done_message(header, portid));
+    acknowledge();
+}
+
+} // namespace
+
+std::vector<std::string> answer_rdma_netlink(const char* tree_root, const uint8_t* request,
+                                             size_t length, uint32_t portid) {
+    std::vector<std::string> out;
+    size_t offset = 0;
+    while (length - offset >= NLMSG_HDRLEN) {
+        nlmsghdr header;
+        std::memcpy(&header, request + offset, sizeof(header));
+        if (header.nlmsg_len < NLMSG_HDRLEN || header.nlmsg_len > length - offset)
+            break; // the kernel drops a truncated message
+        // The message as an aligned copy: attributes are read from it.
+        std::string copy(reinterpret_cast<const char*>(request + offset), header.nlmsg_len);
+        answer(tree_root, reinterpret_cast<const nlmsghdr*>(copy.data()), portid, out);
+        offset += NLMSG_ALIGN(header.nlmsg_len);
+    }
+    return out;
+}
+
+} // namespace softhca::preload

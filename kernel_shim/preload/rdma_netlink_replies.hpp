@@ -1,0 +1,21 @@
+// The answers of the kernel's RDMA netlink (rdma_nl, its NLDEV client) for a softhca
+// tree: what `rdma dev|link|statistic|system show` (iproute2) and libibverbs's device
+// discovery ask, built from the device tree the engine keeps (SYSFS_PATH). Message and
+// attribute layout from the kernel's uapi rdma_netlink.h, as the kernel's nldev.c fills
+// them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace softhca::preload {
+
+// Answers one request datagram (one or more netlink messages) from process port id
+// `portid`: the datagrams to hand back, in order. A message that is not an RDMA request
+// gets the kernel's error for it (EINVAL, EOPNOTSUPP, ENODEV), never nothing.
+std::vector<std::string> answer_rdma_netlink(const char* tree_root, const uint8_t* request,
+                                             size_t length, uint32_t portid);
+
+} // namespace softhca::preload
