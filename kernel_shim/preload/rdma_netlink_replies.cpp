@@ -115,6 +115,8 @@ class Message {
         bytes_.assign(reinterpret_cast<const char*>(&header), sizeof(header));
     }
     void put(uint16_t type, const void* value, size_t length) {
+        if (length > UINT16_MAX - NLA_HDRLEN)
+            return; // no attribute of ours is near this
         nlattr attr{};
         attr.nla_type = type;
         attr.nla_len = static_cast<uint16_t>(NLA_HDRLEN + length);
@@ -139,6 +141,9 @@ class Message {
         return at;
     }
     void end(size_t at) {
+        // A nest longer than an attribute can say is cut back to its header (empty).
+        if (bytes_.size() - at > UINT16_MAX)
+            bytes_.resize(at + NLA_HDRLEN);
         reinterpret_cast<nlattr*>(&bytes_[at])->nla_len = static_cast<uint16_t>(bytes_.size() - at);
     }
     std::string finish() {
@@ -315,6 +320,7 @@ nlohmann::json engine_status(const std::vector<Device>& all) {
         return discarded;
     timeval timeout{5, 0};
     ::setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    ::setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout)); // connect too
     const di::MessageHeader request{di::kControlMagic,
                                     di::kControlVersion,
                                     static_cast<uint16_t>(di::Opcode::EngineStatusJson),
@@ -348,20 +354,40 @@ nlohmann::json engine_status(const std::vector<Device>& all) {
     return nlohmann::json::parse(text, nullptr, false);
 }
 
+// The document is read defensively: this library has no exceptions, and a value of
+// another type than expected would abort the application.
 uint64_t count_of(const nlohmann::json& object, const char* key) {
+    if (!object.is_object())
+        return 0;
     const auto it = object.find(key);
     return it != object.end() && it->is_number_unsigned() ? it->get<uint64_t>() : 0;
+}
+
+std::string string_of(const nlohmann::json& object, const char* key) {
+    if (!object.is_object())
+        return {};
+    const auto it = object.find(key);
+    return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+const nlohmann::json& list_of(const nlohmann::json& object, const char* key) {
+    static const nlohmann::json empty = nlohmann::json::array();
+    if (!object.is_object())
+        return empty;
+    const auto it = object.find(key);
+    return it != object.end() && it->is_array() ? *it : empty;
 }
 
 // RDMA_NLDEV_CMD_RES_GET: how many of each object the device's contexts hold.
 void fill_resource_summary(Message& m, const Device& d, const nlohmann::json& status) {
     put_device_handle(m, d);
     uint64_t contexts = 0, pd = 0, cq = 0, qp = 0, mr = 0;
-    for (const auto& c : status.value("contexts", nlohmann::json::array())) {
-        if (c.value("device", std::string()) != d.name)
+    for (const auto& c : list_of(status, "contexts")) {
+        if (string_of(c, "device") != d.name)
             continue;
         ++contexts;
-        const auto& objects = c.contains("objects") ? c["objects"] : nlohmann::json::object();
+        const nlohmann::json& objects =
+            c.is_object() && c.contains("objects") ? c["objects"] : nlohmann::json::object();
         pd += count_of(objects, "pd");
         cq += count_of(objects, "cq");
         qp += count_of(objects, "qp");
@@ -401,25 +427,27 @@ uint8_t qp_state_code(const std::string& state) {
 // does the same), with its numbers, type, state, PSNs and owning process.
 void resource_qps(const Device& d, const nlohmann::json& status,
                   const std::function<void(const std::function<void(Message&)>&)>& reply) {
-    for (const auto& c : status.value("contexts", nlohmann::json::array())) {
-        if (c.value("device", std::string()) != d.name)
+    for (const auto& c : list_of(status, "contexts")) {
+        if (string_of(c, "device") != d.name)
             continue;
-        const uint32_t pid = c.value("pid", 0u);
-        for (const auto& q : c.value("qps", nlohmann::json::array())) {
+        const auto pid = static_cast<uint32_t>(count_of(c, "pid"));
+        for (const auto& q : list_of(c, "qps")) {
             reply([&](Message& m) {
                 put_device_handle(m, d);
                 const size_t table = m.begin(RDMA_NLDEV_ATTR_RES_QP);
                 const size_t entry = m.begin(RDMA_NLDEV_ATTR_RES_QP_ENTRY);
-                const std::string type = q.value("type", std::string());
-                const uint8_t state = qp_state_code(q.value("state", std::string()));
+                const std::string type = string_of(q, "type");
+                const uint8_t state = qp_state_code(string_of(q, "state"));
                 if (state >= 2) // past INIT the QP has its port
                     m.put_u32(RDMA_NLDEV_ATTR_PORT_INDEX, 1);
-                m.put_u32(RDMA_NLDEV_ATTR_RES_LQPN, q.value("qpn", 0u));
+                m.put_u32(RDMA_NLDEV_ATTR_RES_LQPN, static_cast<uint32_t>(count_of(q, "qpn")));
                 if (type == "RC" || type == "UC" || type == "XRC_INI" || type == "XRC_TGT") {
-                    m.put_u32(RDMA_NLDEV_ATTR_RES_RQPN, q.value("dest_qp", 0u));
-                    m.put_u32(RDMA_NLDEV_ATTR_RES_RQ_PSN, q.value("rq_psn", 0u));
+                    m.put_u32(RDMA_NLDEV_ATTR_RES_RQPN,
+                              static_cast<uint32_t>(count_of(q, "dest_qp")));
+                    m.put_u32(RDMA_NLDEV_ATTR_RES_RQ_PSN,
+                              static_cast<uint32_t>(count_of(q, "rq_psn")));
                 }
-                m.put_u32(RDMA_NLDEV_ATTR_RES_SQ_PSN, q.value("sq_psn", 0u));
+                m.put_u32(RDMA_NLDEV_ATTR_RES_SQ_PSN, static_cast<uint32_t>(count_of(q, "sq_psn")));
                 m.put_u8(RDMA_NLDEV_ATTR_RES_TYPE, qp_type_code(type));
                 m.put_u8(RDMA_NLDEV_ATTR_RES_STATE, state);
                 // A process's object carries its PID (the tool reads the name from
@@ -440,18 +468,23 @@ const Device* find_device(const std::vector<Device>& all, uint32_t index) {
 }
 
 // The answer to one message: datagrams appended to `out`.
-void answer(const char* root, const nlmsghdr* header, uint32_t portid,
-            std::vector<std::string>& out) {
-    if (!(header->nlmsg_flags & NLM_F_REQUEST) || header->nlmsg_type < NLMSG_MIN_TYPE)
-        return; // not a request: the kernel ignores it too
+void answer_message(const char* root, const nlmsghdr* header, uint32_t portid,
+                    std::vector<std::string>& out) {
+    if (!(header->nlmsg_flags & NLM_F_REQUEST) || header->nlmsg_type < NLMSG_MIN_TYPE) {
+        // Not a request, or a control message: nothing to do, but acknowledged when asked
+        // (netlink_rcv_skb).
+        if (header->nlmsg_flags & NLM_F_ACK)
+            out.push_back(error_message(header, 0, portid));
+        return;
+    }
     const uint32_t client = header->nlmsg_type >> 10;
     const uint32_t op = header->nlmsg_type & ((1u << 10) - 1);
-    if (client != RDMA_NL_NLDEV) {
+    if (client != RDMA_NL_NLDEV || op >= RDMA_NLDEV_NUM_OPS) {
         out.push_back(error_message(header, EINVAL, portid));
         return;
     }
     const Request request = parse(header);
-    const bool dump = (header->nlmsg_flags & NLM_F_DUMP) == NLM_F_DUMP;
+    const bool dump = (header->nlmsg_flags & NLM_F_DUMP) != 0;
     const uint16_t type = header->nlmsg_type;
     const std::vector<Device> all = devices(root);
     const auto reply = [&](auto&& fill) {
@@ -464,6 +497,12 @@ void answer(const char* root, const nlmsghdr* header, uint32_t portid,
             out.push_back(error_message(header, 0, portid));
     };
     const Device* device = request.has_device ? find_device(all, request.device) : nullptr;
+    // A dump that names a device the kernel does not have is refused (the port, counter
+    // and resource dumps look it up first).
+    if (dump && op != RDMA_NLDEV_CMD_GET && request.has_device && !device) {
+        out.push_back(error_message(header, EINVAL, portid));
+        return;
+    }
     const auto port_ok = [&](const Device& d) {
         return request.has_port && request.port >= 1 && request.port <= d.ports;
     };
@@ -549,9 +588,9 @@ void answer(const char* root, const nlmsghdr* header, uint32_t portid,
         break;
     }
     default:
-        // Setting devices and ports, links (rdma link add), the other resources (cq, mr,
-        // pd, cm_id, ctx, srq lists) and counter modes are not offered through this
-        // interface yet.
+        // Operations the kernel has but this does not offer yet: setting devices and
+        // ports, links (rdma link add), the other resources (cq, mr, pd, cm_id, ctx, srq
+        // lists) and counter modes.
         out.push_back(error_message(header, EOPNOTSUPP, portid));
         return;
     }
@@ -573,8 +612,9 @@ std::vector<std::string> answer_rdma_netlink(const char* tree_root, const uint8_
             break; // the kernel drops a truncated message
         // The message as an aligned copy: attributes are read from it.
         std::string copy(reinterpret_cast<const char*>(request + offset), header.nlmsg_len);
-        answer(tree_root, reinterpret_cast<const nlmsghdr*>(copy.data()), portid, out);
-        offset += NLMSG_ALIGN(header.nlmsg_len);
+        answer_message(tree_root, reinterpret_cast<const nlmsghdr*>(copy.data()), portid, out);
+        // The last message may lack its padding: never step past what was sent.
+        offset += std::min<size_t>(NLMSG_ALIGN(header.nlmsg_len), length - offset);
     }
     return out;
 }

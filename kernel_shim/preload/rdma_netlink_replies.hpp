@@ -13,8 +13,10 @@
 namespace softhca::preload {
 
 // Answers one request datagram (one or more netlink messages) from process port id
-// `portid`: the datagrams to hand back, in order. A message that is not an RDMA request
-// gets the kernel's error for it (EINVAL, EOPNOTSUPP, ENODEV), never nothing.
+// `portid`: the messages to hand back, in order (the caller packs them into datagrams).
+// A request the kernel would refuse gets its error (EINVAL for another client or an
+// operation nldev does not have, EOPNOTSUPP for one not offered here, ENODEV for a
+// device index); a message that is not a request gets nothing, or its ACK when asked.
 std::vector<std::string> answer_rdma_netlink(const char* tree_root, const uint8_t* request,
                                              size_t length, uint32_t portid);
 

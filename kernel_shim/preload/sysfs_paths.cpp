@@ -4,6 +4,7 @@
 // directories themselves, resolve into the softhca tree when it holds that device;
 // every other path is untouched.
 #undef _FORTIFY_SOURCE
+#include "device_tree.hpp"
 #include "next_symbol.hpp"
 #include "rdma_cm_device.hpp"
 
@@ -21,21 +22,12 @@
 namespace softhca::preload {
 namespace {
 
-// The tree softhca exec pointed libibverbs at; nullptr when there is none to redirect to.
-const char* tree_root() {
-    static const char* root = [] {
-        const char* value = std::getenv("SYSFS_PATH");
-        return value && *value && std::strcmp(value, "/sys") != 0 ? value : nullptr;
-    }();
-    return root;
-}
-
 // When `path` names one of the two class directories, or something under a device the
 // tree holds, writes the tree's path into `out` and returns it; otherwise `path`.
 const char* redirect(const char* path, char (&out)[PATH_MAX]) {
     static constexpr const char* kClasses[] = {"/sys/class/infiniband_verbs",
                                                "/sys/class/infiniband"};
-    const char* root = tree_root();
+    const char* root = device_tree_root();
     if (!root || !path || std::strncmp(path, "/sys/class/infiniband", 21) != 0)
         return path;
     for (const char* cls : kClasses) {

@@ -11,6 +11,7 @@
 // CQ is created on the channel, and the engine writes the events.
 #include "next_symbol.hpp"
 #include "rdma_cm_device.hpp"
+#include "rdma_netlink.hpp"
 #include "softhca/device_interface/registration.hpp"
 
 #include <cerrno>
@@ -100,6 +101,8 @@ extern "C" __attribute__((visibility("default"))) ssize_t write(int fd, const vo
     if (looks_like_create_comp_channel(buffer, count) && is_softhca_cmd_fd(fd))
         return create_comp_channel(buffer, count);
     if (ssize_t written; rdma_cm_write(fd, buffer, count, written))
+        return written;
+    if (ssize_t written; rdma_netlink_write(fd, buffer, count, written))
         return written;
     return real(fd, buffer, count);
 }

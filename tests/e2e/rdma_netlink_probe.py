@@ -1,7 +1,12 @@
 """Bad input on the RDMA netlink socket softhca's preload answers (run under softhca exec):
-a request the kernel does not know, a truncated message and a message that is not a
-request each get the kernel's answer (an error, nothing, nothing), and the socket still
-answers a device dump afterwards. Prints what it saw; exits 1 on a wrong answer."""
+requests the kernel does not know or softhca does not offer, truncated and unpadded
+messages and messages that are not requests each get the kernel's answer; 400 requests
+in one datagram get all their 800 answers though they are more than the socket holds;
+the socket still answers a device dump afterwards; and a descriptor number reused behind
+the library's back (dup2) is a plain socket again. Prints what it saw; exits 1 on a
+wrong answer."""
+import errno
+import os
 import socket
 import struct
 import sys
@@ -48,19 +53,31 @@ sock.bind((0, 0))
 pid, groups = sock.getsockname()
 print("bound, port id", pid)
 
-# An operation nldev does not have.
+
+def expect_error(got, code, what):
+    if len(got) != 1 or got[0][0] != NLMSG_ERROR or struct.unpack_from("=i", got[0][3])[0] != -code:
+        fail("%s was not answered %s: %r" % (what, errno.errorcode[code], got))
+    print("%s: %s" % (what, errno.errorcode[code]))
+
+
+# An operation nldev does not have, and one softhca does not offer (the MR list).
 sock.send(message(nl_type(RDMA_NL_NLDEV, 99), NLM_F_REQUEST | NLM_F_ACK, 1))
+expect_error(replies(sock), EINVAL, "an unknown operation")
+sock.send(message(nl_type(RDMA_NL_NLDEV, 13), NLM_F_REQUEST | NLM_F_DUMP, 1))  # RES_MR_GET
+expect_error(replies(sock), EOPNOTSUPP, "the MR list")
+# A message whose length is not padded (18 bytes): no device named, so refused.
+sock.send(struct.pack("=IHHII", 18, nl_type(RDMA_NL_NLDEV, 1), NLM_F_REQUEST, 7, 0) + b"\x01\x02")
+expect_error(replies(sock), EINVAL, "an unpadded get without a device")
+# Not a request, but asking for an ACK: acknowledged (an error message carrying 0).
+sock.send(message(nl_type(RDMA_NL_NLDEV, 1), NLM_F_ACK, 8))
 got = replies(sock)
-if len(got) != 1 or got[0][0] != NLMSG_ERROR or struct.unpack_from("=i", got[0][3])[0] != -EOPNOTSUPP:
-    fail("an unknown operation was not answered EOPNOTSUPP: %r" % (got,))
-print("unknown operation: EOPNOTSUPP")
+if len(got) != 1 or got[0][0] != NLMSG_ERROR or struct.unpack_from("=i", got[0][3])[0] != 0:
+    fail("a non-request asking for an ACK was not acknowledged: %r" % (got,))
+print("a non-request asking for an ACK: acknowledged")
 
 # A client that is not nldev.
 sock.send(message(nl_type(7, 1), NLM_F_REQUEST, 2))
-got = replies(sock)
-if len(got) != 1 or got[0][0] != NLMSG_ERROR or struct.unpack_from("=i", got[0][3])[0] != -EINVAL:
-    fail("an unknown client was not answered EINVAL: %r" % (got,))
-print("unknown client: EINVAL")
+expect_error(replies(sock), EINVAL, "an unknown client")
 
 # A header that claims more than was sent, a short datagram, and a reply-like message.
 sock.send(struct.pack("=IHHII", 400, nl_type(RDMA_NL_NLDEV, 1), NLM_F_REQUEST, 3, 0))
@@ -71,13 +88,25 @@ if got:
     fail("malformed messages were answered: %r" % (got,))
 print("truncated, short and non-request messages: no answer")
 
-# A device index that does not exist.
+# A device index that does not exist: ENODEV for a get, EINVAL for a port dump.
 sock.send(message(nl_type(RDMA_NL_NLDEV, 1), NLM_F_REQUEST | NLM_F_ACK, 5,
                   struct.pack("=HHI", 8, 1, 999)))
+expect_error(replies(sock), errno.ENODEV, "device 999")
+sock.send(message(nl_type(RDMA_NL_NLDEV, 5), NLM_F_REQUEST | NLM_F_DUMP, 5,
+                  struct.pack("=HHI", 8, 1, 999)))
+expect_error(replies(sock), EINVAL, "a port dump of device 999")
+
+# 400 gets in one datagram, nothing read meanwhile: 400 replies and 400 ACKs, more than
+# the socket holds at once, all arrive in order.
+batch = b"".join(message(nl_type(RDMA_NL_NLDEV, 1), NLM_F_REQUEST | NLM_F_ACK, 1000 + i,
+                         struct.pack("=HHI", 8, 1, 1)) for i in range(400))
+sock.send(batch)
 got = replies(sock)
-if len(got) != 1 or got[0][0] != NLMSG_ERROR or struct.unpack_from("=i", got[0][3])[0] != -19:
-    fail("device 999 was not answered ENODEV: %r" % (got,))
-print("no such device: ENODEV")
+answers = [g for g in got if g[0] == nl_type(RDMA_NL_NLDEV, 1)]
+acks = [g for g in got if g[0] == NLMSG_ERROR and struct.unpack_from("=i", g[3])[0] == 0]
+if len(answers) != 400 or len(acks) != 400 or [g[2] for g in answers] != list(range(1000, 1400)):
+    fail("400 batched gets got %d answers and %d ACKs" % (len(answers), len(acks)))
+print("400 batched gets: 400 answers and 400 ACKs, in order")
 
 # The socket still works: a device dump ends with DONE.
 sock.send(message(nl_type(RDMA_NL_NLDEV, 1), NLM_F_REQUEST | NLM_F_DUMP, 6))
@@ -86,4 +115,16 @@ devices = [g for g in got if g[0] == nl_type(RDMA_NL_NLDEV, 1)]
 if not devices or got[-1][0] != NLMSG_DONE or any(g[2] != 6 for g in got):
     fail("the dump after bad input did not come back whole: %r" % (got,))
 print("device dump afterwards: %d devices and DONE" % len(devices))
+
+# The number reused behind the library's back: dup2 puts a UDP socket there, and sending
+# on it is sending on that socket (not connected: refused), not netlink.
+udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+os.dup2(udp.fileno(), sock.fileno())
+try:
+    os.write(sock.fileno(), b"x")
+    fail("a write on the reused number was taken as netlink")
+except OSError as e:
+    if e.errno != errno.EDESTADDRREQ:
+        fail("a write on the reused number failed with %s, not EDESTADDRREQ" % errno.errorcode[e.errno])
+print("number reused by dup2: a UDP socket again (EDESTADDRREQ)")
 print("PASS")

@@ -67,6 +67,24 @@ grep "arrived whole" <<<"$out"
 "$SOFTHCA" status
 [ "$(port_total dropped)" -gt 0 ] || fail "no drops were injected"
 [ "$(port_total reordered)" -gt 0 ] || fail "no reordering was injected"
+# What the QPs went through, now all destroyed, stays in each device's hw_counters
+# (summed over its QPs, alive and gone): the senders retransmitted, the receivers saw
+# requests out of sequence and duplicates.
+tree=$("$SOFTHCA" env | sed -n 's/^export SYSFS_PATH=//p')
+hw_total() {
+    local sum=0 dev
+    for dev in "${SOFTHCA_PREFIX}0" "${SOFTHCA_PREFIX}1"; do
+        sum=$((sum + $(cat "$tree/class/infiniband/$dev/ports/1/hw_counters/$1")))
+    done
+    echo "$sum"
+}
+wait_until '[ "$(hw_total retransmitted_pkts)" -gt 0 ]' 5 ||
+    fail "hw_counters/retransmitted_pkts stayed 0 under loss"
+for counter in out_of_seq_request duplicate_request; do
+    [ "$(hw_total "$counter")" -gt 0 ] || fail "hw_counters/$counter stayed 0 under loss and duplication"
+done
+echo "hw_counters: retransmitted_pkts $(hw_total retransmitted_pkts)" \
+    "out_of_seq_request $(hw_total out_of_seq_request) duplicate_request $(hw_total duplicate_request)"
 "$SOFTHCA" down >/dev/null
 
 "$SOFTHCA" up --threads 1 --faults corrupt=0.01,seed=5 >/dev/null ||

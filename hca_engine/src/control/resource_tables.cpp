@@ -55,9 +55,17 @@ uint32_t KeySpace::next_srq_num() {
     return next_free_number(next_srqn_, 1, srqs_by_device); // XRCETH carries 24 bits
 }
 
+transport::QpCounters KeySpace::qp_counters_of_device(size_t device) const {
+    transport::QpCounters sum = retired_qp_counters_by_device.at(device);
+    for (const auto& [number, qp] : qps_by_device.at(device))
+        sum += qp->transport().counters();
+    return sum;
+}
+
 void KeySpace::set_device_count(size_t count) {
     QueueDirectory::set_device_count(count);
     qps_by_device.resize(count);
+    retired_qp_counters_by_device.resize(count);
     dm_bytes_by_device.resize(count);
 }
 
@@ -644,6 +652,7 @@ void ContextResources::destroy_owned_qp(
     for (auto [context, opened] : openers)
         context->close_opened(opened);
     const QpBinding& b = qp.binding();
+    keys_.retired_qp_counters_by_device[device_] += qp.transport().counters();
     keys_.qps_by_device[device_].erase(qp.qp_num());
     keys_.qp_numbers_by_device[device_].erase(qp.qp_num());
     if (b.pd_handle)

@@ -12,6 +12,7 @@
 #include "resource_limits.hpp"
 #include "shared_memory.hpp"
 #include "softhca/device_interface/control.hpp"
+#include "softhca/transport/queue_pair.hpp" // QpCounters
 #include "softhca/transport/work_requests.hpp"
 
 #include <cstdint>
@@ -39,6 +40,11 @@ class KeySpace : public QueueDirectory {
     uint32_t pds = 0, mrs = 0, mws = 0, cqs = 0, srqs = 0; // QPs: QueueDirectory::qps
     // device index -> QP number -> QP
     std::vector<std::unordered_map<uint32_t, EngineQp*>> qps_by_device;
+    // The counters of each device's destroyed QPs, summed (the device's totals must not
+    // go back when a QP goes).
+    std::vector<transport::QpCounters> retired_qp_counters_by_device;
+    // Every QP counter of a device: the destroyed QPs' and the live ones'.
+    transport::QpCounters qp_counters_of_device(size_t device) const;
     // Device memory in use on each device (of kDeviceMemoryPoolBytes each).
     std::vector<uint64_t> dm_bytes_by_device;
     // Registered (pinned) bytes of each process, over all its contexts, charged against

@@ -212,12 +212,13 @@ int run(const EngineConfig& config) {
     const auto port_dir = [](const std::string& root, const Device& device) {
         return root + "/class/infiniband/" + device.name + "/ports/1";
     };
-    for (const Device& device : devices)
-        counter_targets.push_back({port_dir(config.sysfs_root(), device), device.port_index});
+    for (size_t d = 0; d < devices.size(); ++d)
+        counter_targets.push_back(
+            {port_dir(config.sysfs_root(), devices[d]), devices[d].port_index, d});
     for (const fabric::HostNamespace& host : hosts)
         for (uint32_t nic : host.nics)
             counter_targets.push_back({port_dir(host_view_root(config, host.host), devices[nic]),
-                                       devices[nic].port_index});
+                                       devices[nic].port_index, nic});
     PortCounterFiles counter_files(std::move(counter_targets));
     {
         std::ofstream pid(config.pid_path());
@@ -286,7 +287,9 @@ int run(const EngineConfig& config) {
         }
         if (counter_files.due(now)) {
             const auto world = threads.world();
-            counter_files.publish(now, ports);
+            counter_files.collect(now, ports, [&server](size_t device) {
+                return server.tables().qp_counters_of_device(device);
+            });
         }
         if (busy)
             last_busy = now;

@@ -97,7 +97,26 @@ struct QpCounters {
     uint64_t dropped = 0;          // packets that could not be processed in the current state
     uint64_t qkey_violations = 0;  // UD messages with another Q_Key, dropped
     uint64_t dropped_messages = 0; // UC/UD messages dropped whole (lost packet, no WQE...)
+
+    // Sums (a device's QPs, those destroyed and those alive).
+    QpCounters& operator+=(const QpCounters& o) {
+        packets_sent += o.packets_sent;
+        packets_received += o.packets_received;
+        retransmitted_packets += o.retransmitted_packets;
+        timeouts += o.timeouts;
+        naks_sent += o.naks_sent;
+        naks_received += o.naks_received;
+        rnr_naks_sent += o.rnr_naks_sent;
+        rnr_naks_received += o.rnr_naks_received;
+        duplicates += o.duplicates;
+        out_of_sequence += o.out_of_sequence;
+        dropped += o.dropped;
+        qkey_violations += o.qkey_violations;
+        dropped_messages += o.dropped_messages;
+        return *this;
+    }
 };
+static_assert(sizeof(QpCounters) == 13 * sizeof(uint64_t), "operator+= sums every counter");
 
 // Time in nanoseconds, from any fixed origin.
 using Nanoseconds = uint64_t;
