@@ -5,13 +5,13 @@
 # run; exits non-zero on a crash or sanitizer report (the reproducer is left in
 # build/fuzz/crashes/). The targets run side by side, as many as there are cores.
 #   tools/fuzz.sh [RUNS] [TARGET...]
-#   TARGET: roce_frame cm_mad ib_cm transport_receive control_messages rdma_cm
+#   TARGET: roce_frame cm_mad ib_cm transport_receive control_messages rdma_cm rdma_netlink
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-100000}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(roce_frame cm_mad ib_cm transport_receive control_messages rdma_cm)
+[ ${#targets[@]} -gt 0 ] || targets=(roce_frame cm_mad ib_cm transport_receive control_messages rdma_cm rdma_netlink)
 out=build/fuzz
 command -v clang++ >/dev/null || { echo "fuzz: clang++ is missing (tools/install-deps.sh)" >&2; exit 1; }
 cmake -S fuzz -B "$out" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

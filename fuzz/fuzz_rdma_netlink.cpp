@@ -1,0 +1,157 @@
+// libFuzzer target: the preload's RDMA netlink answers (kernel_shim/preload/
+// rdma_netlink_replies.cpp), fed whole request datagrams, over a device tree of two
+// devices the target makes at start (its engine socket names nothing, so the resource
+// requests take their error path). Invariants: no crash or sanitizer report; every answer
+// is one whole netlink message (its length says its size, at least a header); an answer
+// never names another sequence number than a request of the datagram had.
+#include "rdma_netlink_replies.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <linux/netlink.h>
+#include <rdma/rdma_netlink.h>
+#include <set>
+#include <string>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <vector>
+
+namespace {
+
+void put_file(const std::string& path, const std::string& bytes) {
+    if (FILE* f = std::fopen(path.c_str(), "wb")) {
+        std::fwrite(bytes.data(), 1, bytes.size(), f);
+        std::fclose(f);
+    }
+}
+
+void make_dirs(const std::string& path) {
+    for (size_t at = 1; (at = path.find('/', at)) != std::string::npos; ++at)
+        ::mkdir(path.substr(0, at).c_str(), 0755);
+    ::mkdir(path.c_str(), 0755);
+}
+
+// A tree as the engine writes it (registration.cpp, port_counter_files.cpp), small.
+std::string make_tree() {
+    char templ[] = "/tmp/softhca-fuzz-netlink-XXXXXX";
+    const std::string root = ::mkdtemp(templ) ? templ : "/tmp";
+    for (int d = 0; d < 2; ++d) {
+        const std::string name = "fz" + std::to_string(d);
+        const std::string dev = root + "/class/infiniband/" + name;
+        make_dirs(dev + "/ports/1/gid_attrs/ndevs");
+        make_dirs(dev + "/ports/1/hw_counters");
+        put_file(dev + "/fw_ver", "0.1.0\n");
+        put_file(dev + "/node_guid", "0053:48ff:fe60:ae0" + std::to_string(d) + "\n");
+        put_file(dev + "/sys_image_guid", "0053:48ff:fe60:ae0" + std::to_string(d) + "\n");
+        put_file(dev + "/softhca_engine_socket", root + "/no-engine.sock\n");
+        put_file(dev + "/ports/1/cap_mask", "0x00010000\n");
+        put_file(dev + "/ports/1/state", "4: ACTIVE\n");
+        put_file(dev + "/ports/1/phys_state", "5: LinkUp\n");
+        put_file(dev + "/ports/1/gid_attrs/ndevs/0", d == 0 ? "lo\n" : "\n");
+        put_file(dev + "/ports/1/hw_counters/sent_pkts", "12345\n");
+        put_file(dev + "/ports/1/hw_counters/rcvd_pkts", "678\n");
+        put_file(dev + "/ports/1/hw_counters/lifespan", "10\n");
+        const std::string verbs = root + "/class/infiniband_verbs/" + name + "_uverbs";
+        make_dirs(verbs);
+        put_file(verbs + "/ibdev", name + "\n");
+        put_file(verbs + "/dev", "1:7\n");
+        put_file(verbs + "/abi_version", "6\n");
+    }
+    return root;
+}
+
+const std::string& tree() {
+    static const std::string root = make_tree();
+    return root;
+}
+
+std::string request(uint16_t op, uint16_t flags, uint32_t seq, const std::string& attrs = {}) {
+    nlmsghdr h{};
+    h.nlmsg_len = static_cast<uint32_t>(sizeof(h) + attrs.size());
+    h.nlmsg_type = static_cast<uint16_t>(RDMA_NL_GET_TYPE(RDMA_NL_NLDEV, op));
+    h.nlmsg_flags = flags;
+    h.nlmsg_seq = seq;
+    return std::string(reinterpret_cast<const char*>(&h), sizeof(h)) + attrs;
+}
+
+std::string attr_u32(uint16_t type, uint32_t value) {
+    nlattr a{8, type};
+    return std::string(reinterpret_cast<const char*>(&a), 4) +
+           std::string(reinterpret_cast<const char*>(&value), 4);
+}
+
+std::string attr_string(uint16_t type, const std::string& value) {
+    nlattr a{static_cast<uint16_t>(4 + value.size() + 1), type};
+    std::string out(reinterpret_cast<const char*>(&a), 4);
+    out += value;
+    out.push_back('\0');
+    out.resize(NLA_ALIGN(out.size()), '\0');
+    return out;
+}
+
+// What the rdma tool and libibverbs send, each a seed of its own.
+void write_seeds(const std::string& dir) {
+    const uint16_t req = NLM_F_REQUEST, dump = NLM_F_REQUEST | NLM_F_DUMP, ack = NLM_F_ACK;
+    const std::vector<std::pair<std::string, std::string>> seeds = {
+        {"dev-dump", request(RDMA_NLDEV_CMD_GET, dump, 1)},
+        {"dev-get",
+         request(RDMA_NLDEV_CMD_GET, req | ack, 2, attr_u32(RDMA_NLDEV_ATTR_DEV_INDEX, 1))},
+        {"port-dump", request(RDMA_NLDEV_CMD_PORT_GET, dump, 3)},
+        {"stat-get",
+         request(RDMA_NLDEV_CMD_STAT_GET, req | ack, 4,
+                 attr_u32(RDMA_NLDEV_ATTR_DEV_INDEX, 2) + attr_u32(RDMA_NLDEV_ATTR_PORT_INDEX, 1))},
+        {"chardev", request(RDMA_NLDEV_CMD_GET_CHARDEV, req, 5,
+                            attr_u32(RDMA_NLDEV_ATTR_DEV_INDEX, 1) +
+                                attr_string(RDMA_NLDEV_ATTR_CHARDEV_TYPE, "uverbs"))},
+        {"sys", request(RDMA_NLDEV_CMD_SYS_GET, req | ack, 6)},
+        {"res", request(RDMA_NLDEV_CMD_RES_GET, dump, 7)},
+        {"two", request(RDMA_NLDEV_CMD_GET, dump, 8) + request(RDMA_NLDEV_CMD_SYS_GET, req, 9)},
+    };
+    for (const auto& [name, bytes] : seeds)
+        put_file(dir + "/" + name, bytes);
+}
+
+[[noreturn]] void fail(const char* what) {
+    std::fprintf(stderr, "fuzz_rdma_netlink: %s\n", what);
+    std::abort();
+}
+
+} // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+    tree();
+    if (const char* dir = std::getenv("SOFTHCA_FUZZ_SEEDS")) {
+        make_dirs(dir);
+        write_seeds(dir);
+    }
+    return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    // The sequence numbers the datagram's messages carry, as far as headers can be read.
+    std::set<uint32_t> sequences;
+    for (size_t at = 0; at + sizeof(nlmsghdr) <= size;) {
+        nlmsghdr h;
+        std::memcpy(&h, data + at, sizeof(h));
+        sequences.insert(h.nlmsg_seq);
+        if (h.nlmsg_len < sizeof(h) || h.nlmsg_len > size - at)
+            break;
+        at += std::min<size_t>(NLMSG_ALIGN(static_cast<size_t>(h.nlmsg_len)), size - at);
+    }
+    const auto answers = softhca::preload::answer_rdma_netlink(tree().c_str(), data, size, 4242);
+    for (const std::string& answer : answers) {
+        if (answer.size() < sizeof(nlmsghdr))
+            fail("an answer shorter than a header");
+        nlmsghdr h;
+        std::memcpy(&h, answer.data(), sizeof(h));
+        if (h.nlmsg_len != answer.size())
+            fail("an answer whose length is not its size");
+        if (!sequences.count(h.nlmsg_seq))
+            fail("an answer to a sequence number no request had");
+        if (h.nlmsg_pid != 4242)
+            fail("an answer to another port");
+    }
+    return 0;
+}
