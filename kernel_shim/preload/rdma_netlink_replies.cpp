@@ -460,6 +460,74 @@ void resource_qps(const Device& d, const nlohmann::json& status,
     }
 }
 
+// RDMA_NLDEV_CMD_RES_CQ_GET, _MR_GET, _PD_GET: one message per object of the device,
+// numbered by its context's handle with the context's number beside it (ctxn: handles
+// are a context's own), with its owning process.
+void resource_objects(uint32_t op, const Device& d, const nlohmann::json& status,
+                      const std::function<void(const std::function<void(Message&)>&)>& reply) {
+    const auto u32 = [](const nlohmann::json& o, const char* key) {
+        return static_cast<uint32_t>(count_of(o, key));
+    };
+    const char* list = op == RDMA_NLDEV_CMD_RES_CQ_GET   ? "cqs"
+                       : op == RDMA_NLDEV_CMD_RES_MR_GET ? "mrs"
+                                                         : "pds";
+    const uint16_t table_attr = op == RDMA_NLDEV_CMD_RES_CQ_GET   ? RDMA_NLDEV_ATTR_RES_CQ
+                                : op == RDMA_NLDEV_CMD_RES_MR_GET ? RDMA_NLDEV_ATTR_RES_MR
+                                                                  : RDMA_NLDEV_ATTR_RES_PD;
+    const uint16_t entry_attr = op == RDMA_NLDEV_CMD_RES_CQ_GET   ? RDMA_NLDEV_ATTR_RES_CQ_ENTRY
+                                : op == RDMA_NLDEV_CMD_RES_MR_GET ? RDMA_NLDEV_ATTR_RES_MR_ENTRY
+                                                                  : RDMA_NLDEV_ATTR_RES_PD_ENTRY;
+    for (const auto& c : list_of(status, "contexts")) {
+        if (string_of(c, "device") != d.name)
+            continue;
+        const uint32_t pid = u32(c, "pid"), context = u32(c, "id");
+        for (const auto& o : list_of(c, list)) {
+            reply([&](Message& m) {
+                put_device_handle(m, d);
+                const size_t table = m.begin(table_attr);
+                const size_t entry = m.begin(entry_attr);
+                if (op == RDMA_NLDEV_CMD_RES_CQ_GET) {
+                    m.put_u32(RDMA_NLDEV_ATTR_RES_CQE, u32(o, "cqe"));
+                    m.put_u64(RDMA_NLDEV_ATTR_RES_USECNT, count_of(o, "users"));
+                    m.put_u32(RDMA_NLDEV_ATTR_RES_CQN, u32(o, "handle"));
+                } else if (op == RDMA_NLDEV_CMD_RES_MR_GET) {
+                    m.put_u32(RDMA_NLDEV_ATTR_RES_RKEY, u32(o, "rkey"));
+                    m.put_u32(RDMA_NLDEV_ATTR_RES_LKEY, u32(o, "lkey"));
+                    m.put_u64(RDMA_NLDEV_ATTR_RES_IOVA, count_of(o, "iova"));
+                    m.put_u64(RDMA_NLDEV_ATTR_RES_MRLEN, count_of(o, "length"));
+                    m.put_u32(RDMA_NLDEV_ATTR_RES_MRN, u32(o, "handle"));
+                    m.put_u32(RDMA_NLDEV_ATTR_RES_PDN, u32(o, "pd"));
+                } else {
+                    m.put_u64(RDMA_NLDEV_ATTR_RES_USECNT, count_of(o, "users"));
+                    m.put_u32(RDMA_NLDEV_ATTR_RES_PDN, u32(o, "handle"));
+                }
+                m.put_u32(RDMA_NLDEV_ATTR_RES_CTXN, context);
+                m.put_u32(RDMA_NLDEV_ATTR_RES_PID, pid);
+                m.end(entry);
+                m.end(table);
+            });
+        }
+    }
+}
+
+// RDMA_NLDEV_CMD_RES_CTX_GET: each verbs context open on the device, with its process.
+void resource_contexts(const Device& d, const nlohmann::json& status,
+                       const std::function<void(const std::function<void(Message&)>&)>& reply) {
+    for (const auto& c : list_of(status, "contexts")) {
+        if (string_of(c, "device") != d.name)
+            continue;
+        reply([&](Message& m) {
+            put_device_handle(m, d);
+            const size_t table = m.begin(RDMA_NLDEV_ATTR_RES_CTX);
+            const size_t entry = m.begin(RDMA_NLDEV_ATTR_RES_CTX_ENTRY);
+            m.put_u32(RDMA_NLDEV_ATTR_RES_CTXN, static_cast<uint32_t>(count_of(c, "id")));
+            m.put_u32(RDMA_NLDEV_ATTR_RES_PID, static_cast<uint32_t>(count_of(c, "pid")));
+            m.end(entry);
+            m.end(table);
+        });
+    }
+}
+
 const Device* find_device(const std::vector<Device>& all, uint32_t index) {
     for (const Device& d : all)
         if (d.index == index)
@@ -567,7 +635,11 @@ void answer_message(const char* root, const nlmsghdr* header, uint32_t portid,
         break;
     }
     case RDMA_NLDEV_CMD_RES_GET:
-    case RDMA_NLDEV_CMD_RES_QP_GET: {
+    case RDMA_NLDEV_CMD_RES_QP_GET:
+    case RDMA_NLDEV_CMD_RES_CQ_GET:
+    case RDMA_NLDEV_CMD_RES_MR_GET:
+    case RDMA_NLDEV_CMD_RES_PD_GET:
+    case RDMA_NLDEV_CMD_RES_CTX_GET: {
         const nlohmann::json status = engine_status(all);
         if (status.is_discarded()) {
             out.push_back(error_message(header, EIO, portid));
@@ -582,15 +654,18 @@ void answer_message(const char* root, const nlmsghdr* header, uint32_t portid,
                 continue;
             if (op == RDMA_NLDEV_CMD_RES_GET)
                 reply([&](Message& m) { fill_resource_summary(m, d, status); });
-            else
+            else if (op == RDMA_NLDEV_CMD_RES_QP_GET)
                 resource_qps(d, status, reply);
+            else if (op == RDMA_NLDEV_CMD_RES_CTX_GET)
+                resource_contexts(d, status, reply);
+            else
+                resource_objects(op, d, status, reply);
         }
         break;
     }
     default:
         // Operations the kernel has but this does not offer yet: setting devices and
-        // ports, links (rdma link add), the other resources (cq, mr, pd, cm_id, ctx, srq
-        // lists) and counter modes.
+        // ports, links (rdma link add), the cm_id and srq lists and counter modes.
         out.push_back(error_message(header, EOPNOTSUPP, portid));
         return;
     }

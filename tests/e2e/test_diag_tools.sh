@@ -52,8 +52,8 @@ done
 out=$("$SOFTHCA" exec -- rdma system show) || fail "rdma system show: $out"
 grep -q "netns shared copy-on-fork on" <<<"$out" || fail "rdma system show: $out"
 "$SOFTHCA" exec -- python3 "$here/rdma_netlink_probe.py" || fail "bad netlink input"
-out=$("$SOFTHCA" exec -- rdma resource show cq 2>&1) && fail "rdma resource show cq: $out"
-grep -q "Operation not supported" <<<"$out" || fail "rdma resource show cq: $out"
+out=$("$SOFTHCA" exec -- rdma resource show cm_id 2>&1) && fail "rdma resource show cm_id: $out"
+grep -q "Operation not supported" <<<"$out" || fail "rdma resource show cm_id: $out"
 
 counter() { cat "$tree/class/infiniband/$1/ports/1/$2"; }
 status_counter() { # DEVICE NAME: the port counter as `softhca status` shows it
@@ -126,6 +126,18 @@ qp_pid=$(sed -n 's/.* pid \([0-9]*\) .*/\1/p' <<<"$line")
     fail "the QP's pid $qp_pid is not the pingpong's"
 grep -qE "type RC state RTS rq-psn [0-9]+ sq-psn [0-9]+ pid $qp_pid comm ibv_rc_pingpong" <<<"$line" ||
     fail "rdma res show qp line: $line"
+# Its CQ, MR, PD and context, each with the pingpong's pid: the CQ both its queues
+# complete into, the 4 KiB buffer it registered, the PD that holds the MR and the QP (two
+# users).
+for kind in cq mr pd ctx; do
+    out=$("$SOFTHCA" exec -- rdma res show "$kind" dev "$client") || fail "rdma res show $kind: $out"
+    echo "$out"
+    grep -q " pid $qp_pid comm ibv_rc_pingpong" <<<"$out" || fail "rdma res show $kind: no object of pid $qp_pid"
+done
+"$SOFTHCA" exec -- rdma res show mr dev "$client" | grep -qE "mrlen 4096 .*pid $qp_pid" ||
+    fail "rdma res show mr: no 4096-byte MR of the pingpong"
+"$SOFTHCA" exec -- rdma res show pd dev "$client" | grep -qE "users 2 .*pid $qp_pid" ||
+    fail "rdma res show pd: the pingpong's PD does not have its MR and QP as users"
 summary=$("$SOFTHCA" exec -- rdma res show) || fail "rdma res show: $summary"
 echo "$summary"
 grep -qE "^[0-9]+: $client: pd 1 cq 1 qp 1 mr 1 ctx 1" <<<"$summary" || fail "rdma res show: $summary"

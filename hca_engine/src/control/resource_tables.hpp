@@ -170,6 +170,9 @@ class ContextResources final : public QueueContext {
     const MemoryRegion* find_mr_by_key(uint32_t key) const override;
     QpSchedule* schedule() const override { return keys_.schedule; }
     const std::map<uint32_t, std::unique_ptr<EngineQp>>& qps() const { return qps_; }
+    const std::map<uint32_t, CompletionQueue>& cqs() const { return cqs_; }
+    const std::map<uint32_t, MemoryRegion>& mrs() const { return mrs_; }
+    const std::map<uint32_t, ProtectionDomain>& pds() const { return pds_; }
 
     size_t pd_count() const { return pds_.size(); }
     size_t mr_count() const { return mrs_.size(); }

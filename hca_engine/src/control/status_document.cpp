@@ -289,6 +289,21 @@ StatusDocument ControlServer::status_document_for(const Connection* viewer) cons
         Json qp_list = Json::array();
         for (const auto& [handle, qp] : r.qps())
             qp_list.push_back(qp_document(*qp));
+        // The other objects, as `rdma resource show cq|mr|pd` lists them (the context's
+        // handle numbers them; users: what holds each).
+        Json cq_list = Json::array(), mr_list = Json::array(), pd_list = Json::array();
+        for (const auto& [handle, cq] : r.cqs())
+            cq_list.push_back({{"handle", handle}, {"cqe", cq.cqe}, {"users", cq.qp_count}});
+        for (const auto& [handle, mr] : r.mrs())
+            mr_list.push_back({{"handle", handle},
+                               {"pd", mr.pd_handle},
+                               {"lkey", mr.lkey},
+                               {"rkey", mr.rkey},
+                               {"iova", mr.iova},
+                               {"length", mr.length}});
+        for (const auto& [handle, pd] : r.pds())
+            pd_list.push_back({{"handle", handle},
+                               {"users", pd.mr_count + pd.mw_count + pd.qp_count + pd.srq_count}});
         contexts.push_back({{"id", c.context_id},
                             {"pid", sees_all ? c.pid : c.ns_pid},
                             {"command", c.command},
@@ -304,7 +319,10 @@ StatusDocument ControlServer::status_document_for(const Connection* viewer) cons
                               {"limit", r.client().memlock_limit() == UINT64_MAX
                                             ? Json(nullptr)
                                             : Json(r.client().memlock_limit())}}},
-                            {"qps", std::move(qp_list)}});
+                            {"qps", std::move(qp_list)},
+                            {"cqs", std::move(cq_list)},
+                            {"mrs", std::move(mr_list)},
+                            {"pds", std::move(pd_list)}});
     }
     doc["refused_contexts"] = refused_connections_;
     auto caps = [](const ResourceUsage& u) {
