@@ -154,7 +154,7 @@ pingpongs=()
 # up. A value the kernel would refuse (over 10 s) leaves the lifespan as it was.
 lifespan_file=$tree/class/infiniband/$client/ports/1/hw_counters/lifespan
 echo 10000 >"$lifespan_file"
-sleep 1.2
+sleep 2 # the writer reads lifespan each second
 write_bw 200
 shown=$(counter "$client" counters/port_xmit_data)
 engine=$(($(status_counter "$client" tx_bytes) / 4))
@@ -163,7 +163,7 @@ echo "lifespan 10000: port_xmit_data shows $shown, the engine counts $engine"
 echo 10 >"$lifespan_file"
 wait_until settled 5 || fail "the files did not catch up once lifespan was 10 ms again"
 echo 60000 >"$lifespan_file"
-sleep 1.2
+sleep 2
 write_bw 100
 wait_until settled 5 || fail "a lifespan over 10 s was taken"
 

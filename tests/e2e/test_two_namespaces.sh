@@ -72,13 +72,16 @@ echo "rping: 50 pings verified across namespaces"
 server_listeners() {
     ip netns exec "$SERVER_NS" "$SOFTHCA" status --prefix "$SERVER_PREFIX" | grep -q "listening $1"
 }
-# One ib_send_bw -R; a server whose client failed is stopped (it would wait for it).
+# One ib_send_bw -R; a server whose client failed is stopped (it would wait for it). Each
+# try listens on a port of its own: a client of the next try must not reach the listener
+# of a server still going away.
 send_bw_cm_once() {
-    on_server timeout 60 ib_send_bw -R -d "$SERVER_DEV" -n 200 >/dev/null 2>&1 &
+    local port=$((19000 + RANDOM % 1000))
+    on_server timeout 60 ib_send_bw -R -d "$SERVER_DEV" -p "$port" -n 200 >/dev/null 2>&1 &
     local server=$! rc=0
     wait_until "server_listeners '[1-9]'" 20 || fail "ib_send_bw -R server did not listen"
-    PERFTEST_OUTPUT=$(on_client timeout 60 ib_send_bw -R -d "$CLIENT_DEV" -n 200 "$SERVER_ADDR" 2>&1) ||
-        rc=$?
+    PERFTEST_OUTPUT=$(on_client timeout 60 ib_send_bw -R -d "$CLIENT_DEV" -p "$port" -n 200 \
+        "$SERVER_ADDR" 2>&1) || rc=$?
     if [ "$rc" -ne 0 ]; then
         kill "$server" 2>/dev/null || true
         wait "$server" 2>/dev/null || true
