@@ -4,6 +4,7 @@
 #include "softhca/device_interface/control.hpp"
 #include "softhca/device_interface/registration.hpp" // kEngineSocketFile
 #include "softhca/device_interface/socket_io.hpp"
+#include "softhca/transport/roce_address.hpp" // GUIDs as sysfs writes them
 
 // This library is built without exceptions: a document that does not parse is discarded.
 #define JSON_NOEXCEPTION
@@ -63,21 +64,6 @@ std::vector<std::string> list_folder(const std::string& path) {
 
 uint64_t number(const std::string& text) {
     return std::strtoull(text.c_str(), nullptr, 0);
-}
-
-// A GUID as sysfs writes it ("0053:48ff:fe60:ae01") to the u64 nldev carries.
-uint64_t guid(const std::string& text) {
-    uint64_t value = 0;
-    for (char c : text) {
-        if (c == ':')
-            continue;
-        const char* digits = "0123456789abcdef";
-        const char* at = std::strchr(digits, std::tolower(static_cast<unsigned char>(c)));
-        if (!at || !*at)
-            return 0;
-        value = value << 4 | static_cast<uint64_t>(at - digits);
-    }
-    return value;
 }
 
 // A device of the tree as nldev numbers it: devices in name order from 1 (the index is
@@ -155,9 +141,8 @@ class Message {
     std::string bytes_;
 };
 
-// What a request asked: its header and the attributes nldev reads from requests.
+// What a request asked: the attributes nldev reads from requests.
 struct Request {
-    const nlmsghdr* header = nullptr;
     bool has_device = false, has_port = false;
     uint32_t device = 0, port = 0;
     std::string chardev_type;
@@ -166,7 +151,6 @@ struct Request {
 
 Request parse(const nlmsghdr* header) {
     Request r;
-    r.header = header;
     const auto* at = reinterpret_cast<const uint8_t*>(header) + NLMSG_HDRLEN;
     size_t left = header->nlmsg_len - NLMSG_HDRLEN;
     while (left >= NLA_HDRLEN) {
@@ -235,8 +219,10 @@ void fill_device(Message& m, const Device& d) {
     put_device_handle(m, d);
     m.put_u32(RDMA_NLDEV_ATTR_PORT_INDEX, d.ports);
     m.put_string(RDMA_NLDEV_ATTR_FW_VERSION, read_file(d.dir + "/fw_ver"));
-    m.put_u64(RDMA_NLDEV_ATTR_NODE_GUID, guid(read_file(d.dir + "/node_guid")));
-    m.put_u64(RDMA_NLDEV_ATTR_SYS_IMAGE_GUID, guid(read_file(d.dir + "/sys_image_guid")));
+    m.put_u64(RDMA_NLDEV_ATTR_NODE_GUID,
+              transport::guid_from_sysfs_string(read_file(d.dir + "/node_guid")));
+    m.put_u64(RDMA_NLDEV_ATTR_SYS_IMAGE_GUID,
+              transport::guid_from_sysfs_string(read_file(d.dir + "/sys_image_guid")));
     m.put_u8(RDMA_NLDEV_ATTR_DEV_NODE_TYPE, RDMA_NODE_IB_CA);
     m.put_string(RDMA_NLDEV_ATTR_DEV_PROTOCOL, "roce");
 }

@@ -23,6 +23,14 @@ TEST_CASE("the node GUID is the EUI-64 of the port MAC") {
     CHECK(guid_to_sysfs_string(0x005348fffe123456ull) == "0053:48ff:fe12:3456");
 }
 
+TEST_CASE("a GUID's sysfs text parses back, and anything else is 0") {
+    CHECK(guid_from_sysfs_string("0053:48ff:fe12:3456") == 0x005348fffe123456ull);
+    CHECK(guid_from_sysfs_string(guid_to_sysfs_string(0xfedcba9876543210ull)) ==
+          0xfedcba9876543210ull);
+    CHECK(guid_from_sysfs_string("0053:48FF:FE12:3456") == 0x005348fffe123456ull);
+    CHECK(guid_from_sysfs_string("0053:48fg:fe12:3456") == 0);
+}
+
 TEST_CASE("IPv4 text is parsed strictly") {
     CHECK(parse_ipv4("198.19.255.254") == ((198u << 24) | (19u << 16) | (255u << 8) | 254u));
     CHECK_FALSE(parse_ipv4("198.18.0"));

@@ -75,6 +75,24 @@ inline std::string guid_to_sysfs_string(uint64_t guid) {
     return text;
 }
 
+// Its inverse ("0053:48ff:fe60:ae01" to the u64); 0 for text that is not hex digits and
+// colons.
+inline uint64_t guid_from_sysfs_string(std::string_view text) {
+    uint64_t value = 0;
+    for (char c : text) {
+        if (c == ':')
+            continue;
+        const int digit = c >= '0' && c <= '9'   ? c - '0'
+                          : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                          : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                                 : -1;
+        if (digit < 0)
+            return 0;
+        value = value << 4 | static_cast<uint64_t>(digit);
+    }
+    return value;
+}
+
 // Parses dotted-quad IPv4 text into host byte order.
 inline std::optional<uint32_t> parse_ipv4(std::string_view text) {
     uint32_t value = 0;
