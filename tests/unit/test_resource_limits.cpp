@@ -3,12 +3,15 @@
 #include "engine_qp.hpp"
 #include "engine_srq.hpp"
 #include "multicast_groups.hpp"
+#include "ports.hpp"
 #include "resource_limits.hpp"
 #include "resource_tables.hpp"
 #include "softhca/device_interface/control.hpp"
 
 #include <catch2/catch.hpp>
 #include <cerrno>
+#include <memory>
+#include <unistd.h>
 #include <vector>
 
 namespace di = softhca::device_interface;
@@ -109,4 +112,61 @@ TEST_CASE("one user's caps hold over all of its contexts") {
     REQUIRE(b.alloc_pd(pd) == 0);
     CHECK(a.alloc_pd(pd) == ENOMEM);
     CHECK(b.alloc_pd(pd) == ENOMEM);
+}
+
+TEST_CASE("a user's usage is kept as objects come and go, and equals a count of them") {
+    KeySpace keys;
+    keys.set_device_count(1);
+    const uid_t me = ::getuid();
+    auto a = std::make_unique<ContextResources>(ClientProcess::self(), keys);
+    ContextResources b(ClientProcess::self(), keys);
+    uint32_t pd = 0, cq_handle = 0, mw = 0, rkey = 0, dm = 0;
+    REQUIRE(a->alloc_pd(pd) == 0);
+    const CompletionQueue* cq = nullptr;
+    REQUIRE(a->create_cq(63, 0, 0, {}, cq_handle, cq) == 0);
+    REQUIRE(a->resize_cq(cq_handle, 1000, cq) == 0); // a bigger ring is charged instead
+    REQUIRE(a->alloc_mw(pd, 1, mw, rkey) == 0);
+    const DeviceMemory* memory = nullptr;
+    REQUIRE(a->alloc_dm(5000, 0, dm, memory) == 0);
+    PortInfo port;
+    std::vector<uint32_t> qps;
+    for (uint32_t type : {2u, 4u}) { // RC, UD
+        di::CreateQpRequest create{};
+        create.pd_handle = pd;
+        create.send_cq_handle = create.recv_cq_handle = cq_handle;
+        create.qp_type = type;
+        create.caps = {16, 8, 1, 1, 0, 0};
+        EngineQp* qp = nullptr;
+        REQUIRE(a->create_qp(create, port, qp) == 0);
+        qps.push_back(qp->handle());
+    }
+    const uint8_t group[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 239, 0, 0, 1};
+    REQUIRE(a->attach_mcast(qps[1], group) == 0);
+    di::CreateSrqRequest srq_request{};
+    srq_request.pd_handle = pd;
+    srq_request.max_wr = 8;
+    srq_request.max_sge = 1;
+    EngineSrq* srq = nullptr;
+    REQUIRE(a->create_srq(srq_request, srq) == 0);
+    uint32_t other_pd = 0;
+    REQUIRE(b.alloc_pd(other_pd) == 0);
+
+    CHECK(a->usage() == a->recount());
+    CHECK(a->usage().qps == 2);
+    CHECK(a->usage().attachments == 1);
+    CHECK(a->usage().dm_bytes == 5000);
+    ResourceUsage both = a->usage();
+    both += b.usage();
+    CHECK(keys.usage_by_user.at(me) == both);
+
+    // Destroyed one by one, then the rest with the context: nothing stays charged.
+    REQUIRE(a->destroy_qp(qps[1]) == 0); // its attachment goes with it
+    REQUIRE(a->destroy_srq(srq->handle()) == 0);
+    REQUIRE(a->dealloc_mw(mw) == 0);
+    CHECK(a->usage() == a->recount());
+    CHECK(a->usage().attachments == 0);
+    a.reset();
+    CHECK(keys.usage_by_user.at(me) == b.usage());
+    REQUIRE(b.dealloc_pd(other_pd) == 0);
+    CHECK(keys.usage_by_user.count(me) == 0);
 }

@@ -81,7 +81,6 @@ ContextResources::ContextResources(std::shared_ptr<ClientProcess> client, KeySpa
     if (keys_.qps_by_device.size() <= device)
         keys_.set_device_count(device + 1);
     keys_.doorbell_pages_by_device[device].push_back(&doorbells_);
-    keys_.contexts.push_back(this);
 }
 
 ContextResources::~ContextResources() {
@@ -102,10 +101,22 @@ ContextResources::~ContextResources() {
     for (const auto& [handle, dm] : dms_)
         keys_.dm_bytes_by_device[device_] -= dm.length;
     std::erase(keys_.doorbell_pages_by_device[device_], &doorbells_);
-    std::erase(keys_.contexts, this);
+    uncharge(usage_);
 }
 
-ResourceUsage ContextResources::usage() const {
+namespace {
+// What one object of each kind adds to its context's usage.
+constexpr ResourceUsage kPdUsage{.pds = 1};
+constexpr ResourceUsage kMrUsage{.mrs = 1, .bytes = sizeof(MemoryRegion)};
+ResourceUsage cq_usage(const CompletionQueue& cq) {
+    return {.cqs = 1, .bytes = cq.ring.bytes()};
+}
+ResourceUsage dm_usage(const DeviceMemory& dm) {
+    return {.dm_bytes = dm.length, .bytes = dm.memory.bytes()};
+}
+} // namespace
+
+ResourceUsage ContextResources::recount() const {
     ResourceUsage u;
     u.qps = qps_.size();
     u.cqs = cqs_.size();
@@ -129,15 +140,29 @@ ResourceUsage ContextResources::usage() const {
 }
 
 int ContextResources::admit(const ResourceUsage& more) const {
-    ResourceUsage mine = usage();
+    ResourceUsage mine = usage_;
     mine += more;
     if (mine.exceeds(keys_.limits.context))
         return ENOMEM;
     ResourceUsage user = more;
-    for (const ContextResources* c : keys_.contexts)
-        if (c->client_->uid() == client_->uid())
-            user += c->usage();
+    if (auto it = keys_.usage_by_user.find(client_->uid()); it != keys_.usage_by_user.end())
+        user += it->second;
     return user.exceeds(keys_.limits.user) ? ENOMEM : 0;
+}
+
+void ContextResources::charge(const ResourceUsage& more) {
+    usage_ += more;
+    keys_.usage_by_user[client_->uid()] += more;
+}
+
+void ContextResources::uncharge(ResourceUsage less) {
+    usage_ -= less;
+    auto it = keys_.usage_by_user.find(client_->uid());
+    if (it == keys_.usage_by_user.end())
+        return;
+    it->second -= less;
+    if (it->second == ResourceUsage{})
+        keys_.usage_by_user.erase(it);
 }
 
 int ContextResources::charge_pinned(uint64_t bytes) {
@@ -178,11 +203,12 @@ uint64_t pinned_bytes(uint64_t addr, uint64_t length) {
 int ContextResources::alloc_pd(uint32_t& handle) {
     if (keys_.pds >= DeviceLimits::kMaxPd)
         return ENOMEM;
-    if (int err = admit({.pds = 1}))
+    if (int err = admit(kPdUsage))
         return err;
     handle = next_handle_++;
     pds_.emplace(handle, ProtectionDomain{});
     ++keys_.pds;
+    charge(kPdUsage);
     return 0;
 }
 
@@ -194,6 +220,7 @@ int ContextResources::dealloc_pd(uint32_t handle) {
         return EBUSY; // objects still use it (ib_uverbs: ib_dealloc_pd refuses)
     pds_.erase(it);
     --keys_.pds;
+    uncharge(kPdUsage);
     return 0;
 }
 
@@ -259,7 +286,7 @@ int ContextResources::reg_mr(const di::RegMrRequest& request, RegisteredMr& out)
         return err;
     if (keys_.mrs >= DeviceLimits::kMaxMr)
         return ENOMEM;
-    if (int err = admit({.mrs = 1, .bytes = sizeof(MemoryRegion)}))
+    if (int err = admit(kMrUsage))
         return err;
     // Past RLIMIT_MEMLOCK before the range is looked at, as ib_umem_get checks the pages
     // against it before it pins any: a huge range over many mappings costs nothing then.
@@ -300,6 +327,7 @@ RegisteredMr ContextResources::add_mr(MemoryRegion mr) {
     mrs_by_key_[key] = &mrs_.emplace(handle, std::move(mr)).first->second;
     ++mr_generation_;
     ++keys_.mrs;
+    charge(kMrUsage);
     return {handle, key, key, mapped};
 }
 
@@ -368,6 +396,7 @@ int ContextResources::dereg_mr(uint32_t handle) {
     mrs_.erase(it);
     ++mr_generation_;
     --keys_.mrs;
+    uncharge(kMrUsage);
     return 0;
 }
 
@@ -388,6 +417,7 @@ int ContextResources::alloc_dm(uint64_t length, uint32_t log_align_req, uint32_t
     used += length;
     handle = next_handle_++;
     dm = &dms_.emplace(handle, std::move(memory)).first->second;
+    charge(dm_usage(*dm));
     return 0;
 }
 
@@ -398,6 +428,7 @@ int ContextResources::free_dm(uint32_t handle) {
     if (it->second.mr_count)
         return EBUSY; // MRs are registered on it (ibv_free_dm(3))
     keys_.dm_bytes_by_device[device_] -= it->second.length;
+    uncharge(dm_usage(it->second));
     dms_.erase(it);
     return 0;
 }
@@ -420,7 +451,7 @@ int ContextResources::reg_dm_mr(const di::RegDmMrRequest& request, RegisteredMr&
         return EINVAL;
     if (keys_.mrs >= DeviceLimits::kMaxMr)
         return ENOMEM;
-    if (int err = admit({.mrs = 1, .bytes = sizeof(MemoryRegion)}))
+    if (int err = admit(kMrUsage))
         return err;
     MemoryRegion mr;
     mr.pd_handle = request.pd_handle;
@@ -461,6 +492,7 @@ int ContextResources::create_cq(uint32_t cqe, uint32_t comp_vector, uint64_t use
     handle = next_handle_++;
     cq = &cqs_.emplace(handle, std::move(queue)).first->second;
     ++keys_.cqs;
+    charge(cq_usage(*cq));
     return 0;
 }
 
@@ -478,7 +510,9 @@ int ContextResources::resize_cq(uint32_t handle, uint32_t cqe, const CompletionQ
         if (int err = admit({.bytes = ring.bytes() - it->second.ring.bytes()}))
             return err;
     it->second.ring.move_pending_to(ring);
+    uncharge(cq_usage(it->second));
     it->second.ring = std::move(ring);
+    charge(cq_usage(it->second));
     it->second.cqe = slots - 1;
     cq = &it->second;
     return 0;
@@ -490,6 +524,7 @@ int ContextResources::destroy_cq(uint32_t handle) {
         return EINVAL;
     if (it->second.qp_count)
         return EBUSY; // a QP still completes into it
+    uncharge(cq_usage(it->second));
     cqs_.erase(it);
     --keys_.cqs;
     return 0;
@@ -624,6 +659,7 @@ int ContextResources::create_qp(const di::CreateQpRequest& request, const PortIn
     if (xrcd)
         ++xrcd->users;
     ++keys_.qps;
+    charge({.qps = 1, .bytes = qp->engine_bytes()});
     return 0;
 }
 
@@ -665,7 +701,10 @@ void ContextResources::destroy_owned_qp(
         --b.srq->qp_count;
     if (b.xrcd_handle)
         --xrcds_.at(b.xrcd_handle).users;
-    attachments_ -= std::min(attachments_, keys_.mcast_by_device[device_].detach_all(&qp));
+    const uint64_t detached =
+        std::min(attachments_, keys_.mcast_by_device[device_].detach_all(&qp));
+    attachments_ -= detached;
+    uncharge({.qps = 1, .attachments = detached, .bytes = qp.engine_bytes()});
     doorbells_.release(qp.doorbell_slot());
     qps_.erase(it);
     --keys_.qps;

@@ -50,10 +50,11 @@ class KeySpace : public QueueDirectory {
     // Registered (pinned) bytes of each process, over all its contexts, charged against
     // its RLIMIT_MEMLOCK as the kernel charges mm->pinned_vm (ib_umem_get).
     std::map<pid_t, uint64_t> pinned_by_process;
-    // The caps on each context and each user (--limits), and every open context, whose
-    // usage makes up its user's.
+    // The caps on each context and each user (--limits), and what each user holds over
+    // all its contexts, kept as objects come and go: a create's check reads one entry,
+    // whatever the user holds (no entry for a user that holds nothing).
     ResourceLimits limits;
-    std::vector<const ContextResources*> contexts;
+    std::map<uid_t, ResourceUsage> usage_by_user;
     // Sizes the per-device tables, the data path's too.
     void set_device_count(size_t count);
 
@@ -181,8 +182,10 @@ class ContextResources final : public QueueContext {
     pid_t owner() const { return client_->pid(); }
     // Bytes this context has registered (charged to its process's RLIMIT_MEMLOCK).
     uint64_t pinned() const { return pinned_; }
-    // What it holds in the engine (resource_limits.hpp).
-    ResourceUsage usage() const;
+    // What it holds in the engine (resource_limits.hpp), kept as objects come and go.
+    const ResourceUsage& usage() const { return usage_; }
+    // The same, counted object by object (what usage() must always equal).
+    ResourceUsage recount() const;
     const ClientProcess& client() const override { return *client_; }
     KeySpace& keys() { return keys_; }
     Doorbells& doorbells() { return doorbells_; }
@@ -196,6 +199,9 @@ class ContextResources final : public QueueContext {
   private:
     // 0, or ENOMEM when `more` would take this context or its user past a cap.
     int admit(const ResourceUsage& more) const;
+    // What a create adds to this context's and its user's usage, and a destroy takes back.
+    void charge(const ResourceUsage& more);
+    void uncharge(ResourceUsage less); // by value: usage() itself may be given
     // Charges `bytes` of a registration to the process's RLIMIT_MEMLOCK: ENOMEM past it.
     int charge_pinned(uint64_t bytes);
     // Whether `bytes` more would stay within it (nothing charged).
@@ -203,6 +209,7 @@ class ContextResources final : public QueueContext {
     void uncharge_pinned(uint64_t bytes);
     std::shared_ptr<ClientProcess> client_;
     uint64_t pinned_ = 0;
+    ResourceUsage usage_;
     KeySpace& keys_;
     size_t device_;
     Doorbells doorbells_; // before the queues that ring it: it goes after them

@@ -28,6 +28,7 @@ int ContextResources::alloc_mw(uint32_t pd_handle, uint32_t type, uint32_t& hand
     mws_by_index_[mw.rkey >> 8] = &stored;
     ++pd->second.mw_count;
     ++keys_.mws;
+    charge({.mws = 1});
     rkey = mw.rkey;
     return 0;
 }
@@ -44,6 +45,7 @@ int ContextResources::dealloc_mw(uint32_t handle) {
     mws_by_index_.erase(mw.rkey >> 8);
     mws_.erase(it);
     --keys_.mws;
+    uncharge({.mws = 1});
     ++mr_generation_; // what was read ahead through it is stale (process_memory.hpp)
     return 0;
 }

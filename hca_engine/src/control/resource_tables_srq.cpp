@@ -65,6 +65,7 @@ int ContextResources::create_srq(const di::CreateSrqRequest& request, EngineSrq*
         ++xrc.cq->qp_count;
     }
     ++keys_.srqs;
+    charge({.srqs = 1, .bytes = srq->engine_bytes()});
     return 0;
 }
 
@@ -73,7 +74,13 @@ int ContextResources::modify_srq(const di::ModifySrqRequest& request, EngineSrq*
     srq = find_srq(request.srq_handle);
     if (!srq)
         return EINVAL;
-    return srq->modify(request.attr_mask, request.max_wr, request.srq_limit, new_ring);
+    // A resize's new ring is charged in place of the old (bounded by the SRQ's maximum
+    // depth, as the SRQ count is by the caps).
+    const uint64_t before = srq->engine_bytes();
+    const int err = srq->modify(request.attr_mask, request.max_wr, request.srq_limit, new_ring);
+    uncharge({.bytes = before});
+    charge({.bytes = srq->engine_bytes()});
+    return err;
 }
 
 int ContextResources::destroy_srq(uint32_t handle) {
@@ -93,6 +100,7 @@ int ContextResources::destroy_srq(uint32_t handle) {
             if (qp->type() == transport::QpType::XrcRecv)
                 qp->transport().forget_srq(srq.queue());
     }
+    uncharge({.srqs = 1, .bytes = srq.engine_bytes()});
     doorbells_.release(srq.doorbell_slot());
     srqs_.erase(it);
     --keys_.srqs;
@@ -113,7 +121,10 @@ int ContextResources::attach_mcast(uint32_t qp_handle, const uint8_t* gid) {
     if (int err = admit({.attachments = 1}))
         return err;
     const int err = keys_.mcast_by_device[device_].attach(g, qp);
-    attachments_ += err == 0;
+    if (err == 0) {
+        ++attachments_;
+        charge({.attachments = 1});
+    }
     return err;
 }
 
@@ -124,7 +135,10 @@ int ContextResources::detach_mcast(uint32_t qp_handle, const uint8_t* gid) {
     transport::Gid g;
     std::memcpy(g.data(), gid, g.size());
     const int err = keys_.mcast_by_device[device_].detach(g, qp);
-    attachments_ -= err == 0 && attachments_;
+    if (err == 0 && attachments_) {
+        --attachments_;
+        uncharge({.attachments = 1});
+    }
     return err;
 }
 

@@ -9,6 +9,7 @@
 // is charged separately, to the process's RLIMIT_MEMLOCK (control/resource_tables.cpp).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -20,6 +21,9 @@ struct ResourceUsage {
     uint64_t attachments = 0; // multicast attachments (ibv_attach_mcast)
     uint64_t bytes = 0;       // engine memory: rings, work request state, device memory
     ResourceUsage& operator+=(const ResourceUsage& o);
+    // Each field less `o`'s, never below zero.
+    ResourceUsage& operator-=(const ResourceUsage& o);
+    bool operator==(const ResourceUsage&) const = default;
     // Whether any count or the bytes exceed `cap`'s.
     bool exceeds(const ResourceUsage& cap) const;
 };
@@ -41,6 +45,12 @@ inline constexpr ResourceField kResourceFields[] = {
 inline ResourceUsage& ResourceUsage::operator+=(const ResourceUsage& o) {
     for (const ResourceField& f : kResourceFields)
         this->*f.member += o.*f.member;
+    return *this;
+}
+
+inline ResourceUsage& ResourceUsage::operator-=(const ResourceUsage& o) {
+    for (const ResourceField& f : kResourceFields)
+        this->*f.member -= std::min(this->*f.member, o.*f.member);
     return *this;
 }
 
