@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One user at every cap stalls nobody else (issue 40, items 2, 5, 6 and 7). An
+# One user at every cap stalls nobody else (issue 40, items 2, 3, 5, 6 and 7). An
 # unprivileged user (uid 65534) takes, in turn, as many rdma_cm ids (each bound to a
 # port), PDs and open contexts (control connections) as the engine gives it, then
 # registers MRs without pause in an address space of some 60,000 mappings; each flood must stop at the
@@ -17,6 +17,8 @@ as_nobody=(setpriv --reuid=65534 --regid=65534 --clear-groups)
 out=$(mktemp)
 cleanup() {
     [ -n "${attacker:-}" ] && kill -9 "$attacker" 2>/dev/null
+    [ -n "${flooder:-}" ] && kill -9 "$flooder" 2>/dev/null
+    [ -n "${first:-}" ] && kill -9 "$first" 2>/dev/null
     wait 2>/dev/null
     "$SOFTHCA" down >/dev/null 2>&1 || true
     rm -f "$out"
@@ -72,6 +74,53 @@ if [ "$major" -gt 6 ] || { [ "$major" -eq 6 ] && [ "${minor%%[!0-9]*}" -ge 11 ];
 else
     echo "NOTE: kernel $(uname -r) has no PROCMAP_QUERY: the split address space is not checked"
 fi
+# Subordinate IDs: uid 65534's own user namespace, its IDs 0-3 mapped to 400000-400003
+# (as /etc/subuid hands a user a range, newuidmap writes it). Those IDs are the owner's:
+# what one of them takes counts against 65534's caps, so a second gets nothing, and a
+# process of the namespace (a rootless container) opens the device and registers memory.
+"${as_nobody[@]}" unshare --user sleep 600 &
+attacker=$!
+wait_until "[ \"\$(readlink /proc/$attacker/ns/user)\" != \"\$(readlink /proc/self/ns/user)\" ]" 10 ||
+    fail "no user namespace for uid 65534"
+echo "0 400000 4" >"/proc/$attacker/uid_map" && echo "0 400000 4" >"/proc/$attacker/gid_map" ||
+    fail "could not map the namespace's IDs"
+# A process of ID N of the namespace: "${as_id[@]}" N --setgid N -- COMMAND (exec'd).
+as_id=(nsenter --no-fork --user --target "$attacker" --setuid)
+made_as() { # ID: PDs made by that ID of the namespace, and the errno it stopped at
+    "${as_id[@]}" "$1" --setgid "$1" -- "$SOFTHCA" exec -- "$ATTACK" pds "${SOFTHCA_PREFIX}0" $((cap_pds * 4)) >"$out" 2>&1 &
+    flooder=$!
+    wait_until "grep -q ready '$out'" 240 || fail "the flood of ID $1 did not finish: $(cat "$out")"
+    echo "pds flood as ID $1 of uid 65534's namespace: $(head -1 "$out")"
+}
+made_as 1
+[ "$(awk '/^made/ {print $2}' "$out")" = "$cap_pds" ] || fail "ID 1 did not reach the cap $cap_pds"
+first=$flooder
+made_as 2
+[ "$(awk '/^made/ {print $2}' "$out")" = 0 ] && grep -q "errno 12 " "$out" ||
+    fail "ID 2 of the same user's namespace made PDs past its owner's cap: $(cat "$out")"
+"$SOFTHCA" exec -- "$ATTACK" pds "${SOFTHCA_PREFIX}0" 1 --exit >/dev/null ||
+    fail "root could not make a PD beside the namespace's flood"
+kill -9 "$first" "$flooder"
+wait "$first" "$flooder" 2>/dev/null || true
+first=
+# Memory registered and moved by processes of the namespace, once the floods' PDs are
+# given back (their owner's cap is full until then).
+wait_until "[ \"\$(\"\$SOFTHCA\" status --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)[\"contexts\"]))')\" = 0 ]" 30 ||
+    fail "the namespace's floods were not torn down: $("$SOFTHCA" status | grep -E "^context|objects")"
+port=$(free_port)
+"${as_id[@]}" 3 --setgid 3 -- "$SOFTHCA" exec -- timeout 60 ibv_rc_pingpong -d "${SOFTHCA_PREFIX}0" -g 0 \
+    -p "$port" -n 100 >"$out" 2>&1 &
+flooder=$!
+wait_listening "$port" || fail "the pingpong server in a user namespace did not start: $(cat "$out")"
+"${as_id[@]}" 3 --setgid 3 -- "$SOFTHCA" exec -- timeout 60 ibv_rc_pingpong -d "${SOFTHCA_PREFIX}1" -g 0 \
+    -p "$port" -n 100 127.0.0.1 >/dev/null 2>&1 ||
+    fail "ibv_rc_pingpong in a user namespace failed: $(cat "$out")"
+wait "$flooder" || fail "the pingpong server in a user namespace failed: $(cat "$out")"
+flooder=
+kill -9 "$attacker"
+wait "$attacker" 2>/dev/null || true
+attacker=
+
 # Everything of the attacker is gone.
 wait_until "[ \"\$(\"\$SOFTHCA\" status --json | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d[\"rdma_cm\"][\"ids\"], len(d[\"contexts\"]))')\" = '0 0' ]" 30 ||
     fail "the attacker's objects are still there: $("$SOFTHCA" status | head -20)"

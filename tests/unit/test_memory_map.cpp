@@ -95,7 +95,7 @@ TEST_CASE("mappings are looked up one at a time, and agree with the maps file") 
     REQUIRE(munmap(p + page, page) == 0);
     REQUIRE(mprotect(p + 2 * page, page, PROT_READ) == 0);
     const auto addr = reinterpret_cast<uint64_t>(p);
-    ProcessMaps live("/proc/self/maps");
+    ProcessMaps live("/proc/self/maps", ::getuid()); // its own user owns it
     REQUIRE(live.error() == 0);
     // Where the kernel has PROCMAP_QUERY (6.11 on) the lookups are its own.
     INFO("PROCMAP_QUERY: " << live.queried());
@@ -130,7 +130,7 @@ TEST_CASE("mappings are looked up one at a time, and agree with the maps file") 
         CHECK(found.start == listed.start);
         CHECK(found.end == listed.end);
         if (listed.start == addr + 2 * page) {
-            ProcessMaps again("/proc/self/maps");
+            ProcessMaps again("/proc/self/maps", ::getuid());
             REQUIRE(again.covering_or_next(listed.start, found));
             CHECK((found.start == listed.start && found.end == listed.end &&
                    found.inode == listed.inode && found.readable == listed.readable &&

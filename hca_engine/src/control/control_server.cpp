@@ -136,7 +136,7 @@ std::vector<int> ControlServer::accept_pending() {
         // descriptors every other client needs. Refused as the descriptors running out
         // refuses it: the client's open fails.
         if (connections_.size() >= kEngineMaxima.connections ||
-            !connections_by_user_.take(c.peer.uid, keys_.limits.user_connections)) {
+            !connections_by_user_.take(c.peer.account, keys_.limits.user_connections)) {
             c.peer.release();
             refuse_connection(fd);
             ::close(fd);
@@ -146,6 +146,7 @@ std::vector<int> ControlServer::accept_pending() {
         c.fd = fd;
         c.pid = c.peer.pid;
         c.uid = c.peer.uid;
+        c.account = c.peer.account;
         c.command = read_command_name(c.peer);
         read_pid_namespace(c.peer, c.pidns, c.ns_pid);
         connections_.emplace(fd, std::move(c));
@@ -187,7 +188,7 @@ bool ControlServer::handle_input(int fd) {
             close_client_descriptor(m.second_fd);
             const bool had_context = c.resources != nullptr;
             close_connection(c);
-            connections_by_user_.give_back(c.uid);
+            connections_by_user_.give_back(c.account);
             connections_.erase(it);
             if (had_context &&
                 std::none_of(connections_.begin(), connections_.end(),

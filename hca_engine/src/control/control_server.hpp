@@ -109,8 +109,9 @@ class ControlServer {
         int fd = -1;
         pid_t pid = 0;
         uid_t uid = 0;
-        PeerProcess peer; // pinned at accept; its descriptors go to the context
-        ino_t pidns = 0;  // its PID namespace, and its PID there
+        uid_t account = 0; // charged for the connection (PeerProcess::account)
+        PeerProcess peer;  // pinned at accept; its descriptors go to the context
+        ino_t pidns = 0;   // its PID namespace, and its PID there
         pid_t ns_pid = 0;
         std::string command;
         uint32_t context_id = 0;

@@ -145,19 +145,19 @@ int ContextResources::admit(const ResourceUsage& more) const {
     if (mine.exceeds(keys_.limits.context))
         return ENOMEM;
     ResourceUsage user = more;
-    if (auto it = keys_.usage_by_user.find(client_->uid()); it != keys_.usage_by_user.end())
+    if (auto it = keys_.usage_by_user.find(client_->account()); it != keys_.usage_by_user.end())
         user += it->second;
     return user.exceeds(keys_.limits.user) ? ENOMEM : 0;
 }
 
 void ContextResources::charge(const ResourceUsage& more) {
     usage_ += more;
-    keys_.usage_by_user[client_->uid()] += more;
+    keys_.usage_by_user[client_->account()] += more;
 }
 
 void ContextResources::uncharge(ResourceUsage less) {
     usage_ -= less;
-    auto it = keys_.usage_by_user.find(client_->uid());
+    auto it = keys_.usage_by_user.find(client_->account());
     if (it == keys_.usage_by_user.end())
         return;
     it->second -= less;

@@ -14,8 +14,10 @@
 #include <fstream>
 #include <linux/capability.h>
 #include <linux/magic.h>
+#include <linux/nsfs.h>
 #include <poll.h>
 #include <string>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -112,10 +114,39 @@ uint64_t read_memlock_limit(const PeerProcess& peer, const uint32_t caps[2]) {
 // Whether [addr, addr + length) lies in one anonymous mapping of the peer (no file
 // behind it: its pages come from memory or swap, never from a filesystem).
 bool in_anonymous_memory(const PeerProcess& peer, uint64_t addr, uint64_t length) {
-    ProcessMaps maps(peer.path("maps")); // one lookup, not the whole file (memory_map.hpp)
+    ProcessMaps maps(peer.path("maps"), peer.proc_owner()); // one lookup (memory_map.hpp)
     MapsEntry vma;
     return maps.covering_or_next(addr, vma) && vma.start <= addr && addr + length <= vma.end &&
            vma.inode == 0 && vma.dev_major == 0 && vma.dev_minor == 0 && vma.readable;
+}
+
+// PeerProcess::account for a process of `uid` whose /proc directory is `proc_dir`: walks
+// out from its user namespace to the engine's (NS_GET_PARENT, at most 32 levels, as
+// namespaces nest), keeping the last owner (NS_GET_OWNER_UID, in the engine's terms) that
+// is not root. Root-owned namespaces are an administrator's choice of IDs (a container
+// runtime's): their users stay users of their own. A namespace not below the engine's
+// (its parent is refused) ends the walk. Sets `peer.account` and `in_user_namespace`.
+void find_account(PeerProcess& peer) {
+    peer.account = peer.uid;
+    struct stat own {};
+    if (::stat("/proc/self/ns/user", &own) != 0)
+        return;
+    int ns = ::openat(peer.proc_dir, "ns/user", O_RDONLY | O_CLOEXEC);
+    for (int level = 0; ns >= 0 && level <= 32; ++level) {
+        struct stat st {};
+        uid_t owner = 0;
+        if (::fstat(ns, &st) != 0 || (st.st_dev == own.st_dev && st.st_ino == own.st_ino) ||
+            ::ioctl(ns, NS_GET_OWNER_UID, &owner) != 0)
+            break;
+        peer.in_user_namespace = true;
+        if (owner != 0)
+            peer.account = owner;
+        const int parent = ::ioctl(ns, NS_GET_PARENT);
+        ::close(ns);
+        ns = parent;
+    }
+    if (ns >= 0)
+        ::close(ns);
 }
 
 } // namespace
@@ -153,12 +184,13 @@ bool PeerProcess::pin(int socket) {
         release();
         return false;
     }
+    find_account(*this);
     return true;
 }
 
 bool PeerProcess::pin_process(pid_t process) {
     pid = process;
-    uid = ::getuid();
+    uid = account = ::getuid();
     gid = ::getgid();
     pidfd = pidfd_open(pid);
     proc_dir = ::open(("/proc/" + std::to_string(pid)).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -252,7 +284,7 @@ std::shared_ptr<ClientProcess> ClientProcess::self() {
 std::shared_ptr<ClientProcess> ClientProcess::posing(pid_t pid, uid_t uid, gid_t gid) {
     PeerProcess peer;
     peer.pin_process(pid);
-    peer.uid = uid;
+    peer.uid = peer.account = uid;
     peer.gid = gid;
     const int fd = ::open(("/proc/" + std::to_string(pid) + "/mem").c_str(), O_RDWR | O_CLOEXEC);
     std::shared_ptr<ClientProcess> process(new ClientProcess(peer, fd));
@@ -357,18 +389,19 @@ bool ClientProcess::abandoned() const {
 }
 
 FileCredentials::FileCredentials(const ClientProcess& client) {
-    switch_to(client.uid(), client.gid(), client.groups(), client.effective_caps());
+    switch_to(client.uid(), client.gid(), client.groups(), client.effective_caps(),
+              client.in_user_namespace());
 }
 
 FileCredentials::FileCredentials(const PeerProcess& peer) {
     uint32_t caps[2] = {0, 0};
     if (peer.uid == 0)
         read_effective_caps(peer, caps);
-    switch_to(peer.uid, peer.gid, peer.groups, caps);
+    switch_to(peer.uid, peer.gid, peer.groups, caps, peer.in_user_namespace);
 }
 
 void FileCredentials::switch_to(uid_t uid, gid_t gid, const std::vector<gid_t>& groups,
-                                const uint32_t caps[2]) {
+                                const uint32_t caps[2], bool in_user_namespace) {
     if (::geteuid() != 0)
         return; // an engine that is not root has nobody's rights to lend or drop
     __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
@@ -396,6 +429,12 @@ void FileCredentials::switch_to(uid_t uid, gid_t gid, const std::vector<gid_t>& 
     data[0].effective &= caps[0];
     data[1].effective &= caps[1];
     data[1].effective |= CAP_TO_MASK(CAP_CHECKPOINT_RESTORE) & data[1].permitted;
+    // A process in a user namespace below the engine's: its /proc files need
+    // CAP_SYS_PTRACE over that namespace even for its own user (commoncap's rule for
+    // another namespace). The files opened so are the client's own /proc entries, and
+    // ProcessMaps refuses one whose process is not dumpable (its owner is not the user).
+    if (in_user_namespace)
+        data[0].effective |= CAP_TO_MASK(CAP_SYS_PTRACE) & data[0].permitted;
     const bool caps_set = ::syscall(SYS_capset, &header, data) == 0;
     ok_ = groups_set && caps_set && fsuid == uid && fsgid == gid;
 }

@@ -35,6 +35,19 @@ struct PeerProcess {
     pid_t pid = 0;
     uid_t uid = 0;
     gid_t gid = 0;
+    // The user its objects are charged to (the caps of resource_limits.hpp): its uid, or,
+    // in a user namespace below the engine's, the user that owns the outermost one not
+    // owned by root. A user's subordinate IDs (/etc/subuid) are that user's, as the
+    // kernel's ucounts charge a namespace's objects to its owner in the parent too.
+    uid_t account = 0;
+    // It lives in a user namespace below the engine's (a rootless container): the
+    // kernel lets a process of another namespace read its /proc files only with
+    // CAP_SYS_PTRACE over that namespace, which FileCredentials then lends.
+    bool in_user_namespace = false;
+    // Who its /proc files must belong to when FileCredentials lends CAP_SYS_PTRACE (in a
+    // user namespace: the kernel then checks no longer that it is dumpable; ProcessMaps
+    // does), or ProcessMaps::kAnyOwner (the kernel's own check applies).
+    uid_t proc_owner() const { return in_user_namespace ? uid : static_cast<uid_t>(-1); }
     std::vector<gid_t> groups;
     int pidfd = -1;
     int proc_dir = -1;
@@ -72,6 +85,9 @@ class ClientProcess {
 
     pid_t pid() const { return peer_.pid; }
     uid_t uid() const { return peer_.uid; }
+    uid_t account() const { return peer_.account; }
+    bool in_user_namespace() const { return peer_.in_user_namespace; }
+    uid_t proc_owner() const { return peer_.proc_owner(); }
     gid_t gid() const { return peer_.gid; }
     const std::vector<gid_t>& groups() const { return peer_.groups; }
     // A file of its /proc/PID directory (maps, map_files/..., status), as a path.
@@ -146,7 +162,8 @@ class FileCredentials {
     bool ok() const { return ok_; }
 
   private:
-    void switch_to(uid_t uid, gid_t gid, const std::vector<gid_t>& groups, const uint32_t caps[2]);
+    void switch_to(uid_t uid, gid_t gid, const std::vector<gid_t>& groups, const uint32_t caps[2],
+                   bool in_user_namespace);
     bool switched_ = false;
     bool ok_ = true;
     uint32_t effective_[2] = {0, 0};

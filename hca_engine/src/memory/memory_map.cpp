@@ -68,10 +68,16 @@ bool parse_maps_line(const std::string& line, MapsEntry& entry) {
     return true;
 }
 
-ProcessMaps::ProcessMaps(const std::string& path) {
+ProcessMaps::ProcessMaps(const std::string& path, uid_t owner) {
     fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0)
+    struct stat st {};
+    if (fd_ < 0) {
         error_ = errno;
+    } else if (owner != kAnyOwner && (::fstat(fd_, &st) != 0 || st.st_uid != owner)) {
+        ::close(fd_);
+        fd_ = -1;
+        error_ = EACCES;
+    }
 }
 
 ProcessMaps ProcessMaps::from_text(const std::string& text) {
@@ -213,7 +219,7 @@ int check_user_range(const ClientProcess& client, uint64_t addr, uint64_t length
     FileCredentials as_client(client);
     if (!as_client.ok())
         return EACCES;
-    ProcessMaps maps(client.proc_path("maps"));
+    ProcessMaps maps(client.proc_path("maps"), client.proc_owner());
     if (maps.error())
         return ESRCH;
     std::vector<std::string> devices;

@@ -33,7 +33,11 @@ bool parse_maps_line(const std::string& line, MapsEntry& entry);
 // the kernel checks them at open.
 class ProcessMaps {
   public:
-    explicit ProcessMaps(const std::string& path);
+    // The maps of a process. With `owner` (PeerProcess::proc_owner), EACCES unless the
+    // file belongs to that user: the kernel gives a process's /proc files to root when it
+    // is not dumpable (it exec'd a set-ID program), which its user could not read.
+    static constexpr uid_t kAnyOwner = static_cast<uid_t>(-1);
+    ProcessMaps(const std::string& path, uid_t owner);
     // Over a maps text (the format of /proc/PID/maps), for tests.
     static ProcessMaps from_text(const std::string& text);
     ~ProcessMaps();

@@ -416,10 +416,10 @@ int RdmaCmServer::join_multicast(CmId& id, uint64_t uid, const sockaddr* group, 
         return -EINVAL; // not 224.0.0.0/4
     // A join holds engine memory and queues an event: charged as an id, and refused while
     // the user's queued events are at their cap.
-    if (!id.file || events_full(*id.file) || !charge_id(id.file->uid))
+    if (!id.file || events_full(*id.file) || !charge_id(id.file->account))
         return -ENOMEM;
     CmMulticast mc;
-    mc.user = id.file->uid;
+    mc.user = id.file->account;
     mc.handle = next_free_handle();
     mc.uid = uid;
     mc.id = id.handle;

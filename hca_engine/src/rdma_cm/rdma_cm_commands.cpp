@@ -272,7 +272,7 @@ int RdmaCmServer::cmd_get_event(Call& call, const rdma_ucm_get_event& c, Reply& 
     }
     CmEvent event = file.events.front();
     file.events.pop_front();
-    events_by_user_.give_back(file.uid);
+    events_by_user_.give_back(file.account);
     uint8_t token;
     [[maybe_unused]] ssize_t r = ::read(file.pipe, &token, 1);
     if (auto it = ids_.find(event.owner); it != ids_.end()) {
@@ -362,7 +362,7 @@ int RdmaCmServer::cmd_migrate_id(Call& call, const rdma_ucm_migrate_id& c, Reply
     CmFile* source = nullptr;
     auto [first, last] = files_by_pipe_.equal_range(pipe);
     for (auto it = first; pipe && it != last; ++it)
-        if (it->second->uid == file.uid)
+        if (it->second->uid == file.uid && it->second->account == file.account)
             source = it->second;
     if (!source)
         return -EINVAL; // not an rdma_cm file (of the caller's user)
@@ -373,8 +373,8 @@ int RdmaCmServer::cmd_migrate_id(Call& call, const rdma_ucm_migrate_id& c, Reply
     r.events_reported = id->events_reported;
     if (source != &file) {
         // Its queued events move with it, in order (ucma_move_events).
-        // One pass over the source's queue (both files are the same user's: the count
-        // of its queued events does not change).
+        // One pass over the source's queue (both files are the same user's, charged to
+        // the same account: the count of its queued events does not change).
         std::deque<CmEvent> kept;
         size_t moved = 0;
         for (CmEvent& e : source->events) {

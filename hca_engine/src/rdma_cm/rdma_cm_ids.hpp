@@ -135,7 +135,8 @@ struct CmFile {
     // by it) and its user, charged for the file and its ids.
     pid_t pid = 0;
     uid_t uid = 0;
-    int host = -1; // the fabric host whose namespace its socket is in (set_hosts), -1: none
+    uid_t account = 0; // charged for it, its ids and events (PeerProcess::account)
+    int host = -1;     // the fabric host whose namespace its socket is in (set_hosts), -1: none
     bool privileged_ports = false; // root: may bind below 1024
     // The pipe's inode (pipefs): MIGRATE_ID finds its source file by a descriptor of it.
     ino_t pipe_inode = 0;

@@ -114,7 +114,7 @@ std::vector<int> RdmaCmServer::accept_pending() {
         // A user's files are capped below the engine's maximum (--limits user_cm_files):
         // past either the open is refused, the connection closed.
         if (files_.size() >= kEngineMaxima.cm_files ||
-            !files_by_user_.take(peer.uid, limits_.user_cm_files)) {
+            !files_by_user_.take(peer.account, limits_.user_cm_files)) {
             peer.release();
             refuse_open(fd);
             ::close(fd);
@@ -125,6 +125,7 @@ std::vector<int> RdmaCmServer::accept_pending() {
         file->fd = fd;
         file->pid = peer.pid;
         file->uid = peer.uid;
+        file->account = peer.account;
         file->host = host_of_socket(fd);
         // Root only: a CapEff of CAP_NET_BIND_SERVICE may be a user namespace's.
         file->privileged_ports = peer.uid == 0;
@@ -159,7 +160,7 @@ void RdmaCmServer::close_file(CmFile& file) {
     for (const CmEvent& e : file.events)
         if (e.resp.event == kEventConnectRequest)
             unreported.push_back(e.resp.id);
-    events_by_user_.give_back(file.uid, file.events.size());
+    events_by_user_.give_back(file.account, file.events.size());
     file.events.clear();
     for (uint32_t child : unreported)
         if (auto it = ids_.find(child); it != ids_.end() && it->second->file == &file)
@@ -182,7 +183,7 @@ void RdmaCmServer::close_file(CmFile& file) {
             }
         close_client_descriptor(file.pipe); // a client's pipe
     }
-    files_by_user_.give_back(file.uid);
+    files_by_user_.give_back(file.account);
 }
 
 bool RdmaCmServer::handle_input(int fd) {
@@ -309,13 +310,13 @@ CmId* RdmaCmServer::find_id(const CmFile& file, uint32_t handle) {
 CmId* RdmaCmServer::create_id(CmFile& file, uint64_t uid, uint16_t port_space, uint8_t qp_type) {
     // Charged to the file's user until released (kept while the CM finishes on the wire):
     // ENOMEM past the user's cap or the engine's maximum, as the kernel's allocation fails.
-    if (!charge_id(file.uid))
+    if (!charge_id(file.account))
         return nullptr;
     auto id = std::make_unique<CmId>();
     id->handle = next_free_handle();
     id->uid = uid;
     id->file = &file;
-    id->user = file.uid;
+    id->user = file.account;
     id->host = file.host;
     id->port_space = port_space;
     id->qp_type = qp_type;
@@ -417,7 +418,7 @@ void RdmaCmServer::queue_event(CmId& owner, const CmEvent& event) {
     if (listener_of(owner))
         return;
     owner.file->events.push_back(event);
-    events_by_user_.add(owner.file->uid);
+    events_by_user_.add(owner.file->account);
     const uint8_t token = 1;
     [[maybe_unused]] ssize_t w = ::write(owner.file->pipe, &token, 1);
 }
@@ -437,7 +438,7 @@ void RdmaCmServer::drop_events(CmFile& file, const std::vector<uint32_t>& owners
     };
     const size_t dropped = std::erase_if(
         file.events, [&](const CmEvent& e) { return named(e.owner) || named(e.resp.id); });
-    events_by_user_.give_back(file.uid, dropped);
+    events_by_user_.give_back(file.account, dropped);
     uint8_t tokens[4096];
     for (size_t left = dropped; left > 0;) {
         const ssize_t r = ::read(file.pipe, tokens, std::min(left, sizeof(tokens)));

@@ -211,7 +211,7 @@ class RdmaCmServer final : public MadReceiver, private transport::CmConsumer {
     // events (a few per connection) are never refused.
     static constexpr uint64_t kMaxQueuedEventsPerUser = 65536;
     bool events_full(const CmFile& file) const {
-        return events_by_user_.of(file.uid) >= kMaxQueuedEventsPerUser;
+        return events_by_user_.of(file.account) >= kMaxQueuedEventsPerUser;
     }
     // An id or a multicast join charged to a user (user_cm_ids) under the engine's
     // maximum; false past either.
