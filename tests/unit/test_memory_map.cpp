@@ -142,3 +142,18 @@ TEST_CASE("mappings are looked up one at a time, and agree with the maps file") 
     munmap(p, page);
     munmap(p + 2 * page, page);
 }
+
+TEST_CASE("maps owned by another user than the one named are refused, before any answer") {
+    using softhca::engine::ProcessMaps;
+    ProcessMaps mine("/proc/self/maps", ::getuid());
+    CHECK(mine.error() == 0);
+    MapsEntry vma;
+    CHECK(mine.covering_or_next(0, vma));
+    // A process whose files the kernel gives another user (one not dumpable: root's).
+    ProcessMaps other("/proc/self/maps", ::getuid() + 1);
+    CHECK(other.error() == EACCES);
+    CHECK_FALSE(other.covering_or_next(0, vma));
+    // Without an owner, the kernel's own check is all there is.
+    ProcessMaps any("/proc/self/maps", ProcessMaps::kAnyOwner);
+    CHECK(any.error() == 0);
+}

@@ -170,3 +170,32 @@ TEST_CASE("a user's usage is kept as objects come and go, and equals a count of 
     REQUIRE(b.dealloc_pd(other_pd) == 0);
     CHECK(keys.usage_by_user.count(me) == 0);
 }
+
+TEST_CASE("an SRQ resized past the bytes cap fails ENOMEM and stays as it was") {
+    KeySpace keys;
+    keys.set_device_count(1);
+    REQUIRE(ResourceLimits::parse("context_mb=1", keys.limits) == "");
+    ContextResources ctx(ClientProcess::self(), keys);
+    uint32_t pd = 0;
+    REQUIRE(ctx.alloc_pd(pd) == 0);
+    di::CreateSrqRequest create{};
+    create.pd_handle = pd;
+    create.max_wr = 16;
+    create.max_sge = 16;
+    EngineSrq* srq = nullptr;
+    REQUIRE(ctx.create_srq(create, srq) == 0);
+    const ResourceUsage before = ctx.usage();
+    di::ModifySrqRequest resize{};
+    resize.srq_handle = srq->handle();
+    resize.attr_mask = 1;  // IBV_SRQ_MAX_WR
+    resize.max_wr = 16384; // some 5 MB of ring
+    bool new_ring = false;
+    CHECK(ctx.modify_srq(resize, srq, new_ring) == ENOMEM);
+    CHECK_FALSE(new_ring);
+    CHECK(srq->max_wr() == 16);
+    CHECK(ctx.usage() == before);
+    resize.max_wr = 64; // within it
+    CHECK(ctx.modify_srq(resize, srq, new_ring) == 0);
+    CHECK(new_ring);
+    CHECK(ctx.usage() == ctx.recount());
+}

@@ -74,9 +74,17 @@ int ContextResources::modify_srq(const di::ModifySrqRequest& request, EngineSrq*
     srq = find_srq(request.srq_handle);
     if (!srq)
         return EINVAL;
-    // A resize's new ring is charged in place of the old (bounded by the SRQ's maximum
-    // depth, as the SRQ count is by the caps).
+    // A resize's new ring is charged in place of the old, and must fit the caps first
+    // (ENOMEM, nothing changed), as a CQ's resize.
     const uint64_t before = srq->engine_bytes();
+    constexpr uint32_t kMaxWr = 1; // IBV_SRQ_MAX_WR
+    if ((request.attr_mask & kMaxWr) && request.max_wr >= 1 &&
+        request.max_wr <= SrqLimits::kMaxSrqWr) {
+        const uint64_t after = srq->engine_bytes_at(std::bit_ceil(request.max_wr));
+        if (after > before)
+            if (int err = admit({.bytes = after - before}))
+                return err;
+    }
     const int err = srq->modify(request.attr_mask, request.max_wr, request.srq_limit, new_ring);
     uncharge({.bytes = before});
     charge({.bytes = srq->engine_bytes()});

@@ -21,14 +21,21 @@ EngineSrq::EngineSrq(uint32_t handle, uint32_t srq_num, QueueContext& context, u
       user_handle_(user_handle), xrc_(xrc), context_(context), memory_(context, pd_handle),
       queue_(max_wr, memory_) {}
 
-uint64_t EngineSrq::engine_bytes() const {
-    return ring_memory_.bytes() + uint64_t{max_wr_} * sizeof(tp::RecvWqe);
+namespace {
+// A receive slot of the ring: the header and `max_sge` SGEs, in cache lines.
+uint32_t slot_bytes(uint32_t max_sge) {
+    return (sizeof(di::RecvWqeHeader) + max_sge * sizeof(di::WireSge) + 63) / 64 * 64;
+}
+} // namespace
+
+uint64_t EngineSrq::engine_bytes_at(uint32_t max_wr) const {
+    return sizeof(di::QpRingHeader) + uint64_t{slot_bytes(max_sge_)} * max_wr +
+           uint64_t{max_wr} * sizeof(tp::RecvWqe);
 }
 
 int EngineSrq::create_ring(uint32_t doorbell_slot) {
     SharedMemory memory;
-    const uint32_t slot =
-        (sizeof(di::RecvWqeHeader) + max_sge_ * sizeof(di::WireSge) + 63) / 64 * 64;
+    const uint32_t slot = slot_bytes(max_sge_);
     const uint64_t offset = sizeof(di::QpRingHeader);
     if (int err = memory.create("softhca-srq", offset + uint64_t{slot} * max_wr_))
         return err;

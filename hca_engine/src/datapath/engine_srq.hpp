@@ -39,7 +39,9 @@ class EngineSrq {
     uint32_t doorbell_slot() const { return doorbell_slot_; }
     int share_ring() const { return ring_memory_.share(); } // SharedMemory::share
     // What it costs the engine: its ring and the state per work request.
-    uint64_t engine_bytes() const;
+    uint64_t engine_bytes() const { return engine_bytes_at(max_wr_); }
+    // What it would hold resized to `max_wr` (a power of two): its ring and WQE state.
+    uint64_t engine_bytes_at(uint32_t max_wr) const;
     size_t ring_bytes() const { return ring_memory_.bytes(); }
 
     // ibv_modify_srq: IBV_SRQ_MAX_WR (a new, empty ring; what was posted moves into the

@@ -120,33 +120,58 @@ bool in_anonymous_memory(const PeerProcess& peer, uint64_t addr, uint64_t length
            vma.inode == 0 && vma.dev_major == 0 && vma.dev_minor == 0 && vma.readable;
 }
 
-// PeerProcess::account for a process of `uid` whose /proc directory is `proc_dir`: walks
-// out from its user namespace to the engine's (NS_GET_PARENT, at most 32 levels, as
-// namespaces nest), keeping the last owner (NS_GET_OWNER_UID, in the engine's terms) that
-// is not root. Root-owned namespaces are an administrator's choice of IDs (a container
-// runtime's): their users stay users of their own. A namespace not below the engine's
-// (its parent is refused) ends the walk. Sets `peer.account` and `in_user_namespace`.
-void find_account(PeerProcess& peer) {
+// PeerProcess::account for the pinned process: walks out from its user namespace to the
+// engine's (NS_GET_PARENT, at most 32 levels, as namespaces nest), keeping the last owner
+// (NS_GET_OWNER_UID, in the engine's terms) that is not root. Root-owned namespaces are
+// an administrator's choice of IDs (a container runtime's): their users stay users of
+// their own. A namespace not below the engine's (the walk never reaches it: its owners
+// are not the engine's to name) is charged by uid and read as before. False when the
+// walk cannot be made (the process is gone): the connection is refused, never charged
+// to its bare uid, which would let a user's subordinate ID escape the user's caps.
+bool find_account(PeerProcess& peer) {
     peer.account = peer.uid;
+    peer.in_user_namespace = false;
     struct stat own {};
     if (::stat("/proc/self/ns/user", &own) != 0)
-        return;
+        return false;
     int ns = ::openat(peer.proc_dir, "ns/user", O_RDONLY | O_CLOEXEC);
-    for (int level = 0; ns >= 0 && level <= 32; ++level) {
+    if (ns < 0)
+        return false;
+    uid_t account = peer.uid;
+    bool below = false, walked = true;
+    for (int level = 0; level <= 33; ++level) {
         struct stat st {};
-        uid_t owner = 0;
-        if (::fstat(ns, &st) != 0 || (st.st_dev == own.st_dev && st.st_ino == own.st_ino) ||
-            ::ioctl(ns, NS_GET_OWNER_UID, &owner) != 0)
+        if (::fstat(ns, &st) != 0) {
+            walked = false;
             break;
-        peer.in_user_namespace = true;
+        }
+        if (st.st_dev == own.st_dev && st.st_ino == own.st_ino) {
+            below = level > 0;
+            break;
+        }
+        uid_t owner = 0;
+        if (::ioctl(ns, NS_GET_OWNER_UID, &owner) != 0) {
+            walked = false;
+            break;
+        }
         if (owner != 0)
-            peer.account = owner;
+            account = owner;
         const int parent = ::ioctl(ns, NS_GET_PARENT);
+        if (parent < 0) {
+            walked = errno == EPERM; // outside ours: not below the engine's
+            break;
+        }
         ::close(ns);
         ns = parent;
     }
-    if (ns >= 0)
-        ::close(ns);
+    ::close(ns);
+    if (!walked)
+        return false;
+    if (below) {
+        peer.account = account;
+        peer.in_user_namespace = true;
+    }
+    return true;
 }
 
 } // namespace
@@ -173,8 +198,13 @@ bool PeerProcess::pin(int socket) {
         groups.resize(bytes / sizeof(gid_t));
     }
     len = sizeof(pidfd);
-    if (::getsockopt(socket, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) != 0)
-        pidfd = pidfd_open(pid); // before Linux 6.5: the PID, taken at once
+    if (::getsockopt(socket, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) != 0) {
+        // Before Linux 6.5: the PID, taken at once. Any other failure (the peer is gone)
+        // refuses: its PID may already name another process.
+        if (errno != ENOPROTOOPT)
+            return false;
+        pidfd = pidfd_open(pid);
+    }
     if (pidfd < 0)
         return false;
     const std::string dir = "/proc/" + std::to_string(pid);
@@ -184,7 +214,10 @@ bool PeerProcess::pin(int socket) {
         release();
         return false;
     }
-    find_account(*this);
+    if (!find_account(*this) || !pidfd_alive(pidfd)) {
+        release();
+        return false;
+    }
     return true;
 }
 

@@ -68,16 +68,24 @@ bool parse_maps_line(const std::string& line, MapsEntry& entry) {
     return true;
 }
 
-ProcessMaps::ProcessMaps(const std::string& path, uid_t owner) {
+ProcessMaps::ProcessMaps(const std::string& path, uid_t owner) : path_(path), owner_(owner) {
     fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    struct stat st {};
-    if (fd_ < 0) {
+    if (fd_ < 0)
         error_ = errno;
-    } else if (owner != kAnyOwner && (::fstat(fd_, &st) != 0 || st.st_uid != owner)) {
+    else
+        still_owned();
+}
+
+bool ProcessMaps::still_owned() {
+    struct stat st {};
+    if (owner_ == kAnyOwner || (::stat(path_.c_str(), &st) == 0 && st.st_uid == owner_))
+        return true;
+    if (fd_ >= 0)
         ::close(fd_);
-        fd_ = -1;
-        error_ = EACCES;
-    }
+    fd_ = -1;
+    error_ = EACCES;
+    vmas_.clear();
+    return false;
 }
 
 ProcessMaps ProcessMaps::from_text(const std::string& text) {
@@ -92,8 +100,8 @@ ProcessMaps::~ProcessMaps() {
 }
 
 ProcessMaps::ProcessMaps(ProcessMaps&& other) noexcept
-    : fd_(std::exchange(other.fd_, -1)), error_(other.error_), parsed_(other.parsed_),
-      vmas_(std::move(other.vmas_)) {}
+    : path_(std::move(other.path_)), owner_(other.owner_), fd_(std::exchange(other.fd_, -1)),
+      error_(other.error_), parsed_(other.parsed_), vmas_(std::move(other.vmas_)) {}
 
 void ProcessMaps::parse(const std::string& text) {
     parsed_ = true;
@@ -124,7 +132,7 @@ bool ProcessMaps::covering_or_next(uint64_t addr, MapsEntry& vma) {
             vma.readable = q.vma_flags & kQueryVmaReadable;
             vma.writable = q.vma_flags & kQueryVmaWritable;
             vma.shared = q.vma_flags & kQueryVmaShared;
-            return true;
+            return still_owned();
         }
         if (errno != ENOTTY && errno != EINVAL)
             return false; // ENOENT: nothing at or above addr; ESRCH: the process is gone
@@ -134,6 +142,8 @@ bool ProcessMaps::covering_or_next(uint64_t addr, MapsEntry& vma) {
         for (ssize_t got; (got = ::read(fd_, buffer, sizeof(buffer))) > 0;)
             text.append(buffer, static_cast<size_t>(got));
         parse(text);
+        if (!still_owned())
+            return false;
     }
     auto it = std::upper_bound(vmas_.begin(), vmas_.end(), addr,
                                [](uint64_t a, const MapsEntry& v) { return a < v.end; });

@@ -35,7 +35,10 @@ class ProcessMaps {
   public:
     // The maps of a process. With `owner` (PeerProcess::proc_owner), EACCES unless the
     // file belongs to that user: the kernel gives a process's /proc files to root when it
-    // is not dumpable (it exec'd a set-ID program), which its user could not read.
+    // is not dumpable (it exec'd a set-ID program), which its user could not read. It is
+    // looked up again after each answer (an exec between the open and the answer makes
+    // the answer the new program's, and by then its files are root's): no answer is
+    // given of a process that was not the user's throughout.
     static constexpr uid_t kAnyOwner = static_cast<uid_t>(-1);
     ProcessMaps(const std::string& path, uid_t owner);
     // Over a maps text (the format of /proc/PID/maps), for tests.
@@ -57,6 +60,11 @@ class ProcessMaps {
   private:
     ProcessMaps() = default;
     void parse(const std::string& text);
+    // The file still belongs to `owner_` (a fresh lookup refreshes its owner); else the
+    // file is closed, EACCES.
+    bool still_owned();
+    std::string path_;
+    uid_t owner_ = kAnyOwner;
     int fd_ = -1;
     int error_ = 0;
     bool parsed_ = false; // the file was read whole: vmas_ holds it
