@@ -4,6 +4,8 @@
 // with --exit, exits at once: the test's honest client uses it to make one of its own).
 //   flood_attack cm_ids ADDRESS LIMIT [--exit]   rdma_cm ids, each bound to ADDRESS on an
 //                                                ephemeral port, on one event channel
+//   flood_attack resolving ADDRESS LIMIT [--exit]  rdma_cm ids, each resolving ADDRESS
+//                                                (which nobody answers) for 10 minutes
 //   flood_attack pds DEVICE LIMIT [--exit]       protection domains, on a context after
 //                                                another
 //   flood_attack contexts DEVICE LIMIT [--exit]  open contexts (a control connection each)
@@ -52,6 +54,30 @@ size_t make_cm_ids(const char* address, size_t limit, int& error) {
         ++made;
         if (rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&addr)) != 0) {
             error = errno; // the ephemeral ports ran out: the id stays, unbound
+            break;
+        }
+    }
+    return made;
+}
+
+size_t make_resolving_ids(const char* address, size_t limit, int& error) {
+    rdma_event_channel* channel = rdma_create_event_channel();
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    if (!channel || inet_pton(AF_INET, address, &addr.sin_addr) != 1) {
+        error = channel ? EINVAL : errno;
+        return 0;
+    }
+    size_t made = 0;
+    while (made < limit) {
+        rdma_cm_id* id = nullptr;
+        if (rdma_create_id(channel, &id, nullptr, RDMA_PS_TCP) != 0) {
+            error = errno;
+            break;
+        }
+        ++made;
+        if (rdma_resolve_addr(id, nullptr, reinterpret_cast<sockaddr*>(&addr), 600'000) != 0) {
+            error = errno;
             break;
         }
     }
@@ -195,6 +221,8 @@ int main(int argc, char** argv) {
     size_t made = 0;
     if (mode == "cm_ids")
         made = make_cm_ids(argv[2], limit, error);
+    else if (mode == "resolving")
+        made = make_resolving_ids(argv[2], limit, error);
     else if (mode == "pds")
         made = make_pds(argv[2], limit, error);
     else if (mode == "contexts")

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # One user at every cap stalls nobody else (issue 40, items 2, 3, 5, 6 and 7). An
 # unprivileged user (uid 65534) takes, in turn, as many rdma_cm ids (each bound to a
-# port), PDs and open contexts (control connections) as the engine gives it, then
-# registers MRs without pause in an address space of some 60,000 mappings; each flood must stop at the
-# user's cap with the kernel's errno, and while the attacker holds everything, and while
-# the engine tears it all down after a SIGKILL, root (another user) must still:
+# port, then each resolving an address nobody answers), PDs and open contexts (control
+# connections) as the engine gives it, then registers MRs without pause in an address
+# space of some 60,000 mappings, then floods PDs from IDs of its own user namespace (one
+# user: one set of caps); each flood must stop at the user's cap with the kernel's
+# errno, and while the attacker holds everything, and while the engine tears it all
+# down after a SIGKILL, root (another user) must still:
 #   - make the same object (the cap left room below the engine's maximum),
 #   - run ibv_rc_pingpong within 2x its time without the attack (or 1 s more),
 #   - get `softhca status` answered within 1 s.
@@ -52,6 +54,9 @@ flood() {
     honest_keeps_going "while the engine tears down $cap of $kind"
 }
 flood cm_ids 198.18.0.1 "$cap_cm_ids" 12                        # ENOMEM
+# Ids resolving an address nobody answers (on the port's subnet: ARP goes unanswered):
+# each look at them takes a few, in turn, not all of them every millisecond.
+flood resolving 198.18.0.99 "$cap_cm_ids" 12                     # ENOMEM
 flood pds "${SOFTHCA_PREFIX}0" "$cap_pds" 12                     # ENOMEM
 # A context past the cap: the engine refuses the connection, ibv_open_device fails EMFILE.
 flood contexts "${SOFTHCA_PREFIX}0" "$cap_connections" 24                 # EMFILE

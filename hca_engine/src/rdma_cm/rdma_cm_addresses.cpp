@@ -284,10 +284,12 @@ int RdmaCmServer::resolve_address(CmId& id, const sockaddr* src, const sockaddr*
     id.peer.ipv4 = tp::gid_is_ipv4_mapped(peer) ? tp::load_be32(peer.data() + 12) : 0;
     id.peer.local = source_gid(id);
     id.state = CmState::AddrQuery;
-    resolving_.insert(id.handle);
-    schedule(now);
     id.resolve_deadline = now + static_cast<uint64_t>(timeout_ms ? timeout_ms : 2000) * 1'000'000;
-    poll(now); // resolved at once when the neighbour is known
+    // Resolved at once when the neighbour is known; else looked at again in turn (poll).
+    if (!resolution_ended(id, now)) {
+        resolving_.insert(id.handle);
+        schedule(now + kNeighborCheckNs);
+    }
     return 0;
 }
 

@@ -448,35 +448,49 @@ void RdmaCmServer::drop_events(CmFile& file, const std::vector<uint32_t>& owners
     }
 }
 
+bool RdmaCmServer::resolution_ended(CmId& id, uint64_t now) {
+    const size_t port = devices_[static_cast<size_t>(id.device)].port_index;
+    if (wire_.neighbor_resolved(port, id.peer.gid, now)) {
+        id.state = CmState::AddrResolved;
+        queue_event(id, kEventAddrResolved, 0);
+        return true;
+    }
+    if (now >= id.resolve_deadline) {
+        id.state = CmState::Idle;
+        queue_event(id, kEventAddrError, -ETIMEDOUT);
+        return true;
+    }
+    return false;
+}
+
 bool RdmaCmServer::poll(uint64_t now) {
     // Called every round of the engine's loop: nothing is looked at before the earliest
     // deadline (set wherever a timer starts, see schedule()), the IB CM's timers by it.
     bool busy = false;
     if (now >= wake_at_) {
-        uint64_t next = UINT64_MAX;
-        // Only the ids resolving an address: no other id costs this loop anything.
-        for (auto r = resolving_.begin(); r != resolving_.end();) {
+        // Only the ids resolving an address, and at most kResolveChecks of them, going on
+        // from where the last look stopped: no other id costs this loop anything, and
+        // many resolving ids cost a look no more than a few (each waits its turn).
+        const size_t turns = std::min(kResolveChecks, resolving_.size());
+        auto r = resolving_.upper_bound(resolve_cursor_);
+        for (size_t looked = 0; looked < turns && !resolving_.empty(); ++looked) {
+            if (r == resolving_.end())
+                r = resolving_.begin();
+            resolve_cursor_ = *r;
             auto found = ids_.find(*r);
             if (found == ids_.end() || found->second->state != CmState::AddrQuery) {
                 r = resolving_.erase(r);
                 continue;
             }
-            ++r;
-            CmId* id = found->second.get();
-            const size_t port = devices_[static_cast<size_t>(id->device)].port_index;
-            if (wire_.neighbor_resolved(port, id->peer.gid, now)) {
-                id->state = CmState::AddrResolved;
-                queue_event(*id, kEventAddrResolved, 0);
+            if (resolution_ended(*found->second, now)) {
                 busy = true;
-            } else if (now >= id->resolve_deadline) {
-                id->state = CmState::Idle;
-                queue_event(*id, kEventAddrError, -ETIMEDOUT);
-                busy = true;
+                r = resolving_.erase(r);
             } else {
-                next = std::min(next, now + kNeighborCheckNs);
+                ++r;
             }
         }
-        wake_at_ = next;
+        // Those still resolving (looked at now or not yet) look again after a while.
+        wake_at_ = resolving_.empty() ? UINT64_MAX : now + kNeighborCheckNs;
     }
     if (now >= cm_.next_deadline())
         busy |= cm_.poll(now);

@@ -259,6 +259,9 @@ class RdmaCmServer final : public MadReceiver, private transport::CmConsumer {
                          const uint8_t* data, size_t bytes) const;
     // A timer starts (a neighbour to wait for): poll() looks at the ids no later than `at`.
     void schedule(uint64_t at) { wake_at_ = std::min(wake_at_, at); }
+    // An address query's neighbour is known (ADDR_RESOLVED queued) or its time is up
+    // (ADDR_ERROR queued): true, and the id has left AddrQuery.
+    bool resolution_ended(CmId& id, uint64_t now);
 
     int listen_fd_ = -1;
     int spare_fd_ = -1; // kept to refuse a client when descriptors run out
@@ -286,9 +289,13 @@ class RdmaCmServer final : public MadReceiver, private transport::CmConsumer {
     transport::IbCm cm_;
     bool trace_ = false;
     uint64_t wake_at_ = UINT64_MAX; // no address query has anything due before this
-    static constexpr uint64_t kNeighborCheckNs =
-        1'000'000; // an address query looks again // SOFTHCA_RDMA_CM_TRACE: each command and its
-                   // result to the log
+    // An address query looks again this often; at most kResolveChecks of them are looked
+    // at per look, in turn (resolve_cursor_: the handle to go on after), so a user with
+    // thousands of ids resolving addresses nobody answers costs every look the same.
+    static constexpr uint64_t kNeighborCheckNs = 1'000'000;
+    static constexpr size_t kResolveChecks = 256;
+    uint32_t resolve_cursor_ = 0;
+    // SOFTHCA_RDMA_CM_TRACE: each command and its result to the log
     Counters counters_;
     std::vector<int> device_host_;
     std::function<int(dev_t, ino_t)> host_of_namespace_;
