@@ -98,6 +98,24 @@ echo "ib_write_bw 1000 x 64 KiB: $client port_xmit_data +$sent words, $server po
     fail "hw_counters/sent_pkts differs from counters/port_xmit_packets"
 [ "$(counter "$server" hw_counters/rcvd_pkts)" = "$(counter "$server" counters/port_rcv_packets)" ] ||
     fail "hw_counters/rcvd_pkts differs from counters/port_rcv_packets"
+# SENDs and receives completed: a pingpong of 200 exchanges (each end sends and
+# receives 200 messages) adds at least that many to rdma_sends and rdma_recvs on each.
+sends_before=$(counter "$client" hw_counters/rdma_sends)
+recvs_before=$(counter "$server" hw_counters/rdma_recvs)
+port=$((18900 + RANDOM % 100))
+"$SOFTHCA" exec -- timeout 60 ibv_rc_pingpong -d "$server" -g 0 -p "$port" -n 200 >/dev/null 2>&1 &
+pingpong_server=$!
+wait_listening "$port" || fail "ibv_rc_pingpong's server did not listen"
+"$SOFTHCA" exec -- timeout 60 ibv_rc_pingpong -d "$client" -g 0 -p "$port" -n 200 "$SERVER_ADDR" \
+    >/dev/null 2>&1 || fail "ibv_rc_pingpong failed"
+wait "$pingpong_server" || fail "ibv_rc_pingpong's server failed"
+wait_until "[ \$((\$(counter $client hw_counters/rdma_sends) - $sends_before)) -ge 200 ] &&
+    [ \$((\$(counter $server hw_counters/rdma_recvs) - $recvs_before)) -ge 200 ]" 5 ||
+    fail "rdma_sends grew by $(($(counter "$client" hw_counters/rdma_sends) - sends_before)), rdma_recvs by $(($(counter "$server" hw_counters/rdma_recvs) - recvs_before)) over 200 exchanges"
+for name in rcvd_seq_err retry_exceeded_err retry_rnr_exceeded_err; do
+    [ -n "$(counter "$client" "hw_counters/$name")" ] || fail "no hw_counters/$name"
+done
+wait_until settled 5 || fail "the counter files do not agree with softhca status after the pingpong"
 for f in port_rcv_errors symbol_error; do
     [ "$(counter "$server" "counters/$f")" = 0 ] || fail "counters/$f is not 0"
 done

@@ -381,6 +381,8 @@ TEST_CASE("RC: RNR with rnr_retry 0 fails with RNR_RETRY_EXC_ERR, with 7 it wait
         REQUIRE(link.a().qp.post_send(w));
         REQUIRE(link.run_until([&] { return !link.a().sink.sends.empty(); }));
         CHECK(link.a().sink.sends[0].status == WcStatus::RnrRetryExceededError);
+        CHECK(link.a().qp.counters().rnr_retries_exceeded == 1); // rxe's retry_rnr_exceeded_err
+        CHECK(link.a().qp.counters().retries_exceeded == 0);
     }
 }
 
@@ -506,7 +508,9 @@ TEST_CASE("RC: retries run out when the peer is gone: RETRY_EXC_ERR") {
     REQUIRE(link.a().qp.post_send(w));
     REQUIRE(link.run_until([&] { return !link.a().sink.sends.empty(); }));
     CHECK(link.a().sink.sends[0].status == WcStatus::RetryExceededError);
-    CHECK(link.a().qp.counters().timeouts == 8); // retry_cnt 7: first try + 7 retries
+    CHECK(link.a().qp.counters().timeouts == 8);         // retry_cnt 7: first try + 7 retries
+    CHECK(link.a().qp.counters().retries_exceeded == 1); // rxe's retry_exceeded_err
+    CHECK(link.a().qp.counters().sends_completed == 0);
 }
 
 TEST_CASE("RC: an atomic on an unaligned address is a remote invalid request") {

@@ -49,6 +49,7 @@ void QueuePair::retire_completed() {
         c.qp_num = qp_num_;
         attach_read_room(entry, c);
         const bool signaled = entry.wqe.signaled;
+        counters_.sends_completed += c.opcode == WcOpcode::Send;
         if (req_.sq_send == sq_head_)
             ++req_.sq_send;
         ++sq_head_;
@@ -227,6 +228,7 @@ void QueuePair::on_nak(uint32_t psn, uint8_t syndrome, Nanoseconds now) {
     ++counters_.naks_received;
     switch (syndrome & aeth::kValueMask) {
     case aeth::kNakPsnSequenceError:
+        ++counters_.sequence_naks_received;
         // The responder saw a gap and names the PSN it expects (9.7.5.2.2). Only
         // timeouts count against retry_cnt: a NAK proves the peer is alive.
         rewind_to(psn);

@@ -278,6 +278,8 @@ bool QueuePair::retries_exhausted(WcStatus status) {
     if (status == WcStatus::RnrRetryExceededError && attr_.rnr_retry == 7)
         return false; // 7 means retry for ever (9.7.5.2.8)
     if (left == 0) {
+        ++(status == WcStatus::RnrRetryExceededError ? counters_.rnr_retries_exceeded
+                                                     : counters_.retries_exceeded);
         complete_send_error(sq_at(sq_head_), status);
         return true;
     }

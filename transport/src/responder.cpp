@@ -218,6 +218,7 @@ void QueuePair::complete_recv(const IbPacket& packet, uint32_t byte_len,
     c.wr_id = resp_.recv.wr_id;
     c.status = WcStatus::Success;
     c.opcode = packet.info->kind == OpKind::Write ? WcOpcode::RecvRdmaWithImm : WcOpcode::Recv;
+    ++counters_.receives_completed;
     c.byte_len = byte_len;
     c.qp_num = qp_num_;
     c.src_qp = attr_.dest_qp;

@@ -110,11 +110,17 @@ constexpr CounterFile kFiles[] = {
     {"hw_counters/tx_pfc_frames", [](K k) { return k.port.tx_pfc_frames; }},
     // The device's QPs: rxe's names (mlx5's for the ACK timer) where the meaning is the
     // same: duplicate and out-of-sequence requests the responders saw, RNR NAKs received
-    // and sent, local ACK timeouts; then softhca's own.
+    // and sent, sequence-error NAKs received, requests failed with their retries spent,
+    // SENDs and receives completed, local ACK timeouts; then softhca's own.
     {"hw_counters/duplicate_request", [](K k) { return k.qps.duplicates; }},
     {"hw_counters/out_of_seq_request", [](K k) { return k.qps.out_of_sequence; }},
     {"hw_counters/rcvd_rnr_err", [](K k) { return k.qps.rnr_naks_received; }},
     {"hw_counters/send_rnr_err", [](K k) { return k.qps.rnr_naks_sent; }},
+    {"hw_counters/rcvd_seq_err", [](K k) { return k.qps.sequence_naks_received; }},
+    {"hw_counters/retry_exceeded_err", [](K k) { return k.qps.retries_exceeded; }},
+    {"hw_counters/retry_rnr_exceeded_err", [](K k) { return k.qps.rnr_retries_exceeded; }},
+    {"hw_counters/rdma_sends", [](K k) { return k.qps.sends_completed; }},
+    {"hw_counters/rdma_recvs", [](K k) { return k.qps.receives_completed; }},
     {"hw_counters/local_ack_timeout_err", [](K k) { return k.qps.timeouts; }},
     {"hw_counters/retransmitted_pkts", [](K k) { return k.qps.retransmitted_packets; }},
     {"hw_counters/sent_naks", [](K k) { return k.qps.naks_sent; }},

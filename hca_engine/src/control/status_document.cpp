@@ -176,6 +176,11 @@ Json qp_document(const EngineQp& qp) {
               {"dropped", k.dropped},
               {"dropped_messages", k.dropped_messages},
               {"qkey_violations", k.qkey_violations},
+              {"sequence_naks_received", k.sequence_naks_received},
+              {"retries_exceeded", k.retries_exceeded},
+              {"rnr_retries_exceeded", k.rnr_retries_exceeded},
+              {"sends_completed", k.sends_completed},
+              {"receives_completed", k.receives_completed},
               {"cq_overruns", qp.cq_overruns()}}},
             {"congestion", qp_congestion_document(qp)}};
 }

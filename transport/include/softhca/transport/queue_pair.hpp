@@ -94,9 +94,14 @@ struct QpCounters {
     uint64_t rnr_naks_received = 0;
     uint64_t duplicates = 0;
     uint64_t out_of_sequence = 0;
-    uint64_t dropped = 0;          // packets that could not be processed in the current state
-    uint64_t qkey_violations = 0;  // UD messages with another Q_Key, dropped
-    uint64_t dropped_messages = 0; // UC/UD messages dropped whole (lost packet, no WQE...)
+    uint64_t dropped = 0;                // packets that could not be processed in the current state
+    uint64_t qkey_violations = 0;        // UD messages with another Q_Key, dropped
+    uint64_t dropped_messages = 0;       // UC/UD messages dropped whole (lost packet, no WQE...)
+    uint64_t sequence_naks_received = 0; // NAKs for a PSN sequence error (9.7.5.2.2)
+    uint64_t retries_exceeded = 0;       // requests failed with retry_cnt spent
+    uint64_t rnr_retries_exceeded = 0;   // requests failed with rnr_retry spent
+    uint64_t sends_completed = 0;        // SEND requests completed successfully
+    uint64_t receives_completed = 0;     // receive WQEs completed successfully
 
     // Sums (a device's QPs, those destroyed and those alive).
     QpCounters& operator+=(const QpCounters& o) {
@@ -113,10 +118,15 @@ struct QpCounters {
         dropped += o.dropped;
         qkey_violations += o.qkey_violations;
         dropped_messages += o.dropped_messages;
+        sequence_naks_received += o.sequence_naks_received;
+        retries_exceeded += o.retries_exceeded;
+        rnr_retries_exceeded += o.rnr_retries_exceeded;
+        sends_completed += o.sends_completed;
+        receives_completed += o.receives_completed;
         return *this;
     }
 };
-static_assert(sizeof(QpCounters) == 13 * sizeof(uint64_t), "operator+= sums every counter");
+static_assert(sizeof(QpCounters) == 18 * sizeof(uint64_t), "operator+= sums every counter");
 
 // Time in nanoseconds, from any fixed origin.
 using Nanoseconds = uint64_t;
