@@ -374,6 +374,8 @@ TEST_CASE("RC: RNR with rnr_retry 0 fails with RNR_RETRY_EXC_ERR, with 7 it wait
         REQUIRE(link.b().qp.post_recv(r));
         REQUIRE(link.run_until([&] { return !link.a().sink.sends.empty(); }));
         CHECK(link.a().sink.sends[0].status == WcStatus::Success);
+        CHECK(link.a().qp.counters().sends_completed == 1);
+        CHECK(link.b().qp.counters().receives_completed == 1); // rdma_recvs
     }
     SECTION("rnr_retry 0") {
         link.a().qp.attributes().rnr_retry = 0;
@@ -383,6 +385,7 @@ TEST_CASE("RC: RNR with rnr_retry 0 fails with RNR_RETRY_EXC_ERR, with 7 it wait
         CHECK(link.a().sink.sends[0].status == WcStatus::RnrRetryExceededError);
         CHECK(link.a().qp.counters().rnr_retries_exceeded == 1); // rxe's retry_rnr_exceeded_err
         CHECK(link.a().qp.counters().retries_exceeded == 0);
+        CHECK(link.a().qp.counters().sends_completed == 1); // rdma_sends: in error too
     }
 }
 

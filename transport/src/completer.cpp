@@ -80,6 +80,10 @@ void QueuePair::complete_send_error(SendEntry& entry, WcStatus status) {
             done.wr_id = head.wqe.wr_id;
             done.status = WcStatus::WrFlushError;
             done.opcode = completion_opcode(head.wqe.opcode);
+        } else {
+            // rxe's rdma_sends counts a SEND that completes in error too (not the
+            // requests flushed after it).
+            counters_.sends_completed += done.opcode == WcOpcode::Send;
         }
         attach_read_room(head, done);
         ++sq_head_;

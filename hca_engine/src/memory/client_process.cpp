@@ -133,27 +133,24 @@ bool find_account(PeerProcess& peer) {
     peer.in_user_namespace = false;
     struct stat own {};
     if (::stat("/proc/self/ns/user", &own) != 0)
-        return false;
+        return errno == ENOENT; // a kernel without user namespaces: every peer is in ours
     int ns = ::openat(peer.proc_dir, "ns/user", O_RDONLY | O_CLOEXEC);
     if (ns < 0)
         return false;
     uid_t account = peer.uid;
-    bool below = false, walked = true;
+    bool below = false, walked = false; // walked: to ours, or to a namespace not below it
     for (int level = 0; level <= 33; ++level) {
         struct stat st {};
-        if (::fstat(ns, &st) != 0) {
-            walked = false;
+        if (::fstat(ns, &st) != 0)
             break;
-        }
         if (st.st_dev == own.st_dev && st.st_ino == own.st_ino) {
             below = level > 0;
+            walked = true;
             break;
         }
         uid_t owner = 0;
-        if (::ioctl(ns, NS_GET_OWNER_UID, &owner) != 0) {
-            walked = false;
+        if (::ioctl(ns, NS_GET_OWNER_UID, &owner) != 0)
             break;
-        }
         if (owner != 0)
             account = owner;
         const int parent = ::ioctl(ns, NS_GET_PARENT);

@@ -100,7 +100,7 @@ struct QpCounters {
     uint64_t sequence_naks_received = 0; // NAKs for a PSN sequence error (9.7.5.2.2)
     uint64_t retries_exceeded = 0;       // requests failed with retry_cnt spent
     uint64_t rnr_retries_exceeded = 0;   // requests failed with rnr_retry spent
-    uint64_t sends_completed = 0;        // SEND requests completed successfully
+    uint64_t sends_completed = 0;        // SEND requests completed, in error too (not flushed)
     uint64_t receives_completed = 0;     // receive WQEs completed successfully
 
     // Sums (a device's QPs, those destroyed and those alive).
