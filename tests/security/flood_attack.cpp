@@ -32,35 +32,9 @@
 
 namespace {
 
-size_t make_cm_ids(const char* address, size_t limit, int& error) {
-    rdma_event_channel* channel = rdma_create_event_channel();
-    if (!channel) {
-        error = errno;
-        return 0;
-    }
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    if (inet_pton(AF_INET, address, &addr.sin_addr) != 1) {
-        error = EINVAL;
-        return 0;
-    }
-    size_t made = 0;
-    while (made < limit) {
-        rdma_cm_id* id = nullptr;
-        if (rdma_create_id(channel, &id, nullptr, RDMA_PS_TCP) != 0) {
-            error = errno;
-            break;
-        }
-        ++made;
-        if (rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&addr)) != 0) {
-            error = errno; // the ephemeral ports ran out: the id stays, unbound
-            break;
-        }
-    }
-    return made;
-}
-
-size_t make_resolving_ids(const char* address, size_t limit, int& error) {
+// rdma_cm ids on one event channel, each bound to ADDRESS on an ephemeral port or, with
+// `resolve`, resolving ADDRESS for 10 minutes.
+size_t make_cm_ids(const char* address, size_t limit, bool resolve, int& error) {
     rdma_event_channel* channel = rdma_create_event_channel();
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -68,6 +42,7 @@ size_t make_resolving_ids(const char* address, size_t limit, int& error) {
         error = channel ? EINVAL : errno;
         return 0;
     }
+    auto* to = reinterpret_cast<sockaddr*>(&addr);
     size_t made = 0;
     while (made < limit) {
         rdma_cm_id* id = nullptr;
@@ -76,7 +51,8 @@ size_t make_resolving_ids(const char* address, size_t limit, int& error) {
             break;
         }
         ++made;
-        if (rdma_resolve_addr(id, nullptr, reinterpret_cast<sockaddr*>(&addr), 600'000) != 0) {
+        // A bind failing: the ephemeral ports ran out (the id stays, unbound).
+        if ((resolve ? rdma_resolve_addr(id, nullptr, to, 600'000) : rdma_bind_addr(id, to)) != 0) {
             error = errno;
             break;
         }
@@ -220,9 +196,9 @@ int main(int argc, char** argv) {
     int error = 0;
     size_t made = 0;
     if (mode == "cm_ids")
-        made = make_cm_ids(argv[2], limit, error);
+        made = make_cm_ids(argv[2], limit, false, error);
     else if (mode == "resolving")
-        made = make_resolving_ids(argv[2], limit, error);
+        made = make_cm_ids(argv[2], limit, true, error);
     else if (mode == "pds")
         made = make_pds(argv[2], limit, error);
     else if (mode == "contexts")

@@ -16,6 +16,8 @@
 // not open and a process it could not trace.
 #pragma once
 
+#include "memory_map.hpp"
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -47,7 +49,7 @@ struct PeerProcess {
     // Who its /proc files must belong to when FileCredentials lends CAP_SYS_PTRACE (in a
     // user namespace: the kernel then checks no longer that it is dumpable; ProcessMaps
     // does), or ProcessMaps::kAnyOwner (the kernel's own check applies).
-    uid_t proc_owner() const { return in_user_namespace ? uid : static_cast<uid_t>(-1); }
+    uid_t proc_owner() const { return in_user_namespace ? uid : ProcessMaps::kAnyOwner; }
     std::vector<gid_t> groups;
     int pidfd = -1;
     int proc_dir = -1;
