@@ -85,7 +85,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     size_t at = 0;
     bool status_asked = false;
     for (int n = 0; n < 48 && at + 4 <= size; ++n) {
-        uint8_t opcode = data[at] % 36;
+        uint8_t opcode = data[at] % 37;
         if (opcode == static_cast<uint8_t>(di::Opcode::EngineStatus) ||
             opcode == static_cast<uint8_t>(di::Opcode::EngineStatusJson)) {
             if (status_asked)

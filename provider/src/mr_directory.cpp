@@ -6,9 +6,9 @@
 namespace softhca::provider {
 
 void MrDirectory::add(uint32_t lkey, uint64_t iova, uint64_t addr, uint64_t length, bool on_demand,
-                      bool mapped) {
+                      bool mapped, bool local_write, uint32_t pd) {
     std::unique_lock lock(lock_);
-    regions_[lkey] = {iova, addr, length, on_demand, mapped};
+    regions_[lkey] = {iova, addr, length, on_demand, mapped, local_write, pd};
 }
 
 void MrDirectory::remove(uint32_t lkey) {
@@ -16,7 +16,8 @@ void MrDirectory::remove(uint32_t lkey) {
     regions_.erase(lkey);
 }
 
-const void* MrDirectory::locate(uint32_t lkey, uint64_t iova, uint32_t length, bool* mapped) const {
+const void* MrDirectory::locate(uint32_t lkey, uint64_t iova, uint32_t length, bool* mapped,
+                                bool* local_write, uint32_t* pd) const {
     std::shared_lock lock(lock_);
     auto it = regions_.find(lkey);
     if (it == regions_.end() || it->second.on_demand)
@@ -26,6 +27,10 @@ const void* MrDirectory::locate(uint32_t lkey, uint64_t iova, uint32_t length, b
         return nullptr;
     if (mapped)
         *mapped = r.mapped;
+    if (local_write)
+        *local_write = r.local_write;
+    if (pd)
+        *pd = r.pd;
     return reinterpret_cast<const void*>(r.addr + (iova - r.iova));
 }
 

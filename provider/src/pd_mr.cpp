@@ -118,7 +118,8 @@ ibv_mr* reg_mr(ibv_pd* ibpd, void* addr, size_t length, uint64_t hca_va, int acc
     // all of it): nothing is gathered from it at post time (MrDirectory).
     state_of(ibpd->context)
         .mrs.add(reply.lkey, hca_va, reinterpret_cast<uintptr_t>(addr), length,
-                 (access & IBV_ACCESS_ON_DEMAND) != 0, (reply.flags & di::kMrMapped) != 0);
+                 (access & IBV_ACCESS_ON_DEMAND) != 0, (reply.flags & di::kMrMapped) != 0,
+                 (access & IBV_ACCESS_LOCAL_WRITE) != 0, to_pd(ibpd)->handle);
     return &mr->vmr.ibv_mr;
 }
 
@@ -155,7 +156,9 @@ int rereg_mr(verbs_mr* vmr, int flags, ibv_pd* pd, void* addr, size_t length, in
         mr->length = length;
     }
     mrs.add(vmr->ibv_mr.lkey, mr->iova, mr->addr, mr->length,
-            (vmr->access & IBV_ACCESS_ON_DEMAND) != 0, (reply.flags & di::kMrMapped) != 0);
+            (vmr->access & IBV_ACCESS_ON_DEMAND) != 0, (reply.flags & di::kMrMapped) != 0,
+            (vmr->access & IBV_ACCESS_LOCAL_WRITE) != 0,
+            to_pd((flags & IBV_REREG_MR_CHANGE_PD) ? pd : vmr->ibv_mr.pd)->handle);
     return 0;
 }
 
@@ -195,8 +198,26 @@ int dereg_mr(verbs_mr* vmr) {
     Mr* mr = reinterpret_cast<Mr*>(vmr);
     // Out of the directory first: from here on no post gathers from this memory.
     state_of(vmr->ibv_mr.context).mrs.remove(vmr->ibv_mr.lkey);
-    if (int err = state_of(vmr->ibv_mr.context).control.destroy(di::Opcode::DeregMr, mr->handle))
+    // A granted MR's slot comes back with the grant page: copies another process began
+    // into it before the engine revoked its grants are waited for (single_copy.hpp).
+    ContextState& state = state_of(vmr->ibv_mr.context);
+    di::HandleRequest request{};
+    request.handle = mr->handle;
+    di::DeregMrReply reply{};
+    int page = -1;
+    const int err = state.control.call(di::Opcode::DeregMr, &request, sizeof(request), &reply,
+                                       sizeof(reply), -1, &page);
+    if (err && err != EIO) { // EIO: gone with the engine, as destroy() takes it
+        if (page >= 0)
+            ::close(page);
         return err;
+    }
+    if (page >= 0) {
+        if (!err && reply.grant_slot != di::kNoGrantSlot)
+            state.grant_pages.wait_for_copies(reply.grant_slot, page);
+        else
+            ::close(page);
+    }
     std::free(mr);
     return 0;
 }

@@ -5,6 +5,7 @@
 #include "../abi/verbs_private_abi34.h"
 #include "control_channel.hpp"
 #include "mr_directory.hpp"
+#include "single_copy.hpp"
 #include "softhca/device_interface/control.hpp"
 #include "softhca/device_interface/cq_ring.hpp"
 #include "softhca/device_interface/doorbell_page.hpp"
@@ -42,7 +43,8 @@ struct ContextState {
     int wake_fd = -1; // eventfd that stops the watchdog thread
     pthread_t watchdog{};
     bool watchdog_running = false;
-    MrDirectory mrs; // what small sends may be gathered from at post time
+    MrDirectory mrs;        // what small sends may be gathered from at post time
+    GrantPages grant_pages; // single copy: the grant pages mapped (single_copy.hpp)
 };
 
 struct Context {
@@ -119,6 +121,7 @@ struct Qp {
     // ibv_poll_cq on the QP's send CQ.
     uint8_t* read_staging = nullptr;
     uint64_t read_staging_bytes = 0;
+    QpGrants grants; // single copy (single_copy.hpp), under sq_lock
 };
 
 struct Srq {

@@ -339,6 +339,11 @@ int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int attr_mask) {
     const int err =
         state_of(ibqp->context)
             .control.call(di::Opcode::ModifyQp, &request, sizeof(request), &reply, sizeof(reply));
+    if (!err) {
+        // Another connection, or none: grants are asked for again (single_copy.hpp).
+        std::lock_guard<std::mutex> lock(qp->sq_lock);
+        qp->grants.forget();
+    }
     if (!err && (attr_mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RESET)
         forget_completions(*ibqp);
     return err;
@@ -609,20 +614,27 @@ int post_send_requests(Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr, unsigned m
             }
             h.length = static_cast<uint32_t>(total);
             uint64_t staged_at = 0;
-            if (gather_at_post(*qp, *wr, total, payload + wr->num_sge * sizeof(di::WireSge))) {
+            if (place_rdma(*qp, *wr, total, completed)) {
+                h.flags |= di::kSendPlaced; // moved already: the engine completes it
+            } else if (gather_at_post(*qp, *wr, total,
+                                      payload + wr->num_sge * sizeof(di::WireSge))) {
                 h.flags |= di::kSendGathered;
             } else if (stage_at_post(*qp, *wr, total, staged_at)) {
                 h.flags |= di::kSendStaged;
                 h.swap = staged_at;
             }
         }
+        if (!(h.flags & di::kSendPlaced))
+            qp->grants.engine_tail = qp->sq_next + 1; // later ones may not overtake it
         std::memcpy(slot, &h, sizeof(h));
         if (qp->staging)
             qp->staged_end[qp->sq_next & (qp->staged_end.size() - 1)] = qp->staging_head;
         ++qp->sq_next;
     }
     if (err && all_or_nothing) {
-        qp->sq_next = first; // the slots written stay unpublished
+        // The slots written stay unpublished. (What was placed stays placed: the verbs
+        // leave a failed post's memory effects undefined.)
+        qp->sq_next = first;
         qp->staging_head = first_staging_head;
     }
     ring->sq_producer.store(qp->sq_next, std::memory_order_release);

@@ -70,13 +70,16 @@ settled() {
             return 1
     done
 }
+# The port counters count what crosses the port: the writes go the engine's way
+# (SOFTHCA_SINGLE_COPY=0), unless SINGLE_COPY=1 lets the client copy them itself.
 write_bw() { # MESSAGES: 64 KiB writes from the client to the server
     local port=$((18700 + RANDOM % 200)) rc=0
-    "$SOFTHCA" exec -- timeout 60 ib_write_bw -d "$server" -x 0 -p "$port" -s 65536 -n "$1" \
-        >/dev/null 2>&1 &
+    "$SOFTHCA" exec -- env SOFTHCA_SINGLE_COPY="${SINGLE_COPY:-0}" timeout 60 ib_write_bw \
+        -d "$server" -x 0 -p "$port" -s 65536 -n "$1" >/dev/null 2>&1 &
     local server_pid=$!
     wait_listening "$port" || fail "ib_write_bw's server did not listen"
-    "$SOFTHCA" exec -- timeout 60 ib_write_bw -d "$client" -x 0 -p "$port" -s 65536 -n "$1" \
+    "$SOFTHCA" exec -- env SOFTHCA_SINGLE_COPY="${SINGLE_COPY:-0}" timeout 60 ib_write_bw \
+        -d "$client" -x 0 -p "$port" -s 65536 -n "$1" \
         "$SERVER_ADDR" >/dev/null 2>&1 || rc=$?
     wait "$server_pid" || rc=$?
     [ "$rc" -eq 0 ] || fail "ib_write_bw -n $1 failed ($rc)"
@@ -94,6 +97,14 @@ echo "ib_write_bw 1000 x 64 KiB: $client port_xmit_data +$sent words, $server po
 # The built-in wire loses nothing: what one end sent, the other received.
 [ "$(counter "$client" counters/port_xmit_data)" = "$(counter "$server" counters/port_rcv_data)" ] ||
     fail "$client sent $(counter "$client" counters/port_xmit_data) words, $server received $(counter "$server" counters/port_rcv_data)"
+# Copied by the client itself (single copy, docs/memory-model.md): nothing crosses the
+# port, and hw_counters/placed_bytes counts the bytes.
+placed_before=$(counter "$client" hw_counters/placed_bytes)
+SINGLE_COPY=1 write_bw 1000
+wait_until settled 5 || fail "the counter files do not agree with softhca status after traffic"
+placed=$(($(counter "$client" hw_counters/placed_bytes) - placed_before))
+echo "ib_write_bw 1000 x 64 KiB, single copy: $client placed_bytes +$placed"
+[ "$placed" -ge $((1000 * 65536)) ] || fail "placed_bytes grew by $placed, less than was written"
 [ "$(counter "$client" hw_counters/sent_pkts)" = "$(counter "$client" counters/port_xmit_packets)" ] ||
     fail "hw_counters/sent_pkts differs from counters/port_xmit_packets"
 [ "$(counter "$server" hw_counters/rcvd_pkts)" = "$(counter "$server" counters/port_rcv_packets)" ] ||

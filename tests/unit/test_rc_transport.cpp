@@ -1127,3 +1127,55 @@ TEST_CASE("RC: a small SEND into memory that stages receives travels with its co
     CHECK(failed.status == WcStatus::LocalProtectionError);
     CHECK(failed.staged_length == 0);
 }
+
+TEST_CASE("RC: a placed WRITE or READ sends nothing, completes after the requests before it, "
+          "and a placed request in RTR's responder raises COMM_EST once") {
+    // Single copy (SendWqe::placed): the initiator moved the bytes itself. The requester
+    // runs it as a local operation: no PSN, no packet, its completion in send queue order.
+    Link link(14, {0, 0, 0, 0});
+    link.connect(PathMtu::Mtu1024, kAllRemote);
+    HostMemory& am = link.a().memory;
+    HostMemory& bm = link.b().memory;
+    const uint32_t src = am.add_region(65536, kRegionRights);
+    const uint32_t dst = bm.add_region(65536, kRegionRights);
+    SendWqe read = one_sge_request(1, WrOpcode::RdmaRead, am, src, 60000);
+    read.signaled = true;
+    read.remote_addr = bm.region(dst).addr;
+    read.rkey = dst;
+    REQUIRE(link.a().qp.post_send(read)); // the engine's way: packets
+    SendWqe placed = one_sge_request(2, WrOpcode::RdmaWrite, am, src, 30000);
+    placed.signaled = true;
+    placed.placed = true;
+    placed.remote_addr = bm.region(dst).addr;
+    placed.rkey = dst;
+    REQUIRE(link.a().qp.post_send(placed));
+    SendWqe placed_read = placed;
+    placed_read.wr_id = 3;
+    placed_read.opcode = WrOpcode::RdmaRead;
+    placed_read.length = 100;
+    placed_read.sge[0].length = 100;
+    REQUIRE(link.a().qp.post_send(placed_read));
+    REQUIRE(link.run_until([&] { return link.a().sink.sends.size() == 3; }));
+    const auto& sends = link.a().sink.sends;
+    CHECK(sends[0].wr_id == 1);
+    CHECK(sends[1].wr_id == 2);
+    CHECK(sends[1].opcode == WcOpcode::RdmaWrite);
+    CHECK(sends[1].byte_len == 30000);
+    CHECK(sends[2].wr_id == 3);
+    CHECK(sends[2].opcode == WcOpcode::RdmaRead);
+    for (const auto& c : sends)
+        CHECK(c.status == WcStatus::Success);
+    // The READ's one request packet, and nothing for the placed ones.
+    CHECK(link.a().qp.counters().packets_sent == 1);
+    CHECK(link.a().qp.counters().placed_messages == 2);
+    CHECK(link.a().qp.counters().placed_bytes == 30100);
+    CHECK(link.b().qp.counters().packets_received == 1);
+
+    // A responder in RTR hears of placed requests as of a first packet: COMM_EST, once.
+    link.b().qp.set_state(QpState::Reset, link.now());
+    link.b().qp.set_state(QpState::Init, link.now());
+    link.b().qp.set_state(QpState::Rtr, link.now());
+    link.b().qp.requests_placed();
+    link.b().qp.requests_placed();
+    CHECK(link.b().sink.established == 1);
+}

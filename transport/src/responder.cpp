@@ -129,6 +129,13 @@ void QueuePair::responder_nak(uint8_t syndrome, uint32_t psn, bool fatal) {
     }
 }
 
+void QueuePair::requests_placed() {
+    if (state_ == QpState::Rtr && !established_) {
+        established_ = true;
+        sink_.communication_established();
+    }
+}
+
 void QueuePair::on_request(const IbPacket& packet, Nanoseconds now) {
     (void)now;
     if (state_ != QpState::Rtr && state_ != QpState::Rts && state_ != QpState::Sqd) {

@@ -49,7 +49,16 @@ void ControlServer::rereg_mr(Call& call) {
 }
 
 void ControlServer::dereg_mr(Call& call) {
-    reply_status(call, call.resources().dereg_mr(call.request<di::HandleRequest>().handle));
+    // A granted MR's slot comes back with the grant page: the provider waits there for
+    // the copies under way (grant_page.hpp).
+    di::DeregMrReply r{};
+    r.reply.header = reply_header(call.header, sizeof(r));
+    r.reply.status =
+        call.resources().dereg_mr(call.request<di::HandleRequest>().handle, r.grant_slot);
+    if (r.reply.status != 0)
+        r.grant_slot = di::kNoGrantSlot;
+    reply_sharing(call, &r, sizeof(r),
+                  r.grant_slot != di::kNoGrantSlot ? call.resources().grant_page().share() : -1);
 }
 
 void ControlServer::alloc_mw(Call& call) {

@@ -44,6 +44,7 @@ const ControlServer::Method* ControlServer::method_for(uint16_t opcode) {
         {Op::RegDmMr, sizeof(di::RegDmMrRequest), true, &S::reg_dm_mr},
         {Op::OpenXrcd, sizeof(di::OpenXrcdRequest), true, &S::open_xrcd},
         {Op::CloseXrcd, sizeof(Handle), true, &S::close_xrcd},
+        {Op::GrantRemoteMemory, sizeof(di::GrantRequest), true, &S::grant_remote_memory},
         // Queues: CQs, QPs, SRQs, multicast.
         {Op::CreateCq, sizeof(di::CreateCqRequest), true, &S::create_cq},
         {Op::ResizeCq, sizeof(di::ResizeCqRequest), true, &S::resize_cq},

@@ -164,6 +164,10 @@ class ControlServer {
     void reg_dm_mr(Call& call);
     void open_xrcd(Call& call);
     void close_xrcd(Call& call);
+    // Single copy (control_grants.cpp).
+    void grant_remote_memory(Call& call);
+    int grant(const Connection& c, const device_interface::GrantRequest& request,
+              device_interface::GrantReply& reply, int& page_fd);
     // control_queues.cpp: CQs, QPs, SRQs and multicast.
     void create_cq(Call& call);
     void resize_cq(Call& call);

@@ -127,6 +127,10 @@ constexpr CounterFile kFiles[] = {
     {"hw_counters/rcvd_naks", [](K k) { return k.qps.naks_received; }},
     {"hw_counters/rcvd_qkey_err", [](K k) { return k.qps.qkey_violations; }},
     {"hw_counters/dropped_msgs", [](K k) { return k.qps.dropped_messages; }},
+    // RDMA WRITEs and READs whose initiator copied the bytes itself (single copy): they
+    // never cross the port, so the counters above do not see them.
+    {"hw_counters/placed_msgs", [](K k) { return k.qps.placed_messages; }},
+    {"hw_counters/placed_bytes", [](K k) { return k.qps.placed_bytes; }},
 };
 
 } // namespace

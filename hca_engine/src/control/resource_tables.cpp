@@ -84,6 +84,7 @@ ContextResources::ContextResources(std::shared_ptr<ClientProcess> client, KeySpa
 }
 
 ContextResources::~ContextResources() {
+    grants_.revoke_all(); // no copy into this context's memory begins from now on
     // QPs go first: they point at this context's CQs and MRs. Handles opened here close,
     // and QPs made here go even if other contexts opened them.
     while (!opened_.empty())
@@ -376,13 +377,19 @@ int ContextResources::rereg_mr(const di::ReregMrRequest& request, RegisteredMr& 
         --pds_.at(mr.pd_handle).mr_count;
         ++pds_.at(next.pd_handle).mr_count;
     }
-    mr = next; // same keys, same place in mrs_by_key_
+    grants_.revoke(mr.grant_slot); // what was granted on it named the old region
+    mr = next;                     // same keys, same place in mrs_by_key_
     ++mr_generation_;
     out = {request.mr_handle, mr.lkey, mr.rkey, mr.mapping != nullptr};
     return 0;
 }
 
 int ContextResources::dereg_mr(uint32_t handle) {
+    uint32_t grant_slot = di::kNoGrantSlot;
+    return dereg_mr(handle, grant_slot);
+}
+
+int ContextResources::dereg_mr(uint32_t handle, uint32_t& grant_slot) {
     auto it = mrs_.find(handle);
     if (it == mrs_.end())
         return EINVAL;
@@ -392,6 +399,9 @@ int ContextResources::dereg_mr(uint32_t handle) {
     if (it->second.dm_handle)
         --dms_.at(it->second.dm_handle).mr_count;
     uncharge_pinned(it->second.pinned);
+    grant_slot = it->second.grant_slot;
+    if (grant_slot != di::kNoGrantSlot)
+        grants_.release(grant_slot);
     mrs_by_key_.erase(it->second.lkey);
     mrs_.erase(it);
     ++mr_generation_;

@@ -6,6 +6,7 @@
 
 #include "client_process.hpp"
 #include "completion_queue.hpp"
+#include "grant_page.hpp"
 #include "memory_regions.hpp"
 #include "queue_context.hpp"
 #include "queue_directory.hpp"
@@ -118,6 +119,16 @@ class ContextResources final : public QueueContext {
     int dealloc_pd(uint32_t handle);
     int reg_mr(const device_interface::RegMrRequest& request, RegisteredMr& out);
     int dereg_mr(uint32_t handle);
+    // The same; `grant_slot` is the MR's grant slot, now revoked, or kNoGrantSlot.
+    int dereg_mr(uint32_t handle, uint32_t& grant_slot);
+    // Single copy (resource_tables_grants.cpp): a grant on `rkey` through `responder`, a
+    // QP of this context, for `wanted` (GrantAccess). Fills the responder's half of the
+    // reply and `page_fd` (this context's grant page, for the reply). 0, EACCES (no MR
+    // of the QP's PD with such a right) or ENOSPC (the page is full).
+    int grant(EngineQp& responder, uint32_t rkey, uint32_t wanted,
+              device_interface::GrantReply& reply, int& page_fd);
+    // This context's grant page (DeregMr's reply).
+    const GrantPage& grant_page() const { return grants_; }
     int rereg_mr(const device_interface::ReregMrRequest& request, RegisteredMr& out);
     // Device memory: on success `dm` points at the memory whose memfd goes to the
     // provider. 0 or an errno (EINVAL: a bad length or alignment; ENOMEM: the device's
@@ -213,6 +224,7 @@ class ContextResources final : public QueueContext {
     KeySpace& keys_;
     size_t device_;
     Doorbells doorbells_; // before the queues that ring it: it goes after them
+    GrantPage grants_;    // before the QPs and MRs it names, likewise
     int async_fd_ = -1;
     uint32_t next_handle_ = 1;
     std::map<uint32_t, ProtectionDomain> pds_;

@@ -181,6 +181,8 @@ Json qp_document(const EngineQp& qp) {
               {"rnr_retries_exceeded", k.rnr_retries_exceeded},
               {"sends_completed", k.sends_completed},
               {"receives_completed", k.receives_completed},
+              {"placed_messages", k.placed_messages},
+              {"placed_bytes", k.placed_bytes},
               {"cq_overruns", qp.cq_overruns()}}},
             {"congestion", qp_congestion_document(qp)}};
 }

@@ -85,6 +85,22 @@ EngineQp::EngineQp(uint32_t handle, uint32_t qp_num, tp::QpType type, size_t dev
 EngineQp::~EngineQp() {
     if (QpSchedule* schedule = context_.schedule())
         schedule->forget(*this);
+    if (grant_page_)
+        grant_page_->release(grant_slot_);
+}
+
+void EngineQp::note_state() {
+    const tp::QpState state = transport_.state();
+    if (state == noted_state_)
+        return;
+    noted_state_ = state;
+    if (ring_)
+        ring_->engine_state.store(static_cast<uint32_t>(state), std::memory_order_release);
+    // A responder takes requests in RTR, RTS and SQD (10.3.1); in any other state its
+    // grants end, as an HCA would NAK what arrives.
+    if (grant_page_ && state != tp::QpState::Rtr && state != tp::QpState::Rts &&
+        state != tp::QpState::Sqd)
+        grant_page_->revoke(grant_slot_);
 }
 
 void EngineQp::activate() {
@@ -309,6 +325,7 @@ int EngineQp::modify(const di::ModifyQpRequest& request, const PortInfo& port,
     }
     if (mask & kState)
         transport_.set_state(next, now);
+    note_state();
     attr_.qp_state = static_cast<uint32_t>(transport_.state());
     activate(); // RTS with requests already posted, SQD back to RTS, new timers...
     return 0;
@@ -346,6 +363,7 @@ bool EngineQp::pull_work(tp::Nanoseconds now, bool& left_in_ring) {
         w.solicited = h.flags & di::kSendSolicited;
         w.inline_data = h.flags & di::kSendInline;
         w.staged = nullptr;
+        w.placed = h.flags & di::kSendPlaced;
         w.imm_data = h.imm_data;
         w.remote_addr = h.remote_addr;
         w.rkey = h.rkey;
@@ -510,6 +528,7 @@ void EngineQp::push_completion(CompletionQueue* cq, const tp::Completion& c) {
 }
 
 void EngineQp::send_completion(const tp::Completion& c) {
+    note_state();
     push_completion(binding_.send_cq, c);
 }
 
@@ -568,6 +587,7 @@ uint8_t* EngineQp::reserve_read_staging(uint32_t length, tp::ReceiveStaging& out
 }
 
 void EngineQp::recv_completion(const tp::Completion& c) {
+    note_state();
     if (c.staged_length > tp::kStagedReceiveBytes)
         rq_staging_open_ = false; // its room is the provider's to give back now
     // The request's slot is free before its completion is visible: an application that
@@ -590,6 +610,7 @@ tp::ReceiveQueue* EngineQp::xrc_srq(uint32_t srqn) {
 }
 
 void EngineQp::send_wqe_retired() {
+    note_state();
     ring_->sq_completed.fetch_add(1, std::memory_order_release);
 }
 
@@ -607,6 +628,7 @@ void EngineQp::last_wqe_reached() {
 }
 
 void EngineQp::qp_error(tp::WcStatus cause, bool detected_by_responder) {
+    note_state();
     if (!detected_by_responder)
         return; // the requester's error is in the failed request's completion
     // Affiliated asynchronous errors (11.6.3.1): what the responder found.

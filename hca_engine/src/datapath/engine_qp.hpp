@@ -5,6 +5,7 @@
 
 #include "cq_ring_owner.hpp"
 #include "engine_srq.hpp"
+#include "grant_page.hpp"
 #include "process_memory.hpp"
 #include "qp_congestion.hpp"
 #include "shared_memory.hpp"
@@ -137,6 +138,16 @@ class EngineQp : public transport::CompletionSink,
     // MemoryFaultListener: queued writes into this QP's memory failed.
     void deferred_memory_fault() override;
 
+    // Single copy (device_interface/grant_page.hpp): the context whose QP this is, the
+    // word of its grant page that grants on it name (set at its first grant), and
+    // whether that slot is already set.
+    QueueContext& context() const { return context_; }
+    uint32_t grant_slot() const { return grant_slot_; }
+    void set_grant_slot(GrantPage& page, uint32_t slot) {
+        grant_page_ = &page;
+        grant_slot_ = slot;
+    }
+
     // transport::SrqDirectory (XRC targets)
     transport::ReceiveQueue* xrc_srq(uint32_t srqn) override;
 
@@ -147,6 +158,10 @@ class EngineQp : public transport::CompletionSink,
     void take_staged(const device_interface::SendWqeHeader& h, transport::SendWqe& w) const;
     // Puts the QP on the data path's active list (a change it could not see arrive).
     void activate();
+    // Publishes the transport's state in the ring (QpRingHeader::engine_state) and, when
+    // the QP no longer accepts requests, revokes the grants on it. Called wherever the
+    // state may have changed, before the change is reported.
+    void note_state();
 
     uint32_t handle_;
     uint32_t qp_num_;
@@ -180,6 +195,9 @@ class EngineQp : public transport::CompletionSink,
     uint64_t cq_overruns_ = 0;
     QpScheduling scheduling_;
     std::optional<QpCongestion> congestion_;
+    GrantPage* grant_page_ = nullptr;
+    uint32_t grant_slot_ = device_interface::kNoGrantSlot;
+    transport::QpState noted_state_ = transport::QpState::Reset;
 };
 
 } // namespace softhca::engine

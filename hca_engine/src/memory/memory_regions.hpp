@@ -25,6 +25,8 @@ struct MemoryRegion {
     uint32_t bound_windows = 0; // deregistering is EBUSY while windows are bound to it
     uint32_t dm_handle = 0;     // on device memory (ibv_reg_dm_mr), or 0
     uint64_t pinned = 0;        // bytes charged to the process's RLIMIT_MEMLOCK
+    // Its word in its context's grant page once a grant named it (grant_page.hpp).
+    uint32_t grant_slot = UINT32_MAX;
     // Shared memory mapped into the engine (shared_mapping.hpp), or none: reached with
     // cross-memory attach.
     std::shared_ptr<SharedMapping> mapping;

@@ -13,7 +13,7 @@
 namespace softhca::device_interface {
 
 constexpr uint16_t kControlMagic = 0x5348; // "SH"
-constexpr uint16_t kControlVersion = 6;
+constexpr uint16_t kControlVersion = 7;
 constexpr size_t kMaxControlMessage = 4096;
 
 enum class Opcode : uint16_t {
@@ -39,18 +39,19 @@ enum class Opcode : uint16_t {
     DestroySrq = 20,
     AttachMcast = 21,
     DetachMcast = 22,
-    OpenXrcd = 23,         // OpenXrcdRequest, reply HandleReply
-    CloseXrcd = 24,        // HandleRequest
-    OpenQp = 25,           // OpenQpRequest, reply CreateQpReply with the QP's ring fd
-    AllocMw = 26,          // AllocMwRequest, reply AllocMwReply
-    DeallocMw = 27,        // HandleRequest
-    ReregMr = 28,          // ReregMrRequest, reply RegMrReply (the keys stay)
-    EngineStatusJson = 29, // the status as JSON (docs/status-schema.md); without OpenDevice
-    MapDoorbells = 30,     // MessageHeader, reply MapDoorbellsReply with the page's memfd
-    AllocDm = 31,          // AllocDmRequest, reply AllocDmReply with the memory's memfd
-    FreeDm = 32,           // HandleRequest
-    RegDmMr = 33,          // RegDmMrRequest, reply RegMrReply
-    SetFabricLink = 34,    // administrator takes a fabric link down or up; without OpenDevice
+    OpenXrcd = 23,          // OpenXrcdRequest, reply HandleReply
+    CloseXrcd = 24,         // HandleRequest
+    OpenQp = 25,            // OpenQpRequest, reply CreateQpReply with the QP's ring fd
+    AllocMw = 26,           // AllocMwRequest, reply AllocMwReply
+    DeallocMw = 27,         // HandleRequest
+    ReregMr = 28,           // ReregMrRequest, reply RegMrReply (the keys stay)
+    EngineStatusJson = 29,  // the status as JSON (docs/status-schema.md); without OpenDevice
+    MapDoorbells = 30,      // MessageHeader, reply MapDoorbellsReply with the page's memfd
+    AllocDm = 31,           // AllocDmRequest, reply AllocDmReply with the memory's memfd
+    FreeDm = 32,            // HandleRequest
+    RegDmMr = 33,           // RegDmMrRequest, reply RegMrReply
+    SetFabricLink = 34,     // administrator takes a fabric link down or up; without OpenDevice
+    GrantRemoteMemory = 35, // GrantRequest, reply GrantReply with the grant page's memfd
 };
 
 struct MessageHeader {
@@ -557,5 +558,56 @@ struct StatusReply {
     uint64_t bytes;
 };
 static_assert(sizeof(StatusReply) == 32);
+
+// GrantRemoteMemory: may the provider move the bytes of RDMA WRITEs (kGrantWrite) or
+// READs (kGrantRead) of QP `qp_handle` to or from `rkey` itself (grant_page.hpp)? The
+// engine answers 0 with a GrantReply and the responder context's grant page (its memfd),
+// or refuses:
+// - EOPNOTSUPP: not for this QP's connection: not RC, not RTS, its peer is not a QP of
+//   this engine that is connected back to it, the path is not the built-in wire without
+//   captures, faults, shaping, credits or PFC, or the engine's environment has
+//   SOFTHCA_SINGLE_COPY=0. Nothing the QP sends until it is modified again will be
+//   granted;
+// - EPERM: the kernel would not let this process reach the responder's memory (another
+//   user, no CAP_SYS_PTRACE, or another PID namespace);
+// - EACCES: the rkey names no MR of the responder QP's PD with that right (or a memory
+//   window, device memory): the request goes to the engine, which fails it as an HCA
+//   does;
+// - ENOSPC: the responder's grant page is full.
+enum GrantAccess : uint32_t { kGrantWrite = 1u << 0, kGrantRead = 1u << 1 };
+
+struct GrantRequest {
+    MessageHeader header;
+    uint32_t qp_handle;
+    uint32_t rkey;
+    uint32_t access; // GrantAccess
+    uint32_t reserved;
+};
+static_assert(sizeof(GrantRequest) == 32);
+
+struct GrantReply {
+    ReplyHeader reply;
+    uint64_t page_id; // the responder context's grant page, the same for all its grants
+    uint64_t iova;    // the MR as the rkey addresses it: [iova, iova + length)
+    uint64_t length;
+    uint64_t addr;    // where iova lies in the responder's process
+    int32_t pid;      // the responder's process, in the requester's PID namespace
+    uint32_t access;  // GrantAccess the responder allows (both the QP's and the MR's)
+    uint32_t mr_slot; // its grant page's words and their generations
+    uint32_t mr_generation;
+    uint32_t qp_slot;
+    uint32_t qp_generation;
+};
+static_assert(sizeof(GrantReply) == 80);
+
+// DeregMr's reply: a granted MR's grant slot (its generation now raised), with the
+// context's grant page: ibv_dereg_mr waits there for copies under way (grant_page.hpp).
+// kNoGrantSlot and no memfd for an MR never granted.
+struct DeregMrReply {
+    ReplyHeader reply;
+    uint32_t grant_slot;
+    uint32_t reserved;
+};
+static_assert(sizeof(DeregMrReply) == 32);
 
 } // namespace softhca::device_interface

@@ -44,7 +44,7 @@
 namespace softhca::device_interface {
 
 constexpr uint32_t kQpRingMagic = 0x53485150; // "SHQP"
-constexpr uint32_t kQpRingVersion = 8;
+constexpr uint32_t kQpRingVersion = 9;
 
 struct alignas(64) QpRingHeader {
     uint32_t magic;
@@ -73,6 +73,10 @@ struct alignas(64) QpRingHeader {
     alignas(64) std::atomic<uint64_t> read_staging_released;
     // Engine: writes into staged READs' bytes so far (see above).
     std::atomic<uint64_t> read_staging_writes;
+    // Engine: the QP's state (enum ibv_qp_state) as the engine's transport has it, set
+    // before `sq_completed` passes a request that changed it. The provider places RDMA
+    // WRITEs and READs itself only while it is RTS (kSendPlaced).
+    std::atomic<uint32_t> engine_state;
 };
 static_assert(sizeof(QpRingHeader) == 512);
 
@@ -92,6 +96,11 @@ enum SendFlags : uint8_t {
     // checks the SGEs as usual and takes the payload from there; staged bytes stay until
     // the request retires.
     kSendStaged = 1 << 5,
+    // An RDMA WRITE or READ whose bytes the provider moved itself inside ibv_post_send,
+    // under a grant (grant_page.hpp): the engine sends nothing and completes it after the
+    // requests before it. The provider posts one only when every earlier request of the
+    // QP has retired or was placed too, so it overtakes nothing.
+    kSendPlaced = 1 << 6,
 };
 
 // Staging is allocated in whole cache lines.

@@ -102,6 +102,8 @@ struct QpCounters {
     uint64_t rnr_retries_exceeded = 0;   // requests failed with rnr_retry spent
     uint64_t sends_completed = 0;        // SEND requests completed, in error too (not flushed)
     uint64_t receives_completed = 0;     // receive WQEs completed successfully
+    uint64_t placed_messages = 0;        // RDMA WRITEs and READs the initiator placed itself
+    uint64_t placed_bytes = 0;           // their bytes
 
     // Sums (a device's QPs, those destroyed and those alive).
     QpCounters& operator+=(const QpCounters& o) {
@@ -123,10 +125,12 @@ struct QpCounters {
         rnr_retries_exceeded += o.rnr_retries_exceeded;
         sends_completed += o.sends_completed;
         receives_completed += o.receives_completed;
+        placed_messages += o.placed_messages;
+        placed_bytes += o.placed_bytes;
         return *this;
     }
 };
-static_assert(sizeof(QpCounters) == 18 * sizeof(uint64_t), "operator+= sums every counter");
+static_assert(sizeof(QpCounters) == 20 * sizeof(uint64_t), "operator+= sums every counter");
 
 // Time in nanoseconds, from any fixed origin.
 using Nanoseconds = uint64_t;
@@ -199,6 +203,10 @@ class QueuePair {
     // 40-byte GRH a UD receive delivers in front of the data (for RoCEv2 over IPv4,
     // 20 bytes of zeros and the IPv4 header, as ibv_init_ah_from_wc reads it).
     void receive(const IbPacket& packet, Nanoseconds now, const uint8_t* grh = nullptr);
+    // Requests will reach this responder without packets: placed in its memory by the
+    // requester itself (SendWqe::placed). In RTR the first one establishes the
+    // connection, as its first packet would (COMM_EST, 11.6.3.1).
+    void requests_placed();
 
     // Builds the next packet to send into `buffer` (BTH onwards, pad included, no
     // ICRC) and returns its length, or 0 when there is nothing to send now. For UD,
@@ -273,6 +281,8 @@ class QueuePair {
     bool is_read_or_atomic(const SendWqe& wqe) const;
     bool start_entry(SendEntry& entry);
     static bool is_local_operation(const SendWqe& wqe);
+    // An RDMA WRITE or READ the initiator placed itself (SendWqe::placed).
+    static bool is_placed(const SendWqe& wqe);
     bool run_local_operation(SendEntry& entry);
     size_t build_request(SendEntry& entry, uint8_t* buffer, size_t capacity);
     size_t transmit_request(uint8_t* buffer, size_t capacity, Nanoseconds now,

@@ -101,6 +101,10 @@ struct SendWqeFields {
     // and stay there until the request retires; the SGEs are kept and checked as if they
     // were read. Null: the payload is read from memory through the SGEs.
     const uint8_t* staged = nullptr;
+    // An RDMA WRITE or READ whose bytes the initiator moved itself before posting it
+    // (single copy between processes of one engine, docs/memory-model.md): it sends
+    // nothing and completes in send queue order, as a local operation does.
+    bool placed = false;
     uint32_t imm_data = 0; // network byte order, as the verbs carry it
     uint64_t remote_addr = 0;
     uint32_t rkey = 0; // RDMA and atomics; LOCAL_INV and SEND_WITH_INV: the rkey to invalidate
