@@ -141,12 +141,21 @@ int rereg_mr(verbs_mr* vmr, int flags, ibv_pd* pd, void* addr, size_t length, in
     }
     request.access = static_cast<uint32_t>(access);
     di::RegMrReply reply{};
+    int page = -1;
     if (int err = state_of(vmr->ibv_mr.context)
                       .control.call(di::Opcode::ReregMr, &request, sizeof(request), &reply,
-                                    sizeof(reply))) {
+                                    sizeof(reply), -1, &page)) {
+        if (page >= 0)
+            ::close(page);
         errno = err;
         return err;
     }
+    // Copies another process began into the old region before the engine revoked its
+    // grants are waited for, as at deregistration.
+    if (page >= 0 && reply.grant_slot != di::kNoGrantSlot)
+        state_of(vmr->ibv_mr.context).grant_pages.wait_for_copies(reply.grant_slot, page);
+    else if (page >= 0)
+        ::close(page);
     if (flags & IBV_REREG_MR_CHANGE_ACCESS)
         vmr->access = access;
     MrDirectory& mrs = state_of(vmr->ibv_mr.context).mrs;

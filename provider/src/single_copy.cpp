@@ -46,9 +46,12 @@ constexpr int kMostSges = 16; // QpLimits::kMaxSge; validate_send bounds num_sge
 // there is none (the request goes the engine's way).
 QpGrants::Grant* find_grant(Qp& qp, uint32_t rkey, uint32_t access) {
     QpGrants& g = qp.grants;
-    for (QpGrants::Grant& grant : g.cache)
+    for (QpGrants::Grant& grant : g.cache) {
+        if (grant.refused && grant.rkey == rkey && grant.access == access)
+            return nullptr;
         if (grant.valid && grant.rkey == rkey && (grant.access & access))
             return &grant;
+    }
     ContextState& state = state_of(qp.vqp.qp.context);
     di::GrantRequest request{};
     request.qp_handle = qp.handle;
@@ -61,14 +64,21 @@ QpGrants::Grant* find_grant(Qp& qp, uint32_t rkey, uint32_t access) {
     if (err) {
         if (fd >= 0)
             ::close(fd);
-        // EACCES and ENOSPC are for this rkey, this once: the engine's way reports what
-        // an HCA would.
+        // EACCES and ENOSPC are for this rkey: the engine's way reports what an HCA would.
         if (err == EOPNOTSUPP || err == EPERM || err == EIO ||
             ++g.refusals > QpGrants::kMostRefusals)
             g.off = true;
+        if (err == EACCES) { // keys are not reused: this one stays refused (until modify_qp)
+            QpGrants::Grant& refused = g.cache[g.next_victim++ % g.cache.size()];
+            refused = {};
+            refused.rkey = rkey;
+            refused.access = access;
+            refused.refused = true;
+        }
         return nullptr;
     }
-    di::GrantWord* page = fd >= 0 ? state.grant_pages.page(reply.page_id, fd) : nullptr;
+    // The page comes once to a context; later grants name it by id.
+    di::GrantWord* page = state.grant_pages.page(reply.page_id, fd);
     if (!page || reply.mr_slot >= di::kGrantSlots || reply.qp_slot >= di::kGrantSlots ||
         reply.pid <= 0) {
         g.off = true;
@@ -101,9 +111,12 @@ GrantPages::~GrantPages() {
 di::GrantWord* GrantPages::page(uint64_t id, int fd) {
     std::lock_guard<std::mutex> guard(lock_);
     if (auto it = pages_.find(id); it != pages_.end()) {
-        ::close(fd);
+        if (fd >= 0)
+            ::close(fd);
         return it->second;
     }
+    if (fd < 0)
+        return nullptr;
     di::GrantWord* page = pages_.size() < kMostPages ? map_page(fd) : nullptr;
     ::close(fd);
     if (page)
@@ -150,16 +163,11 @@ bool place_rdma(Qp& qp, const ibv_send_wr& wr, uint64_t total, uint64_t complete
         const ibv_sge& sge = wr.sg_list[i];
         if (!sge.length)
             continue;
-        const void* at = nullptr;
-        if (write && (wr.send_flags & IBV_SEND_INLINE)) {
-            at = reinterpret_cast<const void*>(sge.addr);
-        } else {
-            bool writable = false;
-            uint32_t pd = 0;
-            at = mrs.locate(sge.lkey, sge.addr, sge.length, nullptr, &writable, &pd);
-            if (!at || (!write && !writable) || pd != qp_pd)
-                return false;
-        }
+        bool writable = false;
+        uint32_t pd = 0;
+        const void* at = mrs.locate(sge.lkey, sge.addr, sge.length, nullptr, &writable, &pd);
+        if (!at || (!write && !writable) || pd != qp_pd)
+            return false;
         local[pieces++] = {const_cast<void*>(at), sge.length};
     }
     const uint32_t access = write ? di::kGrantWrite : di::kGrantRead;

@@ -30,8 +30,8 @@ class GrantPages {
     ~GrantPages();
     GrantPages(const GrantPages&) = delete;
     GrantPages& operator=(const GrantPages&) = delete;
-    // The page `id`, mapping `fd` when it is new (the fd is closed either way); nullptr
-    // when it cannot be mapped or too many are.
+    // The page `id`, mapping `fd` when it is new (the fd is closed either way; -1: the
+    // engine sent it before); nullptr when it cannot be mapped or too many are.
     device_interface::GrantWord* page(uint64_t id, int fd);
     // ibv_dereg_mr of a granted MR: waits until no copy is under way into or out of its
     // slot of this context's own page (sent with the reply as `fd`), at most
@@ -56,6 +56,7 @@ struct QpGrants {
         device_interface::GrantWord* qp_word = nullptr;
         uint32_t mr_generation = 0, qp_generation = 0;
         bool valid = false;
+        bool refused = false; // the engine said EACCES: this rkey goes the engine's way
     };
     bool off = false;         // the engine or the kernel said no for this connection
     uint32_t refusals = 0;    // grants refused for an rkey; past kMostRefusals, off
@@ -63,8 +64,13 @@ struct QpGrants {
     std::array<Grant, 8> cache{};
     uint32_t next_victim = 0;
     static constexpr uint32_t kMostRefusals = 64;
-    // modify_qp: a new connection, or none; everything is asked again.
-    void forget() { *this = QpGrants{}; }
+    // modify_qp: a new connection, or none; everything is asked again. (engine_tail
+    // stays: requests posted before still go first.)
+    void forget() {
+        const uint64_t tail = engine_tail;
+        *this = QpGrants{};
+        engine_tail = tail;
+    }
 };
 
 // Moves the bytes of `wr` (an RDMA WRITE or READ of an RC QP) itself when it may: every

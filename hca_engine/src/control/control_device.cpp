@@ -62,6 +62,7 @@ void ControlServer::open_device(Call& call) {
     try {
         c.resources = std::make_unique<ContextResources>(std::move(client), keys_,
                                                          static_cast<size_t>(index));
+        c.resources->set_pid_namespace(c.pidns, c.ns_pid);
     } catch (const std::system_error& e) {
         close_client_descriptor(async_fd);
         reply_status(call, e.code().value()); // no memory for its doorbell page
@@ -156,6 +157,10 @@ void ControlServer::set_port_state(Call& call) {
             return;
         }
         const size_t port = devices_[i].port_index;
+        // Grants hold while the path is as it was when they were given.
+        for (auto& [fd, other] : connections_)
+            if (other.resources)
+                other.resources->revoke_grants();
         if (ports_.set_admin_state(port, request.up != 0))
             raise_device_event(
                 i, 1, ports_.info(port).link_up ? di::kEventPortActive : di::kEventPortErr);

@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <linux/capability.h>
 
 namespace softhca::engine {
 
@@ -22,14 +21,11 @@ namespace {
 // A port whose frames nothing but the engine sees: the built-in wire with no capture,
 // injected faults, shaping, ECN marking, link-level credits or PFC. Anywhere else every
 // byte must cross the port (docs/memory-model.md).
+// The ports of a fabric (holds_senders_back) have switches, links and queues between them.
 bool single_copy_port(const PortInfo& port) {
-    return port.in_engine_wire && port.icrc_offload && port.link_up && port.admin_up &&
-           port.congestion_point.shaper.rate_bps <= 0 && !port.congestion_point.ecn_marking &&
-           !port.lossless() && !port.pfc;
-}
-
-bool may_trace(const ClientProcess& process) {
-    return process.effective_caps()[CAP_TO_INDEX(CAP_SYS_PTRACE)] & CAP_TO_MASK(CAP_SYS_PTRACE);
+    return port.in_engine_wire && !port.holds_senders_back && port.icrc_offload && port.link_up &&
+           port.admin_up && port.congestion_point.shaper.rate_bps <= 0 &&
+           !port.congestion_point.ecn_marking && !port.lossless() && !port.pfc;
 }
 
 } // namespace
@@ -79,26 +75,30 @@ int ControlServer::grant(const Connection& c, const di::GrantRequest& request, d
     const tp::QpState state = responder->transport().state();
     if (state != tp::QpState::Rtr && state != tp::QpState::Rts && state != tp::QpState::Sqd)
         return EOPNOTSUPP; // it would NAK the request: the engine's path says so
-    // The responder's process, and whether the requester's may reach it: the kernel
-    // decides at each copy (process_vm_writev(2): the ptrace access rule), but the
-    // engine names another process's PID only to a process that could trace it by
-    // credentials, in the same PID namespace.
+    // The responder's process, and whether the requester's may reach it. The kernel
+    // decides at each copy (process_vm_writev(2): the ptrace access rule), but the engine
+    // grants only between processes of the same user and group, in one PID namespace,
+    // whatever their capabilities: a grant names a PID, and a process that can trace
+    // anyone (root) must not be steered by another user into the process that takes that
+    // PID after the responder has gone or exec'd. Root to root is the same user.
     // (Every QP's context is a ContextResources: the engine makes no other.)
-    const auto* responder_context = &static_cast<const ContextResources&>(responder->context());
-    const Connection* target = nullptr;
-    for (const auto& [fd, other] : connections_)
-        if (other.resources.get() == responder_context)
-            target = &other;
-    if (!target)
-        return EOPNOTSUPP;
+    auto& target = static_cast<ContextResources&>(responder->context());
     const ClientProcess& mine = c.resources->client();
-    const ClientProcess& theirs = target->resources->client();
-    if (c.pidns == 0 || c.pidns != target->pidns || target->ns_pid <= 0 ||
-        (!may_trace(mine) && (mine.uid() != theirs.uid() || mine.gid() != theirs.gid())))
+    const ClientProcess& theirs = target.client();
+    if (c.pidns == 0 || target.pid_namespace() != c.pidns || target.pid_in_namespace() <= 0 ||
+        mine.uid() != theirs.uid() || mine.gid() != theirs.gid() ||
+        mine.in_user_namespace() != theirs.in_user_namespace() || theirs.gone())
         return EPERM;
-    if (int err = target->resources->grant(*responder, request.rkey, request.access, r, page_fd))
+    if (int err = target.grant(*responder, request.rkey, request.access, r))
         return err;
-    r.pid = target->ns_pid;
+    // The page goes once to each requesting context (a descriptor opened and sent per
+    // grant would cost the engine a /proc lookup each time).
+    if (!c.resources->grant_pages_sent().count(r.page_id)) {
+        if ((page_fd = target.grant_page().share()) < 0)
+            return ENOMEM;
+        c.resources->grant_pages_sent().insert(r.page_id);
+    }
+    r.pid = target.pid_in_namespace();
     // A responder in RTR learns here that the connection is up (COMM_EST): what the
     // grant covers arrives without packets.
     responder->transport().requests_placed();

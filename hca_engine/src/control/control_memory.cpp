@@ -19,6 +19,7 @@ di::RegMrReply mr_reply(const di::MessageHeader& header, int status, const Regis
     r.lkey = mr.lkey;
     r.rkey = mr.rkey;
     r.flags = mr.mapped ? uint32_t{di::kMrMapped} : 0u;
+    r.grant_slot = status == 0 ? mr.grant_slot : di::kNoGrantSlot;
     return r;
 }
 } // namespace
@@ -45,7 +46,9 @@ void ControlServer::rereg_mr(Call& call) {
     RegisteredMr mr{};
     const int status = call.resources().rereg_mr(call.request<di::ReregMrRequest>(), mr);
     const di::RegMrReply r = mr_reply(call.header, status, mr);
-    reply(call, &r, sizeof(r));
+    // A granted MR's copies under way are waited for by the provider (grant_page.hpp).
+    reply_sharing(call, &r, sizeof(r),
+                  r.grant_slot != di::kNoGrantSlot ? call.resources().grant_page().share() : -1);
 }
 
 void ControlServer::dereg_mr(Call& call) {

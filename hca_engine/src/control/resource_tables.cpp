@@ -380,7 +380,7 @@ int ContextResources::rereg_mr(const di::ReregMrRequest& request, RegisteredMr& 
     grants_.revoke(mr.grant_slot); // what was granted on it named the old region
     mr = next;                     // same keys, same place in mrs_by_key_
     ++mr_generation_;
-    out = {request.mr_handle, mr.lkey, mr.rkey, mr.mapping != nullptr};
+    out = {request.mr_handle, mr.lkey, mr.rkey, mr.mapping != nullptr, mr.grant_slot};
     return 0;
 }
 

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <sys/types.h>
 #include <unordered_map>
 #include <vector>
@@ -102,7 +103,8 @@ struct DeviceMemory {
 
 struct RegisteredMr {
     uint32_t handle, lkey, rkey;
-    bool mapped = false; // the engine maps its memory (MemoryRegion::mapping)
+    bool mapped = false;              // the engine maps its memory (MemoryRegion::mapping)
+    uint32_t grant_slot = UINT32_MAX; // rereg of a granted MR: its slot, revoked
 };
 
 // One context's resources; the keys and queue context its QPs and SRQs reach
@@ -123,12 +125,24 @@ class ContextResources final : public QueueContext {
     int dereg_mr(uint32_t handle, uint32_t& grant_slot);
     // Single copy (resource_tables_grants.cpp): a grant on `rkey` through `responder`, a
     // QP of this context, for `wanted` (GrantAccess). Fills the responder's half of the
-    // reply and `page_fd` (this context's grant page, for the reply). 0, EACCES (no MR
-    // of the QP's PD with such a right) or ENOSPC (the page is full).
+    // reply (its page by id: grant_page().share() gives it). 0, EACCES (no MR of the QP's
+    // PD with such a right) or ENOSPC (the page is full).
     int grant(EngineQp& responder, uint32_t rkey, uint32_t wanted,
-              device_interface::GrantReply& reply, int& page_fd);
-    // This context's grant page (DeregMr's reply).
+              device_interface::GrantReply& reply);
+    // This context's grant page (DeregMr's reply), and revoking every grant on it (a
+    // port changed state: grants hold only while the path stays as it was checked).
     const GrantPage& grant_page() const { return grants_; }
+    void revoke_grants() { grants_.revoke_all(); }
+    // The grant pages this context's process has been sent (it keeps them mapped:
+    // GrantReply carries no descriptor for one it holds).
+    std::set<uint64_t>& grant_pages_sent() { return grant_pages_sent_; }
+    // The PID namespace of the process that opened it, and its PID there (0: unknown).
+    void set_pid_namespace(ino_t pidns, pid_t ns_pid) {
+        pidns_ = pidns;
+        ns_pid_ = ns_pid;
+    }
+    ino_t pid_namespace() const { return pidns_; }
+    pid_t pid_in_namespace() const { return ns_pid_; }
     int rereg_mr(const device_interface::ReregMrRequest& request, RegisteredMr& out);
     // Device memory: on success `dm` points at the memory whose memfd goes to the
     // provider. 0 or an errno (EINVAL: a bad length or alignment; ENOMEM: the device's
@@ -225,6 +239,9 @@ class ContextResources final : public QueueContext {
     size_t device_;
     Doorbells doorbells_; // before the queues that ring it: it goes after them
     GrantPage grants_;    // before the QPs and MRs it names, likewise
+    std::set<uint64_t> grant_pages_sent_;
+    ino_t pidns_ = 0;
+    pid_t ns_pid_ = 0;
     int async_fd_ = -1;
     uint32_t next_handle_ = 1;
     std::map<uint32_t, ProtectionDomain> pds_;

@@ -16,7 +16,7 @@ namespace di = device_interface;
 namespace tp = transport;
 
 int ContextResources::grant(EngineQp& responder, uint32_t rkey, uint32_t wanted,
-                            di::GrantReply& reply, int& page_fd) {
+                            di::GrantReply& reply) {
     const auto it = mrs_by_key_.find(rkey);
     if (it == mrs_by_key_.end())
         return EACCES; // a window's rkey, or nothing: the engine answers each request
@@ -47,8 +47,7 @@ int ContextResources::grant(EngineQp& responder, uint32_t rkey, uint32_t wanted,
     reply.mr_generation = grants_.generation(mr.grant_slot);
     reply.qp_slot = responder.grant_slot();
     reply.qp_generation = grants_.generation(responder.grant_slot());
-    page_fd = grants_.share();
-    return page_fd < 0 ? ENOMEM : 0;
+    return 0;
 }
 
 } // namespace softhca::engine

@@ -325,6 +325,8 @@ int EngineQp::modify(const di::ModifyQpRequest& request, const PortInfo& port,
     }
     if (mask & kState)
         transport_.set_state(next, now);
+    if ((mask & kAccessFlags) && grant_page_)
+        grant_page_->revoke(grant_slot_); // granted under the old rights
     note_state();
     attr_.qp_state = static_cast<uint32_t>(transport_.state());
     activate(); // RTS with requests already posted, SQD back to RTS, new timers...
@@ -363,7 +365,7 @@ bool EngineQp::pull_work(tp::Nanoseconds now, bool& left_in_ring) {
         w.solicited = h.flags & di::kSendSolicited;
         w.inline_data = h.flags & di::kSendInline;
         w.staged = nullptr;
-        w.placed = h.flags & di::kSendPlaced;
+        w.placed = (h.flags & di::kSendPlaced) && type_ == tp::QpType::RC;
         w.imm_data = h.imm_data;
         w.remote_addr = h.remote_addr;
         w.rkey = h.rkey;

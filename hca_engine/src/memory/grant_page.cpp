@@ -38,7 +38,10 @@ void GrantPage::release(uint32_t slot) {
         return;
     revoke(slot);
     in_use_[slot] = false;
-    free_.push_back(slot);
+    // A count of copies left in it (a requester that died mid-copy, or one lying) would
+    // hold up every later deregistration of the slot: such a slot is not used again.
+    if ((word(slot)->load(std::memory_order_seq_cst) & di::kGrantCopiesMask) == 0)
+        free_.push_back(slot);
 }
 
 void GrantPage::revoke_all() {

@@ -21,7 +21,8 @@ class GrantPage {
     uint32_t allocate();
     // Raises the slot's generation: every grant naming it is void from now on.
     void revoke(uint32_t slot);
-    // Revokes and frees the slot (its MR or QP is gone).
+    // Revokes and frees the slot (its MR or QP is gone); one whose count of copies is not
+    // 0 is retired instead.
     void release(uint32_t slot);
     // Revokes every slot in use (the context closes).
     void revoke_all();

@@ -281,8 +281,12 @@ struct RegMrReply {
     uint32_t lkey;
     uint32_t rkey;
     uint32_t flags; // RegMrFlags (0 from engines that predate them)
+    // ReregMr of a granted MR: its grant slot, its generation now raised, sent with the
+    // context's grant page (as DeregMrReply); kNoGrantSlot otherwise.
+    uint32_t grant_slot;
+    uint32_t reserved;
 };
-static_assert(sizeof(RegMrReply) == 40);
+static_assert(sizeof(RegMrReply) == 48);
 
 // ibv_rereg_mr(3): what changes (the IBV_REREG_MR_CHANGE_* values).
 constexpr uint32_t kReregTranslation = 1u << 0;

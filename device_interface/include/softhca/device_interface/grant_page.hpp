@@ -25,8 +25,9 @@
 //
 // The page is shared only with processes the engine granted, that is processes the
 // kernel lets reach the responder's memory anyway (same credentials, or CAP_SYS_PTRACE):
-// what they write there can only confuse that responder's own grants. The engine never
-// reads it.
+// what they write there can only confuse that responder's own grants. The engine reads
+// a word only to tell a grant its generation and to see whether a freed slot's count
+// is 0 (a slot with copies left is not used again).
 #pragma once
 
 #include <atomic>
