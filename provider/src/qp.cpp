@@ -614,11 +614,13 @@ int post_send_requests(Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr, unsigned m
             }
             h.length = static_cast<uint32_t>(total);
             uint64_t staged_at = 0;
-            if (place_rdma(*qp, *wr, total, completed)) {
-                h.flags |= di::kSendPlaced; // moved already: the engine completes it
-            } else if (gather_at_post(*qp, *wr, total,
-                                      payload + wr->num_sge * sizeof(di::WireSge))) {
+            // A WRITE small enough to gather goes the engine's way, which batches the
+            // writes of many messages into one system call: cheaper than one
+            // process_vm_writev each (8 B: 1.49 against 0.31 M writes/s, 2 cores).
+            if (gather_at_post(*qp, *wr, total, payload + wr->num_sge * sizeof(di::WireSge))) {
                 h.flags |= di::kSendGathered;
+            } else if (place_rdma(*qp, *wr, total, completed)) {
+                h.flags |= di::kSendPlaced; // moved already: the engine completes it
             } else if (stage_at_post(*qp, *wr, total, staged_at)) {
                 h.flags |= di::kSendStaged;
                 h.swap = staged_at;
