@@ -70,12 +70,15 @@ pair_up() {
 }
 
 # The bytes the server's and the client's devices have sent, "SERVER CLIENT", from the
-# engine's counters (`softhca status`).
+# engine's counters (`softhca status`): what left their ports, and what their QPs placed
+# themselves (single copy: between two devices of one engine RDMA WRITEs and READs cross
+# no port).
 devices_tx_bytes() {
     local dev
     for dev in "$SERVER_DEV" "$CLIENT_DEV"; do
         "$SOFTHCA" status | awk -v d="device $dev " 'index($0, d) == 1 {f = 1; next}
-            f && /counters:/ {for (i = 1; i < NF; i++) if ($i == "tx_bytes") print $(i + 1); exit}'
+            f && /counters:/ {for (i = 1; i < NF; i++) if ($i == "tx_bytes") sent = $(i + 1)}
+            f && /placed:/ {for (i = 1; i < NF; i++) if ($i == "bytes") print sent + $(i + 1); exit}'
     done | paste -sd ' '
 }
 

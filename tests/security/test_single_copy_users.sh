@@ -4,8 +4,11 @@
 # into root's, go the engine's way (nothing placed, every byte right), while the user's
 # own two processes, and root's own two, copy themselves. A grant names a PID: it is
 # never given across users, whatever the requester's capabilities.
+# An engine of its own: the counters it reads are its devices' alone.
 source "$(dirname "$0")/../e2e/lib.sh"
 as_nobody=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+trap '"$SOFTHCA" down >/dev/null 2>&1 || true' EXIT
+"$SOFTHCA" up >/dev/null || fail "softhca up failed"
 server_dev=${SOFTHCA_PREFIX}0
 client_dev=${SOFTHCA_PREFIX}1
 placed() { # the client device's hw_counters/placed_bytes, after the engine's next publication

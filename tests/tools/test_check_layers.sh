@@ -44,7 +44,7 @@ sed -i '0,/^#include/s//#include "datapath.hpp"\n#include/' "$src/ports/link_sha
 expect_fail "ports including datapath" "link_shaper.hpp (ports) includes datapath.hpp (datapath)"
 
 fresh
-sed -i 's/PUBLIC softhca_engine_support softhca_transport)/PUBLIC softhca_engine_support softhca_engine_control softhca_transport)/' \
+sed -i "s/PUBLIC softhca_engine_support softhca_transport/PUBLIC softhca_engine_support softhca_engine_control softhca_transport/" \
     "$src/memory/CMakeLists.txt"
 grep -q softhca_engine_control "$src/memory/CMakeLists.txt" || { echo "FAIL: edit did not apply" >&2; exit 1; }
 expect_fail "memory linking control" "links softhca_engine_control"

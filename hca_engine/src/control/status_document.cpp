@@ -246,8 +246,10 @@ StatusDocument ControlServer::status_document_for(const Connection* viewer) cons
     if (engine_status_)
         doc["engine"].update(engine_status_());
     Json& devices = doc["devices"] = Json::array();
-    for (const Device& d : devices_) {
+    for (size_t index = 0; index < devices_.size(); ++index) {
+        const Device& d = devices_[index];
         const PortInfo& p = ports_.info(d.port_index);
+        const transport::QpCounters qp_counters = keys_.qp_counters_of_device(index);
         const auto attr = port_attributes(p);
         char mac[20];
         std::snprintf(mac, sizeof(mac), "%02x:%02x:%02x:%02x:%02x:%02x", p.mac[0], p.mac[1],
@@ -258,22 +260,25 @@ StatusDocument ControlServer::status_document_for(const Connection* viewer) cons
             inet_ntop(AF_INET6, p.gids[g].data(), text, sizeof(text));
             gids.push_back({{"index", g}, {"gid", text}});
         }
-        Json device = {{"name", d.name},
-                       {"port", 1},
-                       {"state", p.link_up ? "ACTIVE" : "DOWN"},
-                       {"admin_up", p.admin_up},
-                       {"ipv4", p.ipv4 ? Json(transport::ipv4_to_string(p.ipv4)) : Json(nullptr)},
-                       {"mac", mac},
-                       {"mtu", p.eth_mtu},
-                       {"active_mtu", transport::path_mtu_bytes(
-                                          static_cast<transport::PathMtu>(attr.active_mtu))},
-                       {"pmd", p.pmd},
-                       {"devargs", p.devargs.empty() ? Json(nullptr) : Json(p.devargs)},
-                       {"gids", gids},
-                       {"counters", port_counters(p.counters)},
-                       {"faults", nullptr},
-                       {"congestion_point", congestion_point_document(p)},
-                       {"pfc", pfc_document(p)}};
+        Json device = {
+            {"name", d.name},
+            {"port", 1},
+            {"state", p.link_up ? "ACTIVE" : "DOWN"},
+            {"admin_up", p.admin_up},
+            {"ipv4", p.ipv4 ? Json(transport::ipv4_to_string(p.ipv4)) : Json(nullptr)},
+            {"mac", mac},
+            {"mtu", p.eth_mtu},
+            {"active_mtu",
+             transport::path_mtu_bytes(static_cast<transport::PathMtu>(attr.active_mtu))},
+            {"pmd", p.pmd},
+            {"devargs", p.devargs.empty() ? Json(nullptr) : Json(p.devargs)},
+            {"gids", gids},
+            {"counters", port_counters(p.counters)},
+            {"faults", nullptr},
+            {"congestion_point", congestion_point_document(p)},
+            {"pfc", pfc_document(p)},
+            {"placed",
+             {{"messages", qp_counters.placed_messages}, {"bytes", qp_counters.placed_bytes}}}};
         if (p.faults.enabled())
             device["faults"] = {{"dropped", p.faults.dropped},
                                 {"duplicated", p.faults.duplicated},
@@ -396,6 +401,8 @@ std::string status_text(const Json& doc) {
             out << " " << g["index"] << " " << g["gid"].get<std::string>();
         out << "\n  counters:";
         put_pairs(out, d["counters"]);
+        out << "\n  placed:";
+        put_pairs(out, d["placed"]);
         out << "\n";
         if (!d["pfc"].is_null()) {
             out << "  pfc:";
