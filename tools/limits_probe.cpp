@@ -3,8 +3,10 @@
 //   memcpy           one copy in one thread (what a mapped or staged path costs per byte)
 //   memory file      one preadv/pwritev of another process's /proc/PID/mem (how the engine
 //                    reaches a non-root client's private memory)
-//   cross-memory     one process_vm_readv/writev call (root clients); skipped without the
-//                    right to attach (not root)
+//   cross-memory     one process_vm_readv/writev call: how the engine reaches a root
+//                    client's private memory, and the bound of single copy (an RDMA WRITE
+//                    or READ between two processes of one engine, one call per message,
+//                    docs/memory-model.md); skipped without the right to attach (not root)
 //   relay latency    a cache-line ping-pong between two processes relayed through a third
 //                    (two applications and the engine), one way; each yields while it
 //                    waits, so that three fit on two cores
@@ -196,12 +198,12 @@ int main(int argc, char** argv) {
                               pwrite(mem, local.data() + o, size,
                                      off_t(uintptr_t(peer.remote + o))) == ssize_t(size);
                    }));
-        print_rate("process_vm_readv (root)", size, best_rate(size, rounds, calls, [&] {
+        print_rate("process_vm_readv (one copy)", size, best_rate(size, rounds, calls, [&] {
                        const size_t o = next();
                        iovec l{local.data() + o, size}, r{peer.remote + o, size};
                        return process_vm_readv(peer.pid, &l, 1, &r, 1, 0) == ssize_t(size);
                    }));
-        print_rate("process_vm_writev (root)", size, best_rate(size, rounds, calls, [&] {
+        print_rate("process_vm_writev (one copy)", size, best_rate(size, rounds, calls, [&] {
                        const size_t o = next();
                        iovec l{local.data() + o, size}, r{peer.remote + o, size};
                        return process_vm_writev(peer.pid, &l, 1, &r, 1, 0) == ssize_t(size);

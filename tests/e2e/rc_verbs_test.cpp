@@ -6,6 +6,7 @@
 #include "verbs_fixture.hpp"
 
 #include <arpa/inet.h>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
@@ -1328,4 +1329,60 @@ TEST_CASE("single copy: nothing is placed into a responder that left RTS", "[sin
           IBV_WC_RETRY_EXC_ERR);
     CHECK(remote.bytes[0] == 0xee);
     CHECK(remote.bytes[4095] == 0xee);
+}
+
+TEST_CASE("single copy: nothing lands in an MR after ibv_dereg_mr has returned, while another "
+          "thread keeps writing to it",
+          "[single-copy]") {
+    // The writer's copies under way are counted in the MR's grant word; deregistering
+    // raises its generation, then waits for the count (grant_page.hpp). Once it returns,
+    // later WRITEs go the engine's way and fail (REM_ACCESS_ERR), and the memory stays
+    // as it was.
+    Pair pair;
+    Buffer local(dev(0), 1 << 20, kAllAccess);
+    TestMemory remote(1 << 20);
+    ibv_mr* mr = ibv_reg_mr(dev(1).pd, remote.data(), remote.size(), kAllAccess);
+    REQUIRE(mr);
+    const uint32_t rkey = mr->rkey;
+    std::atomic<bool> stop{false}, failed{false};
+    std::atomic<uint64_t> posted{0};
+    std::thread writer([&] {
+        // Up to 16 WRITEs of 1 MiB in flight, the patterns changing, until one fails.
+        uint64_t completed = 0;
+        while (!stop.load()) {
+            ibv_sge sge{local.addr(), 1 << 20, local.mr->lkey};
+            ibv_send_wr wr = signaled_wr(IBV_WR_RDMA_WRITE, &sge, 1, posted.load() + 1);
+            wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(remote.data());
+            wr.wr.rdma.rkey = rkey;
+            ibv_send_wr* bad = nullptr;
+            if (posted.load() - completed < 16 && ibv_post_send(pair.a, &wr, &bad) == 0)
+                ++posted;
+            ibv_wc wc[16];
+            const int n = ibv_poll_cq(dev(0).cq, 16, wc);
+            for (int i = 0; i < n; ++i) {
+                ++completed;
+                if (wc[i].status != IBV_WC_SUCCESS)
+                    failed = stop = true;
+            }
+            std::memset(local.bytes.data(), static_cast<int>(posted.load() & 0xff), 64);
+        }
+        // Flushed requests complete too: take them all before the QP goes.
+        while (completed < posted.load()) {
+            ibv_wc wc[16];
+            const int n = ibv_poll_cq(dev(0).cq, 16, wc);
+            completed += n > 0 ? static_cast<uint64_t>(n) : 0;
+        }
+    });
+    while (posted.load() < 64)
+        std::this_thread::yield();
+    REQUIRE(ibv_dereg_mr(mr) == 0);
+    std::vector<uint8_t> after(remote.begin(), remote.end());
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    stop = true;
+    writer.join();
+    CHECK(std::memcmp(after.data(), remote.data(), after.size()) == 0);
+    // A WRITE with the deregistered rkey failed, and the responder said so.
+    CHECK(failed.load());
+    if (failed.load())
+        expect_async_event(dev(1), IBV_EVENT_QP_ACCESS_ERR, pair.b);
 }
