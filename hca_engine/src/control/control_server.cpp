@@ -226,6 +226,8 @@ void ControlServer::reply_status(Connection& c, const di::MessageHeader& request
 
 void ControlServer::dispatch(Connection& c, const void* message, size_t size, int received_fd,
                              int second_fd) {
+    // A request may reach client memory after the engine slept: look at liveness anew.
+    ClientProcess::next_round();
     // Any descriptor not consumed by the handler is closed on the way out, without
     // waiting on whatever filesystem it may lie on (client_descriptors.hpp).
     struct FdGuard {

@@ -113,6 +113,7 @@ void Datapath::fire_timers(uint64_t now) {
 }
 
 bool Datapath::poll(uint64_t now) {
+    ClientProcess::next_round(); // clients' liveness is looked at once per round
     bool busy = false;
     if (!local_mads_.empty()) {
         busy = true;

@@ -18,6 +18,7 @@
 
 #include "memory_map.hpp"
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -111,9 +112,10 @@ class ClientProcess {
     // when it opened the context) gets cross-memory attach instead of its memory file:
     // process_vm_readv/writev on its pinned PID, about twice as fast for large transfers
     // (the memory file copies through a kernel page), and one call for scattered pieces.
-    // Its pidfd is checked after each call, so once the process has exited nothing is
-    // reached whoever gets the PID; unlike the memory file it follows an exec, which gives
-    // such a client nothing it did not have (README, Security model).
+    // Its pidfd is checked once per data-path round and control request (before a write,
+    // after a read), so once the process has exited nothing is reached whoever gets the
+    // PID (a PID comes back only after pid_max others); unlike the memory file it follows
+    // an exec, which gives such a client nothing it did not have (docs/security.md).
     ssize_t read(const iovec* local, int count, uint64_t far) const;
     ssize_t write(const iovec* local, int count, uint64_t far) const;
     // The same for pieces each with its own address there (far[i] as long as
@@ -127,6 +129,9 @@ class ClientProcess {
                  size_t far_count) const;
     // The address space the context was opened with is gone.
     bool gone() const;
+    // A data path begins a round (Datapath::poll): cross-memory attach looks at each
+    // client's pidfd once per round, not once per call (see move()).
+    static void next_round() { round_.fetch_add(1, std::memory_order_relaxed); }
     // The connection that opened the context, and whether every holder of its other end
     // has closed it (the process exited and no forked child keeps it): the context is
     // about to be destroyed.
@@ -137,6 +142,10 @@ class ClientProcess {
     ClientProcess(PeerProcess& peer, int mem_fd);
     // read() and write(): one run of consecutive addresses in the process.
     ssize_t contiguous(bool to_process, const iovec* local, int count, uint64_t far) const;
+    // Its pidfd shows it alive: asked once per round (the round it was last seen alive).
+    bool alive_this_round() const;
+    static inline std::atomic<uint64_t> round_{1};
+    mutable std::atomic<uint64_t> seen_alive_round_{0};
     PeerProcess peer_;
     uint32_t effective_caps_[2] = {0, 0};
     uint64_t memlock_limit_ = UINT64_MAX;
