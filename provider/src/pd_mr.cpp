@@ -152,10 +152,7 @@ int rereg_mr(verbs_mr* vmr, int flags, ibv_pd* pd, void* addr, size_t length, in
     }
     // Copies another process began into the old region before the engine revoked its
     // grants are waited for, as at deregistration.
-    if (page >= 0 && reply.grant_slot != di::kNoGrantSlot)
-        state_of(vmr->ibv_mr.context).grant_pages.wait_for_copies(reply.grant_slot, page);
-    else if (page >= 0)
-        ::close(page);
+    state_of(vmr->ibv_mr.context).grant_pages.wait_for_copies(reply.grant_slot, page);
     if (flags & IBV_REREG_MR_CHANGE_ACCESS)
         vmr->access = access;
     MrDirectory& mrs = state_of(vmr->ibv_mr.context).mrs;
@@ -221,12 +218,7 @@ int dereg_mr(verbs_mr* vmr) {
             ::close(page);
         return err;
     }
-    if (page >= 0) {
-        if (!err && reply.grant_slot != di::kNoGrantSlot)
-            state.grant_pages.wait_for_copies(reply.grant_slot, page);
-        else
-            ::close(page);
-    }
+    state.grant_pages.wait_for_copies(err ? di::kNoGrantSlot : reply.grant_slot, page);
     std::free(mr);
     return 0;
 }

@@ -186,6 +186,11 @@ inline Xrcd* to_xrcd(ibv_xrcd* xrcd) {
     return reinterpret_cast<Xrcd*>(xrcd);
 }
 
+// A switch in the application's environment: on unless `name` is "0" (qp.cpp).
+bool switch_on(const char* name);
+// The most SGEs a work request has (QpLimits::kMaxSge; validate_send bounds num_sge).
+constexpr int kMostSges = 16;
+
 // Sets errno and returns nullptr: how a verb that creates something reports failure.
 template <typename T> T* fail_with(int err) {
     errno = err;

@@ -419,19 +419,17 @@ int destroy_qp(ibv_qp* ibqp) {
     return 0;
 }
 
-namespace {
-
-// A switch in the application's environment: on unless `name` is "0".
 bool switch_on(const char* name) {
     const char* value = std::getenv(name);
     return !value || std::strcmp(value, "0") != 0;
 }
 
+namespace {
+
 // Where the bytes of a SEND's or RDMA WRITE's SGEs lie in this process: true when every
 // non-empty SGE is inside a region this context registered (otherwise nothing is read
 // here; the engine reports the bad SGE). `all_mapped`: every such region is one the
 // engine maps itself.
-constexpr int kMostSges = 16; // QpLimits::kMaxSge; validate_send bounds num_sge
 bool locate_sges(const Qp& qp, const ibv_send_wr& wr, const void* (&from)[kMostSges],
                  bool& all_mapped) {
     if (!di::may_gather(static_cast<uint8_t>(wr.opcode)) || wr.num_sge > kMostSges)

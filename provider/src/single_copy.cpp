@@ -3,8 +3,6 @@
 #include "provider.hpp"
 
 #include <cerrno>
-#include <cstdlib>
-#include <cstring>
 #include <ctime>
 #include <sched.h>
 #include <sys/mman.h>
@@ -31,16 +29,6 @@ uint64_t now_ms() {
     ::clock_gettime(CLOCK_MONOTONIC, &t);
     return uint64_t(t.tv_sec) * 1000 + uint64_t(t.tv_nsec) / 1'000'000;
 }
-
-bool single_copy_on() {
-    static const bool on = [] {
-        const char* value = std::getenv("SOFTHCA_SINGLE_COPY");
-        return !value || std::strcmp(value, "0") != 0;
-    }();
-    return on;
-}
-
-constexpr int kMostSges = 16; // QpLimits::kMaxSge; validate_send bounds num_sge
 
 // The grant of `rkey` for `access`: from the cache, or asked of the engine. nullptr when
 // there is none (the request goes the engine's way).
@@ -125,6 +113,12 @@ di::GrantWord* GrantPages::page(uint64_t id, int fd) {
 }
 
 void GrantPages::wait_for_copies(uint32_t slot, int fd) {
+    if (fd < 0)
+        return;
+    if (slot == di::kNoGrantSlot) {
+        ::close(fd);
+        return;
+    }
     di::GrantWord* own = nullptr;
     {
         std::lock_guard<std::mutex> guard(lock_);
@@ -144,10 +138,11 @@ void GrantPages::wait_for_copies(uint32_t slot, int fd) {
 }
 
 bool place_rdma(Qp& qp, const ibv_send_wr& wr, uint64_t total, uint64_t completed) {
+    static const bool enabled = switch_on("SOFTHCA_SINGLE_COPY");
     QpGrants& g = qp.grants;
     const bool write = wr.opcode == IBV_WR_RDMA_WRITE;
-    if (g.off || (!write && wr.opcode != IBV_WR_RDMA_READ) || qp.vqp.qp.qp_type != IBV_QPT_RC ||
-        total == 0 || wr.num_sge > kMostSges || !single_copy_on())
+    if (!enabled || g.off || (!write && wr.opcode != IBV_WR_RDMA_READ) ||
+        qp.vqp.qp.qp_type != IBV_QPT_RC || total == 0 || wr.num_sge > kMostSges)
         return false;
     // In order: every earlier request the engine moves has retired (its responder has
     // executed it), and the engine has the QP in RTS.

@@ -33,9 +33,9 @@ class GrantPages {
     // The page `id`, mapping `fd` when it is new (the fd is closed either way; -1: the
     // engine sent it before); nullptr when it cannot be mapped or too many are.
     device_interface::GrantWord* page(uint64_t id, int fd);
-    // ibv_dereg_mr of a granted MR: waits until no copy is under way into or out of its
-    // slot of this context's own page (sent with the reply as `fd`), at most
-    // kDeregWaitMs.
+    // ibv_dereg_mr and ibv_rereg_mr, with their reply's slot and descriptor (-1: none):
+    // for a granted MR, waits until no copy is under way into or out of its slot of this
+    // context's own page, at most kDeregWaitMs. The descriptor is closed.
     void wait_for_copies(uint32_t slot, int fd);
 
   private:

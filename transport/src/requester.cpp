@@ -15,13 +15,14 @@ bool QueuePair::is_read_or_atomic(const SendWqe& wqe) const {
            wqe.opcode == WrOpcode::AtomicFetchAdd;
 }
 
-bool QueuePair::is_local_operation(const SendWqe& wqe) {
+bool QueuePair::is_local_operation(const SendWqe& wqe) const {
     return wqe.opcode == WrOpcode::BindMemoryWindow || wqe.opcode == WrOpcode::LocalInvalidate ||
            is_placed(wqe);
 }
 
-bool QueuePair::is_placed(const SendWqe& wqe) {
-    return wqe.placed && (wqe.opcode == WrOpcode::RdmaWrite || wqe.opcode == WrOpcode::RdmaRead);
+bool QueuePair::is_placed(const SendWqe& wqe) const {
+    return wqe.placed && service_ == Service::RC &&
+           (wqe.opcode == WrOpcode::RdmaWrite || wqe.opcode == WrOpcode::RdmaRead);
 }
 
 bool QueuePair::run_local_operation(SendEntry& entry) {

@@ -11,6 +11,12 @@ namespace softhca::engine {
 namespace di = device_interface;
 
 namespace {
+// The context's grant page, for a reply that names a revoked slot (the provider waits
+// there for copies under way, grant_page.hpp); -1 for none.
+int page_for_slot(const ContextResources& resources, uint32_t grant_slot) {
+    return grant_slot != di::kNoGrantSlot ? resources.grant_page().share() : -1;
+}
+
 di::RegMrReply mr_reply(const di::MessageHeader& header, int status, const RegisteredMr& mr) {
     di::RegMrReply r{};
     r.reply.header = reply_header(header, sizeof(r));
@@ -46,22 +52,15 @@ void ControlServer::rereg_mr(Call& call) {
     RegisteredMr mr{};
     const int status = call.resources().rereg_mr(call.request<di::ReregMrRequest>(), mr);
     const di::RegMrReply r = mr_reply(call.header, status, mr);
-    // A granted MR's copies under way are waited for by the provider (grant_page.hpp).
-    reply_sharing(call, &r, sizeof(r),
-                  r.grant_slot != di::kNoGrantSlot ? call.resources().grant_page().share() : -1);
+    reply_sharing(call, &r, sizeof(r), page_for_slot(call.resources(), r.grant_slot));
 }
 
 void ControlServer::dereg_mr(Call& call) {
-    // A granted MR's slot comes back with the grant page: the provider waits there for
-    // the copies under way (grant_page.hpp).
     di::DeregMrReply r{};
     r.reply.header = reply_header(call.header, sizeof(r));
     r.reply.status =
         call.resources().dereg_mr(call.request<di::HandleRequest>().handle, r.grant_slot);
-    if (r.reply.status != 0)
-        r.grant_slot = di::kNoGrantSlot;
-    reply_sharing(call, &r, sizeof(r),
-                  r.grant_slot != di::kNoGrantSlot ? call.resources().grant_page().share() : -1);
+    reply_sharing(call, &r, sizeof(r), page_for_slot(call.resources(), r.grant_slot));
 }
 
 void ControlServer::alloc_mw(Call& call) {

@@ -385,11 +385,12 @@ int ContextResources::rereg_mr(const di::ReregMrRequest& request, RegisteredMr& 
 }
 
 int ContextResources::dereg_mr(uint32_t handle) {
-    uint32_t grant_slot = di::kNoGrantSlot;
+    uint32_t grant_slot;
     return dereg_mr(handle, grant_slot);
 }
 
 int ContextResources::dereg_mr(uint32_t handle, uint32_t& grant_slot) {
+    grant_slot = di::kNoGrantSlot;
     auto it = mrs_.find(handle);
     if (it == mrs_.end())
         return EINVAL;

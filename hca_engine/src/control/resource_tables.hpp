@@ -121,7 +121,8 @@ class ContextResources final : public QueueContext {
     int dealloc_pd(uint32_t handle);
     int reg_mr(const device_interface::RegMrRequest& request, RegisteredMr& out);
     int dereg_mr(uint32_t handle);
-    // The same; `grant_slot` is the MR's grant slot, now revoked, or kNoGrantSlot.
+    // The same; `grant_slot` is the MR's grant slot, now revoked, or kNoGrantSlot (and
+    // always on failure).
     int dereg_mr(uint32_t handle, uint32_t& grant_slot);
     // Single copy (resource_tables_grants.cpp): a grant on `rkey` through `responder`, a
     // QP of this context, for `wanted` (GrantAccess). Fills the responder's half of the

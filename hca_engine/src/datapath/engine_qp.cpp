@@ -365,7 +365,7 @@ bool EngineQp::pull_work(tp::Nanoseconds now, bool& left_in_ring) {
         w.solicited = h.flags & di::kSendSolicited;
         w.inline_data = h.flags & di::kSendInline;
         w.staged = nullptr;
-        w.placed = (h.flags & di::kSendPlaced) && type_ == tp::QpType::RC;
+        w.placed = h.flags & di::kSendPlaced; // the transport honours it on RC only
         w.imm_data = h.imm_data;
         w.remote_addr = h.remote_addr;
         w.rkey = h.rkey;

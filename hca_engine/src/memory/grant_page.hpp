@@ -29,7 +29,6 @@ class GrantPage {
     uint32_t generation(uint32_t slot) const;
     // A descriptor of the page for a provider (SharedMemory::share), -1 before any slot.
     int share() const { return memory_.data() ? memory_.share() : -1; }
-    bool made() const { return memory_.data() != nullptr; }
     // Names this page among all the engine has made (GrantReply::page_id).
     uint64_t id() const { return id_; }
 

@@ -280,9 +280,10 @@ class QueuePair {
     }
     bool is_read_or_atomic(const SendWqe& wqe) const;
     bool start_entry(SendEntry& entry);
-    static bool is_local_operation(const SendWqe& wqe);
-    // An RDMA WRITE or READ the initiator placed itself (SendWqe::placed).
-    static bool is_placed(const SendWqe& wqe);
+    bool is_local_operation(const SendWqe& wqe) const;
+    // An RDMA WRITE or READ the initiator placed itself (SendWqe::placed), on RC: the
+    // flag means nothing on another service.
+    bool is_placed(const SendWqe& wqe) const;
     bool run_local_operation(SendEntry& entry);
     size_t build_request(SendEntry& entry, uint8_t* buffer, size_t capacity);
     size_t transmit_request(uint8_t* buffer, size_t capacity, Nanoseconds now,
