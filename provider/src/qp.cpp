@@ -612,20 +612,27 @@ int post_send_requests(Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr, unsigned m
             }
             h.length = static_cast<uint32_t>(total);
             uint64_t staged_at = 0;
+            // A fenced request's bytes are read only once the READs and atomics before it
+            // are done (10.8.3.3): a READ may be filling them now, so they are not copied
+            // at post time. (Placing waits for every earlier request anyway.)
+            const bool fenced = wr->send_flags & IBV_SEND_FENCE;
             // A WRITE small enough to gather goes the engine's way, which batches the
             // writes of many messages into one system call: cheaper than one
             // process_vm_writev each (8 B: 1.49 against 0.31 M writes/s, 2 cores).
-            if (gather_at_post(*qp, *wr, total, payload + wr->num_sge * sizeof(di::WireSge))) {
+            if (!fenced &&
+                gather_at_post(*qp, *wr, total, payload + wr->num_sge * sizeof(di::WireSge))) {
                 h.flags |= di::kSendGathered;
             } else if (place_rdma(*qp, *wr, total, completed)) {
                 h.flags |= di::kSendPlaced; // moved already: the engine completes it
-            } else if (stage_at_post(*qp, *wr, total, staged_at)) {
+            } else if (!fenced && stage_at_post(*qp, *wr, total, staged_at)) {
                 h.flags |= di::kSendStaged;
                 h.swap = staged_at;
             }
         }
-        if (!(h.flags & di::kSendPlaced))
-            qp->grants.engine_tail = qp->sq_next + 1; // later ones may not overtake it
+        // Later ones may not overtake what the engine sends: everything not placed, and a
+        // placed WRITE with immediate (its packet consumes the responder's receive).
+        if (!(h.flags & di::kSendPlaced) || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+            qp->grants.engine_tail = qp->sq_next + 1;
         std::memcpy(slot, &h, sizeof(h));
         if (qp->staging)
             qp->staged_end[qp->sq_next & (qp->staged_end.size() - 1)] = qp->staging_head;

@@ -140,7 +140,7 @@ void GrantPages::wait_for_copies(uint32_t slot, int fd) {
 bool place_rdma(Qp& qp, const ibv_send_wr& wr, uint64_t total, uint64_t completed) {
     static const bool enabled = switch_on("SOFTHCA_SINGLE_COPY");
     QpGrants& g = qp.grants;
-    const bool write = wr.opcode == IBV_WR_RDMA_WRITE;
+    const bool write = wr.opcode == IBV_WR_RDMA_WRITE || wr.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
     if (!enabled || g.off || (!write && wr.opcode != IBV_WR_RDMA_READ) ||
         qp.vqp.qp.qp_type != IBV_QPT_RC || total == 0 || wr.num_sge > kMostSges)
         return false;

@@ -1,11 +1,12 @@
 // Single copy between processes of one engine (device_interface/grant_page.hpp): an RDMA
-// WRITE or READ of an RC QP whose peer is a QP of the same engine has its bytes moved by
-// the posting thread, inside ibv_post_send, with one process_vm_writev (or
-// process_vm_readv) into (from) the responder's process, under a grant the engine gave
-// for the rkey; the request is then posted with kSendPlaced and the engine only
-// completes it, in order. What is not granted, or fails to copy, goes the engine's way,
-// which reports errors as an HCA does. SOFTHCA_SINGLE_COPY=0 in the application's
-// environment turns it off for that process (docs/memory-model.md).
+// WRITE (with or without immediate) or READ of an RC QP whose peer is a QP of the same
+// engine has its bytes moved by the posting thread, inside ibv_post_send, with one
+// process_vm_writev (or process_vm_readv) into (from) the responder's process, under a
+// grant the engine gave for the rkey; the request is then posted with kSendPlaced and
+// the engine only completes it, in order (a WRITE with immediate: it sends one packet
+// without payload, for the responder's receive). What is not granted, or fails to copy,
+// goes the engine's way, which reports errors as an HCA does. SOFTHCA_SINGLE_COPY=0 in
+// the application's environment turns it off for that process (docs/memory-model.md).
 #pragma once
 
 #include "softhca/device_interface/grant_page.hpp"
@@ -73,11 +74,11 @@ struct QpGrants {
     }
 };
 
-// Moves the bytes of `wr` (an RDMA WRITE or READ of an RC QP) itself when it may: every
-// earlier request of the QP has retired or was placed too (`completed`: the ring's
-// sq_completed), the QP is RTS in the engine, a grant covers the remote range, and the
-// SGEs lie in this context's MRs. Returns true when the bytes have moved: the request is
-// then posted with kSendPlaced. Called under the QP's sq_lock.
+// Moves the bytes of `wr` (an RDMA WRITE, WRITE with immediate or READ of an RC QP)
+// itself when it may: every earlier request of the QP has retired or was placed too
+// (`completed`: the ring's sq_completed), the QP is RTS in the engine, a grant covers the
+// remote range, and the SGEs lie in this context's MRs. Returns true when the bytes have
+// moved: the request is then posted with kSendPlaced. Called under the QP's sq_lock.
 bool place_rdma(Qp& qp, const ibv_send_wr& wr, uint64_t total, uint64_t completed);
 
 } // namespace softhca::provider

@@ -298,6 +298,9 @@ class Link {
             IbPacket packet;
             if (parse_ib_packet(frame.ib, frame.ib_length, packet) != PacketError::None)
                 continue;
+            // The mark of a WRITE with immediate placed by its initiator, honoured as
+            // the engine's built-in wire honours it.
+            packet.placed = packet.bth->placed_by_initiator();
             Side& to = f.to_b ? *b_ : *a_;
             // A datagram's receive buffer gets the network header, as the engine does.
             uint8_t grh[kGrhBytes];

@@ -1179,3 +1179,93 @@ TEST_CASE("RC: a placed WRITE or READ sends nothing, completes after the request
     link.b().qp.requests_placed();
     CHECK(link.b().sink.established == 1);
 }
+
+TEST_CASE("RC: a placed WRITE with immediate is one packet without payload that takes a "
+          "receive, completes with the RETH's length, and waits out an RNR NAK") {
+    // Single copy of a WRITE with immediate: the bytes are in place already; the request
+    // still consumes the responder's receive, in PSN order, as one marked packet.
+    Link link(15, {0, 0, 0, 0});
+    link.connect(PathMtu::Mtu1024, kAllRemote);
+    HostMemory& am = link.a().memory;
+    HostMemory& bm = link.b().memory;
+    const uint32_t src = am.add_region(65536, kRegionRights);
+    const uint32_t dst = bm.add_region(65536, kRegionRights);
+    for (size_t i = 0; i < 65536; ++i)
+        am.region(src).bytes[i] = static_cast<uint8_t>(i * 7);
+    SendWqe w = one_sge_request(1, WrOpcode::RdmaWriteWithImm, am, src, 50000);
+    w.signaled = true;
+    w.placed = true;
+    w.imm_data = 0x12345678;
+    w.remote_addr = bm.region(dst).addr;
+    w.rkey = dst;
+    REQUIRE(link.a().qp.post_send(w));
+    // No receive yet: RNR NAKs until one is posted, then it completes.
+    link.run(2000);
+    CHECK(link.a().sink.sends.empty());
+    CHECK(link.a().qp.counters().rnr_naks_received > 0);
+    REQUIRE(link.b().qp.post_recv(one_sge_receive(9, bm, dst, 0)));
+    REQUIRE(link.run_until([&] { return !link.a().sink.sends.empty(); }));
+    CHECK(link.a().sink.sends[0].status == WcStatus::Success);
+    CHECK(link.a().sink.sends[0].opcode == WcOpcode::RdmaWrite);
+    REQUIRE(link.b().sink.recvs.size() == 1);
+    const Completion& r = link.b().sink.recvs[0];
+    CHECK(r.status == WcStatus::Success);
+    CHECK(r.opcode == WcOpcode::RecvRdmaWithImm);
+    CHECK(r.byte_len == 50000);
+    CHECK(r.with_imm);
+    CHECK(r.imm_data == 0x12345678);
+    CHECK(r.wr_id == 9);
+    // The bytes were the initiator's to move: nothing was carried, nothing written.
+    CHECK(bm.region(dst).bytes[0] == 0);
+    CHECK(bm.region(dst).bytes[49999] == 0);
+    CHECK(link.a().qp.counters().placed_messages == 1);
+    CHECK(link.a().qp.counters().placed_bytes == 50000);
+    // Every transmission was the one packet (again after each RNR NAK).
+    CHECK(link.a().qp.counters().packets_sent == link.a().qp.counters().rnr_naks_received + 1);
+    CHECK(link.b().qp.counters().receives_completed == 1);
+
+    // Unplaced, the same request carries its bytes in 49 packets.
+    w.placed = false;
+    w.wr_id = 2;
+    REQUIRE(link.b().qp.post_recv(one_sge_receive(10, bm, dst, 0)));
+    const uint64_t sent = link.a().qp.counters().packets_sent;
+    REQUIRE(link.a().qp.post_send(w));
+    REQUIRE(link.run_until([&] { return link.b().sink.recvs.size() == 2; }));
+    CHECK(link.b().sink.recvs[1].byte_len == 50000);
+    CHECK(link.a().qp.counters().packets_sent - sent == 49);
+    CHECK(bm.region(dst).bytes[49999] == static_cast<uint8_t>(49999 * 7));
+}
+
+TEST_CASE("RC: a WRITE with immediate marked placed where the mark is not honoured is an "
+          "invalid request") {
+    // The mark counts only where the frame's receiver says it came over the built-in
+    // wire (IbPacket::placed); elsewhere the packet is a WRITE ONLY whose payload is
+    // shorter than its RETH says (9.7.5.1.4).
+    Link link(16, {0, 0, 0, 0});
+    link.connect(PathMtu::Mtu1024, kAllRemote);
+    HostMemory& am = link.a().memory;
+    HostMemory& bm = link.b().memory;
+    const uint32_t src = am.add_region(4096, kRegionRights);
+    const uint32_t dst = bm.add_region(4096, kRegionRights);
+    link.a().qp.attributes().retry_cnt = 0;
+    SendWqe w = one_sge_request(1, WrOpcode::RdmaWriteWithImm, am, src, 100);
+    w.signaled = true;
+    w.placed = true;
+    w.remote_addr = bm.region(dst).addr;
+    w.rkey = dst;
+    REQUIRE(link.a().qp.post_send(w));
+    uint8_t frame[256];
+    const AddressVector* to = nullptr;
+    const size_t n = link.a().qp.transmit(frame, sizeof(frame), link.now(), &to);
+    REQUIRE(n > 0);
+    IbPacket packet;
+    REQUIRE(parse_ib_packet(frame, n, packet) == PacketError::None);
+    CHECK(packet.bth->placed_by_initiator());
+    CHECK(packet.payload_length == 0);
+    REQUIRE(packet.reth);
+    CHECK(packet.reth->dma_length() == 100);
+    REQUIRE(link.b().qp.post_recv(one_sge_receive(9, bm, dst, 0)));
+    link.b().qp.receive(packet, link.now(), nullptr); // packet.placed: false
+    REQUIRE(link.b().sink.recvs.empty());
+    CHECK(link.b().qp.counters().naks_sent == 1);
+}

@@ -25,6 +25,10 @@ bool QueuePair::is_placed(const SendWqe& wqe) const {
            (wqe.opcode == WrOpcode::RdmaWrite || wqe.opcode == WrOpcode::RdmaRead);
 }
 
+bool QueuePair::is_placed_with_immediate(const SendWqe& wqe) const {
+    return wqe.placed && service_ == Service::RC && wqe.opcode == WrOpcode::RdmaWriteWithImm;
+}
+
 bool QueuePair::run_local_operation(SendEntry& entry) {
     // Binding a memory window and invalidating an rkey act on this HCA's own tables, in
     // send queue order (10.6.7.3, 10.6.7.2.2 / 11.4.1.1); they take no PSN and send
@@ -89,7 +93,14 @@ bool QueuePair::start_entry(SendEntry& entry) {
         return false;
     const bool atomic =
         wqe.opcode == WrOpcode::AtomicCompareSwap || wqe.opcode == WrOpcode::AtomicFetchAdd;
-    entry.packets = atomic ? 1 : std::max<uint32_t>(1, (wqe.length + mtu - 1) / mtu);
+    // A WRITE with immediate whose bytes are placed: one packet, for the receive it
+    // consumes and its completion, in PSN order with the rest.
+    const bool placed = is_placed_with_immediate(wqe);
+    entry.packets = atomic || placed ? 1 : std::max<uint32_t>(1, (wqe.length + mtu - 1) / mtu);
+    if (placed) {
+        ++counters_.placed_messages;
+        counters_.placed_bytes += wqe.length;
+    }
     entry.first_psn = req_.next_psn;
     entry.next_packet = 0;
     entry.received_packets = 0;
@@ -160,8 +171,9 @@ size_t QueuePair::build_request(SendEntry& entry, uint8_t* buffer, size_t capaci
     const OpcodeInfo& info = opcode_info(opcode);
     const HeaderOffsets o = header_offsets(info);
 
+    const bool placed = is_placed_with_immediate(wqe);
     uint32_t payload = 0;
-    if (info.payload) {
+    if (info.payload && !placed) {
         const uint32_t offset = packet * mtu;
         payload = std::min(mtu, wqe.length - std::min(wqe.length, offset));
     }
@@ -180,6 +192,8 @@ size_t QueuePair::build_request(SendEntry& entry, uint8_t* buffer, size_t capaci
     bth->set(opcode, wqe.solicited && last, static_cast<uint8_t>(pad), attr_.pkey,
              service_ == Service::UD ? wqe.remote_qpn : attr_.dest_qp, ack_req,
              psn_add(entry.first_psn, packet));
+    if (placed)
+        bth->set_placed_by_initiator();
     if (info.has(header_flag::kXrceth))
         reinterpret_cast<Xrceth*>(buffer + o.xrceth)->set(wqe.remote_srqn);
     if (info.has(header_flag::kDeth)) {

@@ -406,14 +406,18 @@ bool QueuePair::accept_write(const IbPacket& packet, uint32_t psn) {
             reject(aeth::kNak | aeth::kNakRemoteAccessError, psn);
             return false;
         }
-        if (info.position == Position::Only ? packet.payload_length != length
-                                            : length <= packet.payload_length) {
+        // A WRITE with immediate whose bytes the initiator placed (single copy) is one
+        // packet with none: the RETH's length is the message's.
+        const bool placed = packet.placed && packet.imm && info.position == Position::Only;
+        if (placed                            ? packet.payload_length != 0
+            : info.position == Position::Only ? packet.payload_length != length
+                                              : length <= packet.payload_length) {
             reject(aeth::kNak | aeth::kNakInvalidRequest, psn);
             return false;
         }
         resp_.write_va = packet.reth->va();
         resp_.write_rkey = packet.reth->rkey();
-        resp_.write_remaining = length;
+        resp_.write_remaining = placed ? 0 : length;
         resp_.write_length = length;
     } else if (packet.payload_length > resp_.write_remaining ||
                (info.ends_message() && packet.payload_length != resp_.write_remaining)) {

@@ -99,6 +99,7 @@ int ControlServer::grant(const Connection& c, const di::GrantRequest& request, d
         c.resources->grant_pages_sent().insert(r.page_id);
     }
     r.pid = target.pid_in_namespace();
+    requester->note_granted();
     // A responder in RTR learns here that the connection is up (COMM_EST): what the
     // grant covers arrives without packets.
     responder->transport().requests_placed();

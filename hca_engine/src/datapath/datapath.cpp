@@ -299,6 +299,10 @@ void Datapath::handle_frame(size_t port, const uint8_t* data, uint32_t length, u
         ++counters.rx_malformed;
         return;
     }
+    // A WRITE with immediate whose bytes its initiator placed (single copy) comes only
+    // from a requester of this engine, over the built-in wire: elsewhere the mark is a
+    // reserved bit, ignored.
+    packet.placed = packet.bth->placed_by_initiator() && ports_.info(port).in_engine_wire;
     // RoCEv2 carries the SL only in a priority tag (0 untagged), for the completion.
     if (frame.addressing.priority > 0)
         packet.sl = static_cast<uint8_t>(frame.addressing.priority);

@@ -101,6 +101,8 @@ void EngineQp::note_state() {
     if (grant_page_ && state != tp::QpState::Rtr && state != tp::QpState::Rts &&
         state != tp::QpState::Sqd)
         grant_page_->revoke(grant_slot_);
+    if (state != tp::QpState::Rts && state != tp::QpState::Sqd)
+        placement_granted_ = false;
 }
 
 void EngineQp::activate() {
@@ -365,8 +367,10 @@ bool EngineQp::pull_work(tp::Nanoseconds now, bool& left_in_ring) {
         w.solicited = h.flags & di::kSendSolicited;
         w.inline_data = h.flags & di::kSendInline;
         w.staged = nullptr;
-        w.placed = h.flags & di::kSendPlaced; // the transport honours it on RC only
         w.imm_data = h.imm_data;
+        // The transport honours it on RC only; a WRITE with immediate also needs a grant.
+        w.placed = (h.flags & di::kSendPlaced) &&
+                   (w.opcode != tp::WrOpcode::RdmaWriteWithImm || placement_granted_);
         w.remote_addr = h.remote_addr;
         w.rkey = h.rkey;
         w.compare_add = h.compare_add;

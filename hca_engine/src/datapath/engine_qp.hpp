@@ -147,6 +147,11 @@ class EngineQp : public transport::CompletionSink,
         grant_page_ = &page;
         grant_slot_ = slot;
     }
+    // This QP, as a requester in RTS, was granted an rkey: a WRITE with immediate it
+    // posts as placed may then go as one packet without payload. Until then (and once it
+    // leaves RTS and SQD) the engine reads such a request's bytes itself: a client's
+    // claim alone never completes another process's receive.
+    void note_granted() { placement_granted_ = true; }
 
     // transport::SrqDirectory (XRC targets)
     transport::ReceiveQueue* xrc_srq(uint32_t srqn) override;
@@ -197,6 +202,7 @@ class EngineQp : public transport::CompletionSink,
     std::optional<QpCongestion> congestion_;
     GrantPage* grant_page_ = nullptr;
     uint32_t grant_slot_ = device_interface::kNoGrantSlot;
+    bool placement_granted_ = false;
     transport::QpState noted_state_ = transport::QpState::Reset;
 };
 

@@ -1,9 +1,9 @@
 // Single copy between processes of one engine: grants, and the page that revokes them.
 //
-// For an RDMA WRITE or READ from one QP to another of the same engine, the provider may
-// move the bytes itself, inside ibv_post_send, with one process_vm_writev into (or
-// process_vm_readv from) the responder's process, and post the request with kSendPlaced
-// (qp_ring.hpp). The kernel decides whether it may (the ptrace rule of
+// For an RDMA WRITE (with or without immediate) or READ from one QP to another of the
+// same engine, the provider may move the bytes itself, inside ibv_post_send, with one
+// process_vm_writev into (or process_vm_readv from) the responder's process, and post the
+// request with kSendPlaced (qp_ring.hpp). The kernel decides whether it may (the ptrace rule of
 // process_vm_readv(2)); the engine decides whether the RDMA operation is allowed, as the
 // responder's HCA would: on GrantRemoteMemory (control.hpp) it checks the QP's
 // connection, the responder QP's state and rights, the rkey, its PD and its access, and

@@ -99,7 +99,9 @@ enum SendFlags : uint8_t {
     // An RDMA WRITE or READ whose bytes the provider moved itself inside ibv_post_send,
     // under a grant (grant_page.hpp): the engine sends nothing and completes it after the
     // requests before it. The provider posts one only when every earlier request of the
-    // QP has retired or was placed too, so it overtakes nothing.
+    // QP has retired or was placed too, so it overtakes nothing. An RDMA WRITE with
+    // immediate so marked goes as one packet without payload, for the responder's receive
+    // and completion, once the QP was granted an rkey (else the engine reads its bytes).
     kSendPlaced = 1 << 6,
 };
 

@@ -21,6 +21,13 @@ struct Bth {
     bool becn() const { return b[4] & 0x40; }
     uint32_t dest_qp() const { return load_be24(b + 5); }
     bool ack_req() const { return b[8] & 0x80; }
+    // The first of the seven reserved bits after AckReq (9.2, transmitted as 0 and
+    // ignored by an HCA): softhca's own, on its built-in wire only. It marks a WRITE
+    // with immediate whose bytes the initiator already moved (single copy): the packet
+    // carries the RETH and ImmDt but no payload. Receivers other than the built-in
+    // wire's ignore it, as the IBTA says.
+    bool placed_by_initiator() const { return b[8] & 0x40; }
+    void set_placed_by_initiator() { b[8] |= 0x40; }
     uint32_t psn() const { return load_be24(b + 9); }
 
     void set(uint8_t opcode, bool solicited, uint8_t pad, uint16_t pkey, uint32_t dest_qp,

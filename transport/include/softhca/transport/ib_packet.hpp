@@ -28,6 +28,10 @@ struct IbPacket {
     // the frame's priority tag (0 untagged), which the frame's receiver sets (not
     // parse_ib_packet).
     uint8_t sl = 0;
+    // A WRITE with immediate whose bytes the initiator placed itself (Bth's
+    // placed_by_initiator), honoured only where the frame came over the built-in wire,
+    // which only the engine's own requesters feed; its receiver sets it.
+    bool placed = false;
 };
 
 enum class PacketError : uint8_t {

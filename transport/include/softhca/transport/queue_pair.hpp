@@ -284,6 +284,9 @@ class QueuePair {
     // An RDMA WRITE or READ the initiator placed itself (SendWqe::placed), on RC: the
     // flag means nothing on another service.
     bool is_placed(const SendWqe& wqe) const;
+    // An RDMA WRITE with immediate the initiator placed itself, on RC: one packet that
+    // carries no payload.
+    bool is_placed_with_immediate(const SendWqe& wqe) const;
     bool run_local_operation(SendEntry& entry);
     size_t build_request(SendEntry& entry, uint8_t* buffer, size_t capacity);
     size_t transmit_request(uint8_t* buffer, size_t capacity, Nanoseconds now,

@@ -103,7 +103,9 @@ struct SendWqeFields {
     const uint8_t* staged = nullptr;
     // An RDMA WRITE or READ whose bytes the initiator moved itself before posting it
     // (single copy between processes of one engine, docs/memory-model.md): it sends
-    // nothing and completes in send queue order, as a local operation does.
+    // nothing and completes in send queue order, as a local operation does. An RDMA
+    // WRITE with immediate so placed is one packet with no payload, marked
+    // (Bth::placed_by_initiator), which the responder completes as the whole message.
     bool placed = false;
     uint32_t imm_data = 0; // network byte order, as the verbs carry it
     uint64_t remote_addr = 0;
