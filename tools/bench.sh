@@ -182,23 +182,63 @@ for run in "tag_bw 65536 7" "tag_bw 1048576 7" "tag_lat 8 5"; do
     fi
 done
 
-# Open MPI (softhca-mpi-bench: ping-pongs and a 1 MiB MPI_Allreduce, checked) with pml
-# ucx over softhca's RC, one rank on each device, beside ob1 over its TCP BTL on loopback
-# (shared memory off), in the same run. Prints "8 B latency, 1 MiB MB/s, allreduce us".
-mpi_apps=build/tools/softhca-mpi-bench
+# Open MPI (softhca-mpi-bench: ping-pongs and a 1 MiB MPI_Allreduce, checked), two ranks.
+# Prints "8 B latency, 1 MiB MB/s, allreduce us". MODE:
+#   softhca     pml ucx over softhca's RC only (UCX's shared-memory transports off), one
+#               rank on each device
+#   tcp         ob1 over its TCP BTL on loopback (its shared-memory BTL off)
+#   ucx         one host as users run it: pml ucx with every UCX transport (sm, cma and
+#               softhca's rc_verbs among them; UCX picks)
+#   vader       ob1 with its shared-memory BTL
+#   ns_softhca  across the namespaces shbm-a and shbm-b (tools/netns-pair.sh, udp ports):
+#               pml ucx over each namespace's engine; mpirun in shbm-a starts the other
+#               rank through $work/netns-agent (the namespaces as two hosts)
+#   ns_tcp      the same two "hosts", ob1 over TCP on the veth
+mpi_apps=$PWD/build/tools/softhca-mpi-bench
 mpi() {
     local n=$((iters < 2000 ? 200 : 1000))
-    if [ "$1" = softhca ]; then
-        # Each rank's app context names UCX_TLS: mpirun's -x belongs to the context it is in.
-        local ucx_env=(-x UCX_TLS=rc_verbs,ud_verbs:aux,self -x UCX_WARN_UNUSED_ENV_VARS=n)
-        "$softhca" exec --prefix "$prefix" -- timeout 180 mpirun --allow-run-as-root \
-            -mca pml ucx -mca btl ^openib,uct -mca osc ^ucx \
-            -np 1 "${ucx_env[@]}" -x UCX_NET_DEVICES="${prefix}0:1" "$mpi_apps" "$n" : \
-            -np 1 "${ucx_env[@]}" -x UCX_NET_DEVICES="${prefix}1:1" "$mpi_apps" "$n" 2>/dev/null
-    else
+    # Each rank's app context names UCX_TLS: mpirun's -x belongs to the context it is in.
+    local quiet=(-x UCX_WARN_UNUSED_ENV_VARS=n) rc=(-x UCX_TLS=rc_verbs,ud_verbs:aux,self)
+    local ucx=(-mca pml ucx -mca btl ^openib,uct -mca osc ^ucx)
+    # Each "host" would bind its rank to its first core: both on one core here.
+    local across=(--bind-to none -mca plm_rsh_agent "$work/netns-agent"
+        --host 198.18.2.1:1,198.18.2.2:1 -mca oob_tcp_if_include 198.18.2.0/24)
+    case $1 in
+    softhca)
+        "$softhca" exec --prefix "$prefix" -- timeout 180 mpirun --allow-run-as-root "${ucx[@]}" \
+            -np 1 "${quiet[@]}" "${rc[@]}" -x UCX_NET_DEVICES="${prefix}0:1" "$mpi_apps" "$n" : \
+            -np 1 "${quiet[@]}" "${rc[@]}" -x UCX_NET_DEVICES="${prefix}1:1" "$mpi_apps" "$n" ;;
+    tcp)
         timeout 180 mpirun --allow-run-as-root -mca pml ob1 -mca btl tcp,self \
-            -mca btl_tcp_if_include lo -np 2 "$mpi_apps" "$n" 2>/dev/null
-    fi | awk '{v[$1 " " $2] = $4} END {print v["pingpong 8"], v["pingpong 1048576"], v["allreduce 1048576"]}'
+            -mca btl_tcp_if_include lo -np 2 "$mpi_apps" "$n" ;;
+    ucx)
+        "$softhca" exec --prefix "$prefix" -- timeout 180 mpirun --allow-run-as-root "${ucx[@]}" \
+            -np 2 "${quiet[@]}" "$mpi_apps" "$n" ;;
+    vader)
+        timeout 180 mpirun --allow-run-as-root -mca pml ob1 -mca btl vader,self -np 2 \
+            "$mpi_apps" "$n" ;;
+    ns_softhca)
+        ip netns exec shbm-a timeout 180 mpirun --allow-run-as-root "${across[@]}" "${ucx[@]}" \
+            -np 1 "${quiet[@]}" "${rc[@]}" -x UCX_NET_DEVICES=shbma0:1 \
+            "$PWD/$softhca" exec --prefix shbma -- "$mpi_apps" "$n" : \
+            -np 1 "${quiet[@]}" "${rc[@]}" -x UCX_NET_DEVICES=shbmb0:1 \
+            "$PWD/$softhca" exec --prefix shbmb -- "$mpi_apps" "$n" ;;
+    ns_tcp)
+        ip netns exec shbm-a timeout 180 mpirun --allow-run-as-root "${across[@]}" \
+            -mca pml ob1 -mca btl tcp,self -mca btl_tcp_if_include 198.18.2.0/24 -np 2 \
+            "$mpi_apps" "$n" ;;
+    esac 2>/dev/null |
+        awk '{v[$1 " " $2] = $4} END {print v["pingpong 8"], v["pingpong 1048576"], v["allreduce 1048576"]}'
+}
+# mpi_table SOFTHCA_MODE OTHER_MODE: the three rows, softhca's beside the other's.
+mpi_table() {
+    local v_lat v_bw v_sum t_lat t_bw t_sum
+    printf "%-24s %10s %10s %7s\n" test softhca "$3" ratio
+    read -r v_lat v_bw v_sum <<<"$(mpi "$1")"
+    read -r t_lat t_bw t_sum <<<"$(mpi "$2")"
+    printf "%-24s %10s %10s %7s\n" "pingpong 8 B (us)" "$v_lat" "$t_lat" "$(ratio "$t_lat" "$v_lat")" \
+        "pingpong 1 MiB (MB/s)" "$v_bw" "$t_bw" "$(ratio "$v_bw" "$t_bw")" \
+        "allreduce 1 MiB (us)" "$v_sum" "$t_sum" "$(ratio "$t_sum" "$v_sum")"
 }
 # Gloo (softhca-gloo-bench: ring allreduce of 1 MiB of floats, checked), two ranks, over
 # its ibverbs transport on softhca's two devices, beside its TCP transport on loopback.
@@ -219,13 +259,10 @@ gloo() {
     awk '$1 == "allreduce" {print $4}' "$store.0"
 }
 if [ -x "$mpi_apps" ] && command -v mpirun >/dev/null; then
-    echo "Applications: Open MPI, pml ucx over softhca RC (a rank per device) vs ob1/tcp on loopback"
-    printf "%-24s %10s %10s %7s\n" test softhca tcp ratio
-    read -r v_lat v_bw v_sum <<<"$(mpi softhca)"
-    read -r t_lat t_bw t_sum <<<"$(mpi tcp)"
-    printf "%-24s %10s %10s %7s\n" "pingpong 8 B (us)" "$v_lat" "$t_lat" "$(ratio "$t_lat" "$v_lat")" \
-        "pingpong 1 MiB (MB/s)" "$v_bw" "$t_bw" "$(ratio "$v_bw" "$t_bw")" \
-        "allreduce 1 MiB (us)" "$v_sum" "$t_sum" "$(ratio "$t_sum" "$v_sum")"
+    echo "Applications: Open MPI, shared memory off on both sides: pml ucx over softhca RC (a rank per device) vs ob1/tcp on loopback"
+    mpi_table softhca tcp tcp
+    echo "Applications: Open MPI on one host as users run it: pml ucx, every UCX transport (sm, cma, softhca rc_verbs) vs ob1 with its shared-memory BTL"
+    mpi_table ucx vader vader
 else
     echo "Applications: Open MPI skipped (build/tools/softhca-mpi-bench or mpirun missing: tools/install-deps.sh)"
 fi
@@ -341,6 +378,27 @@ for kind in af_packet udp af_xdp; do
             "$l" "$tb" "$tl" "$(ratio "$w" "$tb")" "$(ratio "$s" "$tb")" "$(ratio "$tl" "$l")"
     done
 done
+
+# Open MPI between the two "hosts": an engine in each namespace on a udp port (MTU 1500),
+# beside ob1 over TCP on the same veth. mpirun runs in shbm-a and starts the rank of
+# 198.18.2.2 in shbm-b through an rsh agent that enters the namespace.
+if [ -x "$mpi_apps" ] && command -v mpirun >/dev/null; then
+    cat >"$work/netns-agent" <<'AGENT'
+#!/bin/sh
+host=$1
+shift
+ns=shbm-a
+[ "$host" = 198.18.2.2 ] && ns=shbm-b
+exec ip netns exec "$ns" sh -c "$*"
+AGENT
+    chmod +x "$work/netns-agent"
+    SOFTHCA=$softhca SOFTHCA_PAIR_PORT=udp tools/netns-pair.sh up shbm >/dev/null
+    ip -n shbm-a link set lo up
+    ip -n shbm-b link set lo up
+    echo "Applications: Open MPI across two namespaces (udp ports, MTU 1500): pml ucx over an engine in each vs ob1/tcp over the same veth"
+    mpi_table ns_softhca ns_tcp tcp
+    tools/netns-pair.sh down shbm >/dev/null
+fi
 
 # Bandwidth against message size, softhca (both memory kinds) and TCP.
 awk '$2 == "heap"' "$work/bw.dat" >"$work/heap.dat"
