@@ -485,7 +485,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         e.cm.poll(e.now);
         e.wire.sent.clear();
     }
-    const auto status = e.cm.status_document();
+    const auto status = e.cm.status_document(true, 0, 0);
     if (status["files"] != 0 || status["ids"] != 0) {
         std::fprintf(stderr, "left behind: %s\n", status.dump().c_str());
         std::abort();

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <arpa/inet.h>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -18,8 +19,10 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <functional>
+#include <iterator>
 #include <linux/netlink.h>
 #include <net/if.h>
+#include <netinet/in.h>
 #include <rdma/rdma_netlink.h>
 #include <sys/socket.h>
 #include <sys/sysmacros.h>
@@ -514,6 +517,112 @@ void resource_contexts(const Device& d, const nlohmann::json& status,
     }
 }
 
+// RDMA_NLDEV_CMD_RES_SRQ_GET: each SRQ of the device (type BASIC or XRC, an XRC SRQ's
+// CQ), numbered by its context's handle for its PD and CQ, with the QPs that receive from
+// it (the tool shows none without that table) and its owning process.
+void resource_srqs(const Device& d, const nlohmann::json& status,
+                   const std::function<void(const std::function<void(Message&)>&)>& reply) {
+    for (const auto& c : list_of(status, "contexts")) {
+        if (string_of(c, "device") != d.name)
+            continue;
+        const auto pid = static_cast<uint32_t>(count_of(c, "pid"));
+        const auto context = static_cast<uint32_t>(count_of(c, "id"));
+        for (const auto& q : list_of(c, "srqs")) {
+            reply([&](Message& m) {
+                put_device_handle(m, d);
+                const size_t table = m.begin(RDMA_NLDEV_ATTR_RES_SRQ);
+                const size_t entry = m.begin(RDMA_NLDEV_ATTR_RES_SRQ_ENTRY);
+                m.put_u32(RDMA_NLDEV_ATTR_RES_SRQN, static_cast<uint32_t>(count_of(q, "srqn")));
+                m.put_u8(RDMA_NLDEV_ATTR_RES_TYPE, string_of(q, "type") == "XRC" ? 1 : 0);
+                m.put_u32(RDMA_NLDEV_ATTR_RES_PDN, static_cast<uint32_t>(count_of(q, "pd")));
+                if (q.is_object() && q.contains("cq") && q["cq"].is_number_unsigned())
+                    m.put_u32(RDMA_NLDEV_ATTR_RES_CQN, q["cq"].get<uint32_t>());
+                const size_t qps = m.begin(RDMA_NLDEV_ATTR_RES_QP);
+                for (const auto& qpn : list_of(q, "qps")) {
+                    if (!qpn.is_number_unsigned())
+                        continue;
+                    const size_t one = m.begin(RDMA_NLDEV_ATTR_RES_QP_ENTRY);
+                    m.put_u32(RDMA_NLDEV_ATTR_RES_LQPN, qpn.get<uint32_t>());
+                    m.end(one);
+                }
+                m.end(qps);
+                m.put_u32(RDMA_NLDEV_ATTR_RES_CTXN, context);
+                m.put_u32(RDMA_NLDEV_ATTR_RES_PID, pid);
+                m.end(entry);
+                m.end(table);
+            });
+        }
+    }
+}
+
+// The state of an rdma_cm id as the kernel's enum rdma_cm_state numbers it.
+uint8_t cm_state_code(const std::string& state) {
+    static const char* const states[] = {"IDLE",        "ADDR_QUERY",     "ADDR_RESOLVED",
+                                         "ROUTE_QUERY", "ROUTE_RESOLVED", "CONNECT",
+                                         "DISCONNECT",  "ADDR_BOUND",     "LISTEN"};
+    for (uint8_t i = 0; i < std::size(states); ++i)
+        if (state == states[i])
+            return i;
+    return 0;
+}
+
+// An address of the status ({"address", "port"}) as the kernel's sockaddr_storage;
+// false when there is none.
+bool socket_address(const nlohmann::json& a, sockaddr_storage& out) {
+    out = {};
+    const std::string text = string_of(a, "address");
+    const auto port = static_cast<uint16_t>(count_of(a, "port"));
+    auto& v4 = reinterpret_cast<sockaddr_in&>(out);
+    auto& v6 = reinterpret_cast<sockaddr_in6&>(out);
+    if (::inet_pton(AF_INET, text.c_str(), &v4.sin_addr) == 1) {
+        v4.sin_family = AF_INET;
+        v4.sin_port = htons(port);
+        return true;
+    }
+    if (::inet_pton(AF_INET6, text.c_str(), &v6.sin6_addr) == 1) {
+        v6.sin6_family = AF_INET6;
+        v6.sin6_port = htons(port);
+        return true;
+    }
+    return false;
+}
+
+// RDMA_NLDEV_CMD_RES_CM_ID_GET: the rdma_cm ids bound to the device (a listener on every
+// address is listed on each device, as the kernel lists its per-device listeners), with
+// their QP, state, port space, addresses and owning process.
+void resource_cm_ids(const Device& d, const nlohmann::json& status,
+                     const std::function<void(const std::function<void(Message&)>&)>& reply) {
+    const nlohmann::json& rdma_cm =
+        status.is_object() && status.contains("rdma_cm") ? status["rdma_cm"] : nlohmann::json();
+    for (const auto& id : list_of(rdma_cm, "cm_ids")) {
+        const std::string device = string_of(id, "device");
+        const std::string state = string_of(id, "state");
+        if (device != d.name && !(device.empty() && state == "LISTEN"))
+            continue;
+        reply([&](Message& m) {
+            put_device_handle(m, d);
+            const size_t table = m.begin(RDMA_NLDEV_ATTR_RES_CM_ID);
+            const size_t entry = m.begin(RDMA_NLDEV_ATTR_RES_CM_ID_ENTRY);
+            m.put_u32(RDMA_NLDEV_ATTR_PORT_INDEX, 1);
+            if (const auto qpn = static_cast<uint32_t>(count_of(id, "qpn"))) {
+                m.put_u32(RDMA_NLDEV_ATTR_RES_LQPN, qpn);
+                m.put_u8(RDMA_NLDEV_ATTR_RES_TYPE, static_cast<uint8_t>(count_of(id, "qp_type")));
+            }
+            m.put_u32(RDMA_NLDEV_ATTR_RES_PS, static_cast<uint32_t>(count_of(id, "port_space")));
+            m.put_u8(RDMA_NLDEV_ATTR_RES_STATE, cm_state_code(state));
+            sockaddr_storage address;
+            if (id.is_object() && id.contains("src") && socket_address(id["src"], address))
+                m.put(RDMA_NLDEV_ATTR_RES_SRC_ADDR, &address, sizeof(address));
+            if (id.is_object() && id.contains("dst") && socket_address(id["dst"], address))
+                m.put(RDMA_NLDEV_ATTR_RES_DST_ADDR, &address, sizeof(address));
+            m.put_u32(RDMA_NLDEV_ATTR_RES_CM_IDN, static_cast<uint32_t>(count_of(id, "id")));
+            m.put_u32(RDMA_NLDEV_ATTR_RES_PID, static_cast<uint32_t>(count_of(id, "pid")));
+            m.end(entry);
+            m.end(table);
+        });
+    }
+}
+
 const Device* find_device(const std::vector<Device>& all, uint32_t index) {
     for (const Device& d : all)
         if (d.index == index)
@@ -625,7 +734,9 @@ void answer_message(const char* root, const nlmsghdr* header, uint32_t portid,
     case RDMA_NLDEV_CMD_RES_CQ_GET:
     case RDMA_NLDEV_CMD_RES_MR_GET:
     case RDMA_NLDEV_CMD_RES_PD_GET:
-    case RDMA_NLDEV_CMD_RES_CTX_GET: {
+    case RDMA_NLDEV_CMD_RES_CTX_GET:
+    case RDMA_NLDEV_CMD_RES_SRQ_GET:
+    case RDMA_NLDEV_CMD_RES_CM_ID_GET: {
         const nlohmann::json status = engine_status(all);
         if (status.is_discarded()) {
             out.push_back(error_message(header, EIO, portid));
@@ -644,6 +755,10 @@ void answer_message(const char* root, const nlmsghdr* header, uint32_t portid,
                 resource_qps(d, status, reply);
             else if (op == RDMA_NLDEV_CMD_RES_CTX_GET)
                 resource_contexts(d, status, reply);
+            else if (op == RDMA_NLDEV_CMD_RES_SRQ_GET)
+                resource_srqs(d, status, reply);
+            else if (op == RDMA_NLDEV_CMD_RES_CM_ID_GET)
+                resource_cm_ids(d, status, reply);
             else
                 resource_objects(op, d, status, reply);
         }
@@ -651,7 +766,7 @@ void answer_message(const char* root, const nlmsghdr* header, uint32_t portid,
     }
     default:
         // Operations the kernel has but this does not offer yet: setting devices and
-        // ports, links (rdma link add), the cm_id and srq lists and counter modes.
+        // ports, links (rdma link add) and counter modes.
         out.push_back(error_message(header, EOPNOTSUPP, portid));
         return;
     }

@@ -60,11 +60,11 @@ def expect_error(got, code, what):
     print("%s: %s" % (what, errno.errorcode[code]))
 
 
-# An operation nldev does not have, and one softhca does not offer (the cm_id list).
+# An operation nldev does not have, and one softhca does not offer (a new link).
 sock.send(message(nl_type(RDMA_NL_NLDEV, 99), NLM_F_REQUEST | NLM_F_ACK, 1))
 expect_error(replies(sock), EINVAL, "an unknown operation")
-sock.send(message(nl_type(RDMA_NL_NLDEV, 11), NLM_F_REQUEST | NLM_F_DUMP, 1))  # RES_CM_ID_GET
-expect_error(replies(sock), EOPNOTSUPP, "the cm_id list")
+sock.send(message(nl_type(RDMA_NL_NLDEV, 3), NLM_F_REQUEST | NLM_F_ACK, 1))  # NEWLINK
+expect_error(replies(sock), EOPNOTSUPP, "rdma link add")
 # A message whose length is not padded (18 bytes): no device named, so refused.
 sock.send(struct.pack("=IHHII", 18, nl_type(RDMA_NL_NLDEV, 1), NLM_F_REQUEST, 7, 0) + b"\x01\x02")
 expect_error(replies(sock), EINVAL, "an unpadded get without a device")

@@ -52,8 +52,8 @@ done
 out=$("$SOFTHCA" exec -- rdma system show) || fail "rdma system show: $out"
 grep -q "netns shared copy-on-fork on" <<<"$out" || fail "rdma system show: $out"
 "$SOFTHCA" exec -- python3 "$here/rdma_netlink_probe.py" || fail "bad netlink input"
-out=$("$SOFTHCA" exec -- rdma resource show cm_id 2>&1) && fail "rdma resource show cm_id: $out"
-grep -q "Operation not supported" <<<"$out" || fail "rdma resource show cm_id: $out"
+out=$("$SOFTHCA" exec -- rdma resource show cm_id 2>&1) || fail "rdma resource show cm_id: $out"
+[ -z "$out" ] || fail "rdma resource show cm_id lists ids before any was made: $out"
 
 counter() { cat "$tree/class/infiniband/$1/ports/1/$2"; }
 status_counter() { # DEVICE NAME: the port counter as `softhca status` shows it
@@ -174,6 +174,62 @@ if id nobody >/dev/null 2>&1; then
     theirs=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$SOFTHCA" exec -- rdma res show qp) ||
         fail "rdma res show qp as nobody failed"
     [ -z "$theirs" ] || fail "another user sees root's QPs: $theirs"
+fi
+for p in "${pingpongs[@]}"; do kill "$p" 2>/dev/null || true; done
+pingpongs=()
+
+# rdma resource show srq: an ibv_srq_pingpong's SRQ, of type BASIC, with the QPs that
+# receive from it (the ones `rdma resource show qp` lists for that process).
+port=$((19000 + RANDOM % 100))
+"$SOFTHCA" exec -- ibv_srq_pingpong -d "$server" -g 0 -p "$port" -n 100000000 >/dev/null 2>&1 &
+pingpongs+=($!)
+wait_listening "$port" || fail "ibv_srq_pingpong's server did not listen"
+"$SOFTHCA" exec -- ibv_srq_pingpong -d "$client" -g 0 -p "$port" -n 100000000 "$SERVER_ADDR" \
+    >/dev/null 2>&1 &
+pingpongs+=($!)
+wait_until "\"$SOFTHCA\" exec -- rdma res show srq dev $client | grep -q ' comm ibv_srq_pingpon'" 10 ||
+    fail "no SRQ of the pingpong in rdma res show srq: $("$SOFTHCA" exec -- rdma res show srq)"
+out=$("$SOFTHCA" exec -- rdma res show srq dev "$client") || fail "rdma res show srq: $out"
+echo "$out"
+srq_pid=$(sed -n 's/.* pid \([0-9]*\) .*/\1/p' <<<"$out")
+[ "$(cat "/proc/$srq_pid/comm" 2>/dev/null)" = ibv_srq_pingpon ] ||
+    fail "the SRQ's pid $srq_pid is not the pingpong's"
+grep -qE "^dev $client srqn [0-9]+ type BASIC lqpn [0-9,]+ pdn [0-9]+ pid $srq_pid " <<<"$out" ||
+    fail "rdma res show srq line: $out"
+listed=$(sed -n 's/.* lqpn \([0-9,]*\) .*/\1/p' <<<"$out" | tr ',' '\n' | sort -n | tr '\n' ' ')
+theirs=$("$SOFTHCA" exec -- rdma res show qp link "$client/1" | grep " pid $srq_pid " |
+    sed -n 's/.* lqpn \([0-9]*\) .*/\1/p' | sort -n | tr '\n' ' ')
+[ -n "$listed" ] && [ "$listed" = "$theirs" ] ||
+    fail "the SRQ lists QPs '$listed', the process has '$theirs'"
+for p in "${pingpongs[@]}"; do kill "$p" 2>/dev/null || true; done
+pingpongs=()
+
+# rdma resource show cm_id: an rping server's listener and both ends of its connection,
+# with their QPs, addresses and processes; another user sees none of them.
+port=$((19200 + RANDOM % 100))
+address=$("$SOFTHCA" status --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["devices"][0]["ipv4"])')
+"$SOFTHCA" exec -- rping -s -a "$address" -p "$port" -C 100000000 >/dev/null 2>&1 &
+pingpongs+=($!)
+rping_server=$!
+wait_until "\"$SOFTHCA\" exec -- rdma res show cm_id | grep -q 'state LISTEN .* src-addr $address:$port'" 10 ||
+    fail "no listener in rdma res show cm_id: $("$SOFTHCA" exec -- rdma res show cm_id)"
+"$SOFTHCA" exec -- rping -c -a "$address" -p "$port" -C 100000000 -S 64 >/dev/null 2>&1 &
+pingpongs+=($!)
+rping_client=$!
+wait_until "[ \$(\"$SOFTHCA\" exec -- rdma res show cm_id | grep -c 'state CONNECT') = 2 ]" 10 ||
+    fail "no connection in rdma res show cm_id: $("$SOFTHCA" exec -- rdma res show cm_id)"
+out=$("$SOFTHCA" exec -- rdma res show cm_id) || fail "rdma res show cm_id: $out"
+echo "$out"
+grep -qE "^link $server/1 cm-idn [0-9]+ state LISTEN ps TCP pid $rping_server comm rping src-addr $address:$port" <<<"$out" ||
+    fail "rdma res show cm_id: no listener of pid $rping_server"
+grep -qE "lqpn [0-9]+ qp-type RC state CONNECT ps TCP pid $rping_client comm rping src-addr $address:[0-9]+ dst-addr $address:$port" <<<"$out" ||
+    fail "rdma res show cm_id: no connected id of the client, pid $rping_client"
+grep -qE "lqpn [0-9]+ qp-type RC state CONNECT ps TCP pid $rping_server comm rping src-addr $address:$port dst-addr $address:[0-9]+" <<<"$out" ||
+    fail "rdma res show cm_id: no connected id of the server, pid $rping_server"
+if id nobody >/dev/null 2>&1; then
+    theirs=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$SOFTHCA" exec -- rdma res show cm_id) ||
+        fail "rdma res show cm_id as nobody failed"
+    [ -z "$theirs" ] || fail "another user sees root's cm_ids: $theirs"
 fi
 for p in "${pingpongs[@]}"; do kill "$p" 2>/dev/null || true; done
 pingpongs=()

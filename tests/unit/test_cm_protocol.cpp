@@ -680,10 +680,10 @@ TEST_CASE("rdma_cm: closing a file whose listener holds requests not yet reporte
         connect_to(client, uid, ipv4_in6(kClientIp, 0), ipv4_in6(kServerIp, 5200),
                    0x200 + static_cast<uint32_t>(uid & 0xff));
     // Both requests reach the listener and wait there, unreported.
-    for (int i = 0; i < 2000 && bench.cm.status_document()["ids"] != 5; ++i)
+    for (int i = 0; i < 2000 && bench.cm.status_document(true, 0, 0)["ids"] != 5; ++i)
         bench.round();
-    REQUIRE(bench.cm.status_document()["ids"] == 5); // listener, 2 active, 2 requests
-    server.reset();                                  // the server's file closes (process exit)
+    REQUIRE(bench.cm.status_document(true, 0, 0)["ids"] == 5); // listener, 2 active, 2 requests
+    server.reset(); // the server's file closes (process exit)
     bench.round();
     // The listener and its two requests are gone (each destroyed once: under ASan a
     // second destruction of a freed request is a report); the client hears REJECTED.
@@ -694,8 +694,8 @@ TEST_CASE("rdma_cm: closing a file whose listener holds requests not yet reporte
         rejected.insert(e.uid);
     }
     CHECK(rejected == std::set<uint64_t>{0x3001, 0x3002});
-    CHECK(bench.cm.status_document()["files"] == 1);
-    CHECK(bench.cm.status_document()["ids"] == 2); // the client's own two
+    CHECK(bench.cm.status_document(true, 0, 0)["files"] == 1);
+    CHECK(bench.cm.status_document(true, 0, 0)["ids"] == 2); // the client's own two
 }
 
 TEST_CASE("rdma_cm: a user's ids and multicast joins stop at user_cm_ids with ENOMEM, and a "

@@ -18,7 +18,6 @@
 #include <fcntl.h>
 #include <fstream>
 #include <malloc.h>
-#include <sstream>
 #include <stdexcept>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -45,22 +44,6 @@ std::string read_command_name(const PeerProcess& peer) {
         if (ch < 0x20 || ch > 0x7e)
             ch = '?';
     return name.empty() ? "?" : name;
-}
-
-// The PID namespace of the peer (its inode) and its PID there (the last of NSpid).
-void read_pid_namespace(const PeerProcess& peer, ino_t& pidns, pid_t& ns_pid) {
-    struct stat st {};
-    pidns = ::stat(peer.path("ns/pid").c_str(), &st) == 0 ? st.st_ino : 0;
-    ns_pid = peer.pid;
-    std::ifstream status(peer.path("status"));
-    for (std::string line; std::getline(status, line);) {
-        if (line.rfind("NSpid:", 0) != 0)
-            continue;
-        std::istringstream fields(line.substr(6));
-        for (pid_t p; fields >> p;)
-            ns_pid = p;
-        break;
-    }
 }
 
 } // namespace
@@ -148,7 +131,7 @@ std::vector<int> ControlServer::accept_pending() {
         c.uid = c.peer.uid;
         c.account = c.peer.account;
         c.command = read_command_name(c.peer);
-        read_pid_namespace(c.peer, c.pidns, c.ns_pid);
+        c.peer.read_pid_namespace(c.pidns, c.ns_pid);
         connections_.emplace(fd, std::move(c));
         accepted.push_back(fd);
     }

@@ -66,10 +66,10 @@ class ControlServer {
     }
 
     KeySpace& tables() { return keys_; }
-    // The rdma_cm's part of the status document (its "rdma_cm" member).
-    void set_rdma_cm_status(std::function<StatusDocument()> report) {
-        rdma_cm_status_ = std::move(report);
-    }
+    // The rdma_cm's part of the status document (its "rdma_cm" member), as a viewer may
+    // see it: everything, or what a user's files in a PID namespace hold.
+    using RdmaCmStatus = std::function<StatusDocument(bool sees_all, uid_t uid, ino_t pidns)>;
+    void set_rdma_cm_status(RdmaCmStatus report) { rdma_cm_status_ = std::move(report); }
     // What the engine's loop adds to the status's "engine" object (its data-path threads).
     void set_engine_status(std::function<StatusDocument()> report) {
         engine_status_ = std::move(report);
@@ -197,7 +197,7 @@ class ControlServer {
     int spare_fd_ = -1;        // reserve descriptor, see accept_pending()
     std::vector<int> wakeups_; // by device: epoll set of its contexts' doorbell pipes
     std::map<int, Connection> connections_;
-    std::function<StatusDocument()> rdma_cm_status_;
+    RdmaCmStatus rdma_cm_status_;
     std::function<StatusDocument()> engine_status_;
     std::function<void()> take_posted_work_;
 };

@@ -200,6 +200,7 @@ class ContextResources final : public QueueContext {
     const std::map<uint32_t, CompletionQueue>& cqs() const { return cqs_; }
     const std::map<uint32_t, MemoryRegion>& mrs() const { return mrs_; }
     const std::map<uint32_t, ProtectionDomain>& pds() const { return pds_; }
+    const std::map<uint32_t, std::unique_ptr<EngineSrq>>& srqs() const { return srqs_; }
 
     size_t pd_count() const { return pds_.size(); }
     size_t mr_count() const { return mrs_.size(); }

@@ -3,6 +3,7 @@
 // Every figure is put into the document once; the text is a view of the document.
 #include "control_server.hpp"
 #include "engine_qp.hpp"
+#include "engine_srq.hpp"
 #include "shared_mapping.hpp"
 #include "softhca/transport/path_mtu.hpp"
 #include "softhca/transport/priority_flow_control.hpp"
@@ -13,6 +14,7 @@
 #include <sstream>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <unordered_map>
 
 namespace softhca::engine {
 
@@ -316,6 +318,31 @@ StatusDocument ControlServer::status_document_for(const Connection* viewer) cons
         for (const auto& [handle, pd] : r.pds())
             pd_list.push_back({{"handle", handle},
                                {"users", pd.mr_count + pd.mw_count + pd.qp_count + pd.srq_count}});
+        // SRQs, as `rdma resource show srq` lists them: an XRC SRQ's CQ by its handle, and
+        // the QPs that receive from each.
+        // (One pass over the QPs and the CQs: each SRQ's lists are looked up.)
+        Json srq_list = Json::array();
+        if (!r.srqs().empty()) {
+            std::unordered_map<const EngineSrq*, Json> receivers;
+            for (const auto& [qp_handle, qp] : r.qps())
+                if (qp->srq())
+                    receivers[qp->srq()].push_back(qp->qp_num());
+            std::unordered_map<const CompletionQueue*, uint32_t> cq_handles;
+            for (const auto& [cq_handle, cq] : r.cqs())
+                cq_handles[&cq] = cq_handle;
+            for (const auto& [handle, srq] : r.srqs()) {
+                const auto receiving = receivers.find(srq.get());
+                const auto cq = cq_handles.find(srq->xrc_cq());
+                srq_list.push_back(
+                    {{"handle", handle},
+                     {"srqn", srq->srq_num()},
+                     {"type", srq->xrc_cq() ? "XRC" : "BASIC"},
+                     {"pd", srq->pd_handle()},
+                     {"cq", cq != cq_handles.end() ? Json(cq->second) : Json(nullptr)},
+                     {"max_wr", srq->max_wr()},
+                     {"qps", receiving != receivers.end() ? receiving->second : Json::array()}});
+            }
+        }
         contexts.push_back({{"id", c.context_id},
                             {"pid", sees_all ? c.pid : c.ns_pid},
                             {"command", c.command},
@@ -334,7 +361,8 @@ StatusDocument ControlServer::status_document_for(const Connection* viewer) cons
                             {"qps", std::move(qp_list)},
                             {"cqs", std::move(cq_list)},
                             {"mrs", std::move(mr_list)},
-                            {"pds", std::move(pd_list)}});
+                            {"pds", std::move(pd_list)},
+                            {"srqs", std::move(srq_list)}});
     }
     doc["refused_contexts"] = refused_connections_;
     auto caps = [](const ResourceUsage& u) {
@@ -361,7 +389,9 @@ StatusDocument ControlServer::status_document_for(const Connection* viewer) cons
     doc["objects"] = {{"pd", pds}, {"mr", mrs}, {"cq", cqs}, {"qp", qps}};
     // MRs on shared memory the engine has mapped (shared_mapping.hpp).
     doc["memory"] = {{"mapped_mr", SharedMapping::live()}};
-    doc["rdma_cm"] = rdma_cm_status_ ? rdma_cm_status_() : Json(nullptr);
+    doc["rdma_cm"] = rdma_cm_status_ ? rdma_cm_status_(sees_all, viewer ? viewer->uid : 0,
+                                                       viewer ? viewer->pidns : 0)
+                                     : Json(nullptr);
     doc["fabric"] = fabric_document(ports_.fabric_status());
     return doc;
 }

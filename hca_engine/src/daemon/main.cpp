@@ -177,7 +177,9 @@ int run(const EngineConfig& config) {
     threads.set_mad_receiver(&rdma_cm);
     server.set_before_request([&threads] { threads.poll_all(monotonic_ns()); });
     threads.set_congestion_control({config.dcqcn, config.dcqcn_parameters, config.cnp_interval_ns});
-    server.set_rdma_cm_status([&rdma_cm] { return rdma_cm.status_document(); });
+    server.set_rdma_cm_status([&rdma_cm](bool sees_all, uid_t uid, ino_t pidns) {
+        return rdma_cm.status_document(sees_all, uid, pidns);
+    });
     server.set_engine_status([&threads] {
         StatusDocument threads_status = StatusDocument::array();
         for (size_t t = 0; t < threads.count(); ++t)

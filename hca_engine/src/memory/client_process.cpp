@@ -16,6 +16,7 @@
 #include <linux/magic.h>
 #include <linux/nsfs.h>
 #include <poll.h>
+#include <sstream>
 #include <string>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -249,6 +250,21 @@ uint64_t PeerProcess::start_time() const {
     for (int field = 0; field < 20 && at; ++field)
         at = std::strchr(at + 1, ' ');
     return at ? std::strtoull(at + 1, nullptr, 10) : 0;
+}
+
+void PeerProcess::read_pid_namespace(ino_t& pidns, pid_t& ns_pid) const {
+    struct stat st {};
+    pidns = ::stat(path("ns/pid").c_str(), &st) == 0 ? st.st_ino : 0;
+    ns_pid = pid;
+    std::ifstream status(path("status"));
+    for (std::string line; std::getline(status, line);) {
+        if (line.rfind("NSpid:", 0) != 0)
+            continue;
+        std::istringstream fields(line.substr(6));
+        for (pid_t p; fields >> p;)
+            ns_pid = p;
+        break;
+    }
 }
 
 void PeerProcess::release() {

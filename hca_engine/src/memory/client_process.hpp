@@ -64,6 +64,9 @@ struct PeerProcess {
     // when it cannot be read. With the PID it names one process for good: a process that
     // takes the PID later started later.
     uint64_t start_time() const;
+    // Its PID namespace (the inode of /proc/PID/ns/pid; 0 when unreadable) and its PID
+    // there (the last of NSpid), for what `softhca status` shows whom.
+    void read_pid_namespace(ino_t& pidns, pid_t& ns_pid) const;
     void release();
 };
 

@@ -136,7 +136,11 @@ struct CmFile {
     pid_t pid = 0;
     uid_t uid = 0;
     uid_t account = 0; // charged for it, its ids and events (PeerProcess::account)
-    int host = -1;     // the fabric host whose namespace its socket is in (set_hosts), -1: none
+    // Its PID namespace and its PID there: `softhca status` and `rdma resource show
+    // cm_id` show a viewer only the ids of files of its own user and PID namespace.
+    ino_t pidns = 0;
+    pid_t ns_pid = 0;
+    int host = -1; // the fabric host whose namespace its socket is in (set_hosts), -1: none
     bool privileged_ports = false; // root: may bind below 1024
     // The pipe's inode (pipefs): MIGRATE_ID finds its source file by a descriptor of it.
     ino_t pipe_inode = 0;

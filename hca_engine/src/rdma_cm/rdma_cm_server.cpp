@@ -126,6 +126,7 @@ std::vector<int> RdmaCmServer::accept_pending() {
         file->pid = peer.pid;
         file->uid = peer.uid;
         file->account = peer.account;
+        peer.read_pid_namespace(file->pidns, file->ns_pid);
         file->host = host_of_socket(fd);
         // Root only: a CapEff of CAP_NET_BIND_SERVICE may be a user namespace's.
         file->privileged_ports = peer.uid == 0;
@@ -517,17 +518,79 @@ void RdmaCmServer::receive_mad(size_t port, const MadPeer& from, const uint8_t* 
     cm_.receive_mad(port, from, payload, length, now);
 }
 
-nlohmann::ordered_json RdmaCmServer::status_document() const {
+namespace {
+
+// An id's state by the names of the kernel's enum rdma_cm_state (what `rdma resource show
+// cm_id` prints): the address and route steps, then the connection's.
+const char* cm_state_name(const CmId& id, tp::CmConnectionState connection) {
+    switch (id.state) {
+    case CmState::Idle:
+        return id.bound ? "ADDR_BOUND" : "IDLE";
+    case CmState::AddrQuery:
+        return "ADDR_QUERY";
+    case CmState::AddrResolved:
+        return id.route_resolved ? "ROUTE_RESOLVED" : "ADDR_RESOLVED";
+    case CmState::RouteResolved:
+        return "ROUTE_RESOLVED";
+    case CmState::Listen:
+        return "LISTEN";
+    case CmState::Connect:
+        break;
+    }
+    switch (connection) {
+    case tp::CmConnectionState::DreqSent:
+    case tp::CmConnectionState::DreqReceived:
+    case tp::CmConnectionState::TimeWait:
+    case tp::CmConnectionState::Closed:
+        return "DISCONNECT";
+    default:
+        return "CONNECT";
+    }
+}
+
+nlohmann::ordered_json address_document(const sockaddr_storage& s) {
+    char text[INET6_ADDRSTRLEN] = "";
+    if (s.ss_family == AF_INET)
+        ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(s).sin_addr, text, sizeof(text));
+    else if (s.ss_family == AF_INET6)
+        ::inet_ntop(AF_INET6, ipv6_bytes(s), text, sizeof(text));
+    else
+        return nullptr;
+    return {{"address", text}, {"port", port_of_address(s)}};
+}
+
+} // namespace
+
+nlohmann::ordered_json RdmaCmServer::status_document(bool sees_all, uid_t uid, ino_t pidns) const {
     size_t established = 0, listening = 0;
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
     for (const auto& [handle, id] : ids_) {
-        established += connection_state(*id) == tp::CmConnectionState::Established;
+        const tp::CmConnectionState connection = connection_state(*id);
+        established += connection == tp::CmConnectionState::Established;
         listening += id->state == CmState::Listen && id->file;
+        const CmFile* file = id->file;
+        if (!file || (!sees_all && (file->uid != uid || file->pidns != pidns)))
+            continue;
+        const tp::CmConnection* c = connection_of(*id);
+        list.push_back(
+            {{"id", handle},
+             {"pid", sees_all ? file->pid : file->ns_pid},
+             {"device", id->device >= 0 && static_cast<size_t>(id->device) < devices_.size()
+                            ? nlohmann::ordered_json(devices_[static_cast<size_t>(id->device)].name)
+                            : nlohmann::ordered_json(nullptr)},
+             {"port_space", id->port_space},
+             {"qp_type", id->qp_type},
+             {"qpn", c ? c->local_qpn : 0},
+             {"state", cm_state_name(*id, connection)},
+             {"src", address_document(id->src)},
+             {"dst", address_document(id->dst)}});
     }
     const Counters counters = this->counters();
     return {{"files", files_.size()},
             {"ids", ids_.size()},
             {"listening", listening},
             {"established", established},
+            {"cm_ids", std::move(list)},
             {"counters",
              {{"commands", counters.commands},
               {"refused", counters.bad_commands},

@@ -63,7 +63,11 @@ class RdmaCmServer final : public MadReceiver, private transport::CmConsumer {
     void receive_mad(size_t port, const MadPeer& from, const uint8_t* mad, size_t length,
                      uint64_t now) override;
 
-    nlohmann::ordered_json status_document() const; // its part of `softhca status`
+    // Its part of `softhca status`: the counts, and each live id (as `rdma resource show
+    // cm_id` lists them) of the files the viewer may see: all of them when `sees_all`,
+    // else those of files opened by `uid` in PID namespace `pidns` (their PIDs as that
+    // namespace numbers them), as the kernel's resource tracker shows a namespace its own.
+    nlohmann::ordered_json status_document(bool sees_all, uid_t uid, ino_t pidns) const;
 
     // A fabric's hosts in network namespaces of their own (--fabric ...,netns=1):
     // device_host[d] is device d's host, host_of_namespace(dev, ino) the host whose
