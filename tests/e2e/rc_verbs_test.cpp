@@ -625,8 +625,8 @@ TEST_CASE("large sends staged at post time send what was posted; their SGEs are 
     // the engine checks each SGE as it would before reading, takes the bytes from there,
     // and the area is reused only once the request completed. What does not fit is read
     // from memory (SOFTHCA_STAGE_SENDS=0: everything is).
-    // Staged only when the engine gives QPs an area (SOFTHCA_SEND_STAGING=1, which the
-    // suite sets for the engines it starts) and the provider uses it.
+    // Staged only when the engine gives QPs an area (SOFTHCA_SEND_STAGING=1, opt-in: the
+    // suite's job for that mode sets it) and the provider uses it.
     const char* staging = std::getenv("SOFTHCA_STAGE_SENDS");
     const char* area = std::getenv("SOFTHCA_SEND_STAGING");
     const bool staged = !(staging && std::string(staging) == "0") && area &&
@@ -715,8 +715,8 @@ TEST_CASE("more large sends at once than the staging area holds all arrive intac
 namespace {
 
 // Whether received SENDs larger than a completion go through receive staging here: the
-// engine gives QPs an area (SOFTHCA_RECEIVE_STAGING=1, which the suite sets for the
-// engines it starts), receives stage (SOFTHCA_STAGE_RECEIVES not 0) and the buffers are
+// engine gives QPs an area (SOFTHCA_RECEIVE_STAGING=1, opt-in: the suite's job for that
+// mode sets it), receives stage (SOFTHCA_STAGE_RECEIVES not 0) and the buffers are
 // private memory.
 bool receives_staged() {
     const char* area = std::getenv("SOFTHCA_RECEIVE_STAGING");
@@ -851,8 +851,8 @@ TEST_CASE("large SENDs through receive staging land whole at poll time; past the
 
 namespace {
 // Whether signaled READs larger than a completion, into one SGE of private memory, go
-// through read staging here (SOFTHCA_READ_STAGING=1, which the suite sets for the engines
-// it starts; SOFTHCA_STAGE_RECEIVES=0 turns staging into private memory off).
+// through read staging here (SOFTHCA_READ_STAGING=1, opt-in: the suite's job for that
+// mode sets it; SOFTHCA_STAGE_RECEIVES=0 turns staging into private memory off).
 bool reads_staged() {
     // Between two devices of one engine the provider places READs itself at post time
     // (single copy), unless SOFTHCA_SINGLE_COPY=0.
