@@ -61,11 +61,11 @@ int start_poll(ibv_cq_ex* ibcq, ibv_poll_cq_attr* attr) {
     cq.lock.lock(); // held until end_poll, as the man page allows only one poller
     cq.batch_consumer = cq.ring->consumer.load(std::memory_order_relaxed);
     if (!load_current(cq)) {
-        note_empty_poll(cq, true);
+        note_empty_poll(true);
         cq.lock.unlock(); // ENOENT: the application does not call end_poll
         return ENOENT;
     }
-    note_empty_poll(cq, false);
+    note_empty_poll(false);
     return 0;
 }
 

@@ -153,7 +153,6 @@ struct Cq {
     std::mutex lock; // poll and resize exclude each other
     device_interface::CqRingHeader* ring = nullptr;
     size_t ring_bytes = 0;
-    uint32_t empty_polls = 0; // consecutive polls that found nothing
     // ibv_start_poll .. ibv_end_poll (lock held in between): the entry the read_*
     // accessors read, and how far the batch has consumed.
     const device_interface::CompletionEntry* current = nullptr;
@@ -236,7 +235,7 @@ void attach_receive_staging(Cq& cq, Qp& qp);
 void detach_receive_staging(Cq& cq, Qp& qp);
 uint8_t wc_sl(const device_interface::CompletionEntry& e);
 // An application that polls an empty CQ gives the engine a turn now and then (cq.cpp).
-void note_empty_poll(Cq& cq, bool empty);
+void note_empty_poll(bool empty);
 // Marks the unpolled completions of QP `qp_num` discarded (the QP was reset or destroyed).
 void discard_completions(Cq& cq, uint32_t qp_num);
 // Completion channels (comp_channel.cpp): the engine's write end of `channel` (-1 with
