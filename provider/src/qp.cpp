@@ -622,7 +622,7 @@ int post_send_requests(Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr, unsigned m
             if (!fenced &&
                 gather_at_post(*qp, *wr, total, payload + wr->num_sge * sizeof(di::WireSge))) {
                 h.flags |= di::kSendGathered;
-            } else if (place_rdma(*qp, *wr, total, completed)) {
+            } else if (place_rdma(*qp, *wr, total, completed, !all_or_nothing)) {
                 h.flags |= di::kSendPlaced; // moved already: the engine completes it
             } else if (!fenced && stage_at_post(*qp, *wr, total, staged_at)) {
                 h.flags |= di::kSendStaged;

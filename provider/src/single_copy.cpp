@@ -1,7 +1,9 @@
 #include "single_copy.hpp"
 
 #include "provider.hpp"
+#include "work_queue.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <ctime>
 #include <sched.h>
@@ -24,10 +26,52 @@ di::GrantWord* map_page(int fd) {
     return at == MAP_FAILED ? nullptr : static_cast<di::GrantWord*>(at);
 }
 
-uint64_t now_ms() {
+uint64_t now_ns() {
     timespec t{};
     ::clock_gettime(CLOCK_MONOTONIC, &t);
-    return uint64_t(t.tv_sec) * 1000 + uint64_t(t.tv_nsec) / 1'000'000;
+    return uint64_t(t.tv_sec) * 1'000'000'000 + uint64_t(t.tv_nsec);
+}
+
+uint64_t now_ms() {
+    return now_ns() / 1'000'000;
+}
+
+// A request at least this large, behind earlier requests of the QP that the engine has
+// not finished, waits for them inside ibv_post_send rather than go the engine's way, for
+// about what one copy of it takes (a byte a nanosecond over 8, 20 us at least, 500 us at
+// most): the engine's way costs two copies on the engine's core, while the earlier ones
+// (a rendezvous's small SENDs, an atomic) usually retire within the engine's next rounds,
+// or its wake-up. The wait ends as soon as they have; what is still outstanding then goes
+// the engine's way, as before.
+constexpr uint64_t kPlaceWaitBytes = 64 * 1024;
+uint64_t place_wait_ns(uint64_t total) {
+    return std::clamp<uint64_t>(total / 8, 20'000, 500'000);
+}
+
+// Whether every request before the QP's engine_tail has retired, waiting for that as
+// said above when `may_wait`. `completed` is the ring's sq_completed as the caller read
+// it. The requests this post wrote before the current one are published first (the engine
+// cannot retire what it has not seen), as an HCA starts on a list's first requests before
+// the post returns.
+bool earlier_requests_done(Qp& qp, uint64_t completed, uint64_t total, bool may_wait) {
+    const uint64_t tail = qp.grants.engine_tail;
+    if (completed >= tail)
+        return true;
+    if (total < kPlaceWaitBytes || !may_wait)
+        return false;
+    if (qp.ring->sq_producer.load(std::memory_order_relaxed) < qp.sq_next) {
+        qp.ring->sq_producer.store(qp.sq_next, std::memory_order_release);
+        ring_doorbell(qp.ring, qp.doorbell);
+    }
+    const uint64_t deadline = now_ns() + place_wait_ns(total);
+    for (uint32_t spin = 1;; ++spin) {
+        if (qp.ring->sq_completed.load(std::memory_order_acquire) >= tail)
+            return true;
+        if (now_ns() >= deadline)
+            return false;
+        if (spin % 16 == 0)
+            ::sched_yield(); // on few cores the engine needs this one to retire them
+    }
 }
 
 // The grant of `rkey` for `access`: from the cache, or asked of the engine. nullptr when
@@ -137,17 +181,17 @@ void GrantPages::wait_for_copies(uint32_t slot, int fd) {
         ::sched_yield();
 }
 
-bool place_rdma(Qp& qp, const ibv_send_wr& wr, uint64_t total, uint64_t completed) {
+bool place_rdma(Qp& qp, const ibv_send_wr& wr, uint64_t total, uint64_t completed, bool may_wait) {
     static const bool enabled = switch_on("SOFTHCA_SINGLE_COPY");
     QpGrants& g = qp.grants;
     const bool write = wr.opcode == IBV_WR_RDMA_WRITE || wr.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
     if (!enabled || g.off || (!write && wr.opcode != IBV_WR_RDMA_READ) ||
         qp.vqp.qp.qp_type != IBV_QPT_RC || total == 0 || wr.num_sge > kMostSges)
         return false;
-    // In order: every earlier request the engine moves has retired (its responder has
-    // executed it), and the engine has the QP in RTS.
-    if (completed < g.engine_tail ||
-        qp.ring->engine_state.load(std::memory_order_acquire) != IBV_QPS_RTS)
+    // The engine has the QP in RTS; a small request behind unfinished ones goes the
+    // engine's way at once (a large one may wait for them, below, once it has a grant).
+    if (qp.ring->engine_state.load(std::memory_order_acquire) != IBV_QPS_RTS ||
+        (completed < g.engine_tail && total < kPlaceWaitBytes))
         return false;
     // The local side, which an HCA checks first (LOC_PROT_ERR otherwise: the engine's).
     iovec local[kMostSges];
@@ -175,6 +219,10 @@ bool place_rdma(Qp& qp, const ibv_send_wr& wr, uint64_t total, uint64_t complete
         grant->length - (at - grant->iova) < total)
         return false;
     const uint64_t far = grant->addr + (at - grant->iova);
+    // In order: every earlier request the engine moves has retired (its responder has
+    // executed it).
+    if (!earlier_requests_done(qp, completed, total, may_wait))
+        return false;
     // A copy under way is counted in the MR's word; the generations say whether the
     // grant still holds (grant_page.hpp).
     const uint64_t word = grant->mr_word->fetch_add(1, std::memory_order_seq_cst);

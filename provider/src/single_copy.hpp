@@ -77,8 +77,10 @@ struct QpGrants {
 // Moves the bytes of `wr` (an RDMA WRITE, WRITE with immediate or READ of an RC QP)
 // itself when it may: every earlier request of the QP has retired or was placed too
 // (`completed`: the ring's sq_completed), the QP is RTS in the engine, a grant covers the
-// remote range, and the SGEs lie in this context's MRs. Returns true when the bytes have
-// moved: the request is then posted with kSendPlaced. Called under the QP's sq_lock.
-bool place_rdma(Qp& qp, const ibv_send_wr& wr, uint64_t total, uint64_t completed);
+// remote range, and the SGEs lie in this context's MRs; a large request may wait a little
+// for the earlier ones when `may_wait` (not in an all-or-nothing post, whose requests are
+// published together or not at all). Returns true when the bytes have moved: the request
+// is then posted with kSendPlaced. Called under the QP's sq_lock.
+bool place_rdma(Qp& qp, const ibv_send_wr& wr, uint64_t total, uint64_t completed, bool may_wait);
 
 } // namespace softhca::provider
