@@ -1269,3 +1269,32 @@ TEST_CASE("RC: a WRITE with immediate marked placed where the mark is not honour
     REQUIRE(link.b().sink.recvs.empty());
     CHECK(link.b().qp.counters().naks_sent == 1);
 }
+
+TEST_CASE("RC: requests pipelined behind a SEND answered with an RNR NAK leave that RNR NAK "
+          "standing: with rnr_retry 0 the SEND fails RNR_RETRY_EXC_ERR, the rest flush") {
+    // The responder takes the whole burst before it answers: the SEND without a receive
+    // (RNR NAK), then the WRITE's packets past the PSN it expects. The gap they make is
+    // the RNR NAK's consequence; answering it with a sequence-error NAK in its place would
+    // have the requester resend at once and fail on retry_cnt instead (9.7.5.2.8).
+    Link link(17, {0, 0, 0, 0});
+    link.connect(PathMtu::Mtu1024, kAllRemote, 4, 0); // rnr_retry 0
+    HostMemory& am = link.a().memory;
+    HostMemory& bm = link.b().memory;
+    const uint32_t src = am.add_region(65536, kRegionRights);
+    const uint32_t dst = bm.add_region(65536, kRegionRights);
+    SendWqe send = one_sge_request(1, WrOpcode::Send, am, src, 8);
+    send.signaled = true;
+    SendWqe write = one_sge_request(2, WrOpcode::RdmaWrite, am, src, 60000);
+    write.signaled = true;
+    write.remote_addr = bm.region(dst).addr;
+    write.rkey = dst;
+    REQUIRE(link.a().qp.post_send(send));
+    REQUIRE(link.a().qp.post_send(write));
+    REQUIRE(link.run_until([&] { return link.a().sink.sends.size() == 2; }));
+    CHECK(link.a().sink.sends[0].status == WcStatus::RnrRetryExceededError);
+    CHECK(link.a().sink.sends[1].status == WcStatus::WrFlushError);
+    CHECK(link.a().qp.counters().rnr_retries_exceeded == 1);
+    CHECK(link.a().qp.counters().retries_exceeded == 0);
+    CHECK(link.b().qp.counters().out_of_sequence > 0); // the WRITE's packets came
+    CHECK(bm.region(dst).bytes[59999] == 0);           // and none was written
+}

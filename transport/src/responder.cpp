@@ -158,9 +158,15 @@ void QueuePair::on_request(const IbPacket& packet, Nanoseconds now) {
         return;
     }
     if (diff > 0) {
-        // 9.7.5.1.2: a gap. NAK once with the PSN expected, then drop until it comes.
+        // 9.7.5.1.2: a gap. NAK once with the PSN expected, then drop until it comes. A
+        // gap behind a request just answered with an RNR NAK (the requests pipelined
+        // after it) is that RNR NAK's consequence: the RNR NAK, not yet sent, stands,
+        // or the requester would retry at once instead of waiting and counting its RNR
+        // retries (9.7.5.2.8).
         ++counters_.out_of_sequence;
-        if (!resp_.nak_sequence_sent) {
+        const bool rnr_pending = resp_.ack_pending && resp_.ack_psn == resp_.epsn &&
+                                 (resp_.ack_syndrome_override & aeth::kTypeMask) == aeth::kRnrNak;
+        if (!resp_.nak_sequence_sent && !rnr_pending) {
             resp_.nak_sequence_sent = true;
             responder_nak(aeth::kNak | aeth::kNakPsnSequenceError, resp_.epsn, false);
         }
