@@ -220,8 +220,10 @@ bool place_rdma(Qp& qp, const ibv_send_wr& wr, uint64_t total, uint64_t complete
         return false;
     const uint64_t far = grant->addr + (at - grant->iova);
     // In order: every earlier request the engine moves has retired (its responder has
-    // executed it).
-    if (!earlier_requests_done(qp, completed, total, may_wait))
+    // executed it), and none of them failed: a QP that went to error (or was reset or
+    // drained) meanwhile says so in the ring before sq_completed passes them.
+    if (!earlier_requests_done(qp, completed, total, may_wait) ||
+        qp.ring->engine_state.load(std::memory_order_acquire) != IBV_QPS_RTS)
         return false;
     // A copy under way is counted in the MR's word; the generations say whether the
     // grant still holds (grant_page.hpp).

@@ -1402,6 +1402,41 @@ TEST_CASE("single copy: a large WRITE right behind an atomic waits for it, is pl
         CHECK(placed_bytes(0, placed_before + size) - placed_before >= size);
 }
 
+TEST_CASE("single copy: a WRITE behind a SEND that fails is flushed and never lands",
+          "[single-copy]") {
+    // A large WRITE behind an unfinished SEND waits for it to retire before copying
+    // itself; when the SEND fails instead (no receive, rnr_retry 0: RNR_RETRY_EXC_ERR),
+    // the WRITE is flushed (WR_FLUSH_ERR), and a flushed request is never carried out.
+    // (The transport enters the error state before the failing request retires, and the
+    // provider looks at the QP's state again after its wait.)
+    Path path;
+    path.rnr_retry = 0;
+    Pair pair(path);
+    const uint32_t size = 1 << 20;
+    Buffer local(dev(0), size, kAllAccess), remote(dev(1), size, kAllAccess);
+    fill(local, 90, 0, size);
+    REQUIRE(rdma(pair.a, IBV_WR_RDMA_WRITE, local, 0, size, remote, 0).status ==
+            IBV_WC_SUCCESS); // the grant, if single copy applies, is kept
+    std::memset(remote.bytes.data(), 0xee, size);
+    fill(local, 91, 0, size);
+    ibv_sge note{local.addr(), 8, local.mr->lkey};
+    ibv_send_wr send = signaled_wr(IBV_WR_SEND, &note, 1, 1);
+    ibv_sge written{local.addr(), size, local.mr->lkey};
+    ibv_send_wr write = signaled_wr(IBV_WR_RDMA_WRITE, &written, 1, 2);
+    write.wr.rdma.remote_addr = remote.addr();
+    write.wr.rdma.rkey = remote.mr->rkey;
+    send.next = &write;
+    post(pair.a, send);
+    const auto wcs = wait_completions(dev(0), 2);
+    CHECK(wcs[0].wr_id == 1);
+    CHECK(wcs[0].status == IBV_WC_RNR_RETRY_EXC_ERR);
+    CHECK(wcs[1].wr_id == 2);
+    CHECK(wcs[1].status == IBV_WC_WR_FLUSH_ERR);
+    CHECK(remote.bytes[0] == 0xee);
+    CHECK(remote.bytes[size / 2] == 0xee);
+    CHECK(remote.bytes[size - 1] == 0xee);
+}
+
 TEST_CASE("single copy: deregistering or re-registering the responder's MR ends its grants",
           "[single-copy]") {
     Pair pair;

@@ -73,6 +73,12 @@ void QueuePair::complete_send_error(SendEntry& entry, WcStatus status) {
     // Earlier requests that were acknowledged retire normally first; earlier ones still
     // unacknowledged cannot complete any more and flush.
     retire_completed();
+    // RC enters the error state before the failing request retires: whoever sees it
+    // retired (the ring's sq_completed) sees the QP in error with it, never a QP still in
+    // RTS that went past a failure (a provider waiting to place a request behind it).
+    const bool entering_error = reliable() && state_ != QpState::Error;
+    if (reliable())
+        state_ = QpState::Error;
     while (sq_head_ != sq_tail_) {
         SendEntry& head = sq_at(sq_head_);
         Completion done = c;
@@ -92,9 +98,9 @@ void QueuePair::complete_send_error(SendEntry& entry, WcStatus status) {
         if (&head == &entry)
             break;
     }
-    if (reliable())
-        enter_error(status);
-    else
+    if (entering_error)
+        report_error_and_flush(status, false);
+    else if (!reliable())
         enter_send_queue_error(); // UC/UD: SQE, receives continue (10.3.1)
 }
 

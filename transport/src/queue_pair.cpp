@@ -303,6 +303,10 @@ void QueuePair::enter_error(WcStatus cause, bool detected_by_responder) {
     if (state_ == QpState::Error)
         return;
     state_ = QpState::Error;
+    report_error_and_flush(cause, detected_by_responder);
+}
+
+void QueuePair::report_error_and_flush(WcStatus cause, bool detected_by_responder) {
     // The error is reported first; flushing follows (and, on an SRQ, LAST_WQE_REACHED).
     sink_.qp_error(cause, detected_by_responder);
     flush_all();

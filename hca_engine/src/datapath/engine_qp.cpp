@@ -314,7 +314,10 @@ int EngineQp::modify(const di::ModifyQpRequest& request, const PortInfo& port,
         addressing_.flow_label = attr_.flow_label;
     }
     if (next == tp::QpState::Reset && current != tp::QpState::Reset && ring_) {
-        // RESET empties both work queues (10.3.1): what was posted is discarded.
+        // RESET empties both work queues (10.3.1): what was posted is discarded. The ring
+        // says RESET before sq_completed passes what was discarded (engine_state).
+        ring_->engine_state.store(static_cast<uint32_t>(tp::QpState::Reset),
+                                  std::memory_order_release);
         sq_pulled_ = ring_->sq_producer.load(std::memory_order_acquire);
         rq_pulled_ = ring_->rq_producer.load(std::memory_order_acquire);
         ring_->sq_completed.store(sq_pulled_, std::memory_order_release);

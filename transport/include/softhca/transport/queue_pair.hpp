@@ -374,6 +374,9 @@ class QueuePair {
 
     // ---- state ----
     void enter_error(WcStatus cause, bool detected_by_responder = false);
+    // What entering the error state does once the state is set: the async event, then
+    // every queue flushed.
+    void report_error_and_flush(WcStatus cause, bool detected_by_responder);
     // UC and UD: a send request failed; the send queue stops, receives go on (10.3.1).
     void enter_send_queue_error();
     void flush_send_queue();
