@@ -138,13 +138,17 @@ grep -q " sent_pkts $(counter "$client" hw_counters/sent_pkts) " <<<"$out" ||
 
 # rdma resource show: a running ibv_rc_pingpong's QPs, with their processes; another user
 # sees none of them.
-port=$((18900 + RANDOM % 100))
-"$SOFTHCA" exec -- ibv_rc_pingpong -d "$server" -g 0 -p "$port" -n 100000000 >/dev/null 2>&1 &
-pingpongs+=($!)
-wait_listening "$port" || fail "ibv_rc_pingpong's server did not listen"
-"$SOFTHCA" exec -- ibv_rc_pingpong -d "$client" -g 0 -p "$port" -n 100000000 "$SERVER_ADDR" \
-    >/dev/null 2>&1 &
-pingpongs+=($!)
+# start_pingpong TOOL PORT: TOOL's server on $server and client on $client, exchanging
+# until stopped (their pids in pingpongs).
+start_pingpong() {
+    "$SOFTHCA" exec -- "$1" -d "$server" -g 0 -p "$2" -n 100000000 >/dev/null 2>&1 &
+    pingpongs+=($!)
+    wait_listening "$2" || fail "$1's server did not listen"
+    "$SOFTHCA" exec -- "$1" -d "$client" -g 0 -p "$2" -n 100000000 "$SERVER_ADDR" \
+        >/dev/null 2>&1 &
+    pingpongs+=($!)
+}
+start_pingpong ibv_rc_pingpong $((18900 + RANDOM % 100))
 wait_until "\"$SOFTHCA\" exec -- rdma res show qp | grep -q '^link $client/1 .*state RTS'" 10 ||
     fail "no RTS QP of the pingpong in rdma res show qp: $("$SOFTHCA" exec -- rdma res show qp)"
 out=$("$SOFTHCA" exec -- rdma res show qp) || fail "rdma res show qp: $out"
@@ -180,13 +184,7 @@ pingpongs=()
 
 # rdma resource show srq: an ibv_srq_pingpong's SRQ, of type BASIC, with the QPs that
 # receive from it (the ones `rdma resource show qp` lists for that process).
-port=$((19000 + RANDOM % 100))
-"$SOFTHCA" exec -- ibv_srq_pingpong -d "$server" -g 0 -p "$port" -n 100000000 >/dev/null 2>&1 &
-pingpongs+=($!)
-wait_listening "$port" || fail "ibv_srq_pingpong's server did not listen"
-"$SOFTHCA" exec -- ibv_srq_pingpong -d "$client" -g 0 -p "$port" -n 100000000 "$SERVER_ADDR" \
-    >/dev/null 2>&1 &
-pingpongs+=($!)
+start_pingpong ibv_srq_pingpong $((19000 + RANDOM % 100))
 wait_until "\"$SOFTHCA\" exec -- rdma res show srq dev $client | grep -q ' comm ibv_srq_pingpon'" 10 ||
     fail "no SRQ of the pingpong in rdma res show srq: $("$SOFTHCA" exec -- rdma res show srq)"
 out=$("$SOFTHCA" exec -- rdma res show srq dev "$client") || fail "rdma res show srq: $out"
