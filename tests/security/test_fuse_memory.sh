@@ -8,7 +8,14 @@
 # source (where a stat or a close would ask the daemon, which never answers a FLUSH)
 # holds no thread that serves others. While the attacker holds its mount, root (another user) must run
 # ibv_rc_pingpong within 2x its time alone (or 1 s more) and get `softhca status`
-# answered within 1 s. Runs against an engine of its own.
+# answered within 1 s. Then the same user maps the file over registered anonymous memory
+# afterwards and has a 64 KiB SEND received there (fuse_memory_attack's "swap" mode, whose
+# daemon takes requests of users its namespace does not map, as Linux 6.12 allows): the
+# engine's write asks the daemon for the page, and its stall watch must abort that FUSE
+# connection (the receive fails, the daemon sees its connection aborted, the user opens
+# no device for a minute) while root's pingpong and status, started as the SEND is
+# posted, keep the same bounds. Runs against
+# an engine of its own.
 #   test_fuse_memory.sh FUSE_MEMORY_ATTACK
 source "$(dirname "$0")/../e2e/lib.sh"
 source "$(dirname "$0")/honest_client.sh"
@@ -58,5 +65,30 @@ grep -q "^xrcd: 0, closed: 0" "$out" || fail "ibv_open_xrcd/ibv_close_xrcd over 
 grep -q "^migrate: EINVAL" "$out" || fail "MIGRATE_ID from the FUSE file was not EINVAL: $(cat "$out")"
 stop_attacker
 honest_keeps_going "after the attacker was killed"
+
+"${as_nobody[@]}" "$SOFTHCA" exec -- "$ATTACK" "${SOFTHCA_PREFIX}0" "$mount_dir" swap >"$out" 2>&1 &
+attacker=$!
+wait_until "grep -q 'swapped: posted' '$out'" 30 || fail "the swap attack did not post: $(cat "$out")"
+honest_keeps_going "while the engine writes a SEND into uid 65534's FUSE page"
+wait_until "grep -q holding '$out'" 30 || fail "the swap attack did not end: $(cat "$out")"
+cat "$out"
+grep -q "swapped: receive .* after" "$out" ||
+    fail "the receive into the FUSE page never completed: $(cat "$out")"
+grep -q "swapped: receive success" "$out" &&
+    fail "a receive into a page the daemon never gave succeeded: $(cat "$out")"
+# A kernel before 6.12 (no FUSE_ALLOW_IDMAP) refuses the engine's request itself (root is
+# not mapped in the daemon's namespace): the write fails at once, and nothing is asked.
+if grep -q "fuse: requests of unmapped users allowed" "$out"; then
+    grep -q "fuse: READ asked" "$out" ||
+        fail "the engine's write did not ask the daemon for the page: $(cat "$out")"
+    grep -q "fuse: connection aborted" "$out" ||
+        fail "the stall watch did not abort the FUSE connection: $(cat "$out")"
+    # Its user is cut off for a minute (a new mount costs it milliseconds): no device
+    # opens for uid 65534 meanwhile, root's still do (below).
+    "${as_nobody[@]}" "$SOFTHCA" exec -- ibv_devinfo -d "${SOFTHCA_PREFIX}0" >/dev/null 2>&1 &&
+        fail "uid 65534 opened a device right after its FUSE page held the engine"
+fi
+stop_attacker
+honest_keeps_going "after the swap attacker was killed"
 kill -0 "$(engine_pid)" || fail "the engine died"
 echo PASS

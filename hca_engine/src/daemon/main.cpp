@@ -19,6 +19,7 @@
 #include "host_namespaces.hpp"
 #include "port_counter_files.hpp"
 #include "rdma_cm_server.hpp"
+#include "stall_watch.hpp"
 #include "udp_ports.hpp"
 
 #include "softhca/device_interface/async_event.hpp"
@@ -160,6 +161,9 @@ int run(const EngineConfig& config) {
     // application under strace and strace itself, measured) held it off for seconds, and
     // every client with it. The threads made from here on inherit this.
     sched_setaffinity(0, sizeof(cpus), &cpus);
+    // A client's FUSE page under an MR must not hold a thread that serves others
+    // (stall_watch.hpp).
+    StallWatch::start();
     std::vector<Device> devices;
     for (size_t i = 0; i < ports.size(); ++i)
         devices.push_back(

@@ -4,6 +4,7 @@
 
 #include "environment.hpp"
 #include "memory_map.hpp"
+#include "stall_watch.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -298,6 +299,9 @@ int ClientProcess::adopt(PeerProcess& peer, int mem_fd, uint64_t probe_addr, con
                          std::shared_ptr<ClientProcess>& out) {
     if (mem_fd < 0 || peer.proc_dir < 0 || !looks_like_memory_file(mem_fd, peer))
         return EBADF;
+    // A user whose memory held an engine thread on FUSE is cut off for a while.
+    if (StallWatch::cut_off(peer.account))
+        return EAGAIN;
     // The file reads the process's memory: 16 bytes it holds at an address of its own,
     // in anonymous memory (a file's page could make the read wait, on FUSE for its
     // daemon, which the client may run). The pinned process's maps are read with its own
@@ -311,10 +315,15 @@ int ClientProcess::adopt(PeerProcess& peer, int mem_fd, uint64_t probe_addr, con
         FileCredentials as_peer(peer);
         anonymous = as_peer.ok() && in_anonymous_memory(peer, probe_addr, sizeof(seen));
     }
-    if (probe_addr < kLowestProbe || !anonymous ||
-        ::pread(mem_fd, seen, sizeof(seen), static_cast<off_t>(probe_addr)) !=
-            static_cast<ssize_t>(sizeof(seen)) ||
-        std::memcmp(seen, probe, sizeof(seen)) != 0)
+    if (probe_addr < kLowestProbe || !anonymous)
+        return EBADF;
+    ssize_t read = 0;
+    {
+        // The client may map a FUSE file there after the look at its maps.
+        const StallWatch::Touch touch(peer.proc_dir, probe_addr, peer.account, peer.uid);
+        read = ::pread(mem_fd, seen, sizeof(seen), static_cast<off_t>(probe_addr));
+    }
+    if (read != static_cast<ssize_t>(sizeof(seen)) || std::memcmp(seen, probe, sizeof(seen)) != 0)
         return EBADF;
     out.reset(new ClientProcess(peer, mem_fd));
     return 0;
@@ -356,12 +365,29 @@ ssize_t ClientProcess::contiguous(bool to_process, const iovec* local, int count
         const iovec remote{reinterpret_cast<void*>(far), bytes};
         return move(to_process, local, static_cast<size_t>(count), &remote, 1);
     }
+    if (cut_off()) {
+        errno = EIO;
+        return -1;
+    }
+    const StallWatch::Touch touch(peer_.proc_dir, far, peer_.account, peer_.uid);
     ssize_t n;
     do {
         n = to_process ? ::pwritev(mem_fd_, local, count, static_cast<off_t>(far))
                        : ::preadv(mem_fd_, local, count, static_cast<off_t>(far));
     } while (n < 0 && errno == EINTR);
     return n;
+}
+
+bool ClientProcess::cut_off() const {
+    // The epoch last looked at and what it said, in one word (epoch << 1 | cut off): two
+    // data paths looking at once cannot leave a new epoch paired with an old answer.
+    const uint64_t epoch = StallWatch::penalty_epoch();
+    const uint64_t seen = penalty_seen_.load(std::memory_order_relaxed);
+    if (seen == epoch << 1)
+        return false;
+    const bool cut = StallWatch::cut_off(peer_.account);
+    penalty_seen_.store(epoch << 1 | (cut ? 1 : 0), std::memory_order_relaxed);
+    return cut;
 }
 
 bool ClientProcess::alive_this_round() const {
@@ -388,6 +414,10 @@ ssize_t ClientProcess::move(bool to_process, const iovec* local, size_t local_co
     ssize_t total = 0;
     for (size_t l = 0, f = 0; l < local_count && f < far_count;) {
         const size_t ln = std::min(local_count - l, kMaxRun), fn = std::min(far_count - f, kMaxRun);
+        if (cut_off())
+            return total;
+        const StallWatch::Touch touch(peer_.proc_dir, reinterpret_cast<uint64_t>(far[f].iov_base),
+                                      peer_.account, peer_.uid);
         const ssize_t n = to_process ? ::process_vm_writev(peer_.pid, local + l, ln, far + f, fn, 0)
                                      : ::process_vm_readv(peer_.pid, local + l, ln, far + f, fn, 0);
         if (!to_process && !alive_this_round())

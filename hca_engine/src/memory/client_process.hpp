@@ -147,6 +147,9 @@ class ClientProcess {
     ssize_t contiguous(bool to_process, const iovec* local, int count, uint64_t far) const;
     // Its pidfd shows it alive: asked once per round (the round it was last seen alive).
     bool alive_this_round() const;
+    // Its user is cut off (stall_watch.hpp): its memory is not touched.
+    bool cut_off() const;
+    mutable std::atomic<uint64_t> penalty_seen_{0};
     static inline std::atomic<uint64_t> round_{1};
     mutable std::atomic<uint64_t> seen_alive_round_{0};
     PeerProcess peer_;
