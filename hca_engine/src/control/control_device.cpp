@@ -44,7 +44,8 @@ void ControlServer::open_device(Call& call) {
     }
     // The async event pipe must come along; the engine writes through a description of
     // its own (client_descriptors.hpp).
-    const int async_fd = adopt_client_pipe(std::exchange(call.fd, -1));
+    const int async_fd = adopt_client_pipe(std::exchange(call.fd, -1),
+                                           {c.peer.proc_dir, c.peer.account, c.peer.uid});
     if (async_fd < 0) {
         reply_status(call, EBADF);
         return;

@@ -53,7 +53,9 @@ void ControlServer::create_cq(Call& call) {
         return;
     }
     // The engine writes events through a description of its own (client_descriptors.hpp).
-    const int channel = call.fd >= 0 ? adopt_client_pipe(std::exchange(call.fd, -1)) : -1;
+    const int channel = call.fd >= 0 ? adopt_client_pipe(std::exchange(call.fd, -1),
+                                                         call.resources().client().stall_owner())
+                                     : -1;
     if ((request.flags & di::kCreateCqChannel) && channel < 0) {
         reply_status(call, EINVAL);
         return;
@@ -61,8 +63,9 @@ void ControlServer::create_cq(Call& call) {
     const CompletionQueue* cq = nullptr;
     uint32_t handle = 0;
     const int status = call.resources().create_cq(
-        request.cqe, request.comp_vector, request.user_handle, CompletionChannel(channel), handle,
-        cq, (request.flags & di::kCreateCqTimestamps) != 0);
+        request.cqe, request.comp_vector, request.user_handle,
+        CompletionChannel(channel, call.resources().client().stall_owner()), handle, cq,
+        (request.flags & di::kCreateCqTimestamps) != 0);
     const di::CreateCqReply r = cq_reply(call.header, status, handle, cq);
     reply_sharing(call, &r, sizeof(r), cq ? cq->ring.share() : -1);
 }

@@ -8,6 +8,7 @@
 #include "softhca/device_interface/socket_io.hpp"
 #include "softhca/transport/path_mtu.hpp"
 #include "softhca/transport/roce_address.hpp"
+#include "stall_watch.hpp"
 #include "unix_listener.hpp"
 
 #include <algorithm>
@@ -267,7 +268,9 @@ void ControlServer::raise_device_event(size_t device_index, uint64_t element, ui
     for (auto& [fd, c] : connections_) {
         if (c.device != static_cast<int>(device_index) || c.async_fd < 0)
             continue;
-        // Non-blocking: a process that never reads its events cannot stall the card.
+        // Non-blocking: a process that never reads its events cannot stall the card; one
+        // whose reader holds the pipe's lock on a FUSE page is the stall watch's.
+        const StallWatch::Touch touch({c.peer.proc_dir, c.peer.account, c.peer.uid});
         [[maybe_unused]] ssize_t n = ::write(c.async_fd, &record, sizeof(record));
     }
 }

@@ -6,6 +6,7 @@
 #include "memory_map.hpp"
 #include "ports.hpp"
 #include "softhca/device_interface/async_event.hpp"
+#include "stall_watch.hpp"
 
 #include <unistd.h>
 
@@ -545,7 +546,9 @@ void ContextResources::raise_event(uint64_t element, uint32_t event_type) const 
     if (async_fd_ < 0)
         return;
     const di::AsyncEventRecord record{element, event_type, 0};
-    // Non-blocking: a process that never reads its events cannot stall the card.
+    // Non-blocking: a process that never reads its events cannot stall the card; one
+    // whose reader holds the pipe's lock on a FUSE page is the stall watch's.
+    const StallWatch::Touch touch(client_->stall_owner());
     [[maybe_unused]] ssize_t n = ::write(async_fd_, &record, sizeof(record));
 }
 

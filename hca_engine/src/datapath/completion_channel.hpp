@@ -3,6 +3,8 @@
 // user handle, 8 bytes) per event, as the kernel's uverbs would have written it.
 #pragma once
 
+#include "stall_watch.hpp"
+
 #include <cstdint>
 
 namespace softhca::engine {
@@ -10,8 +12,9 @@ namespace softhca::engine {
 class CompletionChannel {
   public:
     CompletionChannel() = default;
-    // Takes ownership of `fd` and makes writes to it non-blocking.
-    explicit CompletionChannel(int fd);
+    // Takes ownership of `fd` and makes writes to it non-blocking; `owner` is whose it is
+    // (its reader may hold the pipe's lock on a FUSE page: stall_watch.hpp).
+    CompletionChannel(int fd, const StallWatch::Owner& owner);
     CompletionChannel(CompletionChannel&& other) noexcept;
     CompletionChannel& operator=(CompletionChannel&& other) noexcept;
     CompletionChannel(const CompletionChannel&) = delete;
@@ -26,6 +29,7 @@ class CompletionChannel {
 
   private:
     int fd_ = -1;
+    StallWatch::Owner owner_;
 };
 
 } // namespace softhca::engine

@@ -4,7 +4,6 @@
 
 #include "environment.hpp"
 #include "memory_map.hpp"
-#include "stall_watch.hpp"
 
 #include <algorithm>
 #include <cerrno>

@@ -17,6 +17,7 @@
 #pragma once
 
 #include "memory_map.hpp"
+#include "stall_watch.hpp"
 
 #include <atomic>
 #include <cstdint>
@@ -92,6 +93,8 @@ class ClientProcess {
     pid_t pid() const { return peer_.pid; }
     uid_t uid() const { return peer_.uid; }
     uid_t account() const { return peer_.account; }
+    // Whose its touches are, for the stall watch (stall_watch.hpp).
+    StallWatch::Owner stall_owner() const { return {peer_.proc_dir, peer_.account, peer_.uid}; }
     bool in_user_namespace() const { return peer_.in_user_namespace; }
     uid_t proc_owner() const { return peer_.proc_owner(); }
     gid_t gid() const { return peer_.gid; }

@@ -6,6 +6,7 @@
 #include "client_descriptors.hpp"
 #include "clock.hpp"
 #include "socket_addresses.hpp"
+#include "stall_watch.hpp"
 
 #include <cerrno>
 #include <cstring>
@@ -388,6 +389,7 @@ int RdmaCmServer::cmd_migrate_id(Call& call, const rdma_ucm_migrate_id& c, Reply
         source->events.swap(kept);
         for (size_t i = 0; i < moved; ++i) {
             uint8_t token = 1;
+            const StallWatch::Touch touch({-1, file.account, file.uid});
             [[maybe_unused]] ssize_t rd = ::read(source->pipe, &token, 1);
             [[maybe_unused]] ssize_t wr = ::write(file.pipe, &token, 1);
         }

@@ -6,6 +6,7 @@
 #include "client_process.hpp"
 
 #include "socket_addresses.hpp"
+#include "stall_watch.hpp"
 #include "unix_listener.hpp"
 
 #include "clock.hpp"
@@ -215,7 +216,7 @@ bool RdmaCmServer::handle_input(int fd) {
             di::RdmaCmHeader h{};
             std::memcpy(&h, buffer, std::min<size_t>(sizeof(h), static_cast<size_t>(m.size)));
             if (file.pipe < 0 && h.op == static_cast<uint16_t>(di::RdmaCmOp::Open)) {
-                file.pipe = adopt_client_pipe(m.fd, true);
+                file.pipe = adopt_client_pipe(m.fd, {-1, file.account, file.uid}, true);
                 if (file.pipe >= 0 && (file.pipe_inode = anonymous_pipe_inode(file.pipe)))
                     files_by_pipe_.emplace(file.pipe_inode, &file);
             } else if (h.op == static_cast<uint16_t>(di::RdmaCmOp::Command)) {
@@ -421,6 +422,8 @@ void RdmaCmServer::queue_event(CmId& owner, const CmEvent& event) {
     owner.file->events.push_back(event);
     events_by_user_.add(owner.file->account);
     const uint8_t token = 1;
+    // Its reader may hold the pipe's lock on a FUSE page (stall_watch.hpp).
+    const StallWatch::Touch touch({-1, owner.file->account, owner.file->uid});
     [[maybe_unused]] ssize_t w = ::write(owner.file->pipe, &token, 1);
 }
 

@@ -124,7 +124,7 @@ ino_t anonymous_pipe_inode(int fd) {
     return static_cast<ino_t>(inode);
 }
 
-int adopt_client_pipe(int fd, bool read_too) {
+int adopt_client_pipe(int fd, const StallWatch::Owner& owner, bool read_too) {
     if (fd < 0)
         return -1;
     int own = -1;
@@ -132,6 +132,7 @@ int adopt_client_pipe(int fd, bool read_too) {
     if (anonymous_pipe_inode(fd) != 0) {
         char path[64];
         std::snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+        const StallWatch::Touch touch(owner);
         own = ::open(path, (read_too ? O_RDWR : O_WRONLY) | O_NONBLOCK | O_CLOEXEC);
     }
     close_client_descriptor(fd);

@@ -16,6 +16,8 @@
 // (the mnt_id of /proc/self/fdinfo) names its filesystem in a mountinfo.
 #pragma once
 
+#include "stall_watch.hpp"
+
 #include <string>
 #include <string_view>
 #include <sys/types.h>
@@ -45,7 +47,8 @@ ino_t anonymous_pipe_inode(int fd);
 
 // Takes `fd` (closing it) and returns the engine's own non-blocking descriptor of the
 // same pipe, opened for writing (or for reading and writing with `read_too`); -1 when
-// `fd` is not an anonymous pipe or cannot be opened again.
-int adopt_client_pipe(int fd, bool read_too = false);
+// `fd` is not an anonymous pipe or cannot be opened again. The open takes the pipe's
+// lock, which a reader of `owner`'s may hold on a FUSE page: a stall watch touch.
+int adopt_client_pipe(int fd, const StallWatch::Owner& owner, bool read_too = false);
 
 } // namespace softhca::engine

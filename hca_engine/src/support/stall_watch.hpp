@@ -1,10 +1,14 @@
 // The stall watch: what keeps a client's FUSE page from holding an engine thread that
 // serves others (issue 40, item 1; docs/security.md, "Memory that can wait").
 //
+// Two kinds of touch can wait on a client: of its memory, and a write into one of its
+// event pipes, whose lock a client thread holds while its read copies into a FUSE page.
 // Registration refuses memory on a filesystem that may wait on a user (memory_map.cpp),
 // but a client can map such a file over a registered range afterwards (mmap MAP_FIXED),
 // or reach one through an on-demand MR. The engine touches a client's memory only through
-// ClientProcess (client_process.cpp); each such touch is marked in a slot of its thread
+// ClientProcess (memory/client_process.cpp), and its pipes in a few places (event
+// records, completion channels, rdma_cm tokens); each such touch is marked in a slot of
+// its thread
 // (a sequence number, odd while the touch lasts, and whose memory), at the cost of two
 // stores. A watch thread looks at the slots every 100 ms and never waits on a client
 // itself: a touch seen under way at three looks in a row (200 to 300 ms) is stalled. It
@@ -39,10 +43,20 @@ class StallWatch {
         std::atomic<bool> used{false};
     };
 
+    // Whose a touch is: the client's pinned /proc/PID directory (-1: none at hand, for
+    // the log only), the user charged for it (PeerProcess::account) and its uid.
+    struct Owner {
+        int proc_dir = -1;
+        uid_t account = 0;
+        uid_t uid = 0;
+    };
+
     // Marks a touch of the memory of the process whose /proc/PID directory is `proc_dir`
-    // at `address`, for as long as it lives.
+    // at `address` (0: one of its pipes), for as long as it lives.
     class Touch {
       public:
+        Touch(const Owner& owner, uint64_t address = 0)
+            : Touch(owner.proc_dir, address, owner.account, owner.uid) {}
         // Only the owning thread writes its slot: plain stores, no locked instruction.
         Touch(int proc_dir, uint64_t address, uid_t account, uid_t uid)
             : slot_(slot_of_this_thread()) {
