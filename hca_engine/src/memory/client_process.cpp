@@ -115,6 +115,9 @@ uint64_t read_memlock_limit(const PeerProcess& peer, const uint32_t caps[2]) {
 // Whether [addr, addr + length) lies in one anonymous mapping of the peer (no file
 // behind it: its pages come from memory or swap, never from a filesystem).
 bool in_anonymous_memory(const PeerProcess& peer, uint64_t addr, uint64_t length) {
+    // A lookup takes the process's mm lock, which a client thread stuck on its own FUSE
+    // page can keep behind a queued writer: a stall watch touch.
+    const StallWatch::Touch touch({peer.proc_dir, peer.account, peer.uid}, addr);
     ProcessMaps maps(peer.path("maps"), peer.proc_owner()); // one lookup (memory_map.hpp)
     MapsEntry vma;
     return maps.covering_or_next(addr, vma) && vma.start <= addr && addr + length <= vma.end &&

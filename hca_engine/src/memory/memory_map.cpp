@@ -229,6 +229,8 @@ int check_user_range(const ClientProcess& client, uint64_t addr, uint64_t length
     FileCredentials as_client(client);
     if (!as_client.ok())
         return EACCES;
+    // The lookups take the client's mm lock (a stall watch touch: in_anonymous_memory).
+    const StallWatch::Touch touch(client.stall_owner(), addr);
     ProcessMaps maps(client.proc_path("maps"), client.proc_owner());
     if (maps.error())
         return ESRCH;

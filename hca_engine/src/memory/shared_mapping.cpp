@@ -73,6 +73,8 @@ std::unique_ptr<SharedMapping> SharedMapping::map(const ClientProcess& client, u
     const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
     const uint64_t first = addr & ~(page - 1);
     const uint64_t last = (addr + length + page - 1) & ~(page - 1);
+    // The lookups take the client's mm lock (a stall watch touch: in_anonymous_memory).
+    const StallWatch::Touch touch(client.stall_owner(), addr);
     ProcessMaps maps(client.proc_path("maps"), client.proc_owner()); // the range's VMAs only
     std::vector<MapsEntry> vmas;                                     // the VMAs holding the range
     uint64_t covered = first;

@@ -102,6 +102,7 @@ StallWatch::Slot* StallWatch::slot_of_this_thread() {
             // for a touch still under way.
             if (slot.sequence.load(std::memory_order_relaxed) & 1)
                 slot.sequence.fetch_add(1, std::memory_order_release);
+            slot.depth = 0;
             slots_used_.fetch_add(1, std::memory_order_relaxed);
             this_thread_slot.slot = &slot;
             return &slot;

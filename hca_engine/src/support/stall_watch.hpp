@@ -41,6 +41,7 @@ class StallWatch {
         std::atomic<uid_t> account{0};     // whose memory it is: its user, charged
         std::atomic<uid_t> uid{0};         // ... and its uid as the engine sees it
         std::atomic<bool> used{false};
+        uint32_t depth = 0; // touches under way, nested (the owning thread's alone)
     };
 
     // Whose a touch is: the client's pinned /proc/PID directory (-1: none at hand, for
@@ -58,9 +59,11 @@ class StallWatch {
         Touch(const Owner& owner, uint64_t address = 0)
             : Touch(owner.proc_dir, address, owner.account, owner.uid) {}
         // Only the owning thread writes its slot: plain stores, no locked instruction.
+        // A touch inside another (a look at maps inside a check) leaves the slot to the
+        // outer one, so the sequence stays odd exactly while some touch lasts.
         Touch(int proc_dir, uint64_t address, uid_t account, uid_t uid)
             : slot_(slot_of_this_thread()) {
-            if (!slot_)
+            if (!slot_ || slot_->depth++ != 0)
                 return;
             slot_->proc_dir.store(proc_dir, std::memory_order_relaxed);
             slot_->address.store(address, std::memory_order_relaxed);
@@ -70,7 +73,7 @@ class StallWatch {
                                   std::memory_order_release);
         }
         ~Touch() {
-            if (slot_)
+            if (slot_ && --slot_->depth == 0)
                 slot_->sequence.store(slot_->sequence.load(std::memory_order_relaxed) + 1,
                                       std::memory_order_release);
         }
@@ -92,7 +95,12 @@ class StallWatch {
     // may last before it is looked into. Returns false (and the engine goes on without
     // it) when no FUSE control filesystem can be mounted for it.
     static bool start(uint32_t stall_ms = 200);
-    // FUSE connections aborted so far (for `softhca status`).
+    // This thread's slot's sequence (odd while a touch is under way), for tests.
+    static uint64_t sequence_of_this_thread() {
+        const Slot* slot = slot_of_this_thread();
+        return slot ? slot->sequence.load(std::memory_order_relaxed) : 0;
+    }
+    // FUSE connections aborted so far.
     static uint64_t aborted() { return aborted_.load(std::memory_order_relaxed); }
 
     // The device of the file mapped at `address` by a maps file's text, as the kernel
