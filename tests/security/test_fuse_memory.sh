@@ -67,12 +67,19 @@ grep -q "^migrate: EINVAL" "$out" || fail "MIGRATE_ID from the FUSE file was not
 stop_attacker
 honest_keeps_going "after the attacker was killed"
 
-"${as_nobody[@]}" "$SOFTHCA" exec -- "$ATTACK" "${SOFTHCA_PREFIX}0" "$mount_dir" swap >"$out" 2>&1 &
-attacker=$!
-wait_until "grep -q 'swapped: posted' '$out'" 30 || fail "the swap attack did not post: $(cat "$out")"
-honest_keeps_going "while the engine writes a SEND into uid 65534's FUSE page"
-wait_until "grep -q holding '$out'" 30 || fail "the swap attack did not end: $(cat "$out")"
-cat "$out"
+# One held attack in MODE: started as uid 65534, root's honest client run from the
+# moment it says POSTED (while the engine is held) until it is done (holding).
+#   held_attack MODE POSTED WHEN
+held_attack() {
+    "${as_nobody[@]}" "$SOFTHCA" exec -- "$ATTACK" "${SOFTHCA_PREFIX}0" "$mount_dir" "$1" >"$out" 2>&1 &
+    attacker=$!
+    wait_until "grep -q '$2' '$out'" 30 || fail "the $1 attack did not post: $(cat "$out")"
+    honest_keeps_going "$3"
+    wait_until "grep -q holding '$out'" 30 || fail "the $1 attack did not end: $(cat "$out")"
+    cat "$out"
+}
+
+held_attack swap "swapped: posted" "while the engine writes a SEND into uid 65534's FUSE page"
 grep -q "swapped: receive .* after" "$out" ||
     fail "the receive into the FUSE page never completed: $(cat "$out")"
 grep -q "swapped: receive success" "$out" &&
@@ -97,12 +104,8 @@ honest_keeps_going "after the swap attacker was killed"
 # completion event into that pipe ("pipe" mode). A fresh engine: uid 65534 may be cut off.
 "$SOFTHCA" down >/dev/null 2>&1 || true
 "$SOFTHCA" up >/dev/null || fail "softhca up failed"
-"${as_nobody[@]}" "$SOFTHCA" exec -- "$ATTACK" "${SOFTHCA_PREFIX}0" "$mount_dir" pipe >"$out" 2>&1 &
-attacker=$!
-wait_until "grep -q 'pipe: posted' '$out'" 30 || fail "the pipe attack did not post: $(cat "$out")"
-honest_keeps_going "while the engine writes an event into a pipe held on uid 65534's FUSE page"
-wait_until "grep -q holding '$out'" 30 || fail "the pipe attack did not end: $(cat "$out")"
-cat "$out"
+held_attack pipe "pipe: posted" \
+    "while the engine writes an event into a pipe held on uid 65534's FUSE page"
 grep -q "fuse: READ asked" "$out" || fail "the reader's copy did not ask the daemon: $(cat "$out")"
 grep -q "pipe: reader got" "$out" || fail "the pipe's reader was never freed: $(cat "$out")"
 grep -q "fuse: connection aborted" "$out" ||

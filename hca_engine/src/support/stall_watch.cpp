@@ -23,7 +23,6 @@
 namespace softhca::engine {
 
 StallWatch::Slot StallWatch::slots_[StallWatch::kSlots];
-std::atomic<size_t> StallWatch::slots_used_{0};
 std::atomic<uint64_t> StallWatch::aborted_{0};
 std::atomic<uint64_t> StallWatch::penalty_epoch_{0};
 
@@ -103,7 +102,6 @@ StallWatch::Slot* StallWatch::slot_of_this_thread() {
             if (slot.sequence.load(std::memory_order_relaxed) & 1)
                 slot.sequence.fetch_add(1, std::memory_order_release);
             slot.depth = 0;
-            slots_used_.fetch_add(1, std::memory_order_relaxed);
             this_thread_slot.slot = &slot;
             return &slot;
         }

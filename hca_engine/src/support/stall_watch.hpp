@@ -116,7 +116,6 @@ class StallWatch {
     static std::atomic<uint64_t> penalty_epoch_;
     static void run(uint32_t stall_ms);
     static Slot slots_[kSlots];
-    static std::atomic<size_t> slots_used_;
     static std::atomic<uint64_t> aborted_;
 };
 
