@@ -145,7 +145,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             ::close(memory);
         if (pipe_fds[0] >= 0)
             ::close(pipe_fds[0]);
-        if (!e.server->handle_input(served))
+        if (e.server->handle_input(served) != Served::Open)
             std::abort(); // the engine hung up on a request
         // Exactly one reply, answering this request.
         di::ReceivedMessage m =
@@ -163,7 +163,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             std::abort(); // a second reply
     }
     ::close(client);
-    if (e.server->handle_input(served)) // sees the close: the context and all it made go
+    if (e.server->handle_input(served) !=
+        Served::Closed) // sees the close: the context and all it made go
         std::abort();
     return 0;
 }

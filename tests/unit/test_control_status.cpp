@@ -56,7 +56,7 @@ struct Client {
                           sizeof(Request),   ++sequence};
         REQUIRE(di::send_message(fd, &request, sizeof(request), pass, pass_second) ==
                 sizeof(request));
-        REQUIRE(server.handle_input(served));
+        REQUIRE(server.handle_input(served) == Served::Open);
         std::vector<uint8_t> reply(di::kMaxControlMessage);
         di::ReceivedMessage m = di::receive_message(fd, reply.data(), reply.size(), MSG_DONTWAIT);
         REQUIRE(m.size >= static_cast<ssize_t>(sizeof(di::ReplyHeader)));
@@ -167,10 +167,10 @@ TEST_CASE("control path: one connection is served a bounded number of requests p
             ++n;
         return n;
     };
-    REQUIRE(client.server.handle_input(client.served));
+    REQUIRE(client.server.handle_input(client.served) == Served::Open);
     CHECK(replies() == ControlServer::kRequestsPerRound);
-    REQUIRE(client.server.handle_input(client.served));
+    REQUIRE(client.server.handle_input(client.served) == Served::Open);
     CHECK(replies() == ControlServer::kRequestsPerRound);
-    REQUIRE(client.server.handle_input(client.served));
+    REQUIRE(client.server.handle_input(client.served) == Served::Open);
     CHECK(replies() == 3);
 }

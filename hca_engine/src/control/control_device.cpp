@@ -54,7 +54,7 @@ void ControlServer::open_device(Call& call) {
     std::shared_ptr<ClientProcess> client;
     if (int err = ClientProcess::adopt(c.peer, call.second_fd, request.probe_addr, request.probe,
                                        client)) {
-        close_client_descriptor(async_fd);
+        close_client_descriptor(async_fd, c.account);
         reply_status(call, err);
         return;
     }
@@ -65,7 +65,7 @@ void ControlServer::open_device(Call& call) {
                                                          static_cast<size_t>(index));
         c.resources->set_pid_namespace(c.pidns, c.ns_pid);
     } catch (const std::system_error& e) {
-        close_client_descriptor(async_fd);
+        close_client_descriptor(async_fd, c.account);
         reply_status(call, e.code().value()); // no memory for its doorbell page
         return;
     }
@@ -74,7 +74,7 @@ void ControlServer::open_device(Call& call) {
     int doorbell[2];
     if (::pipe2(doorbell, O_NONBLOCK | O_CLOEXEC) != 0) {
         const int err = errno;
-        close_client_descriptor(async_fd);
+        close_client_descriptor(async_fd, c.account);
         c.resources.reset();
         reply_status(call, err);
         return;

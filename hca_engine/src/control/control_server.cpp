@@ -143,7 +143,7 @@ void ControlServer::close_connection(Connection& connection) {
     connection.resources.reset(); // destroys every object of the context
     connection.peer.release();
     if (connection.async_fd >= 0)
-        close_client_descriptor(connection.async_fd); // a client's pipe
+        close_client_descriptor(connection.async_fd, connection.account); // a client's pipe
     if (connection.doorbell_fd >= 0)
         ::close(connection.doorbell_fd); // leaves the epoll set with its last descriptor
     connection.doorbell_fd = -1;
@@ -152,24 +152,32 @@ void ControlServer::close_connection(Connection& connection) {
     connection.fd = -1;
 }
 
-bool ControlServer::handle_input(int fd) {
+Served ControlServer::handle_input(int fd) {
     auto it = connections_.find(fd);
     if (it == connections_.end())
-        return false;
+        return Served::Closed;
     Connection& c = it->second;
+    const uid_t account = c.account;
+    const auto dispose = [account](int passed) { close_client_descriptor(passed, account); };
     alignas(8) char buffer[di::kMaxControlMessage];
     // Fair service: a few requests per connection per round (epoll, level-triggered,
     // brings the rest back next round), so one client that keeps sending cannot hold
     // the control path from the others or the data path.
     for (unsigned served = 0; served < kRequestsPerRound; ++served) {
+        // A user whose descriptors wait to be closed (client_descriptors.hpp) sends no
+        // more of them until they drain: its connections rest, everyone else's do not.
+        if (client_descriptors_closing(account) >= kMaxClosingPerAccount) {
+            paused_.push_back(fd);
+            return Served::Paused;
+        }
         di::ReceivedMessage m =
-            di::receive_message(fd, buffer, sizeof(buffer), MSG_DONTWAIT, close_client_descriptor);
+            di::receive_message(fd, buffer, sizeof(buffer), MSG_DONTWAIT, dispose);
         if (m.size < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return true;
+            return Served::Open;
         if (m.size <= 0) {
             // An empty message may carry descriptors too.
-            close_client_descriptor(m.fd);
-            close_client_descriptor(m.second_fd);
+            dispose(m.fd);
+            dispose(m.second_fd);
             const bool had_context = c.resources != nullptr;
             close_connection(c);
             connections_by_user_.give_back(c.account);
@@ -178,12 +186,12 @@ bool ControlServer::handle_input(int fd) {
                 std::none_of(connections_.begin(), connections_.end(),
                              [](const auto& e) { return e.second.resources != nullptr; }))
                 ::malloc_trim(0); // the last context is gone: give its heap back
-            return false;
+            return Served::Closed;
         }
         if (m.truncated) {
             // Larger than any valid message: answer as garbage.
-            close_client_descriptor(m.fd);
-            close_client_descriptor(m.second_fd);
+            dispose(m.fd);
+            dispose(m.second_fd);
             di::MessageHeader none{};
             reply_status(c, none, EMSGSIZE);
             continue;
@@ -192,7 +200,21 @@ bool ControlServer::handle_input(int fd) {
             take_posted_work_();
         dispatch(c, buffer, static_cast<size_t>(m.size), m.fd, m.second_fd);
     }
-    return true;
+    return Served::Open;
+}
+
+std::vector<int> ControlServer::resumed() {
+    std::vector<int> resumed;
+    std::erase_if(paused_, [this, &resumed](int fd) {
+        const auto it = connections_.find(fd);
+        if (it == connections_.end())
+            return true;
+        if (client_descriptors_closing(it->second.account) >= kResumeClosingPerAccount)
+            return false;
+        resumed.push_back(fd);
+        return true;
+    });
+    return resumed;
 }
 
 void ControlServer::reply(Connection& c, const void* message, size_t size, int fd_to_pass) {
@@ -216,8 +238,9 @@ void ControlServer::dispatch(Connection& c, const void* message, size_t size, in
     // waiting on whatever filesystem it may lie on (client_descriptors.hpp).
     struct FdGuard {
         int fd;
-        ~FdGuard() { close_client_descriptor(fd); }
-    } guard{received_fd}, second_guard{second_fd};
+        uid_t account;
+        ~FdGuard() { close_client_descriptor(fd, account); }
+    } guard{received_fd, c.account}, second_guard{second_fd, c.account};
 
     di::MessageHeader header{};
     if (size < sizeof(header)) {

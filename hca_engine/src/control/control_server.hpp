@@ -11,6 +11,7 @@
 // that exits or is killed leaves nothing behind, as closing the uverbs fd does.
 #pragma once
 
+#include "client_descriptors.hpp"
 #include "client_process.hpp"
 #include "device_model.hpp"
 #include "resource_tables.hpp"
@@ -50,9 +51,14 @@ class ControlServer {
 
     // Accepts pending connections; returns the new fds (to be watched for input).
     std::vector<int> accept_pending();
-    // Handles input on a connection. Returns false when the connection is gone and
-    // its fd was closed (the caller stops watching it).
-    bool handle_input(int fd);
+    // Handles input on a connection: Closed when the connection is gone and its fd was
+    // closed, Paused when its user's descriptors wait to be closed past the bound
+    // (client_descriptors.hpp); the caller stops watching it in both cases.
+    Served handle_input(int fd);
+    // The paused connections that may be read again (their user's closes drained), to be
+    // watched again; those closed meanwhile are forgotten. Cheap when none is paused.
+    std::vector<int> resumed();
+    bool has_paused() const { return !paused_.empty(); }
 
     // Writes an async event record to every context open on the device.
     void raise_device_event(size_t device_index, uint64_t element, uint32_t event_type);
@@ -195,6 +201,7 @@ class ControlServer {
     UserCounts connections_by_user_;
     static constexpr unsigned kAcceptsPerRound = 64;
     int spare_fd_ = -1;        // reserve descriptor, see accept_pending()
+    std::vector<int> paused_;  // connections not watched until resumed()
     std::vector<int> wakeups_; // by device: epoll set of its contexts' doorbell pipes
     std::map<int, Connection> connections_;
     RdmaCmStatus rdma_cm_status_;

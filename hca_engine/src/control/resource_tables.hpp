@@ -63,7 +63,9 @@ class KeySpace : public QueueDirectory {
     // XRC domains (ibv_open_xrcd(3)), shared by every context that opens them: those
     // opened through a file are found again by its inode, on the same device.
     // Returns 0 or EINVAL (no such domain without O_CREAT, or one exists with O_EXCL).
-    int open_xrc_domain(size_t device, int fd, uint32_t oflags, uint32_t& domain);
+    // A domain made over a file keeps it open, and the user who made it is charged for
+    // its close (client_descriptors.hpp).
+    int open_xrc_domain(size_t device, int fd, uint32_t oflags, uid_t account, uint32_t& domain);
     void close_xrc_domain(uint32_t domain);
     // XRC target QPs opened by other contexts (ibv_open_qp): the QP, the opener and the
     // opener's handle.
@@ -81,6 +83,7 @@ class KeySpace : public QueueDirectory {
         uint64_t dev = 0, ino = 0;
         int file = -1;       // held open while the domain lives, so the inode stays
         uint32_t opened = 0; // contexts' handles to it
+        uid_t account = 0;   // who made it over its file
     };
     std::map<uint32_t, XrcDomain> xrc_domains_;
     uint32_t next_xrc_domain_ = 1;

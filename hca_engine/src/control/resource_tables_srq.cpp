@@ -150,7 +150,8 @@ int ContextResources::detach_mcast(uint32_t qp_handle, const uint8_t* gid) {
     return err;
 }
 
-int KeySpace::open_xrc_domain(size_t device, int fd, uint32_t oflags, uint32_t& domain) {
+int KeySpace::open_xrc_domain(size_t device, int fd, uint32_t oflags, uid_t account,
+                              uint32_t& domain) {
     // The file's identity (device and inode) from what the kernel holds, asking the file
     // nothing (client_descriptors.hpp): an fstat of a FUSE file would ask its daemon,
     // which the client may run and never answer, or be refused to the engine, which is
@@ -192,6 +193,7 @@ int KeySpace::open_xrc_domain(size_t device, int fd, uint32_t oflags, uint32_t& 
     if (fd >= 0 && d.file < 0)
         return ENFILE;
     d.opened = 1;
+    d.account = account;
     domain = next_xrc_domain_++;
     xrc_domains_.emplace(domain, d);
     return 0;
@@ -200,14 +202,15 @@ int KeySpace::open_xrc_domain(size_t device, int fd, uint32_t oflags, uint32_t& 
 void KeySpace::close_xrc_domain(uint32_t domain) {
     auto it = xrc_domains_.find(domain);
     if (it != xrc_domains_.end() && --it->second.opened == 0) {
-        close_client_descriptor(it->second.file); // the domain's file (-1: none)
+        close_client_descriptor(it->second.file, it->second.account); // the file (-1: none)
         xrc_domains_.erase(it);
     }
 }
 
 int ContextResources::open_xrcd(int fd, uint32_t oflags, uint32_t& handle) {
     uint32_t domain = 0;
-    if (int err = keys_.open_xrc_domain(device_, fd, oflags, domain))
+    if (int err =
+            keys_.open_xrc_domain(device_, fd, oflags, client_->stall_owner().account, domain))
         return err;
     handle = next_handle_++;
     xrcds_.emplace(handle, XrcdHandle{domain, 0});

@@ -50,6 +50,7 @@ namespace {
 // ports (answer ARP, read link state).
 constexpr int kIdleWakeMs = 200;
 constexpr uint64_t kLinkCheckMs = 1000;
+constexpr uint64_t kResumeCheckMs = 50;
 // After the last activity the loop keeps spinning this long before it sleeps
 // (SOFTHCA_ENGINE_SPIN_US). Sleeping costs the next message a wake-up: the provider
 // finds the doorbell armed, writes its doorbell pipe, and the engine returns from epoll_wait.
@@ -282,6 +283,7 @@ int run(const EngineConfig& config) {
     threads.start({spin_ns, idle_yield, kIdleWakeMs, external_ports ? 1 : kIdleWakeMs, cpus},
                   doorbell_pipes);
     uint64_t next_link_check = monotonic_ns() + kLinkCheckMs * 1'000'000ull;
+    uint64_t next_resume_check = 0;
     uint64_t last_busy = 0;
     uint64_t last_control_check = 0;
     unsigned spins = 0;
@@ -375,11 +377,12 @@ int run(const EngineConfig& config) {
                         rdma_cm_files.insert(accepted);
                     }
                 } else if (rdma_cm_files.count(fd)) {
-                    if (!rdma_cm.handle_input(fd)) {
+                    const Served served = rdma_cm.handle_input(fd);
+                    if (served != Served::Open)
                         epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
+                    if (served == Served::Closed)
                         rdma_cm_files.erase(fd);
-                    }
-                } else if (!server.handle_input(fd)) {
+                } else if (server.handle_input(fd) != Served::Open) {
                     epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
                 }
             }
@@ -387,6 +390,16 @@ int run(const EngineConfig& config) {
                 last_busy = monotonic_ns();
         }
         now = monotonic_ns();
+        // Connections paused while their user's descriptors wait to be closed
+        // (client_descriptors.hpp) are watched again once those drain.
+        if ((server.has_paused() || rdma_cm.has_paused()) && now >= next_resume_check) {
+            next_resume_check = now + kResumeCheckMs * 1'000'000ull;
+            const auto world = threads.world();
+            for (int fd : server.resumed())
+                watch(fd);
+            for (int fd : rdma_cm.resumed())
+                watch(fd);
+        }
         if (now >= next_link_check) {
             const auto world = threads.world();
             next_link_check = now + kLinkCheckMs * 1'000'000ull;

@@ -30,7 +30,8 @@ CompletionChannel& CompletionChannel::operator=(CompletionChannel&& other) noexc
 }
 
 CompletionChannel::~CompletionChannel() {
-    close_client_descriptor(fd_); // a client's pipe: its close may wait (client_descriptors.hpp)
+    close_client_descriptor(fd_,
+                            owner_.account); // a client's pipe: may wait (client_descriptors.hpp)
 }
 
 bool CompletionChannel::signal(uint64_t cq_user_handle) const {

@@ -183,30 +183,38 @@ void RdmaCmServer::close_file(CmFile& file) {
                 files_by_pipe_.erase(it);
                 break;
             }
-        close_client_descriptor(file.pipe); // a client's pipe
+        close_client_descriptor(file.pipe, file.account); // a client's pipe
     }
     files_by_user_.give_back(file.account);
 }
 
-bool RdmaCmServer::handle_input(int fd) {
+Served RdmaCmServer::handle_input(int fd) {
     auto it = files_.find(fd);
     if (it == files_.end())
-        return false;
+        return Served::Closed;
     CmFile& file = *it->second;
+    const uid_t account = file.account;
+    const auto dispose = [account](int passed) { close_client_descriptor(passed, account); };
     alignas(8) uint8_t buffer[di::kMaxRdmaCmMessage];
     // A few commands per file per round, as the control server serves its connections.
     for (unsigned served = 0; served < 16; ++served) {
+        // ... and rests the files of a user whose descriptors wait to be closed
+        // (client_descriptors.hpp).
+        if (client_descriptors_closing(account) >= kMaxClosingPerAccount) {
+            paused_.push_back(fd);
+            return Served::Paused;
+        }
         di::ReceivedMessage m =
-            di::receive_message(fd, buffer, sizeof(buffer), MSG_DONTWAIT, close_client_descriptor);
+            di::receive_message(fd, buffer, sizeof(buffer), MSG_DONTWAIT, dispose);
         if (m.size < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return true;
+            return Served::Open;
         if (m.size <= 0) {
             // An empty message may carry descriptors too.
-            close_client_descriptor(m.fd);
-            close_client_descriptor(m.second_fd);
+            dispose(m.fd);
+            dispose(m.second_fd);
             close_file(file);
             files_.erase(it);
-            return false;
+            return Served::Closed;
         }
         int passed = -1; // a command's descriptor (MIGRATE_ID's), closed once it is served
         if (m.fd >= 0) {
@@ -222,12 +230,12 @@ bool RdmaCmServer::handle_input(int fd) {
             } else if (h.op == static_cast<uint16_t>(di::RdmaCmOp::Command)) {
                 passed = m.fd;
             } else {
-                close_client_descriptor(m.fd);
+                dispose(m.fd);
             }
         }
-        close_client_descriptor(m.second_fd);
+        dispose(m.second_fd);
         if (m.truncated) {
-            close_client_descriptor(passed);
+            dispose(passed);
             di::RdmaCmReply reply{};
             reply.header.magic = di::kRdmaCmMagic;
             reply.header.version = di::kRdmaCmVersion;
@@ -237,9 +245,23 @@ bool RdmaCmServer::handle_input(int fd) {
             continue;
         }
         dispatch(file, buffer, static_cast<size_t>(m.size), passed);
-        close_client_descriptor(passed);
+        dispose(passed);
     }
-    return true;
+    return Served::Open;
+}
+
+std::vector<int> RdmaCmServer::resumed() {
+    std::vector<int> resumed;
+    std::erase_if(paused_, [this, &resumed](int fd) {
+        const auto it = files_.find(fd);
+        if (it == files_.end())
+            return true;
+        if (client_descriptors_closing(it->second->account) >= kResumeClosingPerAccount)
+            return false;
+        resumed.push_back(fd);
+        return true;
+    });
+    return resumed;
 }
 
 void RdmaCmServer::dispatch(CmFile& file, const uint8_t* message, size_t size, int passed_fd) {

@@ -17,6 +17,7 @@
 // rdma_cm_connections.cpp: connections through the IB CM, the rdma_cm's events of them.
 #pragma once
 
+#include "client_descriptors.hpp"
 #include "device_model.hpp"
 #include "management_datagrams.hpp"
 #include "rdma_cm_ids.hpp"
@@ -52,8 +53,11 @@ class RdmaCmServer final : public MadReceiver, private transport::CmConsumer {
 
     int listen_fd() const { return listen_fd_; }
     std::vector<int> accept_pending();
-    // False when the connection is gone (its ids destroyed, as closing the file does).
-    bool handle_input(int fd);
+    // Closed when the connection is gone (its ids destroyed, as closing the file does),
+    // Paused as ControlServer::handle_input pauses a connection; resumed() likewise.
+    Served handle_input(int fd);
+    std::vector<int> resumed();
+    bool has_paused() const { return !paused_.empty(); }
 
     // Address resolution and CM retransmissions that are due. True when anything happened.
     bool poll(uint64_t now);
@@ -275,6 +279,7 @@ class RdmaCmServer final : public MadReceiver, private transport::CmConsumer {
     const PortSet& ports_;
     MadSender& wire_;
     std::map<int, std::unique_ptr<CmFile>> files_;
+    std::vector<int> paused_; // files not watched until resumed()
     // By their pipe's inode (MIGRATE_ID). Pipe inode numbers are 32-bit and wrap, so two
     // live pipes may share one: a lookup takes only the caller's user's files.
     std::multimap<ino_t, CmFile*> files_by_pipe_;

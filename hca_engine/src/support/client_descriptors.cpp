@@ -2,6 +2,7 @@
 
 #include "mountinfo.hpp"
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -9,10 +10,12 @@
 #include <deque>
 #include <fcntl.h>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <system_error>
 #include <thread>
 #include <unistd.h>
 
@@ -36,45 +39,73 @@ std::string fdinfo_field(int fd, std::string_view name) {
 // The threads that close client descriptors (close_client_descriptor). A close may wait
 // as long as the client decides (a FUSE file's FLUSH its daemon never answers, a socket
 // lingering on unsent data, a pipe whose lock a client thread holds while it faults on
-// such a file), so each close runs on a thread that serves nobody, and a new thread
-// starts whenever none is idle, up to kMaxThreads; past that, closes wait their turn.
-// The threads live as long as the engine and are never joined.
+// such a file), so each close runs on a thread that serves nobody else. Each account has
+// a lane of its own: a queue and at most kThreadsPerAccount threads, started when a close
+// finds none idle and ended after kIdleSeconds without work. A user whose closes wait
+// holds only its own later closes; past kMaxClosingPerAccount of them, the servers stop
+// reading its connections (client_descriptors.hpp). The lanes are never destroyed while
+// a thread may wait in one.
 class Closer {
   public:
     static Closer& instance() {
         static Closer* closer = new Closer; // never destroyed: its threads may be waiting
         return *closer;
     }
-    void close(int fd) {
+    void close(int fd, uid_t account) {
         std::lock_guard lock(mutex_);
-        queue_.push_back(fd);
-        if (idle_ == 0 && threads_ < kMaxThreads) {
-            ++threads_;
-            std::thread([this] { run(); }).detach();
+        Lane& lane = lanes_[account];
+        lane.queue.push_back(fd);
+        ++lane.closing;
+        if (lane.idle == 0 && lane.threads < kThreadsPerAccount) {
+            ++lane.threads;
+            try {
+                std::thread([this, account] { run(account); }).detach();
+            } catch (const std::system_error&) {
+                --lane.threads; // no thread now: the next close of this account starts one
+            }
         }
-        ready_.notify_one();
+        lane.ready.notify_one();
+    }
+    size_t closing(uid_t account) {
+        std::lock_guard lock(mutex_);
+        const auto it = lanes_.find(account);
+        return it == lanes_.end() ? 0 : it->second.closing;
     }
 
   private:
-    static constexpr unsigned kMaxThreads = 64;
-    void run() {
+    static constexpr unsigned kThreadsPerAccount = 4;
+    static constexpr auto kIdleSeconds = std::chrono::seconds(10);
+    struct Lane {
+        std::deque<int> queue;
+        std::condition_variable ready;
+        unsigned threads = 0, idle = 0;
+        size_t closing = 0; // queued, or being closed now
+    };
+    void run(uid_t account) {
         for (;;) {
             int fd;
             {
                 std::unique_lock lock(mutex_);
-                ++idle_;
-                ready_.wait(lock, [this] { return !queue_.empty(); });
-                --idle_;
-                fd = queue_.front();
-                queue_.pop_front();
+                Lane& lane = lanes_[account];
+                ++lane.idle;
+                const bool work = lane.ready.wait_for(lock, kIdleSeconds,
+                                                      [&lane] { return !lane.queue.empty(); });
+                --lane.idle;
+                if (!work) {
+                    if (--lane.threads == 0 && lane.closing == 0)
+                        lanes_.erase(account);
+                    return;
+                }
+                fd = lane.queue.front();
+                lane.queue.pop_front();
             }
             ::close(fd);
+            std::lock_guard lock(mutex_);
+            --lanes_[account].closing;
         }
     }
     std::mutex mutex_;
-    std::condition_variable ready_;
-    std::deque<int> queue_;
-    unsigned threads_ = 0, idle_ = 0;
+    std::map<uid_t, Lane> lanes_;
 };
 
 } // namespace
@@ -104,9 +135,13 @@ bool descriptor_identity(int fd, dev_t& device, ino_t& inode) {
     return true;
 }
 
-void close_client_descriptor(int fd) {
+void close_client_descriptor(int fd, uid_t account) {
     if (fd >= 0)
-        Closer::instance().close(fd);
+        Closer::instance().close(fd, account);
+}
+
+size_t client_descriptors_closing(uid_t account) {
+    return Closer::instance().closing(account);
 }
 
 ino_t anonymous_pipe_inode(int fd) {
@@ -135,7 +170,7 @@ int adopt_client_pipe(int fd, const StallWatch::Owner& owner, bool read_too) {
         const StallWatch::Touch touch(owner);
         own = ::open(path, (read_too ? O_RDWR : O_WRONLY) | O_NONBLOCK | O_CLOEXEC);
     }
-    close_client_descriptor(fd);
+    close_client_descriptor(fd, owner.account);
     return own;
 }
 

@@ -18,6 +18,7 @@
 
 #include "stall_watch.hpp"
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <sys/types.h>
@@ -35,11 +36,27 @@ std::string filesystem_type(int fd, const std::string& mountinfo);
 // of /proc/self/fdinfo; false when either cannot be had. Asks no filesystem.
 bool descriptor_identity(int fd, dev_t& device, ino_t& inode);
 
-// Closes a descriptor a client handed the engine (-1: nothing) on a thread that serves
-// nobody: a close may wait as long as the client decides (a FUSE file's FLUSH, a socket
-// lingering on unsent data, a pipe whose lock a client thread holds), and then holds
-// that thread alone.
-void close_client_descriptor(int fd);
+// Closes a descriptor a client of `account` handed the engine (-1: nothing) on a thread
+// that serves nobody else: a close may wait as long as the client decides (a FUSE file's
+// FLUSH, a socket lingering on unsent data, a pipe whose lock a client thread holds), and
+// then holds that thread alone. Each account's closes have threads of their own, so the
+// closes that wait hold only that account's later ones.
+void close_client_descriptor(int fd, uid_t account);
+
+// How many descriptors of `account` wait to be closed or are being closed now. Past
+// kMaxClosingPerAccount the servers read no more of that account's connections (each
+// message may bring the engine up to 253 descriptors) until they drop below
+// kResumeClosingPerAccount: a user whose closes wait cannot fill the engine's descriptor
+// table, only stall itself.
+size_t client_descriptors_closing(uid_t account);
+constexpr size_t kMaxClosingPerAccount = 256;
+constexpr size_t kResumeClosingPerAccount = 128;
+
+// What serving a client's connection left it as: open (watched as before), closed (the
+// server forgot it), or paused: its account's descriptors wait to be closed past
+// kMaxClosingPerAccount, and its input stays unread, and unwatched, until the server
+// says it resumes.
+enum class Served { Open, Closed, Paused };
 
 // The inode of the anonymous pipe `fd` is, from its /proc/self/fd link; 0 when `fd` is
 // anything else. Asks no filesystem.

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
+#include <functional>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -53,7 +54,7 @@ struct ReceivedMessage {
 // thread, which for some files waits (a socket lingering on unsent data), and the engine
 // disposes of a client's descriptors where that cannot hold anyone else.
 inline ReceivedMessage receive_message(int sock, void* buffer, size_t capacity, int flags = 0,
-                                       void (*dispose)(int) = nullptr) {
+                                       const std::function<void(int)>& dispose = {}) {
     iovec iov{buffer, capacity};
     msghdr msg{};
     msg.msg_iov = &iov;
