@@ -101,8 +101,7 @@ std::vector<int> ControlServer::accept_pending() {
                 // that stays readable.
                 ::close(spare_fd_);
                 int refused = ::accept(listen_fd_, nullptr, nullptr);
-                if (refused >= 0)
-                    ::close(refused);
+                close_client_socket(refused); // its messages' descriptors: not here
                 spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
                 ++refused_connections_;
                 continue;
@@ -111,7 +110,7 @@ std::vector<int> ControlServer::accept_pending() {
         }
         Connection c;
         if (!c.peer.pin(fd)) {
-            ::close(fd); // gone before it could be pinned
+            close_client_socket(fd); // gone before it could be pinned
             continue;
         }
         // Each connection costs the engine descriptors (its socket, the pidfd, the
@@ -123,7 +122,7 @@ std::vector<int> ControlServer::accept_pending() {
             !connections_by_user_.take(c.peer.account, keys_.limits.user_connections)) {
             c.peer.release();
             refuse_connection(fd);
-            ::close(fd);
+            close_client_socket(fd, c.peer.account);
             ++refused_connections_;
             continue;
         }

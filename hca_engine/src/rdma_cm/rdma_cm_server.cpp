@@ -100,8 +100,7 @@ std::vector<int> RdmaCmServer::accept_pending() {
             // rather than spin on a listening socket that stays readable.
             ::close(spare_fd_);
             const int refused = ::accept(listen_fd_, nullptr, nullptr);
-            if (refused >= 0)
-                ::close(refused);
+            close_client_socket(refused); // its messages' descriptors: not here
             spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
             continue;
         }
@@ -109,7 +108,7 @@ std::vector<int> RdmaCmServer::accept_pending() {
             break;
         PeerProcess peer; // client_process.hpp
         if (!peer.pin(fd)) {
-            ::close(fd);
+            close_client_socket(fd); // gone before it could be pinned
             continue;
         }
         // A user's files are capped below the engine's maximum (--limits user_cm_files):
@@ -118,7 +117,7 @@ std::vector<int> RdmaCmServer::accept_pending() {
             !files_by_user_.take(peer.account, limits_.user_cm_files)) {
             peer.release();
             refuse_open(fd);
-            ::close(fd);
+            close_client_socket(fd, peer.account);
             ++counters_.refused_files;
             continue;
         }

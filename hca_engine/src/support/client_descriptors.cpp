@@ -13,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <system_error>
@@ -138,6 +139,19 @@ bool descriptor_identity(int fd, dev_t& device, ino_t& inode) {
 void close_client_descriptor(int fd, uid_t account) {
     if (fd >= 0)
         Closer::instance().close(fd, account);
+}
+
+void close_client_socket(int fd, uid_t account) {
+    if (fd < 0)
+        return;
+    if (account == static_cast<uid_t>(-1)) {
+        ucred credentials{};
+        socklen_t length = sizeof(credentials);
+        account = ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0
+                      ? credentials.uid
+                      : 0;
+    }
+    Closer::instance().close(fd, account);
 }
 
 size_t client_descriptors_closing(uid_t account) {

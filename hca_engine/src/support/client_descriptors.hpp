@@ -43,6 +43,14 @@ bool descriptor_identity(int fd, dev_t& device, ino_t& inode);
 // closes that wait hold only that account's later ones.
 void close_client_descriptor(int fd, uid_t account);
 
+// Closes a client's connection that the engine did not take (refused, or its process
+// gone before it was pinned) on the closer of the user the socket's credentials name
+// (SO_PEERCRED): messages it sent before may still be queued, and the kernel drops
+// their descriptors on the closing thread, where a socket lingering on unsent data
+// among them would wait. `account` when the caller knows it (-1: the credentials'
+// uid).
+void close_client_socket(int fd, uid_t account = static_cast<uid_t>(-1));
+
 // How many descriptors of `account` wait to be closed or are being closed now. Past
 // kMaxClosingPerAccount the servers read no more of that account's connections (each
 // message may bring the engine up to 253 descriptors) until they drop below
