@@ -46,76 +46,15 @@ di::CqRingHeader* map_ring(int fd, size_t bytes) {
 
 } // namespace
 
-// Copies a staged message into place. A READ's bytes may get a later local write of the
-// engine's meanwhile (qp_ring.hpp): copied again while the engine's count of such writes
-// moves, a few times at most (only a program writing its own READ's buffer with later
-// requests of the same queue makes it move at all).
-void copy_staged(Qp& qp, bool read, const di::CompletionEntry& e, const uint8_t* area) {
-    auto* to = reinterpret_cast<void*>(e.staged_addr);
-    if (!read) {
-        std::memcpy(to, area + e.staging_offset, e.staged_length);
-        return;
-    }
-    auto& writes = qp.ring->read_staging_writes;
-    uint64_t before = writes.load(std::memory_order_acquire);
-    for (int copies = 0; copies < 8; ++copies) {
-        std::memcpy(to, area + e.staging_offset, e.staged_length);
-        std::atomic_thread_fence(std::memory_order_seq_cst);
-        const uint64_t after = writes.load(std::memory_order_acquire);
-        if (after == before)
-            return;
-        before = after;
-    }
-}
-
-void land_staged(Cq& cq, const di::CompletionEntry& e) {
+void land_staged(const di::CompletionEntry& e) {
     // The engine checked the receive's lkey, rights and bounds; the bytes go where the
     // application's receive said, before it sees the completion.
-    if (!e.staged_length)
-        return;
-    if (e.staged_length <= di::kEntryStagedBytes) {
+    if (e.staged_length && e.staged_length <= di::kEntryStagedBytes)
         std::memcpy(reinterpret_cast<void*>(e.staged_addr), e.staged, e.staged_length);
-        return;
-    }
-    // In the QP's receive or read staging area: copied on success, its room given back
-    // whatever the status. A QP no longer here was reset or destroyed, and its entries
-    // discarded.
-    const bool read = e.staged[di::kStagedAreaByte] == di::kStagedInReadArea;
-    for (Qp* qp : cq.staging_qps) {
-        if (qp->vqp.qp.qp_num != e.qp_num)
-            continue;
-        const uint8_t* area = read ? qp->read_staging : qp->rq_staging;
-        const uint64_t bytes = read ? qp->read_staging_bytes : qp->rq_staging_bytes;
-        if (!area)
-            return;
-        uint64_t release;
-        std::memcpy(&release, e.staged, sizeof(release));
-        if (e.status == IBV_WC_SUCCESS && e.staging_offset <= bytes &&
-            e.staged_length <= bytes - e.staging_offset)
-            copy_staged(*qp, read, e, area);
-        // Only up: another thread polling another CQ never shares this QP's receives (or
-        // its reads), but a reset may have moved the position on already.
-        auto& released = read ? qp->ring->read_staging_released : qp->ring->rq_staging_released;
-        uint64_t now = released.load(std::memory_order_relaxed);
-        while (now < release &&
-               !released.compare_exchange_weak(now, release, std::memory_order_release)) {
-        }
-        return;
-    }
 }
 
-void attach_receive_staging(Cq& cq, Qp& qp) {
-    std::lock_guard<std::mutex> lock(cq.lock);
-    cq.staging_qps.push_back(&qp);
-}
-
-void detach_receive_staging(Cq& cq, Qp& qp) {
-    std::lock_guard<std::mutex> lock(cq.lock);
-    std::erase(cq.staging_qps, &qp);
-}
-
-void to_wc(Cq& cq, const di::CompletionEntry& e, ibv_wc& wc) {
-    land_staged(cq, e);
+void to_wc(const di::CompletionEntry& e, ibv_wc& wc) {
+    land_staged(e);
     wc = {};
     wc.wr_id = e.wr_id;
     wc.status = static_cast<ibv_wc_status>(e.status);
@@ -198,7 +137,7 @@ int poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
         ++consumer;
         if (entry.discarded)
             continue;
-        to_wc(*cq, entry, wc[polled]);
+        to_wc(entry, wc[polled]);
         ++polled;
     }
     ring->consumer.store(consumer, std::memory_order_release);

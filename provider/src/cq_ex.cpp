@@ -39,7 +39,7 @@ bool load_current(Cq& cq) {
         return false;
     }
     cq.current = &di::cq_ring_entries(ring)[cq.batch_consumer & (ring->slots - 1)];
-    land_staged(cq, *cq.current);
+    land_staged(*cq.current);
     cq.vcq.cq_ex.status = static_cast<ibv_wc_status>(cq.current->status);
     cq.vcq.cq_ex.wr_id = cq.current->wr_id;
     return true;

@@ -131,8 +131,7 @@ ibv_mr* reg_dm_mr(ibv_pd* pd, ibv_dm* ibdm, uint64_t offset, size_t length, unsi
     mr->iova = 0;
     mr->addr = reinterpret_cast<uintptr_t>(dm.map) + offset;
     mr->length = length;
-    state_of(pd->context)
-        .mrs.add(reply.lkey, 0, mr->addr, length, false, (reply.flags & di::kMrMapped) != 0);
+    state_of(pd->context).mrs.add(reply.lkey, 0, mr->addr, length);
     return &mr->vmr.ibv_mr;
 }
 

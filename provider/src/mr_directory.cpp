@@ -6,9 +6,9 @@
 namespace softhca::provider {
 
 void MrDirectory::add(uint32_t lkey, uint64_t iova, uint64_t addr, uint64_t length, bool on_demand,
-                      bool mapped, bool local_write, uint32_t pd) {
+                      bool local_write, uint32_t pd) {
     std::unique_lock lock(lock_);
-    regions_[lkey] = {iova, addr, length, on_demand, mapped, local_write, pd};
+    regions_[lkey] = {iova, addr, length, on_demand, local_write, pd};
 }
 
 void MrDirectory::remove(uint32_t lkey) {
@@ -16,8 +16,8 @@ void MrDirectory::remove(uint32_t lkey) {
     regions_.erase(lkey);
 }
 
-const void* MrDirectory::locate(uint32_t lkey, uint64_t iova, uint32_t length, bool* mapped,
-                                bool* local_write, uint32_t* pd) const {
+const void* MrDirectory::locate(uint32_t lkey, uint64_t iova, uint32_t length, bool* local_write,
+                                uint32_t* pd) const {
     std::shared_lock lock(lock_);
     auto it = regions_.find(lkey);
     if (it == regions_.end() || it->second.on_demand)
@@ -25,8 +25,6 @@ const void* MrDirectory::locate(uint32_t lkey, uint64_t iova, uint32_t length, b
     const Region& r = it->second;
     if (iova < r.iova || iova - r.iova > r.length || r.length - (iova - r.iova) < length)
         return nullptr;
-    if (mapped)
-        *mapped = r.mapped;
     if (local_write)
         *local_write = r.local_write;
     if (pd)

@@ -17,19 +17,17 @@ class MrDirectory {
     // `iova` is the address work requests name the region by; `addr` where it lies here.
     // An on-demand-paging region may cover memory that is not mapped (implicit ODP: all
     // of it): locate never names it, locate_on_demand only it.
-    // `mapped`: the engine maps the region's memory (RegMrReply's kMrMapped), so sends
-    // from it are not staged. `local_write`: it was registered with
+    // `local_write`: it was registered with
     // IBV_ACCESS_LOCAL_WRITE (an RDMA READ may land in it); `pd` the engine's handle of
     // its PD.
     void add(uint32_t lkey, uint64_t iova, uint64_t addr, uint64_t length, bool on_demand = false,
-             bool mapped = false, bool local_write = false, uint32_t pd = 0);
+             bool local_write = false, uint32_t pd = 0);
     void remove(uint32_t lkey);
     // Where [iova, iova + length) of region `lkey` lies in this process, or nullptr
     // when `lkey` is not a region registered here or the range is not inside it.
-    // `mapped`, if asked, tells whether the engine maps the region, `local_write` whether
-    // it may be written, `pd` its PD.
-    const void* locate(uint32_t lkey, uint64_t iova, uint32_t length, bool* mapped = nullptr,
-                       bool* local_write = nullptr, uint32_t* pd = nullptr) const;
+    // `local_write`, if asked, tells whether it may be written, `pd` its PD.
+    const void* locate(uint32_t lkey, uint64_t iova, uint32_t length, bool* local_write = nullptr,
+                       uint32_t* pd = nullptr) const;
     // ibv_advise_mr: 0 and where [iova, iova + length) of on-demand region `lkey` lies,
     // EINVAL when `lkey` is no on-demand region of this context, EFAULT when the range
     // is not inside it.
@@ -41,7 +39,6 @@ class MrDirectory {
         uint64_t addr;
         uint64_t length;
         bool on_demand;
-        bool mapped;
         bool local_write;
         uint32_t pd;
     };

@@ -118,8 +118,8 @@ ibv_mr* reg_mr(ibv_pd* ibpd, void* addr, size_t length, uint64_t hca_va, int acc
     // all of it): nothing is gathered from it at post time (MrDirectory).
     state_of(ibpd->context)
         .mrs.add(reply.lkey, hca_va, reinterpret_cast<uintptr_t>(addr), length,
-                 (access & IBV_ACCESS_ON_DEMAND) != 0, (reply.flags & di::kMrMapped) != 0,
-                 (access & IBV_ACCESS_LOCAL_WRITE) != 0, to_pd(ibpd)->handle);
+                 (access & IBV_ACCESS_ON_DEMAND) != 0, (access & IBV_ACCESS_LOCAL_WRITE) != 0,
+                 to_pd(ibpd)->handle);
     return &mr->vmr.ibv_mr;
 }
 
@@ -162,8 +162,7 @@ int rereg_mr(verbs_mr* vmr, int flags, ibv_pd* pd, void* addr, size_t length, in
         mr->length = length;
     }
     mrs.add(vmr->ibv_mr.lkey, mr->iova, mr->addr, mr->length,
-            (vmr->access & IBV_ACCESS_ON_DEMAND) != 0, (reply.flags & di::kMrMapped) != 0,
-            (vmr->access & IBV_ACCESS_LOCAL_WRITE) != 0,
+            (vmr->access & IBV_ACCESS_ON_DEMAND) != 0, (vmr->access & IBV_ACCESS_LOCAL_WRITE) != 0,
             to_pd((flags & IBV_REREG_MR_CHANGE_PD) ? pd : vmr->ibv_mr.pd)->handle);
     return 0;
 }

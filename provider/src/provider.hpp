@@ -105,23 +105,8 @@ struct Qp {
     std::mutex rq_lock;
     uint64_t sq_next = 0; // producer indices, published to the ring after each post
     uint64_t rq_next = 0;
-    // The send staging area (qp_ring.hpp), under sq_lock: bytes handed out in order
-    // (staging_head) and taken back (staging_freed) once sq_completed passes the request
-    // that held them (staged_end: staging_head after each send slot's request).
-    uint8_t* staging = nullptr;
-    uint64_t staging_bytes = 0;
-    uint64_t staging_head = 0, staging_freed = 0, staging_seen_completed = 0;
-    std::vector<uint64_t> staged_end;
     std::unique_ptr<WrStaging> wr_staging; // with ibv_qp_ex's work-request API only
-    // The receive staging area (qp_ring.hpp): the engine writes it, ibv_poll_cq on the
-    // QP's receive CQ copies from it (Cq::staging_qps).
-    uint8_t* rq_staging = nullptr;
-    uint64_t rq_staging_bytes = 0;
-    // The read staging area (qp_ring.hpp): the same for RDMA READs, copied by
-    // ibv_poll_cq on the QP's send CQ.
-    uint8_t* read_staging = nullptr;
-    uint64_t read_staging_bytes = 0;
-    QpGrants grants; // single copy (single_copy.hpp), under sq_lock
+    QpGrants grants;                       // single copy (single_copy.hpp), under sq_lock
 };
 
 struct Srq {
@@ -157,9 +142,6 @@ struct Cq {
     // accessors read, and how far the batch has consumed.
     const device_interface::CompletionEntry* current = nullptr;
     uint64_t batch_consumer = 0;
-    // The QPs receiving into this CQ through receive staging, under `lock`: a completion
-    // whose bytes are in a QP's area is copied from there (land_staged).
-    std::vector<Qp*> staging_qps;
 };
 
 inline Context* to_context(ibv_context* ibctx) {
@@ -226,13 +208,10 @@ ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr);
 Cq* create_completion_queue(ibv_context* context, int cqe, ibv_comp_channel* channel,
                             int comp_vector, bool timestamps = false);
 // A completion as ibv_poll_cq returns it (cq.cpp).
-// Copies a receive's staged bytes into place (CompletionEntry::staged, or the QP's
-// receive staging area) and gives the area's room back; to_wc does. Under cq.lock.
-void land_staged(Cq& cq, const device_interface::CompletionEntry& e);
-void to_wc(Cq& cq, const device_interface::CompletionEntry& e, ibv_wc& wc);
-// A QP's receive staging joins or leaves its receive CQ (create_qp, destroy_qp).
-void attach_receive_staging(Cq& cq, Qp& qp);
-void detach_receive_staging(Cq& cq, Qp& qp);
+// Copies a small receive's bytes that travel in its completion into place
+// (CompletionEntry::staged); to_wc does. Under cq.lock.
+void land_staged(const device_interface::CompletionEntry& e);
+void to_wc(const device_interface::CompletionEntry& e, ibv_wc& wc);
 uint8_t wc_sl(const device_interface::CompletionEntry& e);
 // An application that polls an empty CQ gives the engine a turn now and then (cq.cpp).
 void note_empty_poll(bool empty);

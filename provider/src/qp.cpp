@@ -151,25 +151,6 @@ Qp* engine_qp(ibv_context* context, di::Opcode opcode, Request& request, ibv_qp_
     qp->handle = reply.qp_handle;
     qp->ring_bytes = reply.ring_bytes;
     qp->caps = reply.caps;
-    if (const uint64_t staging = qp->ring->staging_bytes;
-        staging && qp->ring->sq_slots && qp->ring->staging_offset <= qp->ring_bytes &&
-        staging <= qp->ring_bytes - qp->ring->staging_offset) {
-        qp->staging = reinterpret_cast<uint8_t*>(qp->ring) + qp->ring->staging_offset;
-        qp->staging_bytes = staging;
-        qp->staged_end.assign(qp->ring->sq_slots, 0);
-    }
-    if (const uint64_t staging = qp->ring->rq_staging_bytes;
-        staging && qp->ring->rq_staging_offset <= qp->ring_bytes &&
-        staging <= qp->ring_bytes - qp->ring->rq_staging_offset) {
-        qp->rq_staging = reinterpret_cast<uint8_t*>(qp->ring) + qp->ring->rq_staging_offset;
-        qp->rq_staging_bytes = staging;
-    }
-    if (const uint64_t staging = qp->ring->read_staging_bytes;
-        staging && qp->ring->read_staging_offset <= qp->ring_bytes &&
-        staging <= qp->ring_bytes - qp->ring->read_staging_offset) {
-        qp->read_staging = reinterpret_cast<uint8_t*>(qp->ring) + qp->ring->read_staging_offset;
-        qp->read_staging_bytes = staging;
-    }
     qp->doorbell = state.doorbell;
     ibv_qp& q = qp->vqp.qp;
     q.context = context;
@@ -221,10 +202,6 @@ ibv_qp* create_queue_pair(ibv_context* context, ibv_pd* pd, ibv_xrcd* xrcd,
     q.send_cq = attr.send_cq;
     q.recv_cq = attr.recv_cq;
     q.srq = attr.srq;
-    if (qp->rq_staging && receives)
-        attach_receive_staging(*to_cq(attr.recv_cq), *qp);
-    if (qp->read_staging && sends && attr.send_cq != (qp->rq_staging ? attr.recv_cq : nullptr))
-        attach_receive_staging(*to_cq(attr.send_cq), *qp);
     if (xrcd) {
         qp->vqp.comp_mask = SOFTHCA_VERBS_QP_XRCD;
         qp->vqp.xrcd = &to_xrcd(xrcd)->vxrcd;
@@ -410,10 +387,6 @@ int destroy_qp(ibv_qp* ibqp) {
     if (int err = state_of(ibqp->context).control.destroy(di::Opcode::DestroyQp, qp->handle))
         return err;
     forget_completions(*ibqp);
-    if (qp->rq_staging && ibqp->recv_cq)
-        detach_receive_staging(*to_cq(ibqp->recv_cq), *qp);
-    if (qp->read_staging && ibqp->send_cq)
-        detach_receive_staging(*to_cq(ibqp->send_cq), *qp);
     ::munmap(qp->ring, qp->ring_bytes);
     delete qp;
     return 0;
@@ -428,22 +401,17 @@ namespace {
 
 // Where the bytes of a SEND's or RDMA WRITE's SGEs lie in this process: true when every
 // non-empty SGE is inside a region this context registered (otherwise nothing is read
-// here; the engine reports the bad SGE). `all_mapped`: every such region is one the
-// engine maps itself.
-bool locate_sges(const Qp& qp, const ibv_send_wr& wr, const void* (&from)[kMostSges],
-                 bool& all_mapped) {
+// here; the engine reports the bad SGE).
+bool locate_sges(const Qp& qp, const ibv_send_wr& wr, const void* (&from)[kMostSges]) {
     if (!di::may_gather(static_cast<uint8_t>(wr.opcode)) || wr.num_sge > kMostSges)
         return false;
     const MrDirectory& mrs = state_of(qp.vqp.qp.context).mrs;
-    all_mapped = true;
     for (int i = 0; i < wr.num_sge; ++i) {
         const ibv_sge& sge = wr.sg_list[i];
         if (!sge.length)
             continue;
-        bool mapped = false;
-        if (!(from[i] = mrs.locate(sge.lkey, sge.addr, sge.length, &mapped)))
+        if (!(from[i] = mrs.locate(sge.lkey, sge.addr, sge.length)))
             return false;
-        all_mapped = all_mapped && mapped;
     }
     return true;
 }
@@ -465,52 +433,10 @@ bool gather_at_post(const Qp& qp, const ibv_send_wr& wr, uint64_t total, uint8_t
     static const bool enabled = switch_on("SOFTHCA_GATHER_AT_POST");
     const size_t used = sizeof(di::SendWqeHeader) + size_t(wr.num_sge) * sizeof(di::WireSge);
     const void* from[kMostSges];
-    bool all_mapped = false;
     if (!enabled || total == 0 || used + total > qp.ring->sq_slot_size ||
-        !locate_sges(qp, wr, from, all_mapped))
+        !locate_sges(qp, wr, from))
         return false;
     copy_sges(wr, from, to);
-    return true;
-}
-
-// Takes back the staging of the requests that retired since the last post: everything
-// handed out up to the newest retired request. Its slot is read before any post can
-// write it again (a post that reuses it sees a later sq_completed first).
-void reclaim_staging(Qp& qp, uint64_t completed) {
-    if (!qp.staging || completed == qp.staging_seen_completed)
-        return;
-    qp.staging_seen_completed = completed;
-    qp.staging_freed =
-        std::max(qp.staging_freed, qp.staged_end[(completed - 1) & (qp.staged_end.size() - 1)]);
-}
-
-// A SEND or RDMA WRITE too large to gather into its slot has its bytes copied into the
-// send staging area now (kSendStaged, the offset in `offset`), when every SGE lies in a
-// region this context registered, not all of them in memory the engine maps itself,
-// and the area has room: the engine then takes them with memcpy instead of reading the
-// application's private memory. The data may not change until the request completes
-// (10.8.3.1), so copying now reads what the engine would have read. Returns whether it
-// did; the request's bytes are read from memory otherwise. SOFTHCA_STAGE_SENDS=0 turns
-// it off.
-bool stage_at_post(Qp& qp, const ibv_send_wr& wr, uint64_t total, uint64_t& offset) {
-    static const bool enabled = switch_on("SOFTHCA_STAGE_SENDS");
-    const void* from[kMostSges];
-    bool all_mapped = false;
-    if (!enabled || !qp.staging || total == 0 || total > qp.staging_bytes ||
-        !locate_sges(qp, wr, from, all_mapped) || all_mapped)
-        return false; // all mapped: the engine copies it with memcpy already
-    // Nothing staged is in use: start again at the area's start, so that only as many of
-    // its pages are ever written as the sends in flight at once need.
-    if (qp.staging_head == qp.staging_freed)
-        qp.staging_head = qp.staging_freed =
-            (qp.staging_head + qp.staging_bytes - 1) / qp.staging_bytes * qp.staging_bytes;
-    const di::StagingRoom room =
-        di::take_staging(qp.staging_head, qp.staging_freed, qp.staging_bytes, total);
-    if (!room.found)
-        return false; // full: this one is read from memory
-    offset = room.start % qp.staging_bytes;
-    copy_sges(wr, from, qp.staging + offset);
-    qp.staging_head = room.end;
     return true;
 }
 
@@ -533,9 +459,7 @@ int post_send_requests(Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr, unsigned m
     std::lock_guard<std::mutex> lock(qp->sq_lock);
     di::QpRingHeader* ring = qp->ring;
     const uint64_t completed = ring->sq_completed.load(std::memory_order_acquire);
-    reclaim_staging(*qp, completed);
     const uint64_t first = qp->sq_next;
-    const uint64_t first_staging_head = qp->staging_head;
     int err = 0;
     for (; wr; wr = wr->next) {
         if ((err = validate_send(*qp, *wr, mode & kPostType1Bind)))
@@ -611,7 +535,6 @@ int post_send_requests(Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr, unsigned m
                 break;
             }
             h.length = static_cast<uint32_t>(total);
-            uint64_t staged_at = 0;
             // A fenced request's bytes are read only once the READs and atomics before it
             // are done (10.8.3.3): a READ may be filling them now, so they are not copied
             // at post time. (Placing waits for every earlier request anyway.)
@@ -624,9 +547,6 @@ int post_send_requests(Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr, unsigned m
                 h.flags |= di::kSendGathered;
             } else if (place_rdma(*qp, *wr, total, completed, !all_or_nothing)) {
                 h.flags |= di::kSendPlaced; // moved already: the engine completes it
-            } else if (!fenced && stage_at_post(*qp, *wr, total, staged_at)) {
-                h.flags |= di::kSendStaged;
-                h.swap = staged_at;
             }
         }
         // Later ones may not overtake what the engine sends: everything not placed, and a
@@ -634,15 +554,12 @@ int post_send_requests(Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr, unsigned m
         if (!(h.flags & di::kSendPlaced) || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
             qp->grants.engine_tail = qp->sq_next + 1;
         std::memcpy(slot, &h, sizeof(h));
-        if (qp->staging)
-            qp->staged_end[qp->sq_next & (qp->staged_end.size() - 1)] = qp->staging_head;
         ++qp->sq_next;
     }
     if (err && all_or_nothing) {
         // The slots written stay unpublished. (What was placed stays placed: the verbs
         // leave a failed post's memory effects undefined.)
         qp->sq_next = first;
-        qp->staging_head = first_staging_head;
     }
     ring->sq_producer.store(qp->sq_next, std::memory_order_release);
     ring_doorbell(ring, qp->doorbell);

@@ -204,7 +204,7 @@ bool place_rdma(Qp& qp, const ibv_send_wr& wr, uint64_t total, uint64_t complete
             continue;
         bool writable = false;
         uint32_t pd = 0;
-        const void* at = mrs.locate(sge.lkey, sge.addr, sge.length, nullptr, &writable, &pd);
+        const void* at = mrs.locate(sge.lkey, sge.addr, sge.length, &writable, &pd);
         if (!at || (!write && !writable) || pd != qp_pd)
             return false;
         local[pieces++] = {const_cast<void*>(at), sge.length};

@@ -155,8 +155,7 @@ TEST_CASE("the bytes of an RDMA WRITE and of a READ response appear in ascending
             REQUIRE(bad == -1);
             REQUIRE(wait_completions(dev(0), 1)[0].status == IBV_WC_SUCCESS);
             // READ of it back: A's buffer polled at its last byte, with no completion to
-            // poll (unsignaled: with read staging on, a signaled READ into private memory
-            // lands only when its completion is polled; the next WRITE's retires it).
+            // poll (unsignaled: the next WRITE's completion retires it).
             ibv_sge rsge{back.addr(), static_cast<uint32_t>(size), back.mr->lkey};
             wr.opcode = IBV_WR_RDMA_READ;
             wr.sg_list = &rsge;
@@ -442,9 +441,7 @@ TEST_CASE("a SEND into registered private memory the application made inaccessib
           "sides") {
     // Private memory is written behind, after the packet was accepted; the failure must
     // still reach both sides as when the write failed at once: LOC_PROT_ERR for the
-    // receive, REM_OP_ERR for the sender, QP_FATAL for the receiving QP. (Two SGEs: a
-    // receive the engine stages instead is copied by ibv_poll_cq, which then faults, as
-    // any write of the application's into memory it made inaccessible does.)
+    // receive, REM_OP_ERR for the sender, QP_FATAL for the receiving QP.
     Pair pair;
     const size_t size = 65536;
     void* memory = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -481,7 +478,6 @@ TEST_CASE("a write that faults in one QP's private memory leaves the other QPs o
     // The engine moves the writes of one receive burst into one process in one call; when
     // one QP's memory is gone that call falls short, and each QP's writes are moved on
     // their own: the healthy QP's receive completes with every byte, the other fails.
-    // (Receives of two SGEs, which the engine writes rather than stages.)
     Pair bad_pair, good_pair;
     const size_t size = 65536;
     void* memory = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -617,43 +613,12 @@ TEST_CASE("small sends gathered at post time send what was posted; their SGEs ar
     }
 }
 
-TEST_CASE("large sends staged at post time send what was posted; their SGEs are still checked; "
-          "past the staging area they are read from memory",
+TEST_CASE("large sends: a buffer changed after its completion changes nothing already sent; an "
+          "MR of another PD is LOC_PROT_ERR",
           "[integrity]") {
-    // The provider copies the source of a larger SEND or WRITE into the QP's send staging
-    // area inside ibv_post_send when it lies in private memory this context registered;
-    // the engine checks each SGE as it would before reading, takes the bytes from there,
-    // and the area is reused only once the request completed. What does not fit is read
-    // from memory (SOFTHCA_STAGE_SENDS=0: everything is).
-    // Staged only when the engine gives QPs an area (SOFTHCA_SEND_STAGING=1, opt-in: the
-    // suite's job for that mode sets it) and the provider uses it.
-    const char* staging = std::getenv("SOFTHCA_STAGE_SENDS");
-    const char* area = std::getenv("SOFTHCA_SEND_STAGING");
-    const bool staged = !(staging && std::string(staging) == "0") && area &&
-                        std::string(area) == "1" && !TestMemory::shared_by_default();
     constexpr size_t kSize = 64 * 1024;
     Pair pair;
     Buffer src(dev(0), 4 * kSize, kAllAccess), dst(dev(1), 4 * kSize, kAllAccess);
-    SECTION("the bytes at post time arrive, whatever the buffer holds afterwards") {
-        if (!staged)
-            return; // nothing staged: nothing promised
-        for (ibv_wr_opcode opcode : {IBV_WR_RDMA_WRITE, IBV_WR_SEND}) {
-            fill(src, 21 + opcode, 0, kSize);
-            ibv_sge rs{dst.addr(kSize), kSize, dst.mr->lkey};
-            if (opcode == IBV_WR_SEND)
-                post_recv(pair.b, 5, &rs, 1);
-            ibv_sge sge{src.addr(), kSize, src.mr->lkey};
-            ibv_send_wr wr = signaled_wr(opcode, &sge, 1, 1);
-            wr.wr.rdma.remote_addr = dst.addr(kSize);
-            wr.wr.rdma.rkey = dst.mr->rkey;
-            post(pair.a, wr);
-            std::memset(src.bytes.data(), 0, kSize); // the application breaks the rule at once
-            CHECK(wait_completions(dev(0), 1)[0].status == IBV_WC_SUCCESS);
-            if (opcode == IBV_WR_SEND)
-                CHECK(wait_completions(dev(1), 1)[0].status == IBV_WC_SUCCESS);
-            CHECK(matches(dst, 21 + opcode, kSize, kSize));
-        }
-    }
     SECTION("a send buffer changed after its completion changes nothing already sent") {
         for (int round = 0; round < 3; ++round) {
             fill(src, 40 + round, 0, kSize);
@@ -686,10 +651,9 @@ TEST_CASE("large sends staged at post time send what was posted; their SGEs are 
     }
 }
 
-TEST_CASE("more large sends at once than the staging area holds all arrive intact", "[integrity]") {
-    // A QP of depth 256 stages up to 2 MiB (32 KiB a slot, at most 2 MiB): 64 WRITEs of 512 KiB
-    // posted together, each from its own pattern, overflow it, so some are staged and
-    // the rest read from memory; every byte of each is checked.
+TEST_CASE("64 large WRITEs posted at once all arrive intact", "[integrity]") {
+    // 64 WRITEs of 512 KiB posted together, each from its own pattern (32 MiB in flight);
+    // every byte of each is checked.
     constexpr size_t kSize = 512 * 1024, kCount = 64;
     Pair pair;
     Buffer src(dev(0), kSize * kCount, kAllAccess), dst(dev(1), kSize * kCount, kAllAccess);
@@ -714,17 +678,6 @@ TEST_CASE("more large sends at once than the staging area holds all arrive intac
 
 namespace {
 
-// Whether received SENDs larger than a completion go through receive staging here: the
-// engine gives QPs an area (SOFTHCA_RECEIVE_STAGING=1, opt-in: the suite's job for that
-// mode sets it), receives stage (SOFTHCA_STAGE_RECEIVES not 0) and the buffers are
-// private memory.
-bool receives_staged() {
-    const char* area = std::getenv("SOFTHCA_RECEIVE_STAGING");
-    const char* stage = std::getenv("SOFTHCA_STAGE_RECEIVES");
-    return area && std::string(area) == "1" && !(stage && std::string(stage) == "0") &&
-           !TestMemory::shared_by_default();
-}
-
 // Whether [at, at + size) of `b` still holds `value` in every byte.
 bool untouched(const Buffer& b, size_t at, size_t size, uint8_t value) {
     for (size_t i = at; i < at + size; ++i)
@@ -748,14 +701,9 @@ void send_one(Pair& pair, Buffer& src, Buffer& dst, size_t at, uint32_t size, ui
 
 } // namespace
 
-TEST_CASE("large SENDs through receive staging land whole at poll time; past the area, over "
-          "two SGEs and after a reset they are right too",
+TEST_CASE("large SENDs land whole between untouched guard bytes; many in flight, over two SGEs "
+          "and after a reset they are right too",
           "[integrity]") {
-    // The engine puts a received SEND larger than a completion holds, for a one-SGE
-    // receive in private memory, in the QP's receive staging area, and the provider
-    // copies it into the buffer inside ibv_poll_cq. The sender's completion means the
-    // message was accepted; the buffer changes only when its completion is polled.
-    const bool staged = receives_staged();
     Pair pair;
     Buffer src(dev(0), 1 << 20, kAllAccess), dst(dev(1), 8 << 20, kAllAccess);
     SECTION("each size lands whole between untouched guard bytes, at poll time") {
@@ -765,8 +713,6 @@ TEST_CASE("large SENDs through receive staging land whole at poll time; past the
             INFO("size " << size);
             const size_t at = 1 + seed * 400000; // odd: unaligned
             send_one(pair, src, dst, at, size, ++seed);
-            if (staged)
-                CHECK(untouched(dst, at, size, 0xee)); // not before the completion
             const ibv_wc rwc = wait_completions(dev(1), 1)[0];
             REQUIRE(rwc.status == IBV_WC_SUCCESS);
             CHECK(rwc.wr_id == seed);
@@ -777,9 +723,7 @@ TEST_CASE("large SENDs through receive staging land whole at poll time; past the
             CHECK(untouched(dst, at + size, 64, 0xee));
         }
     }
-    SECTION("more than the area holds before the receiver polls: the rest is written, all in "
-            "order and intact") {
-        // A depth of 256 gives a 2 MiB area: 96 messages of 64 KiB are 6 MiB.
+    SECTION("96 messages of 64 KiB before the receiver polls: all in order and intact") {
         constexpr uint32_t kSize = 65536, kCount = 96;
         for (uint32_t i = 0; i < kCount; ++i) {
             ibv_sge rs{dst.addr(size_t{i} * kSize), kSize, dst.mr->lkey};
@@ -800,15 +744,12 @@ TEST_CASE("large SENDs through receive staging land whole at poll time; past the
             CHECK(wcs[i].wr_id == 1000 + i);
             CHECK(matches(dst, 1000 + i, size_t{i} * kSize, kSize));
         }
-        // Polled: the area is free again, and the next message is staged.
         std::memset(dst.bytes.data(), 0xee, kSize);
         send_one(pair, src, dst, 0, kSize, 2000);
-        if (staged)
-            CHECK(untouched(dst, 0, kSize, 0xee));
         REQUIRE(wait_completions(dev(1), 1)[0].status == IBV_WC_SUCCESS);
         CHECK(matches(dst, 2000, 0, kSize));
     }
-    SECTION("a receive of two SGEs is written into memory before the completion") {
+    SECTION("a receive of two SGEs is written into memory before the ACK") {
         constexpr uint32_t kSize = 10000;
         std::memset(dst.bytes.data(), 0, 2 * kSize);
         ibv_sge rs[2] = {{dst.addr(0), 333, dst.mr->lkey}, {dst.addr(333), kSize, dst.mr->lkey}};
@@ -822,9 +763,9 @@ TEST_CASE("large SENDs through receive staging land whole at poll time; past the
         REQUIRE(wait_completions(dev(1), 1)[0].status == IBV_WC_SUCCESS);
         CHECK(matches(dst, 7, 0, kSize));
     }
-    SECTION("a reset with staged completions unpolled frees their room for the QP's next life") {
-        // Fill the area, leave the completions unpolled, reset both QPs (the provider
-        // discards the completions) and connect them again: the area is free.
+    SECTION("a reset with completions unpolled: nothing of the QP's first life comes back") {
+        // 40 messages with their completions unpolled, both QPs reset (the provider
+        // discards the completions) and connected again.
         constexpr uint32_t kSize = 65536;
         for (uint32_t i = 0; i < 40; ++i)
             send_one(pair, src, dst, size_t{i} * kSize, kSize, 3000 + i);
@@ -839,8 +780,6 @@ TEST_CASE("large SENDs through receive staging land whole at poll time; past the
             const size_t at = (40 + size_t{i}) * kSize;
             std::memset(dst.bytes.data() + at, 0xee, kSize);
             send_one(pair, src, dst, at, kSize, 4000 + i);
-            if (staged)
-                CHECK(untouched(dst, at, kSize, 0xee));
             const ibv_wc rwc = wait_completions(dev(1), 1)[0];
             REQUIRE(rwc.status == IBV_WC_SUCCESS);
             CHECK(rwc.wr_id == 4000 + i); // nothing of the first life comes back
@@ -849,28 +788,9 @@ TEST_CASE("large SENDs through receive staging land whole at poll time; past the
     }
 }
 
-namespace {
-// Whether signaled READs larger than a completion, into one SGE of private memory, go
-// through read staging here (SOFTHCA_READ_STAGING=1, opt-in: the suite's job for that
-// mode sets it; SOFTHCA_STAGE_RECEIVES=0 turns staging into private memory off).
-bool reads_staged() {
-    // Between two devices of one engine the provider places READs itself at post time
-    // (single copy), unless SOFTHCA_SINGLE_COPY=0.
-    const char* area = std::getenv("SOFTHCA_READ_STAGING");
-    const char* stage = std::getenv("SOFTHCA_STAGE_RECEIVES");
-    const char* single_copy = std::getenv("SOFTHCA_SINGLE_COPY");
-    return area && std::string(area) == "1" && !(stage && std::string(stage) == "0") &&
-           !TestMemory::shared_by_default() && single_copy && std::string(single_copy) == "0";
-}
-} // namespace
-
-TEST_CASE("READs through read staging land whole at poll time; unsignaled, two-SGE and "
-          "oversized READs, and a READ flushed by an error, are right too",
+TEST_CASE("READs land whole between untouched guard bytes; unsignaled, two-SGE and many READs, "
+          "and a READ flushed by an error, are right too",
           "[integrity]") {
-    // The engine puts the responses of a signaled READ larger than a completion, into one
-    // SGE of private memory, in the QP's read staging area; the provider copies them into
-    // the buffer inside ibv_poll_cq. The buffer changes when the completion is polled.
-    const bool staged = reads_staged();
     Pair pair;
     Buffer local(dev(0), 4 << 20, kAllAccess), remote(dev(1), 4 << 20, kAllAccess);
     auto read = [&](size_t at, uint32_t size, uint64_t id, unsigned flags, ibv_sge* sges = nullptr,
@@ -890,9 +810,6 @@ TEST_CASE("READs through read staging land whole at poll time; unsignaled, two-S
             INFO("size " << size);
             const size_t at = 1 + id * 300000; // odd: unaligned
             read(at, size, ++id, IBV_SEND_SIGNALED);
-            std::this_thread::sleep_for(std::chrono::milliseconds(50));
-            if (staged) // the QP's area is 2 MiB (256 send slots): a quarter takes them all
-                CHECK(untouched(local, at, size, 0xee));
             const ibv_wc wc = wait_completions(dev(0), 1)[0];
             REQUIRE(wc.status == IBV_WC_SUCCESS);
             CHECK(wc.wr_id == id);
@@ -918,8 +835,8 @@ TEST_CASE("READs through read staging land whole at poll time; unsignaled, two-S
         CHECK(wc.status == IBV_WC_SUCCESS);
         CHECK(wc.wr_id == 2);
     }
-    SECTION("more READs than the area holds at once: the rest are written, all intact") {
-        constexpr uint32_t kSize = 100000, kCount = 40; // 4 MB against a 2 MiB area
+    SECTION("40 READs of 100000 bytes outstanding at once: all intact") {
+        constexpr uint32_t kSize = 100000, kCount = 40;
         for (uint32_t i = 0; i < kCount; ++i)
             read(size_t{i} * kSize, kSize, 100 + i, IBV_SEND_SIGNALED);
         const std::vector<ibv_wc> wcs = wait_completions(dev(0), kCount);
@@ -931,8 +848,8 @@ TEST_CASE("READs through read staging land whole at poll time; unsignaled, two-S
             CHECK(matches(local, 100 + i, size_t{i} * kSize, kSize));
         }
     }
-    SECTION("READs flushed by an error leave their buffers alone and their room free") {
-        // A READ with a bad rkey fails the QP; the staged READs behind it flush.
+    SECTION("READs flushed by an error leave their buffers alone") {
+        // A READ with a bad rkey fails the QP; the READs behind it flush.
         read(0, 5000, 1, IBV_SEND_SIGNALED);
         ibv_sge sge{local.addr(8192), 5000, local.mr->lkey};
         ibv_send_wr bad = signaled_wr(IBV_WR_RDMA_READ, &sge, 1, 2);
@@ -966,7 +883,8 @@ TEST_CASE("SENDs into an MR registered at another IOVA land where the MR's memor
           "[integrity]") {
     // ibv_reg_mr_iova2 names the memory by an IOVA of the application's choosing: a
     // receive's SGE is in that space. Whoever places the message (the engine writing, or
-    // ibv_poll_cq copying a staged one) must put it at the memory the IOVA stands for.
+    // ibv_poll_cq copying a small one from its completion) must put it at the memory the
+    // IOVA stands for.
     Pair pair;
     Buffer src(dev(0), 65536, kAllAccess);
     TestMemory memory(65536);

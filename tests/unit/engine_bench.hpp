@@ -194,33 +194,16 @@ struct Host {
         di::ring_doorbell_slot(*doorbells, ring->doorbell_slot);
     }
 
-    // As poll_cq: staged bytes land before the completion is returned, from the entry or
-    // from the QP's receive or read staging area, whose room is then given back.
-    uint64_t staged_from_area = 0; // completions that came through an area
+    // As poll_cq: a small receive's bytes that travel in its entry land before the
+    // completion is returned.
     bool poll(di::CompletionEntry& e) {
         const uint64_t consumer = cq_ring->consumer.load(std::memory_order_relaxed);
         if (consumer == cq_ring->producer.load(std::memory_order_acquire))
             return false;
         e = di::cq_ring_entries(cq_ring)[consumer & (cq_ring->slots - 1)];
-        if (e.staged_length > di::kEntryStagedBytes) {
-            const bool read = e.staged[di::kStagedAreaByte] == di::kStagedInReadArea;
-            const uint8_t* area = reinterpret_cast<const uint8_t*>(ring) +
-                                  (read ? ring->read_staging_offset : ring->rq_staging_offset);
-            REQUIRE(e.staging_offset + uint64_t{e.staged_length} <=
-                    (read ? ring->read_staging_bytes : ring->rq_staging_bytes));
-            uint64_t release;
-            std::memcpy(&release, e.staged, sizeof(release));
-            // (A READ's copy need not look at read_staging_writes here: the engine does
-            // not run while this thread polls.)
-            if (e.status == 0)
-                std::memcpy(reinterpret_cast<void*>(e.staged_addr), area + e.staging_offset,
-                            e.staged_length);
-            auto& released = read ? ring->read_staging_released : ring->rq_staging_released;
-            released.store(std::max(released.load(), release), std::memory_order_release);
-            ++staged_from_area;
-        } else if (e.staged_length) {
+        REQUIRE(e.staged_length <= di::kEntryStagedBytes);
+        if (e.staged_length)
             std::memcpy(reinterpret_cast<void*>(e.staged_addr), e.staged, e.staged_length);
-        }
         cq_ring->consumer.store(consumer + 1, std::memory_order_release);
         return true;
     }

@@ -160,28 +160,6 @@ class Recorder : public CompletionSink {
         errors.push_back(cause);
         errors_by_responder.push_back(by_responder);
     }
-    // Set: receive staging into `area` (4 MiB, made at the first reservation: a Recorder
-    // is made per fuzz input), handed out in order and wrapping to its start (the tests
-    // read each message before the area comes round again).
-    bool stage_in_area = false;
-    std::vector<uint8_t> area;
-    uint64_t area_head = 0;
-    uint32_t reservations = 0;
-    uint8_t* reserve_receive_staging(uint32_t length, ReceiveStaging& out) override {
-        if (!stage_in_area)
-            return nullptr;
-        if (area.empty())
-            area.resize(size_t{1} << 22);
-        if (length > area.size())
-            return nullptr;
-        if (area_head + length > area.size())
-            area_head = 0;
-        out.offset = static_cast<uint32_t>(area_head);
-        out.release = area_head + length;
-        area_head += length;
-        ++reservations;
-        return area.data() + out.offset;
-    }
 };
 
 struct WireFaults {

@@ -1,7 +1,7 @@
 // The engine's own data path over a simulated lossy wire (sim_ports.hpp): Datapath,
 // EngineQp, ProcessMemory and the completion rings, with this test in the provider's
 // place. It writes work requests into the QP rings as the provider does, polls the CQ
-// rings (landing staged receives as poll_cq does), and checks every byte, on both
+// rings (landing small receives from their entries as poll_cq does), and checks every byte, on both
 // memory paths: private heap memory (cross-memory attach into this very process) and a
 // MAP_SHARED memfd (mapped by the engine, touched with memcpy).
 #include "engine_bench.hpp"
@@ -14,13 +14,9 @@
 using namespace engine_bench;
 
 TEST_CASE("engine data path: RC writes, reads and sends over a lossy simulated wire, every byte "
-          "checked, on private and on shared memory, with one data path and with one per port, "
-          "with receive and read staging and without") {
+          "checked, on private and on shared memory, with one data path and with one per port") {
     const bool shared = GENERATE(false, true);
     const size_t datapaths = GENERATE(1, 2);
-    const bool staging = GENERATE(false, true);
-    ScopedEnvironment receive_staging("SOFTHCA_RECEIVE_STAGING", staging ? "1" : "0");
-    ScopedEnvironment read_staging("SOFTHCA_READ_STAGING", staging ? "1" : "0");
     FaultConfig faults;
     faults.drop = 0.02;
     faults.duplicate = 0.02;
@@ -30,8 +26,7 @@ TEST_CASE("engine data path: RC writes, reads and sends over a lossy simulated w
     Bench bench(faults, shared, 0, datapaths);
     Host& a = *bench.a;
     Host& b = *bench.b;
-    INFO((shared ? "shared memfd" : "private heap")
-         << ", " << datapaths << " data paths" << (staging ? ", staging" : ""));
+    INFO((shared ? "shared memfd" : "private heap") << ", " << datapaths << " data paths");
     CHECK(a.shared_mapped() == shared);
     CHECK(b.shared_mapped() == shared);
 
@@ -103,10 +98,6 @@ TEST_CASE("engine data path: RC writes, reads and sends over a lossy simulated w
     }
     CHECK(completed == kMessages);
     CHECK(received == kMessages / 3);
-    // Private memory with staging on: READs landed from A's read staging area, SENDs from
-    // B's receive staging area (when the area had room); otherwise none did.
-    CHECK((a.staged_from_area > 0) == (staging && !shared));
-    CHECK((b.staged_from_area > 0) == (staging && !shared));
     // The wire did its worst, and the transport recovered through the engine's glue.
     const auto& counters = a.qp->transport().counters();
     INFO("dropped " << bench.ports.faults(0).dropped << " retransmitted "

@@ -47,7 +47,6 @@ void QueuePair::retire_completed() {
         c.opcode = completion_opcode(entry.wqe.opcode);
         c.byte_len = entry.wqe.length;
         c.qp_num = qp_num_;
-        attach_read_room(entry, c);
         const bool signaled = entry.wqe.signaled;
         counters_.sends_completed += c.opcode == WcOpcode::Send;
         if (req_.sq_send == sq_head_)
@@ -91,7 +90,6 @@ void QueuePair::complete_send_error(SendEntry& entry, WcStatus status) {
             // requests flushed after it).
             counters_.sends_completed += done.opcode == WcOpcode::Send;
         }
-        attach_read_room(head, done);
         ++sq_head_;
         sink_.send_wqe_retired();
         sink_.send_completion(done);
@@ -102,30 +100,6 @@ void QueuePair::complete_send_error(SendEntry& entry, WcStatus status) {
         report_error_and_flush(status, false);
     else if (!reliable())
         enter_send_queue_error(); // UC/UD: SQE, receives continue (10.3.1)
-}
-
-void QueuePair::attach_read_room(const SendEntry& entry, Completion& c) {
-    if (!entry.read_staging)
-        return;
-    c.staged_length = entry.wqe.length;
-    c.staged_addr = entry.read_room.place;
-    c.staging = entry.read_room;
-}
-
-void QueuePair::stage_read(SendEntry& read) {
-    // Only a signaled READ: an unsignaled one has no completion to land it by. One SGE,
-    // longer than a completion entry holds, whose range the memory checks now (lkey,
-    // local write, bounds: 10.6.3 / 10.7.3.1) as a write would.
-    const SendWqe& wqe = read.wqe;
-    uint64_t place = 0;
-    if (!wqe.signaled || wqe.num_sge != 1 || wqe.length <= kStagedReceiveBytes ||
-        wqe.sge[0].length < wqe.length ||
-        !memory_.stages_receive(wqe.sge[0].lkey, wqe.sge[0].addr, wqe.length, place))
-        return;
-    read.read_room.length = wqe.length;
-    read.read_room.place = place;
-    read.read_room.read = true;
-    read.read_staging = sink_.reserve_read_staging(wqe.length, read.read_room);
 }
 
 void QueuePair::reset_retry_counts() {
@@ -311,26 +285,12 @@ void QueuePair::on_read_response(const IbPacket& packet, Nanoseconds now) {
         complete_send_error(*read, WcStatus::BadResponseError);
         return;
     }
-    if (k == 0 && !read->read_staging)
-        stage_read(*read);
-    if (read->read_staging) { // inside the room: want stops at the READ's length
-        std::memcpy(read->read_staging + offset, packet.payload, want);
-        memory_.staged_read_filled(read->read_staging, offset + want);
-        // Its key, rights and bounds were checked at its first response; as a write
-        // would, the last one checks them again (an MR deregistered meanwhile fails the
-        // READ instead of its bytes being copied into memory that may be gone).
-        const Sge& sge = read->wqe.sge[0];
-        if (last && memory_.check(sge.lkey, false, access::kLocalWrite, sge.addr,
-                                  read->wqe.length) != MemoryStatus::Ok) {
-            complete_send_error(*read, WcStatus::LocalProtectionError);
-            return;
-        }
-    } else if (want && scatter(memory_, read->wqe.sge.data(), read->wqe.num_sge, offset,
-                               packet.payload, want) != MemoryStatus::Ok) {
+    if (want && scatter(memory_, read->wqe.sge.data(), read->wqe.num_sge, offset, packet.payload,
+                        want) != MemoryStatus::Ok) {
         complete_send_error(*read, WcStatus::LocalProtectionError);
         return;
     }
-    if (want && last && !read->read_staging)
+    if (want && last)
         memory_.end_message();
     ++read->received_packets;
     reset_retry_counts();

@@ -328,7 +328,6 @@ void QueuePair::flush_send_queue() {
         c.wr_id = wqe.wr_id;
         c.status = WcStatus::WrFlushError;
         c.qp_num = qp_num_;
-        attach_read_room(sq_at(sq_head_), c);
         sink_.send_wqe_retired();
         sink_.send_completion(c);
     }

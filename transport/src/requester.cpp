@@ -38,7 +38,6 @@ bool QueuePair::run_local_operation(SendEntry& entry) {
     entry.first_psn = req_.next_psn;
     entry.next_packet = 0;
     entry.received_packets = 0;
-    entry.read_staging = nullptr;
     entry.started = true;
     if (is_placed(wqe)) {
         // The initiator moved the bytes itself, with the rights the kernel gives it over
@@ -104,7 +103,6 @@ bool QueuePair::start_entry(SendEntry& entry) {
     entry.first_psn = req_.next_psn;
     entry.next_packet = 0;
     entry.received_packets = 0;
-    entry.read_staging = nullptr;
     entry.started = true;
     req_.next_psn = psn_add(req_.next_psn, entry.packets);
     if (rd_atomic)
@@ -224,9 +222,10 @@ size_t QueuePair::build_request(SendEntry& entry, uint8_t* buffer, size_t capaci
     if (payload) {
         uint8_t* data = buffer + o.payload;
         const uint32_t offset = packet * mtu;
-        // Bytes taken at post time (inline, gathered or staged): their SGEs are checked
-        // when the first packet is built, as a read would check them.
-        if (const uint8_t* posted = wqe.inline_data ? wqe.inline_bytes.data() : wqe.staged) {
+        // Bytes taken at post time (inline or gathered): their SGEs are checked when the
+        // first packet is built, as a read would check them.
+        if (wqe.inline_data) {
+            const uint8_t* posted = wqe.inline_bytes.data();
             if (offset == 0 && !gathered_sges_valid(wqe)) {
                 complete_send_error(entry, WcStatus::LocalProtectionError);
                 return 0;
@@ -242,7 +241,7 @@ size_t QueuePair::build_request(SendEntry& entry, uint8_t* buffer, size_t capaci
     if (pad)
         std::memset(buffer + o.payload + payload, 0, pad);
     entry.next_packet = rd_atomic ? entry.packets : entry.next_packet + 1;
-    if (payload && !wqe.inline_data && !wqe.staged && entry.next_packet == entry.packets)
+    if (payload && !wqe.inline_data && entry.next_packet == entry.packets)
         memory_.forget_message(message_tag(entry));
     if (!reliable() && entry.next_packet == entry.packets) {
         // Nothing acknowledges UC or UD: the request is complete once sent.

@@ -32,7 +32,6 @@ void QueuePair::reject(uint8_t nak_syndrome, uint32_t psn) {
 
 void QueuePair::drop_message() {
     resp_.in_progress = OpKind::Invalid; // the rest of this message is dropped as it comes
-    resp_.staging = nullptr;             // its room, if any, is given back by the next one
     ++counters_.dropped_messages;
 }
 
@@ -255,35 +254,9 @@ void QueuePair::complete_recv(const IbPacket& packet, uint32_t byte_len,
         c.staged_length = packet.payload_length;
         c.staged_addr = resp_.small_staged_place;
         std::memcpy(c.staged.data(), packet.payload, packet.payload_length);
-    } else if (resp_.staging && packet.info->kind == OpKind::Send &&
-               byte_len <= resp_.staging_reservation.length) {
-        // Only the SEND that took the room: a WRITE with immediate that consumes the
-        // receive of a dropped UC message writes no receive buffer at all.
-        c.staged_length = byte_len;
-        c.staged_addr = resp_.staging_reservation.place;
-        c.staging = resp_.staging_reservation;
     }
-    resp_.staging = nullptr;
     resp_.recv_taken = false;
     sink_.recv_completion(c);
-}
-
-uint8_t* QueuePair::reserve_staging(const IbPacket& packet) {
-    // A SEND larger than a completion holds, into one receive buffer (one SGE) of
-    // memory the MemoryAccess would rather not write now: the range it may fill (the
-    // message when it is one packet, else the whole buffer) is checked now (lkey, local
-    // write, bounds: 10.7.3.1) and room for it taken in receive staging; the consumer of
-    // the completion copies the message into place.
-    const RecvWqe& wqe = resp_.recv;
-    const uint32_t length = packet.info->ends_message() ? packet.payload_length : wqe.length;
-    uint64_t place = 0;
-    if (wqe.num_sge != 1 || length <= kStagedReceiveBytes ||
-        !rq_->memory().stages_receive(wqe.sge[0].lkey, wqe.sge[0].addr, length, place))
-        return nullptr;
-    uint8_t* room = sink_.reserve_receive_staging(length, resp_.staging_reservation);
-    resp_.staging_reservation.length = length;
-    resp_.staging_reservation.place = place;
-    return room;
 }
 
 bool QueuePair::stage_receive(const IbPacket& packet) {
@@ -316,7 +289,6 @@ void QueuePair::memory_fault() {
 void QueuePair::fail_receive(WcStatus status, uint8_t nak_code, uint32_t psn) {
     // A receive request that cannot hold the message completes in error and the QP
     // enters the error state (10.7.3.1); RC tells the requester with a NAK first.
-    resp_.staging = nullptr; // its room, if any, is given back by the next message
     Completion c;
     c.wr_id = resp_.recv.wr_id;
     c.status = status;
@@ -355,14 +327,8 @@ bool QueuePair::accept_send(const IbPacket& packet, uint32_t psn) {
         return false;
     }
     const bool staged = stage_receive(packet);
-    if (info.starts_message())
-        resp_.staging = staged ? nullptr : reserve_staging(packet);
     MemoryStatus written = MemoryStatus::Ok;
-    if (resp_.staging) { // inside the reservation: the length check above bounds it
-        if (packet.payload_length)
-            std::memcpy(resp_.staging + resp_.message_offset, packet.payload,
-                        packet.payload_length);
-    } else if (packet.payload_length && !staged)
+    if (packet.payload_length && !staged)
         written = scatter(rq_->memory(), wqe.sge.data(), wqe.num_sge, resp_.message_offset,
                           packet.payload, packet.payload_length);
     if (written == MemoryStatus::Gone) {
@@ -376,7 +342,7 @@ bool QueuePair::accept_send(const IbPacket& packet, uint32_t psn) {
     }
     resp_.message_offset += packet.payload_length;
     if (info.ends_message()) {
-        if (packet.payload_length && !resp_.staging && !staged)
+        if (packet.payload_length && !staged)
             rq_->memory().end_message();
         // SEND with Invalidate (9.4.1.1, 10.6.7.2.2): the rkey in the IETH stops granting
         // access before the receive completes. One that is not a valid window of ours

@@ -24,7 +24,6 @@ di::RegMrReply mr_reply(const di::MessageHeader& header, int status, const Regis
     r.mr_handle = mr.handle;
     r.lkey = mr.lkey;
     r.rkey = mr.rkey;
-    r.flags = mr.mapped ? uint32_t{di::kMrMapped} : 0u;
     r.grant_slot = status == 0 ? mr.grant_slot : di::kNoGrantSlot;
     return r;
 }

@@ -2,7 +2,6 @@
 
 #include "clock.hpp"
 #include "completion_queue.hpp"
-#include "environment.hpp"
 #include "gid_table.hpp"
 #include "ports.hpp"
 #include "queue_context.hpp"
@@ -128,46 +127,7 @@ int EngineQp::create_ring(uint32_t doorbell_slot) {
     const uint64_t rq_offset = sq_offset + uint64_t{sq_slot} * caps_.max_send_wr;
     // A QP on an SRQ has no receive slots (max_recv_wr 0).
     const uint64_t rings_end = rq_offset + uint64_t{rq_slot} * caps_.max_recv_wr;
-    // The send staging area, page aligned after the rings, when the engine's environment
-    // has SOFTHCA_SEND_STAGING=1 (off by default: on two cores it measured no faster,
-    // docs/performance.md); without one every source is read from memory.
-    static const bool staging = environment_opt_in("SOFTHCA_SEND_STAGING");
-    const uint64_t staging_offset = (rings_end + 4095) / 4096 * 4096;
-    const uint64_t staging_bytes =
-        staging && caps_.max_send_wr
-            ? std::min(uint64_t{caps_.max_send_wr} * QpLimits::kStagingPerSlot,
-                       QpLimits::kMaxStaging)
-            : 0;
-    // The receive staging area after it, when the environment has
-    // SOFTHCA_RECEIVE_STAGING=1: 8 KiB per receive queue slot, at least 64 KiB and at
-    // most 2 MiB; 256 KiB for a QP on an SRQ; none for UD, XRC (an XRC target's receives
-    // are in its domain's SRQs) or a QP that receives nothing.
-    // (Read at each QP's creation, as the next one is: the engine's environment does not
-    // change, and a unit test switches them.)
-    const bool rq_staging = environment_opt_in("SOFTHCA_RECEIVE_STAGING");
-    const uint64_t rq_staging_offset = staging_offset + staging_bytes;
-    const bool receives = binding_.recv_cq && type_ != tp::QpType::XrcRecv &&
-                          type_ != tp::QpType::XrcSend && type_ != tp::QpType::UD;
-    const uint64_t rq_staging_bytes =
-        !rq_staging || !receives ? 0
-        : binding_.srq           ? QpLimits::kSrqReceiveStaging
-                       : std::clamp(uint64_t{caps_.max_recv_wr} * QpLimits::kReceiveStagingPerSlot,
-                                    QpLimits::kMinReceiveStaging, QpLimits::kMaxStaging);
-    // The read staging area after it, when the environment has SOFTHCA_READ_STAGING=1:
-    // 8 KiB per send queue slot, at least 64 KiB and at most 2 MiB, for the QPs that
-    // issue RDMA READs (RC and XRC initiators).
-    const bool read_staging = environment_opt_in("SOFTHCA_READ_STAGING");
-    const uint64_t read_staging_offset = rq_staging_offset + rq_staging_bytes;
-    const bool reads = type_ == tp::QpType::RC || type_ == tp::QpType::XrcSend;
-    const uint64_t read_staging_bytes =
-        !read_staging || !reads || !caps_.max_send_wr
-            ? 0
-            : std::clamp(uint64_t{caps_.max_send_wr} * QpLimits::kReadStagingPerSlot,
-                         QpLimits::kMinReceiveStaging, QpLimits::kMaxStaging);
-    const uint64_t ring_bytes = staging_bytes || rq_staging_bytes || read_staging_bytes
-                                    ? read_staging_offset + read_staging_bytes
-                                    : rings_end;
-    if (int err = ring_memory_.create("softhca-qp", ring_bytes))
+    if (int err = ring_memory_.create("softhca-qp", rings_end))
         return err;
     ring_ = new (ring_memory_.data()) di::QpRingHeader{};
     ring_->magic = di::kQpRingMagic;
@@ -179,21 +139,7 @@ int EngineQp::create_ring(uint32_t doorbell_slot) {
     ring_->sq_offset = sq_offset;
     ring_->rq_offset = rq_offset;
     ring_->doorbell_slot = doorbell_slot;
-    ring_->staging_offset = staging_bytes ? staging_offset : 0;
-    ring_->staging_bytes = staging_bytes;
-    ring_->rq_staging_offset = rq_staging_bytes ? rq_staging_offset : 0;
-    ring_->rq_staging_bytes = rq_staging_bytes;
-    rq_staging_offset_ = rq_staging_bytes ? rq_staging_offset : 0;
-    rq_staging_bytes_ = rq_staging_bytes;
-    ring_->read_staging_offset = read_staging_bytes ? read_staging_offset : 0;
-    ring_->read_staging_bytes = read_staging_bytes;
-    read_staging_offset_ = read_staging_bytes ? read_staging_offset : 0;
-    read_staging_bytes_ = read_staging_bytes;
-    if (read_staging_bytes)
-        memory_.set_read_staging(&ring_->read_staging_released, &ring_->read_staging_writes);
     doorbell_slot_ = doorbell_slot;
-    staging_offset_ = staging_bytes ? staging_offset : 0;
-    staging_bytes_ = staging_bytes;
     sq_slot_size_ = sq_slot;
     rq_slot_size_ = rq_slot;
     sq_offset_ = sq_offset;
@@ -322,11 +268,6 @@ int EngineQp::modify(const di::ModifyQpRequest& request, const PortInfo& port,
         rq_pulled_ = ring_->rq_producer.load(std::memory_order_acquire);
         ring_->sq_completed.store(sq_pulled_, std::memory_order_release);
         ring_->rq_completed.store(rq_pulled_, std::memory_order_release);
-        // The completions of staged receives not yet polled are discarded by the
-        // provider (it cleans the CQs of a reset QP): their room is free again.
-        rq_staging_open_ = false;
-        ring_->rq_staging_released.store(rq_staging_head_, std::memory_order_release);
-        ring_->read_staging_released.store(read_staging_head_, std::memory_order_release);
     }
     if (mask & kState)
         transport_.set_state(next, now);
@@ -369,7 +310,6 @@ bool EngineQp::pull_work(tp::Nanoseconds now, bool& left_in_ring) {
         w.fence = h.flags & di::kSendFence;
         w.solicited = h.flags & di::kSendSolicited;
         w.inline_data = h.flags & di::kSendInline;
-        w.staged = nullptr;
         w.imm_data = h.imm_data;
         // The transport honours it on RC only; a WRITE with immediate also needs a grant.
         w.placed = (h.flags & di::kSendPlaced) &&
@@ -407,8 +347,6 @@ bool EngineQp::pull_work(tp::Nanoseconds now, bool& left_in_ring) {
                 w.length = 8;
             else if (h.flags & di::kSendGathered)
                 take_gathered(slot, w);
-            else if (h.flags & di::kSendStaged)
-                take_staged(h, w);
         }
         transport_.post_prepared_send();
         ++sq_pulled_;
@@ -445,17 +383,6 @@ void EngineQp::take_gathered(const uint8_t* slot, tp::SendWqe& w) const {
         return;
     std::memcpy(w.inline_bytes.data(), slot + at, w.length);
     w.inline_data = true;
-}
-
-void EngineQp::take_staged(const di::SendWqeHeader& h, tp::SendWqe& w) const {
-    // The payload is in the send staging area at `swap` (kSendStaged), checked against
-    // the engine's own copy of the area's bounds; a request that does not fit there, or
-    // does not carry its SGEs' bytes, is read from memory as usual. The SGEs stay, and
-    // are checked before the bytes go out (10.7.3.1).
-    if (!di::may_gather(static_cast<uint8_t>(w.opcode)) || h.swap >= staging_bytes_ ||
-        w.length > staging_bytes_ - h.swap)
-        return;
-    w.staged = static_cast<const uint8_t*>(ring_memory_.data()) + staging_offset_ + h.swap;
 }
 
 const uint8_t* EngineQp::ring_slot(bool send, uint64_t index) const {
@@ -505,15 +432,6 @@ void EngineQp::push_completion(CompletionQueue* cq, const tp::Completion& c) {
         e.staged_length = c.staged_length; // in the entry (stage_receive)
         e.staged_addr = c.staged_addr;
         std::memcpy(e.staged, c.staged.data(), e.staged_length);
-    } else if (c.staged_length > tp::kStagedReceiveBytes) {
-        // In receive staging (reserve_receive_staging): the provider copies it into
-        // place on success, and gives its room back whatever the status.
-        e.staged_length = c.staged_length;
-        e.staged_addr = c.staged_addr;
-        e.staging_offset = c.staging.offset;
-        std::memcpy(e.staged, &c.staging.release, sizeof(c.staging.release));
-        e.staged[di::kStagedAreaByte] =
-            c.staging.read ? di::kStagedInReadArea : di::kStagedInReceiveArea;
     }
     if (cq->timestamps)
         e.completion_ns = monotonic_ns(); // the card's free-running clock
@@ -541,64 +459,8 @@ void EngineQp::send_completion(const tp::Completion& c) {
     push_completion(binding_.send_cq, c);
 }
 
-namespace {
-
-// Room for `length` bytes in an area of `area` bytes the engine hands out from `head` on
-// and the provider gives back up to `released` (di::take_staging). That position is the
-// provider's to write: one beyond what was handed out, or that leaves less than nothing,
-// finds no room.
-di::StagingRoom room_given_back(uint64_t head, const std::atomic<uint64_t>& released_at,
-                                uint64_t area, uint32_t length) {
-    const uint64_t released = released_at.load(std::memory_order_acquire);
-    if (released > head || head - released > area)
-        return {};
-    return di::take_staging(head, released, area, length);
-}
-
-} // namespace
-
-uint8_t* EngineQp::reserve_receive_staging(uint32_t length, tp::ReceiveStaging& out) {
-    // In order of arrival, never over room the provider has not given back.
-    if (!rq_staging_bytes_ || length > rq_staging_bytes_ / 4)
-        return nullptr;
-    if (rq_staging_open_) // the last message did not complete: its room is free again
-        rq_staging_head_ = rq_staging_open_start_;
-    rq_staging_open_ = false;
-    const di::StagingRoom room =
-        room_given_back(rq_staging_head_, ring_->rq_staging_released, rq_staging_bytes_, length);
-    if (!room.found)
-        return nullptr; // full: this message is written into memory
-    rq_staging_open_ = true;
-    rq_staging_open_start_ = rq_staging_head_;
-    rq_staging_head_ = room.end;
-    out.offset = static_cast<uint32_t>(room.start % rq_staging_bytes_);
-    out.release = room.end;
-    return static_cast<uint8_t*>(ring_memory_.data()) + rq_staging_offset_ + out.offset;
-}
-
-uint8_t* EngineQp::reserve_read_staging(uint32_t length, tp::ReceiveStaging& out) {
-    // In send queue order, never over room the provider has not given back.
-    if (!read_staging_bytes_ || length > read_staging_bytes_ / 4)
-        return nullptr;
-    const di::StagingRoom room = room_given_back(read_staging_head_, ring_->read_staging_released,
-                                                 read_staging_bytes_, length);
-    if (!room.found)
-        return nullptr; // full: this READ is written into memory
-    uint8_t* staged = static_cast<uint8_t*>(ring_memory_.data()) + read_staging_offset_ +
-                      room.start % read_staging_bytes_;
-    // Later local writes into its range must reach the staged bytes (ProcessMemory).
-    if (!memory_.hold_staged_read(out.place, length, staged, room.end))
-        return nullptr;
-    read_staging_head_ = room.end;
-    out.offset = static_cast<uint32_t>(room.start % read_staging_bytes_);
-    out.release = room.end;
-    return staged;
-}
-
 void EngineQp::recv_completion(const tp::Completion& c) {
     note_state();
-    if (c.staged_length > tp::kStagedReceiveBytes)
-        rq_staging_open_ = false; // its room is the provider's to give back now
     // The request's slot is free before its completion is visible: an application that
     // posts again on seeing it must find room. An SRQ's slots free as requests are taken.
     EngineSrq* srq = type_ == tp::QpType::XrcRecv

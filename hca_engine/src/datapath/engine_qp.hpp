@@ -35,21 +35,6 @@ struct QpLimits {
     static constexpr uint32_t kMaxInline = transport::kMaxInlineData;
     static constexpr uint32_t kMaxRdAtomic =
         128; // as Linux rxe: responder state is cheap in software
-    // The send staging area (qp_ring.hpp): this much per send queue slot, at most
-    // kMaxStaging. It is engine memory the context holds (the engine's reads can be the
-    // first to touch a page), so it counts in engine_bytes against --limits.
-    static constexpr uint64_t kStagingPerSlot = 32 * 1024;
-    static constexpr uint64_t kMaxStaging = 2 * 1024 * 1024;
-    // The receive staging area (qp_ring.hpp): this much per receive queue slot, between
-    // kMinReceiveStaging and kMaxStaging; a fixed area for a QP on an SRQ. Counted the same
-    // way. One message takes at most a quarter of an area.
-    static constexpr uint64_t kReceiveStagingPerSlot = 8 * 1024;
-    static constexpr uint64_t kMinReceiveStaging = 64 * 1024;
-    static constexpr uint64_t kSrqReceiveStaging = 256 * 1024;
-    // The read staging area (qp_ring.hpp): this much per send queue slot, between
-    // kMinReceiveStaging and kMaxStaging, counted the same way. One READ takes at most a
-    // quarter of it.
-    static constexpr uint64_t kReadStagingPerSlot = 8 * 1024;
 };
 
 // What a QP is bound to at creation. An XRC initiator has no receive side, an XRC
@@ -132,8 +117,6 @@ class EngineQp : public transport::CompletionSink,
     void communication_established() override;
     void send_queue_drained() override;
     void last_wqe_reached() override;
-    uint8_t* reserve_receive_staging(uint32_t length, transport::ReceiveStaging& out) override;
-    uint8_t* reserve_read_staging(uint32_t length, transport::ReceiveStaging& out) override;
 
     // MemoryFaultListener: queued writes into this QP's memory failed.
     void deferred_memory_fault() override;
@@ -160,7 +143,6 @@ class EngineQp : public transport::CompletionSink,
     void push_completion(CompletionQueue* cq, const transport::Completion& completion);
     const uint8_t* ring_slot(bool send, uint64_t index) const;
     void take_gathered(const uint8_t* slot, transport::SendWqe& w) const;
-    void take_staged(const device_interface::SendWqeHeader& h, transport::SendWqe& w) const;
     // Puts the QP on the data path's active list (a change it could not see arrive).
     void activate();
     // Publishes the transport's state in the ring (QpRingHeader::engine_state) and, when
@@ -185,15 +167,6 @@ class EngineQp : public transport::CompletionSink,
     device_interface::QpRingHeader* ring_ = nullptr;
     uint32_t sq_slot_size_ = 0, rq_slot_size_ = 0;
     uint64_t sq_offset_ = 0, rq_offset_ = 0;
-    uint64_t staging_offset_ = 0, staging_bytes_ = 0;
-    // The receive staging area (qp_ring.hpp): where the next message's room starts, and
-    // the reservation of the message in progress until its completion is pushed.
-    uint64_t rq_staging_offset_ = 0, rq_staging_bytes_ = 0;
-    uint64_t rq_staging_head_ = 0, rq_staging_open_start_ = 0;
-    bool rq_staging_open_ = false;
-    // The read staging area: where the next READ's room starts.
-    uint64_t read_staging_offset_ = 0, read_staging_bytes_ = 0;
-    uint64_t read_staging_head_ = 0;
     uint32_t doorbell_slot_ = device_interface::kNoDoorbellSlot;
     uint64_t sq_pulled_ = 0;
     uint64_t rq_pulled_ = 0;

@@ -101,11 +101,7 @@ bool ProcessMemory::stages_receive(uint32_t lkey, uint64_t addr, uint32_t length
 bool ProcessMemory::read_process(uint64_t at, void* dst, uint32_t length) {
     flush_writes_now(); // reads see every write accepted before them
     iovec local{dst, length};
-    if (client_.read(&local, 1, at) != static_cast<ssize_t>(length))
-        return false;
-    if (held_count_)
-        read_held_reads(at, static_cast<uint8_t*>(dst), length);
-    return true;
+    return client_.read(&local, 1, at) == static_cast<ssize_t>(length);
 }
 
 MemoryStatus ProcessMemory::read(uint32_t key, bool remote, uint32_t rights, uint64_t addr,
@@ -186,9 +182,6 @@ MemoryStatus ProcessMemory::transfer(const transport::MemoryPiece* pieces, uint3
     const ssize_t moved = client_.move(false, local, far, r.count);
     if (moved != static_cast<ssize_t>(r.bytes))
         return failure();
-    if (held_count_)
-        for (uint32_t i = 0; i < r.count; ++i)
-            read_held_reads(r.process[i], buffer + pieces[i].buffer_offset, pieces[i].length);
     return MemoryStatus::Ok;
 }
 
@@ -275,79 +268,7 @@ ProcessMemory::~ProcessMemory() {
     }
 }
 
-void ProcessMemory::forget_landed_reads() {
-    const uint64_t released = read_released_->load(std::memory_order_acquire);
-    uint32_t kept = 0;
-    for (uint32_t i = 0; i < held_count_; ++i)
-        if (held_[i].release > released)
-            held_[kept++] = held_[i];
-    held_count_ = kept;
-}
-
-bool ProcessMemory::hold_staged_read(uint64_t place, uint32_t length, uint8_t* staged,
-                                     uint64_t release) {
-    if (!read_released_)
-        return false;
-    forget_landed_reads();
-    if (held_count_ == kMaxHeldReads)
-        return false;
-    held_[held_count_++] = {place, length, staged, release, 0};
-    return true;
-}
-
-void ProcessMemory::staged_read_filled(const uint8_t* staged, uint32_t filled) {
-    for (uint32_t i = 0; i < held_count_; ++i)
-        if (held_[i].staged == staged)
-            held_[i].filled = std::max(held_[i].filled, std::min(filled, held_[i].length));
-}
-
-std::pair<uint64_t, uint64_t> ProcessMemory::overlap(const HeldRead& h, uint64_t far, size_t length,
-                                                     uint32_t bytes) {
-    return {std::max(far, h.place), std::min(far + length, h.place + bytes)};
-}
-
-void ProcessMemory::write_into_held_reads(uint64_t far, const uint8_t* local, size_t length) {
-    // A write that follows a staged READ not yet copied into place, into its range: an
-    // HCA would place it after the READ's bytes, so it must survive the provider's copy.
-    // It goes into the staged bytes too, and the count of such writes moves, with a full
-    // fence before this write is queued for memory: a copy under way sees the count move
-    // and copies again (with this write); one that saw no move ended before this write
-    // reaches memory (qp_ring.hpp). The engine never waits for the client.
-    forget_landed_reads();
-    bool wrote = false;
-    for (uint32_t i = 0; i < held_count_; ++i) {
-        const HeldRead& h = held_[i];
-        const auto [begin, end] = overlap(h, far, length, h.length);
-        if (begin >= end)
-            continue;
-        std::memcpy(h.staged + (begin - h.place), local + (begin - far), end - begin);
-        wrote = true;
-    }
-    if (wrote) {
-        read_writes_->store(read_writes_->load(std::memory_order_relaxed) + 1,
-                            std::memory_order_release);
-        std::atomic_thread_fence(std::memory_order_seq_cst);
-    }
-}
-
-void ProcessMemory::read_held_reads(uint64_t far, uint8_t* dst, size_t length) {
-    // The staged bytes stay in the area until the engine reserves their room again, so
-    // they are right whether or not the provider's copy has begun.
-    // Only the bytes the READ has brought so far: the rest of its room holds what earlier
-    // READs left there, which this range must never show.
-    forget_landed_reads();
-    for (uint32_t i = 0; i < held_count_; ++i) {
-        const HeldRead& h = held_[i];
-        const auto [begin, end] = overlap(h, far, length, h.filled);
-        if (begin < end)
-            std::memcpy(dst + (begin - far), h.staged + (begin - h.place), end - begin);
-    }
-}
-
 void ProcessMemory::queue_write(void* far, const void* local, size_t length) {
-    if (held_count_)
-        write_into_held_reads(reinterpret_cast<uint64_t>(far), static_cast<const uint8_t*>(local),
-                              length);
     const bool small = length <= kSmallWrite;
     // One place stays free for end_message() to split this write in two.
     if (queued_ + 1 >= kMaxQueuedWrites || (small && small_used_ + length > kSmallArena))

@@ -85,19 +85,6 @@ class ProcessMemory : public transport::MemoryAccess {
                                          const transport::Sge* sge, uint32_t num_sge,
                                          uint32_t message_length, uint32_t offset, uint8_t* dst,
                                          uint32_t length) override;
-    // Read staging (qp_ring.hpp): a READ's `length` bytes for `place` in the process wait
-    // at `staged` until the provider has copied them (`read_staging_released` reaches
-    // `release`). Later writes into that range go there too, so the copy does not undo
-    // them. False when this memory already holds kMaxHeldReads (stage nothing then).
-    bool hold_staged_read(uint64_t place, uint32_t length, uint8_t* staged, uint64_t release);
-    void staged_read_filled(const uint8_t* staged, uint32_t filled) override;
-    // The QP's ring counters: what the provider has given back, and the engine's writes
-    // into staged bytes (qp_ring.hpp).
-    void set_read_staging(const std::atomic<uint64_t>* released, std::atomic<uint64_t>* writes) {
-        read_released_ = released;
-        read_writes_ = writes;
-    }
-    static constexpr uint32_t kMaxHeldReads = 64;
     // Placement order (memory-model.md): the last 8 bytes of the message just queued
     // become a write of their own, after the rest.
     void end_message() override;
@@ -167,29 +154,6 @@ class ProcessMemory : public transport::MemoryAccess {
     // own, after the run before them.
     uint8_t queued_starts_run_[kMaxQueuedWrites];
     static constexpr size_t kOrderedTail = 8;
-    // Staged READs not yet copied by the provider (hold_staged_read), and what a write
-    // into their range must do.
-    struct HeldRead {
-        uint64_t place;
-        uint32_t length;
-        uint8_t* staged;
-        uint64_t release;
-        uint32_t filled; // the READ's bytes so far: the rest of its room is old bytes
-    };
-    HeldRead held_[kMaxHeldReads];
-    uint32_t held_count_ = 0;
-    const std::atomic<uint64_t>* read_released_ = nullptr;
-    std::atomic<uint64_t>* read_writes_ = nullptr;
-    void forget_landed_reads();
-    // Where [far, far + length) meets the first `bytes` bytes of h's range: [first,
-    // second), empty when first >= second.
-    static std::pair<uint64_t, uint64_t> overlap(const HeldRead& h, uint64_t far, size_t length,
-                                                 uint32_t bytes);
-    void write_into_held_reads(uint64_t far, const uint8_t* local, size_t length);
-    // What was just read from [far, far + length) of the process, with the bytes of
-    // staged READs not yet copied into place over it: a request that follows a READ reads
-    // what the READ placed, as on an HCA (a fenced SEND of a READ's buffer).
-    void read_held_reads(uint64_t far, uint8_t* dst, size_t length);
     bool last_write_queued_ = false; // the last write()/write_pieces() ended in the queue
     static constexpr uint32_t kSmallWrite = 256;
     static constexpr uint32_t kSmallArena = 8192;

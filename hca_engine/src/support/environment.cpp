@@ -10,9 +10,4 @@ bool environment_switch_on(const char* name) {
     return !value || std::strcmp(value, "0") != 0;
 }
 
-bool environment_opt_in(const char* name) {
-    const char* value = std::getenv(name);
-    return value && std::strcmp(value, "1") == 0;
-}
-
 } // namespace softhca::engine

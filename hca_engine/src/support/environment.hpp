@@ -9,8 +9,4 @@ namespace softhca::engine {
 // SOFTHCA_ENGINE_YIELD, SOFTHCA_UDP_GSO, SOFTHCA_UDP_GRO). Read once per name by its caller.
 bool environment_switch_on(const char* name);
 
-// A path the engine's environment may turn on: off unless `name` is set to "1"
-// (SOFTHCA_SEND_STAGING). Read once per name by its caller.
-bool environment_opt_in(const char* name);
-
 } // namespace softhca::engine

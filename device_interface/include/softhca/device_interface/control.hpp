@@ -268,19 +268,12 @@ struct RegMrRequest {
 };
 static_assert(sizeof(RegMrRequest) == 48);
 
-// RegMrReply::flags
-enum RegMrFlags : uint32_t {
-    // The engine maps the region's memory and copies it with memcpy (shared memory,
-    // device memory): a provider gains nothing by staging sends from it.
-    kMrMapped = 1u << 0,
-};
-
 struct RegMrReply {
     ReplyHeader reply;
     uint32_t mr_handle;
     uint32_t lkey;
     uint32_t rkey;
-    uint32_t flags; // RegMrFlags (0 from engines that predate them)
+    uint32_t flags; // none defined: 0
     // ReregMr of a granted MR: its grant slot, its generation now raised, sent with the
     // context's grant page (as DeregMrReply); kNoGrantSlot otherwise.
     uint32_t grant_slot;

@@ -12,7 +12,7 @@
 namespace softhca::device_interface {
 
 constexpr uint32_t kCqRingMagic = 0x53484351; // "SHCQ"
-constexpr uint32_t kCqRingVersion = 6;
+constexpr uint32_t kCqRingVersion = 7;
 
 // Values of CqRingHeader::notify: what ibv_req_notify_cq asked for. The provider sets
 // it; the engine takes it back (exchange to kNotifyNone) when it adds a completion that
@@ -59,17 +59,13 @@ struct CompletionEntry {
     // destroyed before the entry was polled, and polling skips it, as an HCA driver
     // cleans a CQ of such a QP's completions (libmlx5's __mlx5_cq_clean).
     uint8_t discarded;
-    // A received message staged (docs/memory-model.md: the provider copies it into the receive
-    // buffer inside poll_cq, before it returns the completion): staged_length bytes go to
-    // staged_addr. 0: the engine wrote the buffer. Up to kEntryStagedBytes they are in
-    // `staged`; beyond, in the receive staging area of the QP (qp_ring.hpp) at
-    // `staging_offset`, and the first 8 bytes of `staged` are the position to raise the
-    // QP's rq_staging_released to once they are copied; or, when staged[kStagedAreaByte]
-    // is kStagedInReadArea, the bytes of an RDMA READ in its read staging area, and the
-    // position is for read_staging_released.
+    // A small received message that travels in the entry (docs/memory-model.md: the
+    // provider copies it into the receive buffer inside poll_cq, before it returns the
+    // completion): staged_length bytes (at most kEntryStagedBytes) of `staged` go to
+    // staged_addr. 0: the engine wrote the buffer.
     uint64_t staged_addr;
     uint32_t staged_length;
-    uint32_t staging_offset;
+    uint32_t reserved;
     uint8_t staged[56];
     // On a CQ created with kCreateCqTimestamps (0 otherwise): when the engine made the
     // completion, on the card's free-running clock — CLOCK_MONOTONIC in nanoseconds, so
@@ -78,9 +74,6 @@ struct CompletionEntry {
 };
 static_assert(sizeof(CompletionEntry) == 128);
 constexpr uint32_t kEntryStagedBytes = sizeof(CompletionEntry::staged);
-constexpr uint32_t kStagedAreaByte = 8;
-constexpr uint8_t kStagedInReceiveArea = 0;
-constexpr uint8_t kStagedInReadArea = 1;
 
 constexpr size_t cq_ring_bytes(uint32_t slots) {
     return sizeof(CqRingHeader) + size_t{slots} * sizeof(CompletionEntry);

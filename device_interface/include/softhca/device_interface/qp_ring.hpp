@@ -7,34 +7,6 @@
 // A shared receive queue uses the same layout with no send queue (sq_slots = 0); its
 // `rq_completed` counts requests taken by QPs.
 //
-// A QP's mapping ends with its send staging area (staging_bytes at staging_offset, none
-// when 0): the provider copies the source of a SEND or RDMA WRITE there inside
-// ibv_post_send (kSendStaged), so that the engine takes the bytes with memcpy instead of
-// reaching into the application's private memory. The provider allocates it as a ring of
-// bytes, in order, and takes back what a work request held once `sq_completed` has
-// passed it: the engine reads it until the request retires (retransmissions included).
-//
-// After it, the receive staging area (rq_staging_bytes at rq_staging_offset, none when
-// 0): the engine puts there the bytes of a received SEND larger than a completion entry
-// holds, into private memory through a one-SGE receive, and the provider copies them
-// into the receive buffer inside ibv_poll_cq (cq_ring.hpp's CompletionEntry says where).
-// The engine hands the area out in order of the messages' arrival, which is the order of
-// the QP's receive completions; the provider gives each message's room back by raising
-// `rq_staging_released` to the position its completion names, and the engine never
-// reuses room beyond it.
-//
-// After that, the read staging area (read_staging_bytes at read_staging_offset, none when
-// 0), the same for the responses of a signaled RDMA READ into private memory through one
-// SGE: the engine hands it out as each READ's first response arrives, which is send
-// queue order, and every READ staged completes (success, error or flush) in that order;
-// the provider copies a successful one into the READ's buffer inside ibv_poll_cq and
-// raises `read_staging_released`. CompletionEntry::staged names the area. A local write
-// of the engine's that follows a staged READ and overlaps its buffer goes into the area
-// too, so the provider's copy does not undo it, and the engine then raises
-// `read_staging_writes` and fences before it writes memory. The provider reads that count
-// before its copy and again after it (a full fence between): when it changed, the engine
-// wrote into the area meanwhile, and the copy is made again; when it did not, whatever the
-// engine writes next reaches memory after the copy. Neither side waits for the other.
 #pragma once
 
 #include <atomic>
@@ -44,7 +16,7 @@
 namespace softhca::device_interface {
 
 constexpr uint32_t kQpRingMagic = 0x53485150; // "SHQP"
-constexpr uint32_t kQpRingVersion = 9;
+constexpr uint32_t kQpRingVersion = 10;
 
 struct alignas(64) QpRingHeader {
     uint32_t magic;
@@ -57,28 +29,16 @@ struct alignas(64) QpRingHeader {
     uint64_t rq_offset;
     uint32_t doorbell_slot; // this queue's bit in the context's doorbell page
     uint32_t reserved;
-    uint64_t staging_offset;      // the send staging area, from the start of the mapping
-    uint64_t staging_bytes;       // 0: none
-    uint64_t rq_staging_offset;   // the receive staging area, from the start of the mapping
-    uint64_t rq_staging_bytes;    // 0: none
-    uint64_t read_staging_offset; // the read staging area, from the start of the mapping
-    uint64_t read_staging_bytes;  // 0: none
     alignas(64) std::atomic<uint64_t> sq_producer;  // provider
     alignas(64) std::atomic<uint64_t> sq_completed; // engine: retired, slot reusable
     alignas(64) std::atomic<uint64_t> rq_producer;  // provider
     alignas(64) std::atomic<uint64_t> rq_completed; // engine
-    // Provider: receive staging given back up to here (a position that only grows).
-    alignas(64) std::atomic<uint64_t> rq_staging_released;
-    // Provider: read staging given back up to here (a position that only grows).
-    alignas(64) std::atomic<uint64_t> read_staging_released;
-    // Engine: writes into staged READs' bytes so far (see above).
-    std::atomic<uint64_t> read_staging_writes;
     // Engine: the QP's state (enum ibv_qp_state) as the engine's transport has it, set
     // before `sq_completed` passes a request that changed it. The provider places RDMA
     // WRITEs and READs itself only while it is RTS (kSendPlaced).
     std::atomic<uint32_t> engine_state;
 };
-static_assert(sizeof(QpRingHeader) == 512);
+static_assert(sizeof(QpRingHeader) == 320);
 
 enum SendFlags : uint8_t {
     kSendSignaled = 1 << 0,
@@ -91,11 +51,6 @@ enum SendFlags : uint8_t {
     // message for memory it cannot map. A request the data of which may not change
     // until it completes (10.8.3.1) reads the same either way.
     kSendGathered = 1 << 4,
-    // The SGEs' bytes were copied into the send staging area at post time: `swap` holds
-    // their offset in it, `length` bytes, contiguous. As with kSendGathered the engine
-    // checks the SGEs as usual and takes the payload from there; staged bytes stay until
-    // the request retires.
-    kSendStaged = 1 << 5,
     // An RDMA WRITE or READ whose bytes the provider moved itself inside ibv_post_send,
     // under a grant (grant_page.hpp): the engine sends nothing and completes it after the
     // requests before it. The provider posts one only when every earlier request of the
@@ -104,31 +59,6 @@ enum SendFlags : uint8_t {
     // and completion, once the QP was granted an rkey (else the engine reads its bytes).
     kSendPlaced = 1 << 6,
 };
-
-// Staging is allocated in whole cache lines.
-constexpr uint64_t kStagingAlign = 64;
-
-// Room in a staging area (either one) seen as a ring of `area` bytes whose positions only
-// grow: [freed, head) is in use (freed <= head). take_staging finds `length` bytes,
-// rounded up to kStagingAlign and contiguous: from `head`, or from the area's start when
-// the tail is too short (the skipped tail counts as used until freed passes it).
-// `found` is false when that would reach past `freed + area`.
-struct StagingRoom {
-    bool found = false;
-    uint64_t start = 0; // position of the first byte: its offset is start % area
-    uint64_t end = 0;   // the new head
-};
-constexpr StagingRoom take_staging(uint64_t head, uint64_t freed, uint64_t area, uint64_t length) {
-    const uint64_t size = (length + kStagingAlign - 1) / kStagingAlign * kStagingAlign;
-    const uint64_t at = head % area;
-    const uint64_t start = at + size > area ? head + (area - at) : head;
-    if (start + size - freed > area)
-        return {};
-    return {true, start, start + size};
-}
-static_assert(take_staging(0, 0, 256, 1).end == 64);
-static_assert(take_staging(192, 0, 256, 128).found == false); // the skipped tail is in use
-static_assert(take_staging(192, 128, 256, 128).start == 256); // from the start, once freed
 
 // Every send slot has this much room beyond its SGEs for gathered bytes.
 constexpr uint32_t kSendGatherRoom = 64;

@@ -62,12 +62,12 @@ class MemoryAccess {
     virtual MemoryStatus read_message(uint64_t tag, bool remote, uint32_t rights, const Sge* sge,
                                       uint32_t num_sge, uint32_t message_length, uint32_t offset,
                                       uint8_t* dst, uint32_t length);
-    // Whether a received message or an RDMA READ's response (all of it for
-    // [addr, addr + length) of region `lkey`) should be staged, to be copied into place by whoever
-    // consumes its completion, instead of being written now. Answers true only when that range is
-    // valid for a local write, and then sets `place` to where the consumer must copy it (the
-    // address in its own address space of `addr`, which an MR registered at another
-    // IOVA names differently). The default writes everything at once.
+    // Whether a small received message (all of it for [addr, addr + length) of region
+    // `lkey`, at most kStagedReceiveBytes) should travel in its completion, to be copied
+    // into place by whoever consumes it, instead of being written now. Answers true only
+    // when that range is valid for a local write, and then sets `place` to where the
+    // consumer must copy it (the address in its own address space of `addr`, which an MR
+    // registered at another IOVA names differently). The default writes at once.
     virtual bool stages_receive(uint32_t /*lkey*/, uint64_t /*addr*/, uint32_t /*length*/,
                                 uint64_t& /*place*/) {
         return false;
@@ -79,9 +79,6 @@ class MemoryAccess {
     // later, or with copies that promise no order, must make the last 8 visible after the
     // rest of the message. The default writes at once, in order: nothing to do.
     virtual void end_message() {}
-    // A READ staged for its completion's consumer (CompletionSink::reserve_read_staging)
-    // has its first `filled` bytes at `staged` now: only those are the READ's.
-    virtual void staged_read_filled(const uint8_t* /*staged*/, uint32_t /*filled*/) {}
     // kEveryMessage forgets them all (the QP was reset or flushed).
     virtual void forget_message(uint64_t /*tag*/) {}
     static constexpr uint64_t kEveryMessage = ~0ull;

@@ -45,26 +45,6 @@ class CompletionSink {
     // A QP on a shared receive queue is in the error state and will take no more
     // receive requests from it (11.6.3.1, last WQE reached).
     virtual void last_wqe_reached() {}
-    // Receive staging: room for the bytes of the SEND now starting (at most `length`),
-    // which whoever consumes its completion copies into the receive buffer, instead of
-    // their being written into memory now. Returns where byte 0 goes (and the
-    // reservation, which the completion carries), or nullptr: write memory as usual.
-    // One message is in progress at a time: a reservation whose message does not
-    // complete successfully is given back by the next call.
-    virtual uint8_t* reserve_receive_staging(uint32_t /*length*/, ReceiveStaging& /*out*/) {
-        return nullptr;
-    }
-    // Read staging: room for the `length` bytes of the RDMA READ whose first response
-    // arrived, which whoever consumes its completion copies into the read's buffer
-    // (`out.place`, set by the caller). Reservations are made in send queue order and
-    // every one comes back in a completion (success, error or flush) in that order, or is
-    // dropped with the QP's reset. Local writes that follow and overlap the READ's buffer
-    // before its bytes land must not be undone by them (the sink sees to it: an HCA
-    // places a send queue's local writes in order). Returns where byte 0 goes, or
-    // nullptr: write memory as usual.
-    virtual uint8_t* reserve_read_staging(uint32_t /*length*/, ReceiveStaging& /*out*/) {
-        return nullptr;
-    }
 };
 
 struct QpConfig {
@@ -247,10 +227,6 @@ class QueuePair {
         bool started = false;
         bool acked = false;            // sends/writes: covered by an ACK; reads/atomics: answered
         uint32_t received_packets = 0; // read response packets received in order
-        // A READ staged for its completion's consumer (reserve_read_staging): its bytes
-        // start here; `read_room` is what its completion carries.
-        uint8_t* read_staging = nullptr;
-        ReceiveStaging read_room;
     };
     struct SendEntry : SendProgress {
         SendWqe wqe;
@@ -302,11 +278,6 @@ class QueuePair {
     void reset_retry_counts(); // progress: both retry budgets are whole again
     void retire_completed();
     void complete_send_error(SendEntry& entry, WcStatus status);
-    // A staged READ's completion carries its room (and its bytes' place on success).
-    static void attach_read_room(const SendEntry& entry, Completion& c);
-    // At a READ's first response: room in read staging when its memory would rather be
-    // written at poll time (MemoryAccess::stages_receive).
-    void stage_read(SendEntry& read);
     void on_response(const IbPacket& packet, Nanoseconds now);
     void on_read_response(const IbPacket& packet, Nanoseconds now);
     void on_atomic_ack(const IbPacket& packet, Nanoseconds now);
@@ -366,7 +337,6 @@ class QueuePair {
     void complete_recv(const IbPacket& packet, uint32_t byte_len,
                        NetworkHeader network_header = NetworkHeader::None, bool staged = false);
     bool stage_receive(const IbPacket& packet);
-    uint8_t* reserve_staging(const IbPacket& packet);
     // The receive WQE in use fails: its error completion, a fatal NAK, the error state.
     void fail_receive(WcStatus status, uint8_t nak_code, uint32_t psn);
     size_t build_response(uint8_t* buffer, size_t capacity);
@@ -427,13 +397,9 @@ class QueuePair {
         bool nak_sequence_sent = false;
         OpKind in_progress = OpKind::Invalid; // multi-packet message being received
         uint32_t message_offset = 0;
-        uint32_t xrc_srqn = 0;   // XRC target: the SRQ of the message in progress
-        RecvWqe recv;            // the receive request the message in progress fills
-        bool recv_taken = false; // recv belongs to the message in progress
-        // The message in progress goes to receive staging (CompletionSink::
-        // reserve_receive_staging) rather than into memory: its bytes start here.
-        uint8_t* staging = nullptr;
-        ReceiveStaging staging_reservation;
+        uint32_t xrc_srqn = 0;           // XRC target: the SRQ of the message in progress
+        RecvWqe recv;                    // the receive request the message in progress fills
+        bool recv_taken = false;         // recv belongs to the message in progress
         uint64_t small_staged_place = 0; // a message staged in its completion goes here
         uint64_t write_va = 0;
         uint32_t write_rkey = 0;

@@ -97,10 +97,6 @@ struct SendWqeFields {
     // data; a request whose SGEs' bytes were gathered at post time keeps its SGEs,
     // which are checked as if they were read.
     bool inline_data = false;
-    // Not inline: the payload's `length` bytes were staged where the engine maps them,
-    // and stay there until the request retires; the SGEs are kept and checked as if they
-    // were read. Null: the payload is read from memory through the SGEs.
-    const uint8_t* staged = nullptr;
     // An RDMA WRITE or READ whose bytes the initiator moved itself before posting it
     // (single copy between processes of one engine, docs/memory-model.md): it sends
     // nothing and completes in send queue order, as a local operation does. An RDMA
@@ -137,18 +133,6 @@ struct RecvWqe {
     std::array<Sge, kMaxSge> sge{}; // the first num_sge mean anything
 };
 
-// Where a received message's bytes wait in receive staging
-// (CompletionSink::reserve_receive_staging): `offset` into the staging area, and what
-// the consumer of its completion gives back once it has copied them (`release`, a
-// position that only grows).
-struct ReceiveStaging {
-    uint32_t offset = 0;
-    uint32_t length = 0; // the room reserved: the message is never longer
-    uint64_t release = 0;
-    uint64_t place = 0; // where the consumer copies it (MemoryAccess::stages_receive)
-    bool read = false;  // in read staging (reserve_read_staging), not receive staging
-};
-
 // The network header a RoCEv2 datagram came with (Annex A17.4.5.1: for UD the
 // completion tells IPv4 from IPv6).
 enum class NetworkHeader : uint8_t { None, Ipv4, Ipv6 };
@@ -175,10 +159,6 @@ struct Completion {
     uint32_t staged_length = 0;
     uint64_t staged_addr = 0;
     std::array<uint8_t, kStagedReceiveBytes> staged{};
-    // Or, for a larger message (staged_length above kStagedReceiveBytes), its bytes are
-    // in receive staging (CompletionSink::reserve_receive_staging), or for an RDMA READ in
-    // read staging (reserve_read_staging; copied on success, the room given back always).
-    ReceiveStaging staging;
 };
 
 } // namespace softhca::transport
