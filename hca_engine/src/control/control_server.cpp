@@ -146,7 +146,9 @@ void ControlServer::close_connection(Connection& connection) {
     if (connection.doorbell_fd >= 0)
         ::close(connection.doorbell_fd); // leaves the epoll set with its last descriptor
     connection.doorbell_fd = -1;
-    ::close(connection.fd);
+    // Messages may still be queued on it (an empty message reads as its end, and so does
+    // a reset): their descriptors are released where the socket's last reference goes.
+    close_client_socket(connection.fd, connection.account);
     connection.async_fd = -1;
     connection.fd = -1;
 }

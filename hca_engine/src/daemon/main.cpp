@@ -9,6 +9,7 @@
 #include "control_server.hpp"
 #include "datapath.hpp"
 #include "datapath_threads.hpp"
+#include "descriptor_sink.hpp"
 #include "device_model.hpp"
 #include "doorbells.hpp"
 #include "dpdk_ports.hpp"
@@ -138,6 +139,9 @@ int run(const EngineConfig& config) {
         setrlimit(RLIMIT_NOFILE, &files);
     }
 
+    // The process that takes the client sockets the engine lets go of
+    // (descriptor_sink.hpp): forked now, while the engine is one thread.
+    start_descriptor_sink();
     install_fast_crc32();
     // The CPUs the engine may run on, before DPDK's EAL pins this thread to one of them:
     // the data-path threads get them all back.

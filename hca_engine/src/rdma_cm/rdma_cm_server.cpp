@@ -65,8 +65,8 @@ RdmaCmServer::RdmaCmServer(const std::string& socket_path, const std::vector<Dev
 
 RdmaCmServer::~RdmaCmServer() {
     for (auto& [fd, file] : files_) {
-        ::close(file->fd);
-        ::close(file->pipe);
+        close_client_socket(file->fd, file->account);
+        close_client_descriptor(file->pipe, file->account);
     }
     ::close(listen_fd_);
     if (spare_fd_ >= 0)
@@ -174,7 +174,7 @@ void RdmaCmServer::close_file(CmFile& file) {
         }
         destroy_id(*it->second);
     }
-    ::close(file.fd);
+    close_client_socket(file.fd, file.account); // messages may still be queued on it
     if (file.pipe >= 0) {
         auto [first, last] = files_by_pipe_.equal_range(file.pipe_inode);
         for (auto it = first; it != last; ++it)

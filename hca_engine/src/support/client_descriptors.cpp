@@ -1,5 +1,6 @@
 #include "client_descriptors.hpp"
 
+#include "descriptor_sink.hpp"
 #include "mountinfo.hpp"
 
 #include <chrono>
@@ -57,11 +58,12 @@ class Closer {
         Lane& lane = lanes_[account];
         lane.queue.push_back(fd);
         ++lane.closing;
-        if (lane.idle == 0 && lane.threads < kThreadsPerAccount) {
+        // A thread woken for an earlier close still counts as idle until it takes it.
+        if (lane.queue.size() > lane.idle && lane.threads < kThreadsPerAccount) {
             ++lane.threads;
             try {
                 std::thread([this, account] { run(account); }).detach();
-            } catch (const std::system_error&) {
+            } catch (const std::exception&) {
                 --lane.threads; // no thread now: the next close of this account starts one
             }
         }
@@ -137,19 +139,23 @@ bool descriptor_identity(int fd, dev_t& device, ino_t& inode) {
 }
 
 void close_client_descriptor(int fd, uid_t account) {
-    if (fd >= 0)
+    // A socket goes to the descriptor sink, which holds whatever its release waits for;
+    // anything else to the account's closing threads (a FUSE file's close asks its
+    // daemon to FLUSH on the thread that closes).
+    if (fd >= 0 && !send_to_descriptor_sink(fd))
         Closer::instance().close(fd, account);
 }
 
 void close_client_socket(int fd, uid_t account) {
-    if (fd < 0)
+    if (fd < 0 || send_to_descriptor_sink(fd))
         return;
     if (account == static_cast<uid_t>(-1)) {
+        // Credentials that cannot be read share a lane of their own, never root's.
         ucred credentials{};
         socklen_t length = sizeof(credentials);
         account = ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0
                       ? credentials.uid
-                      : 0;
+                      : static_cast<uid_t>(-2);
     }
     Closer::instance().close(fd, account);
 }

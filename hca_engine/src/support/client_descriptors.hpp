@@ -36,19 +36,21 @@ std::string filesystem_type(int fd, const std::string& mountinfo);
 // of /proc/self/fdinfo; false when either cannot be had. Asks no filesystem.
 bool descriptor_identity(int fd, dev_t& device, ino_t& inode);
 
-// Closes a descriptor a client of `account` handed the engine (-1: nothing) on a thread
-// that serves nobody else: a close may wait as long as the client decides (a FUSE file's
-// FLUSH, a socket lingering on unsent data, a pipe whose lock a client thread holds), and
-// then holds that thread alone. Each account's closes have threads of their own, so the
-// closes that wait hold only that account's later ones.
+// Closes a descriptor a client of `account` handed the engine (-1: nothing) where its
+// close holds nobody else: a close may wait as long as the client decides (a FUSE file's
+// FLUSH, a socket lingering on unsent data, a pipe whose lock a client thread holds). A
+// socket goes to the descriptor sink (descriptor_sink.hpp); anything else to the
+// account's own closing threads, so the closes that wait hold only that account's later
+// ones.
 void close_client_descriptor(int fd, uid_t account);
 
-// Closes a client's connection that the engine did not take (refused, or its process
-// gone before it was pinned) on the closer of the user the socket's credentials name
-// (SO_PEERCRED): messages it sent before may still be queued, and the kernel drops
-// their descriptors on the closing thread, where a socket lingering on unsent data
-// among them would wait. `account` when the caller knows it (-1: the credentials'
-// uid).
+// Closes a client's connection socket: one the engine is done with, refused, or whose
+// process was gone before it was pinned. Messages may still be queued on it (an empty
+// message reads as a connection's end, and so does a reset), and the kernel releases the
+// descriptors they carry on the thread that drops the socket's last reference, where a
+// TCP socket lingering on unsent data among them waits: the socket goes to the
+// descriptor sink (descriptor_sink.hpp), or, without one, to the closing threads of
+// `account` (-1: the user the socket's credentials name, SO_PEERCRED).
 void close_client_socket(int fd, uid_t account = static_cast<uid_t>(-1));
 
 // How many descriptors of `account` wait to be closed or are being closed now. Past
