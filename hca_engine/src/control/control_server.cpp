@@ -146,8 +146,12 @@ void ControlServer::close_connection(Connection& connection) {
     if (connection.doorbell_fd >= 0)
         ::close(connection.doorbell_fd); // leaves the epoll set with its last descriptor
     connection.doorbell_fd = -1;
-    // Messages may still be queued on it (an empty message reads as its end, and so does
-    // a reset): their descriptors are released where the socket's last reference goes.
+    // Unwatched first: the sink may hold the socket's file on, and a registration would
+    // outlive the descriptor. Messages may still be queued on it (an empty message reads
+    // as its end, and so does a reset): their descriptors are released where the
+    // socket's last reference goes.
+    if (unwatch_)
+        unwatch_(connection.fd);
     close_client_socket(connection.fd, connection.account);
     connection.async_fd = -1;
     connection.fd = -1;

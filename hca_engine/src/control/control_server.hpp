@@ -55,6 +55,9 @@ class ControlServer {
     // closed, Paused when its user's descriptors wait to be closed past the bound
     // (client_descriptors.hpp); the caller stops watching it in both cases.
     Served handle_input(int fd);
+    // Called with a connection's descriptor before the server lets it go (the loop stops
+    // watching it: the file may outlive the descriptor, in the descriptor sink).
+    void set_unwatch(std::function<void(int)> unwatch) { unwatch_ = std::move(unwatch); }
     // The paused connections that may be read again (their user's closes drained), to be
     // watched again; those closed meanwhile are forgotten. Cheap when none is paused.
     std::vector<int> resumed();
@@ -200,8 +203,9 @@ class ControlServer {
     uint64_t refused_connections_ = 0; // out of descriptors, or past a cap of connections
     UserCounts connections_by_user_;
     static constexpr unsigned kAcceptsPerRound = 64;
-    int spare_fd_ = -1;        // reserve descriptor, see accept_pending()
-    std::vector<int> paused_;  // connections not watched until resumed()
+    int spare_fd_ = -1;       // reserve descriptor, see accept_pending()
+    std::vector<int> paused_; // connections not watched until resumed()
+    std::function<void(int)> unwatch_;
     std::vector<int> wakeups_; // by device: epoll set of its contexts' doorbell pipes
     std::map<int, Connection> connections_;
     RdmaCmStatus rdma_cm_status_;

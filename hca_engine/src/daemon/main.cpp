@@ -252,6 +252,9 @@ int run(const EngineConfig& config) {
         ev.data.fd = fd;
         epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
     };
+    const auto unwatch = [epfd](int fd) { epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr); };
+    server.set_unwatch(unwatch);
+    rdma_cm.set_unwatch(unwatch);
     watch(sigfd);
     watch(server.listen_fd());
     watch(rdma_cm.listen_fd());
@@ -381,12 +384,13 @@ int run(const EngineConfig& config) {
                         rdma_cm_files.insert(accepted);
                     }
                 } else if (rdma_cm_files.count(fd)) {
+                    // A closed one was unwatched before it went (set_unwatch).
                     const Served served = rdma_cm.handle_input(fd);
-                    if (served != Served::Open)
+                    if (served == Served::Paused)
                         epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
                     if (served == Served::Closed)
                         rdma_cm_files.erase(fd);
-                } else if (server.handle_input(fd) != Served::Open) {
+                } else if (server.handle_input(fd) == Served::Paused) {
                     epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
                 }
             }

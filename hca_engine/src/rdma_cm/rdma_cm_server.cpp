@@ -174,6 +174,8 @@ void RdmaCmServer::close_file(CmFile& file) {
         }
         destroy_id(*it->second);
     }
+    if (unwatch_)
+        unwatch_(file.fd); // first: the file may outlive the descriptor, in the sink
     close_client_socket(file.fd, file.account); // messages may still be queued on it
     if (file.pipe >= 0) {
         auto [first, last] = files_by_pipe_.equal_range(file.pipe_inode);

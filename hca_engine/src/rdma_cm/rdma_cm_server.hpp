@@ -57,6 +57,7 @@ class RdmaCmServer final : public MadReceiver, private transport::CmConsumer {
     // Paused as ControlServer::handle_input pauses a connection; resumed() likewise.
     Served handle_input(int fd);
     std::vector<int> resumed();
+    void set_unwatch(std::function<void(int)> unwatch) { unwatch_ = std::move(unwatch); }
     bool has_paused() const { return !paused_.empty(); }
 
     // Address resolution and CM retransmissions that are due. True when anything happened.
@@ -280,6 +281,7 @@ class RdmaCmServer final : public MadReceiver, private transport::CmConsumer {
     MadSender& wire_;
     std::map<int, std::unique_ptr<CmFile>> files_;
     std::vector<int> paused_; // files not watched until resumed()
+    std::function<void(int)> unwatch_;
     // By their pipe's inode (MIGRATE_ID). Pipe inode numbers are 32-bit and wrap, so two
     // live pipes may share one: a lookup takes only the caller's user's files.
     std::multimap<ino_t, CmFile*> files_by_pipe_;

@@ -142,12 +142,12 @@ void close_client_descriptor(int fd, uid_t account) {
     // A socket goes to the descriptor sink, which holds whatever its release waits for;
     // anything else to the account's closing threads (a FUSE file's close asks its
     // daemon to FLUSH on the thread that closes).
-    if (fd >= 0 && !send_to_descriptor_sink(fd))
+    if (fd >= 0 && !send_to_descriptor_sink(fd, account))
         Closer::instance().close(fd, account);
 }
 
 void close_client_socket(int fd, uid_t account) {
-    if (fd < 0 || send_to_descriptor_sink(fd))
+    if (fd < 0)
         return;
     if (account == static_cast<uid_t>(-1)) {
         // Credentials that cannot be read share a lane of their own, never root's.
@@ -157,7 +157,8 @@ void close_client_socket(int fd, uid_t account) {
                       ? credentials.uid
                       : static_cast<uid_t>(-2);
     }
-    Closer::instance().close(fd, account);
+    if (!send_to_descriptor_sink(fd, account))
+        Closer::instance().close(fd, account);
 }
 
 size_t client_descriptors_closing(uid_t account) {
