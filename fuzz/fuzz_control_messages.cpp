@@ -16,6 +16,7 @@
 #include "softhca/device_interface/socket_io.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -26,6 +27,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -33,6 +35,19 @@ namespace di = softhca::device_interface;
 using namespace softhca::engine;
 
 namespace {
+
+// Serves a connection's input as the engine's loop does: one paused while this
+// process's closes drain (client_descriptors.hpp: the engine's closing threads may lag
+// on a loaded machine) is served again once they have.
+template <class Server> Served serve(Server& server, int fd) {
+    for (;;) {
+        const Served served = server.handle_input(fd);
+        if (served != Served::Paused)
+            return served;
+        while (server.resumed().empty())
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+}
 
 struct Engine {
     sim::SimulatedPortSet ports{FaultConfig{}};
@@ -145,7 +160,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             ::close(memory);
         if (pipe_fds[0] >= 0)
             ::close(pipe_fds[0]);
-        if (e.server->handle_input(served) != Served::Open)
+        if (serve(*e.server, served) != Served::Open)
             std::abort(); // the engine hung up on a request
         // Exactly one reply, answering this request.
         di::ReceivedMessage m =
@@ -163,8 +178,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             std::abort(); // a second reply
     }
     ::close(client);
-    if (e.server->handle_input(served) !=
-        Served::Closed) // sees the close: the context and all it made go
+    if (serve(*e.server, served) != Served::Closed) // sees the close: all it made goes
         std::abort();
     return 0;
 }

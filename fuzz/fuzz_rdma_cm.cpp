@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <arpa/inet.h>
 #include <cerrno>
+#include <chrono>
 #include <cstdarg>
 #include <cstddef>
 #include <cstdio>
@@ -39,6 +40,7 @@
 #include <rdma/rdma_user_cm.h>
 #include <string>
 #include <sys/socket.h>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -47,6 +49,19 @@ namespace tp = softhca::transport;
 using namespace softhca::engine;
 
 namespace {
+
+// Serves a connection's input as the engine's loop does: one paused while this
+// process's closes drain (client_descriptors.hpp: the engine's closing threads may lag
+// on a loaded machine) is served again once they have.
+template <class Server> Served serve(Server& server, int fd) {
+    for (;;) {
+        const Served served = server.handle_input(fd);
+        if (served != Served::Paused)
+            return served;
+        while (server.resumed().empty())
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+}
 
 // Every broken invariant says which before the fuzzer records the input.
 [[gnu::format(printf, 1, 2)]] [[noreturn]] void fail(const char* format, ...) {
@@ -193,7 +208,7 @@ struct File {
 
     // Lets the engine answer; returns the result and checks the reply's invariants.
     int exchange(Engine& e, uint32_t seq, uint16_t out, std::vector<uint8_t>& response) {
-        if (e.cm.handle_input(served) != Served::Open)
+        if (serve(e.cm, served) != Served::Open)
             fail("the engine hung up on a command (errno %d)", errno);
         alignas(8) uint8_t buffer[di::kMaxRdmaCmMessage * 2];
         const ssize_t n = ::recv(sock, buffer, sizeof(buffer), MSG_DONTWAIT);
@@ -221,7 +236,7 @@ struct File {
     void close(Engine& e) {
         ::close(sock);
         ::close(app);
-        for (int waited_ms = 0; e.cm.handle_input(served) != Served::Closed; waited_ms += 10) {
+        for (int waited_ms = 0; serve(e.cm, served) != Served::Closed; waited_ms += 10) {
             if (waited_ms >= 5000) {
                 std::fprintf(stderr, "the engine did not see file %d close in 5 s\n", served);
                 std::abort();

@@ -18,7 +18,14 @@ di::QpRingHeader* map_work_ring(int fd, size_t bytes) {
     if (map == MAP_FAILED)
         return nullptr;
     auto* ring = static_cast<di::QpRingHeader*>(map);
-    if (ring->magic != di::kQpRingMagic || ring->version != di::kQpRingVersion) {
+    // The queues the header describes lie inside the mapping, as cq_ring_bytes checks a
+    // CQ's.
+    const auto inside = [bytes](uint64_t offset, uint64_t slots, uint64_t slot_size) {
+        return offset <= bytes && (slot_size == 0 || slots <= (bytes - offset) / slot_size);
+    };
+    if (ring->magic != di::kQpRingMagic || ring->version != di::kQpRingVersion ||
+        !inside(ring->sq_offset, ring->sq_slots, ring->sq_slot_size) ||
+        !inside(ring->rq_offset, ring->rq_slots, ring->rq_slot_size)) {
         ::munmap(map, bytes);
         return nullptr;
     }

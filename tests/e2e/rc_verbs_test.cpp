@@ -706,7 +706,7 @@ TEST_CASE("large SENDs land whole between untouched guard bytes; many in flight,
           "[integrity]") {
     Pair pair;
     Buffer src(dev(0), 1 << 20, kAllAccess), dst(dev(1), 8 << 20, kAllAccess);
-    SECTION("each size lands whole between untouched guard bytes, at poll time") {
+    SECTION("each size lands whole between untouched guard bytes") {
         std::memset(dst.bytes.data(), 0xee, dst.bytes.size());
         uint64_t seed = 0;
         for (uint32_t size : {57u, 1000u, 1024u, 1025u, 65536u, 300001u}) {
@@ -804,7 +804,7 @@ TEST_CASE("READs land whole between untouched guard bytes; unsignaled, two-SGE a
         post(pair.a, wr);
     };
     std::memset(local.bytes.data(), 0xee, local.bytes.size());
-    SECTION("each size lands whole between untouched guard bytes, at poll time") {
+    SECTION("each size lands whole between untouched guard bytes") {
         uint64_t id = 0;
         for (uint32_t size : {57u, 1000u, 1024u, 1025u, 65536u, 200001u}) {
             INFO("size " << size);
@@ -819,7 +819,7 @@ TEST_CASE("READs land whole between untouched guard bytes; unsignaled, two-SGE a
             CHECK(untouched(local, at + size, 64, 0xee));
         }
     }
-    SECTION("unsignaled and two-SGE READs are written by the engine, before any poll") {
+    SECTION("unsignaled and two-SGE READs land before any poll") {
         read(0, 70000, 1, 0);
         fill(remote, 2, 100000, 20000);
         ibv_sge two[2] = {{local.addr(100000), 333, local.mr->lkey},

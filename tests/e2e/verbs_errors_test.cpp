@@ -573,7 +573,6 @@ TEST_CASE("a process that scribbles over its shared rings cannot crash the engin
     ring->rq_offset = ~0ull;
     ring->sq_producer.store(3);
     ring->rq_producer.store(~0ull - 5);
-    ring->reserved = ~0u;
     auto* cq_ring = static_cast<di::CqRingHeader*>(cq_map);
     cq_ring->slots = 0;
     cq_ring->consumer.store(~0ull);

@@ -225,30 +225,6 @@ inline int64_t first_mismatch(const uint8_t* at, uint64_t message, uint32_t leng
     return -1;
 }
 
-// Sets an environment variable of the engine's (read as each QP is created) for as long as
-// it lives.
-class ScopedEnvironment {
-  public:
-    ScopedEnvironment(const char* name, const char* value) : name_(name) {
-        if (const char* old = std::getenv(name))
-            old_ = old, had_ = true;
-        setenv(name, value, 1);
-    }
-    ~ScopedEnvironment() {
-        if (had_)
-            setenv(name_, old_.c_str(), 1);
-        else
-            unsetenv(name_);
-    }
-    ScopedEnvironment(const ScopedEnvironment&) = delete;
-    ScopedEnvironment& operator=(const ScopedEnvironment&) = delete;
-
-  private:
-    const char* name_;
-    std::string old_;
-    bool had_ = false;
-};
-
 inline KeySpace two_devices() {
     KeySpace keys;
     keys.set_device_count(2);

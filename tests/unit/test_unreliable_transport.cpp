@@ -132,6 +132,44 @@ TEST_CASE("UC: with loss and duplication only whole messages are delivered") {
     }
 }
 
+TEST_CASE("UC: a WRITE with immediate after a SEND dropped midway takes the kept receive and "
+          "carries nothing of the SEND") {
+    // A UC SEND takes a receive at its first packet; its middle packet is lost, so the
+    // message is dropped and the receive kept. A WRITE with immediate then
+    // consumes that receive: its completion has the WRITE's length and immediate, and no
+    // bytes for the receive buffer (small SENDs into this memory travel in completions).
+    Link link(3, in_order(), 64, Service::UC);
+    link.connect(PathMtu::Mtu1024, kRights);
+    HostMemory& am = link.a().memory;
+    HostMemory& bm = link.b().memory;
+    bm.stage_receives = true;
+    const uint32_t src = am.add_region(8192, kRights);
+    const uint32_t dst = bm.add_region(8192, kRights);
+    REQUIRE(link.b().qp.post_recv(one_sge_receive(7, bm, dst, 8192)));
+    SendWqe send = one_sge_request(1, WrOpcode::Send, am, src, 3000); // three packets
+    REQUIRE(link.a().qp.post_send(send));
+    SendWqe write = one_sge_request(2, WrOpcode::RdmaWriteWithImm, am, src, 100);
+    write.rkey = dst;
+    write.remote_addr = bm.region(dst).addr + 4096;
+    write.imm_data = 0x01020304;
+    REQUIRE(link.a().qp.post_send(write));
+    uint8_t out[2048];
+    uint32_t index = 0;
+    while (size_t length = link.a().qp.transmit(out, sizeof(out), link.now())) {
+        IbPacket packet;
+        REQUIRE(parse_ib_packet(out, length, packet) == PacketError::None);
+        if (index++ != 1) // the SEND's middle packet is lost
+            link.b().qp.receive(packet, link.now());
+    }
+    REQUIRE(link.b().sink.recvs.size() == 1);
+    const Completion& c = link.b().sink.recvs[0];
+    CHECK(c.wr_id == 7);
+    CHECK(c.status == WcStatus::Success);
+    CHECK(c.opcode == WcOpcode::RecvRdmaWithImm);
+    CHECK(c.byte_len == 100);
+    CHECK(c.staged_length == 0); // nothing for the receive buffer
+}
+
 TEST_CASE("UC: RDMA WRITE with immediate lands and completes, no ACK is ever sent") {
     Link link(3, in_order(), 64, Service::UC);
     link.connect(PathMtu::Mtu1024, kRights);

@@ -325,12 +325,11 @@ RegisteredMr ContextResources::add_mr(MemoryRegion mr) {
     ++pds_.at(mr.pd_handle).mr_count;
     if (mr.dm_handle)
         ++dms_.at(mr.dm_handle).mr_count;
-    const bool mapped = mr.mapping != nullptr;
     mrs_by_key_[key] = &mrs_.emplace(handle, std::move(mr)).first->second;
     ++mr_generation_;
     ++keys_.mrs;
     charge(kMrUsage);
-    return {handle, key, key, mapped};
+    return {handle, key, key};
 }
 
 int ContextResources::rereg_mr(const di::ReregMrRequest& request, RegisteredMr& out) {
@@ -381,7 +380,7 @@ int ContextResources::rereg_mr(const di::ReregMrRequest& request, RegisteredMr& 
     grants_.revoke(mr.grant_slot); // what was granted on it named the old region
     mr = next;                     // same keys, same place in mrs_by_key_
     ++mr_generation_;
-    out = {request.mr_handle, mr.lkey, mr.rkey, mr.mapping != nullptr, mr.grant_slot};
+    out = {request.mr_handle, mr.lkey, mr.rkey, mr.grant_slot};
     return 0;
 }
 

@@ -106,7 +106,6 @@ struct DeviceMemory {
 
 struct RegisteredMr {
     uint32_t handle, lkey, rkey;
-    bool mapped = false;              // the engine maps its memory (MemoryRegion::mapping)
     uint32_t grant_slot = UINT32_MAX; // rereg of a granted MR: its slot, revoked
 };
 

@@ -6,7 +6,6 @@
 // advances `completed` as work requests retire, which frees their slots.
 // A shared receive queue uses the same layout with no send queue (sq_slots = 0); its
 // `rq_completed` counts requests taken by QPs.
-//
 #pragma once
 
 #include <atomic>
