@@ -1463,7 +1463,11 @@ TEST_CASE("single copy: nothing lands in an MR after ibv_dereg_mr has returned, 
         std::this_thread::yield();
     REQUIRE(ibv_dereg_mr(mr) == 0);
     std::vector<uint8_t> after(remote.begin(), remote.end());
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    // Until a WRITE with the deregistered rkey has failed (at least 200 ms, at most 10 s:
+    // under injected loss and a sanitizer, retransmissions may hold the next WRITE back).
+    for (int waited_ms = 0; waited_ms < 200 || (!failed.load() && waited_ms < 10000);
+         waited_ms += 10)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
     stop = true;
     writer.join();
     CHECK(std::memcmp(after.data(), remote.data(), after.size()) == 0);
