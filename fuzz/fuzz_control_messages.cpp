@@ -11,12 +11,12 @@
 // The status requests (text and JSON) go at most once per input: they read every table
 // and cost more than all the rest together, so more would only slow the fuzzer.
 #include "control_server.hpp"
+#include "serve_connection.hpp"
 #include "sim_ports.hpp"
 #include "softhca/device_interface/control.hpp"
 #include "softhca/device_interface/socket_io.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -27,7 +27,6 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -35,19 +34,6 @@ namespace di = softhca::device_interface;
 using namespace softhca::engine;
 
 namespace {
-
-// Serves a connection's input as the engine's loop does: one paused while this
-// process's closes drain (client_descriptors.hpp: the engine's closing threads may lag
-// on a loaded machine) is served again once they have.
-template <class Server> Served serve(Server& server, int fd) {
-    for (;;) {
-        const Served served = server.handle_input(fd);
-        if (served != Served::Paused)
-            return served;
-        while (server.resumed().empty())
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-}
 
 struct Engine {
     sim::SimulatedPortSet ports{FaultConfig{}};

@@ -20,6 +20,7 @@
 #include "clock.hpp"
 #include "rdma_cm_file.hpp"
 #include "rdma_cm_server.hpp"
+#include "serve_connection.hpp"
 #include "sim_ports.hpp"
 #include "softhca/device_interface/rdma_cm.hpp"
 #include "softhca/device_interface/socket_io.hpp"
@@ -27,7 +28,6 @@
 #include <algorithm>
 #include <arpa/inet.h>
 #include <cerrno>
-#include <chrono>
 #include <cstdarg>
 #include <cstddef>
 #include <cstdio>
@@ -40,7 +40,6 @@
 #include <rdma/rdma_user_cm.h>
 #include <string>
 #include <sys/socket.h>
-#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -49,19 +48,6 @@ namespace tp = softhca::transport;
 using namespace softhca::engine;
 
 namespace {
-
-// Serves a connection's input as the engine's loop does: one paused while this
-// process's closes drain (client_descriptors.hpp: the engine's closing threads may lag
-// on a loaded machine) is served again once they have.
-template <class Server> Served serve(Server& server, int fd) {
-    for (;;) {
-        const Served served = server.handle_input(fd);
-        if (served != Served::Paused)
-            return served;
-        while (server.resumed().empty())
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-}
 
 // Every broken invariant says which before the fuzzer records the input.
 [[gnu::format(printf, 1, 2)]] [[noreturn]] void fail(const char* format, ...) {

@@ -18,27 +18,7 @@
 source "$(dirname "$0")/../e2e/lib.sh"
 source "$(dirname "$0")/honest_client.sh"
 ATTACK=${1:?path to fuse_memory_attack}
-out=$(mktemp)
-mount_dir=$(mktemp -d)
-chown 65534:65534 "$mount_dir"
-stop_attacker() {
-    local daemon
-    daemon=$(awk '/^daemon:/ {print $2}' "$out")
-    if [ -n "${attacker:-}" ]; then
-        kill -9 "$attacker" 2>/dev/null || true
-        wait "$attacker" 2>/dev/null || true
-    fi
-    [ -z "$daemon" ] || kill -9 "$daemon" 2>/dev/null || true
-    attacker=
-}
-cleanup() {
-    stop_attacker
-    wait 2>/dev/null
-    "$SOFTHCA" down >/dev/null 2>&1 || true
-    rm -f "$out"
-    rmdir "$mount_dir" 2>/dev/null || true
-}
-trap cleanup EXIT
+source "$(dirname "$0")/fuse_attacker.sh"
 engine_descriptors() { find "/proc/$(engine_pid)/fd" -mindepth 1 -maxdepth 1 | wc -l; }
 
 "$SOFTHCA" up >/dev/null || fail "softhca up failed"

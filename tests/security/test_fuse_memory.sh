@@ -22,30 +22,7 @@ source "$(dirname "$0")/../e2e/lib.sh"
 source "$(dirname "$0")/honest_client.sh"
 ATTACK=${1:?path to fuse_memory_attack}
 as_nobody=(setpriv --reuid=65534 --regid=65534 --clear-groups)
-out=$(mktemp)
-mount_dir=$(mktemp -d)
-chown 65534:65534 "$mount_dir"
-# The attacker, then its FUSE daemon: the attacker's exit closes the FUSE file, whose
-# FLUSH the daemon answers to it; the daemon's death ends the requests it never answered
-# (the engine's, if any).
-stop_attacker() {
-    local daemon
-    daemon=$(awk '/^daemon:/ {print $2}' "$out")
-    if [ -n "${attacker:-}" ]; then
-        kill -9 "$attacker" 2>/dev/null || true
-        wait "$attacker" 2>/dev/null || true
-    fi
-    [ -z "$daemon" ] || kill -9 "$daemon" 2>/dev/null || true
-    attacker=
-}
-cleanup() {
-    stop_attacker
-    wait 2>/dev/null
-    "$SOFTHCA" down >/dev/null 2>&1 || true
-    rm -f "$out"
-    rmdir "$mount_dir" 2>/dev/null || true
-}
-trap cleanup EXIT
+source "$(dirname "$0")/fuse_attacker.sh"
 "$SOFTHCA" up >/dev/null || fail "softhca up failed"
 honest_baseline
 

@@ -171,10 +171,8 @@ Served ControlServer::handle_input(int fd) {
     for (unsigned served = 0; served < kRequestsPerRound; ++served) {
         // A user whose descriptors wait to be closed (client_descriptors.hpp) sends no
         // more of them until they drain: its connections rest, everyone else's do not.
-        if (client_descriptors_closing(account) >= kMaxClosingPerAccount) {
-            paused_.push_back(fd);
+        if (paused_.pause_if_backed_up(fd, account))
             return Served::Paused;
-        }
         di::ReceivedMessage m =
             di::receive_message(fd, buffer, sizeof(buffer), MSG_DONTWAIT, dispose);
         if (m.size < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -209,17 +207,10 @@ Served ControlServer::handle_input(int fd) {
 }
 
 std::vector<int> ControlServer::resumed() {
-    std::vector<int> resumed;
-    std::erase_if(paused_, [this, &resumed](int fd) {
+    return paused_.resumed([this](int fd) -> std::optional<uid_t> {
         const auto it = connections_.find(fd);
-        if (it == connections_.end())
-            return true;
-        if (client_descriptors_closing(it->second.account) >= kResumeClosingPerAccount)
-            return false;
-        resumed.push_back(fd);
-        return true;
+        return it == connections_.end() ? std::nullopt : std::optional(it->second.account);
     });
-    return resumed;
 }
 
 void ControlServer::reply(Connection& c, const void* message, size_t size, int fd_to_pass) {

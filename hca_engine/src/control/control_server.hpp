@@ -203,8 +203,8 @@ class ControlServer {
     uint64_t refused_connections_ = 0; // out of descriptors, or past a cap of connections
     UserCounts connections_by_user_;
     static constexpr unsigned kAcceptsPerRound = 64;
-    int spare_fd_ = -1;       // reserve descriptor, see accept_pending()
-    std::vector<int> paused_; // connections not watched until resumed()
+    int spare_fd_ = -1;        // reserve descriptor, see accept_pending()
+    PausedConnections paused_; // connections not watched until resumed()
     std::function<void(int)> unwatch_;
     std::vector<int> wakeups_; // by device: epoll set of its contexts' doorbell pipes
     std::map<int, Connection> connections_;

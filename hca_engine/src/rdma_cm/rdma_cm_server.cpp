@@ -201,10 +201,8 @@ Served RdmaCmServer::handle_input(int fd) {
     for (unsigned served = 0; served < 16; ++served) {
         // ... and rests the files of a user whose descriptors wait to be closed
         // (client_descriptors.hpp).
-        if (client_descriptors_closing(account) >= kMaxClosingPerAccount) {
-            paused_.push_back(fd);
+        if (paused_.pause_if_backed_up(fd, account))
             return Served::Paused;
-        }
         di::ReceivedMessage m =
             di::receive_message(fd, buffer, sizeof(buffer), MSG_DONTWAIT, dispose);
         if (m.size < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -252,17 +250,10 @@ Served RdmaCmServer::handle_input(int fd) {
 }
 
 std::vector<int> RdmaCmServer::resumed() {
-    std::vector<int> resumed;
-    std::erase_if(paused_, [this, &resumed](int fd) {
+    return paused_.resumed([this](int fd) -> std::optional<uid_t> {
         const auto it = files_.find(fd);
-        if (it == files_.end())
-            return true;
-        if (client_descriptors_closing(it->second->account) >= kResumeClosingPerAccount)
-            return false;
-        resumed.push_back(fd);
-        return true;
+        return it == files_.end() ? std::nullopt : std::optional(it->second->account);
     });
-    return resumed;
 }
 
 void RdmaCmServer::dispatch(CmFile& file, const uint8_t* message, size_t size, int passed_fd) {

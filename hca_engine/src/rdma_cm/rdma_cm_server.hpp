@@ -280,7 +280,7 @@ class RdmaCmServer final : public MadReceiver, private transport::CmConsumer {
     const PortSet& ports_;
     MadSender& wire_;
     std::map<int, std::unique_ptr<CmFile>> files_;
-    std::vector<int> paused_; // files not watched until resumed()
+    PausedConnections paused_; // files not watched until resumed()
     std::function<void(int)> unwatch_;
     // By their pipe's inode (MIGRATE_ID). Pipe inode numbers are 32-bit and wrap, so two
     // live pipes may share one: a lookup takes only the caller's user's files.

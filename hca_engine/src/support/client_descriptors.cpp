@@ -165,6 +165,27 @@ size_t client_descriptors_closing(uid_t account) {
     return Closer::instance().closing(account);
 }
 
+bool PausedConnections::pause_if_backed_up(int fd, uid_t account) {
+    if (client_descriptors_closing(account) < kMaxClosingPerAccount)
+        return false;
+    fds_.push_back(fd);
+    return true;
+}
+
+std::vector<int>
+PausedConnections::resumed(const std::function<std::optional<uid_t>(int)>& account_of) {
+    std::vector<int> resumed;
+    std::erase_if(fds_, [&](int fd) {
+        const std::optional<uid_t> account = account_of(fd);
+        if (account && client_descriptors_closing(*account) >= kResumeClosingPerAccount)
+            return false;
+        if (account)
+            resumed.push_back(fd);
+        return true;
+    });
+    return resumed;
+}
+
 ino_t anonymous_pipe_inode(int fd) {
     char path[64], link[64];
     std::snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);

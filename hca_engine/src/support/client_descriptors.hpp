@@ -19,9 +19,12 @@
 #include "stall_watch.hpp"
 
 #include <cstddef>
+#include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <sys/types.h>
+#include <vector>
 
 namespace softhca::engine {
 
@@ -67,6 +70,22 @@ constexpr size_t kResumeClosingPerAccount = 128;
 // kMaxClosingPerAccount, and its input stays unread, and unwatched, until the server
 // says it resumes.
 enum class Served { Open, Closed, Paused };
+
+// The connections a server rests while their user's closes drain.
+class PausedConnections {
+  public:
+    // True, keeping `fd`, when `account` has kMaxClosingPerAccount descriptors or more
+    // waiting to be closed: the server reads no more of it and returns Served::Paused.
+    bool pause_if_backed_up(int fd, uid_t account);
+    // The paused connections whose user has fewer than kResumeClosingPerAccount waiting
+    // now, to be watched again; `account_of` names a connection's user, or nullopt for
+    // one the server closed meanwhile (forgotten).
+    std::vector<int> resumed(const std::function<std::optional<uid_t>(int)>& account_of);
+    bool empty() const { return fds_.empty(); }
+
+  private:
+    std::vector<int> fds_;
+};
 
 // The inode of the anonymous pipe `fd` is, from its /proc/self/fd link; 0 when `fd` is
 // anything else. Asks no filesystem.
