@@ -11,6 +11,7 @@
 // The status requests (text and JSON) go at most once per input: they read every table
 // and cost more than all the rest together, so more would only slow the fuzzer.
 #include "control_server.hpp"
+#include "device_links.hpp"
 #include "serve_connection.hpp"
 #include "sim_ports.hpp"
 #include "softhca/device_interface/control.hpp"
@@ -39,8 +40,19 @@ struct Engine {
     sim::SimulatedPortSet ports{FaultConfig{}};
     std::vector<Device> devices{{"fz0", 0, 1}, {"fz1", 1, 2}};
     std::string path = "/tmp/softhca-fuzz-" + std::to_string(::getpid()) + ".sock";
-    std::unique_ptr<ControlServer> server =
-        std::make_unique<ControlServer>(path, devices, ports, "fz");
+    std::unique_ptr<ControlServer> server = [this] {
+        auto made = std::make_unique<ControlServer>(path, devices, ports, "fz");
+        // LinkAdd and LinkDelete: the engine's checks, then nothing (simulated ports take
+        // no new port).
+        made->set_link_handler(
+            [this](bool add, const std::string& name, const std::string& netdev) {
+                size_t device = 0;
+                const int error = add ? DeviceLinks::check_add(devices, ports, name, netdev)
+                                      : DeviceLinks::check_remove(devices, name, device);
+                return error ? error : EOPNOTSUPP;
+            });
+        return made;
+    }();
 };
 
 Engine& engine() {
@@ -86,7 +98,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     size_t at = 0;
     bool status_asked = false;
     for (int n = 0; n < 48 && at + 4 <= size; ++n) {
-        uint8_t opcode = data[at] % 37;
+        uint8_t opcode = data[at] % 38;
         if (opcode == static_cast<uint8_t>(di::Opcode::EngineStatus) ||
             opcode == static_cast<uint8_t>(di::Opcode::EngineStatusJson)) {
             if (status_asked)

@@ -1,9 +1,11 @@
 // libFuzzer target: the preload's RDMA netlink answers (kernel_shim/preload/
 // rdma_netlink_replies.cpp), fed whole request datagrams, over a device tree of two
 // devices the target makes at start (its engine socket names nothing, so the resource
-// requests take their error path). Invariants: no crash or sanitizer report; every answer
-// is one whole netlink message (its length says its size, at least a header); an answer
-// never names another sequence number than a request of the datagram had.
+// requests and link add and delete take their error path: no engine is ever reached).
+// Invariants: no crash or sanitizer report; every answer is one whole netlink message
+// (its length says its size, at least a header); an answer never names another sequence
+// number than a request of the datagram had; a link add or delete is never acknowledged
+// as done (there is no engine to do it).
 #include "rdma_netlink_replies.hpp"
 
 #include <algorithm>
@@ -108,6 +110,19 @@ void write_seeds(const std::string& dir) {
         {"sys", request(RDMA_NLDEV_CMD_SYS_GET, req | ack, 6)},
         {"res", request(RDMA_NLDEV_CMD_RES_GET, dump, 7)},
         {"two", request(RDMA_NLDEV_CMD_GET, dump, 8) + request(RDMA_NLDEV_CMD_SYS_GET, req, 9)},
+        // rdma link add fz9 type softhca netdev lo, and with a type no module provides.
+        {"link-add", request(RDMA_NLDEV_CMD_NEWLINK, req | ack, 10,
+                             attr_string(RDMA_NLDEV_ATTR_DEV_NAME, "fz9") +
+                                 attr_string(RDMA_NLDEV_ATTR_LINK_TYPE, "softhca") +
+                                 attr_string(RDMA_NLDEV_ATTR_NDEV_NAME, "lo"))},
+        {"link-add-rxe", request(RDMA_NLDEV_CMD_NEWLINK, req | ack, 11,
+                                 attr_string(RDMA_NLDEV_ATTR_DEV_NAME, "rxe0") +
+                                     attr_string(RDMA_NLDEV_ATTR_LINK_TYPE, "rxe") +
+                                     attr_string(RDMA_NLDEV_ATTR_NDEV_NAME, "lo"))},
+        // rdma link delete fz1: the device dump that finds its index, then the delete.
+        {"link-delete",
+         request(RDMA_NLDEV_CMD_GET, dump, 12) + request(RDMA_NLDEV_CMD_DELLINK, req | ack, 13,
+                                                         attr_u32(RDMA_NLDEV_ATTR_DEV_INDEX, 2))},
     };
     for (const auto& [name, bytes] : seeds)
         put_file(dir + "/" + name, bytes);
@@ -152,6 +167,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             fail("an answer to a sequence number no request had");
         if (h.nlmsg_pid != 4242)
             fail("an answer to another port");
+        // An ACK carries the request it answers: a link request's is never success.
+        nlmsgerr e;
+        if (h.nlmsg_type == NLMSG_ERROR && answer.size() >= sizeof(h) + sizeof(e)) {
+            std::memcpy(&e, answer.data() + sizeof(h), sizeof(e));
+            const uint16_t newlink = RDMA_NL_GET_TYPE(RDMA_NL_NLDEV, RDMA_NLDEV_CMD_NEWLINK);
+            const uint16_t dellink = RDMA_NL_GET_TYPE(RDMA_NL_NLDEV, RDMA_NLDEV_CMD_DELLINK);
+            if (e.error == 0 && (e.msg.nlmsg_flags & NLM_F_REQUEST) &&
+                (e.msg.nlmsg_type == newlink || e.msg.nlmsg_type == dellink))
+                fail("a link request acknowledged without an engine");
+        }
     }
     return 0;
 }

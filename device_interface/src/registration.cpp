@@ -211,4 +211,25 @@ void register_instance(const InstanceRegistration& instance, Manifest& manifest)
     manifest.record(Manifest::Kind::File, instance.driver_file);
 }
 
+void register_device(const InstanceRegistration& instance, const DeviceRegistration& device,
+                     Manifest& manifest) {
+    const fs::path root(instance.sysfs_root);
+    manifest.record(Manifest::Kind::Tree, root / "class" / "infiniband" / device.ibdev_name);
+    manifest.record(Manifest::Kind::Tree, root / "class" / "infiniband_verbs" / device.uverbs_name);
+    manifest.record(Manifest::Kind::Tree,
+                    root / "devices" / "virtual" / "softhca" / (device.ibdev_name + "_0000"));
+    write_device(instance, device, manifest);
+}
+
+void unregister_device(const InstanceRegistration& instance, const DeviceRegistration& device) {
+    const fs::path root(instance.sysfs_root);
+    std::error_code ignored;
+    // The verbs entry first: libibverbs finds devices through it.
+    fs::remove_all(root / "class" / "infiniband_verbs" / device.uverbs_name, ignored);
+    fs::remove_all(root / "class" / "infiniband" / device.ibdev_name, ignored);
+    fs::remove_all(root / "devices" / "virtual" / "softhca" / (device.ibdev_name + "_0000"),
+                   ignored);
+    ::unlink((fs::path(instance.cdev_dir) / device.uverbs_name).c_str());
+}
+
 } // namespace softhca::device_interface

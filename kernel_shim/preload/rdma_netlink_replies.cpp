@@ -69,8 +69,11 @@ uint64_t number(const std::string& text) {
     return std::strtoull(text.c_str(), nullptr, 0);
 }
 
-// A device of the tree as nldev numbers it: devices in name order from 1 (the index is
-// stable while the engine runs: its devices never change).
+// A device of the tree as nldev numbers it: devices in name order from 1. Devices come
+// and go while the engine runs (rdma link add and delete), so an index is the device's
+// place in name order when the request is answered, not for the device's life: the
+// kernel's never-reused indices are not kept. That is enough for iproute2, which looks a
+// name up (a device dump) and uses its index within the one command.
 struct Device {
     uint32_t index = 0;
     std::string name;
@@ -144,13 +147,32 @@ class Message {
     std::string bytes_;
 };
 
+// A string attribute as nldev's policy takes it (NLA_NUL_STRING): valid only when a NUL
+// ends it within the attribute (an attribute not sent is not), its text what comes
+// before the first NUL.
+struct StringAttribute {
+    bool terminated = false;
+    std::string text;
+};
+
 // What a request asked: the attributes nldev reads from requests.
 struct Request {
     bool has_device = false, has_port = false;
     uint32_t device = 0, port = 0;
     std::string chardev_type;
     bool stat_res = false; // a per-resource counter request (statistic qp ...)
+    // rdma link add NAME type TYPE netdev IF.
+    StringAttribute device_name, link_type, netdev_name;
 };
+
+StringAttribute string_attribute(const uint8_t* value, size_t length) {
+    StringAttribute s;
+    const auto* text = reinterpret_cast<const char*>(value);
+    const size_t n = strnlen(text, length);
+    s.terminated = n < length;
+    s.text.assign(text, n);
+    return s;
+}
 
 Request parse(const nlmsghdr* header) {
     Request r;
@@ -182,6 +204,15 @@ Request parse(const nlmsghdr* header) {
             break;
         case RDMA_NLDEV_ATTR_STAT_RES:
             r.stat_res = true;
+            break;
+        case RDMA_NLDEV_ATTR_DEV_NAME:
+            r.device_name = string_attribute(value, length);
+            break;
+        case RDMA_NLDEV_ATTR_LINK_TYPE:
+            r.link_type = string_attribute(value, length);
+            break;
+        case RDMA_NLDEV_ATTR_NDEV_NAME:
+            r.netdev_name = string_attribute(value, length);
             break;
         default:
             break;
@@ -289,39 +320,53 @@ bool fill_uverbs(Message& m, const char* root, const Device& d) {
     return false;
 }
 
+namespace di = device_interface;
+
+// One request to the engine on a connection of its own, as the provider and `softhca`
+// talk to it: the reply (at most `capacity` bytes) in `reply`, and what came, the
+// descriptors passed with it the caller's to close. The control socket is the one the
+// tree's devices name (each names the same; the first that names one, in case a device is
+// being removed meanwhile). Size -1 when the tree names none or the engine does not
+// answer: 5 s to connect and send, 5 s for the reply.
+di::ReceivedMessage engine_call(const std::vector<Device>& all, const void* request, size_t length,
+                                void* reply, size_t capacity) {
+    di::ReceivedMessage received;
+    std::string path;
+    for (const Device& d : all)
+        if (!(path = read_file(d.dir + "/" + di::kEngineSocketFile)).empty())
+            break;
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    if (path.empty() || path.size() >= sizeof(address.sun_path))
+        return received;
+    std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+    const int sock = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (sock < 0)
+        return received;
+    timeval timeout{5, 0};
+    ::setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    ::setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout)); // connect too
+    if (::connect(sock, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0 &&
+        di::send_message(sock, request, length) == static_cast<ssize_t>(length))
+        received = di::receive_message(sock, reply, capacity);
+    ::close(sock);
+    return received;
+}
+
+di::MessageHeader control_header(di::Opcode opcode, uint32_t length) {
+    return {di::kControlMagic, di::kControlVersion, static_cast<uint16_t>(opcode), 0, length, 1};
+}
+
 // The engine's status document, as `softhca status --json` gets it: only what the
 // caller may see (its own processes; root in the engine's PID namespace sees every one),
 // as the kernel's resource tracker shows a PID namespace its own. Discarded when the
 // engine does not answer.
 nlohmann::json engine_status(const std::vector<Device>& all) {
-    namespace di = device_interface;
-    nlohmann::json discarded = nlohmann::json::value_t::discarded;
-    if (all.empty())
-        return discarded;
-    const std::string path = read_file(all.front().dir + "/" + di::kEngineSocketFile);
-    sockaddr_un address{};
-    address.sun_family = AF_UNIX;
-    if (path.empty() || path.size() >= sizeof(address.sun_path))
-        return discarded;
-    std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
-    const int sock = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    if (sock < 0)
-        return discarded;
-    timeval timeout{5, 0};
-    ::setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-    ::setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout)); // connect too
-    const di::MessageHeader request{di::kControlMagic,
-                                    di::kControlVersion,
-                                    static_cast<uint16_t>(di::Opcode::EngineStatusJson),
-                                    0,
-                                    sizeof(di::MessageHeader),
-                                    1};
+    const di::MessageHeader request =
+        control_header(di::Opcode::EngineStatusJson, sizeof(di::MessageHeader));
     di::StatusReply reply{};
-    di::ReceivedMessage received;
-    if (::connect(sock, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0 &&
-        di::send_message(sock, &request, sizeof(request)) == static_cast<ssize_t>(sizeof(request)))
-        received = di::receive_message(sock, &reply, sizeof(reply));
-    ::close(sock);
+    const di::ReceivedMessage received =
+        engine_call(all, &request, sizeof(request), &reply, sizeof(reply));
     std::string text;
     if (received.size == static_cast<ssize_t>(sizeof(reply)) && reply.reply.status == 0 &&
         received.fd >= 0 && reply.bytes < (64u << 20)) {
@@ -341,6 +386,30 @@ nlohmann::json engine_status(const std::vector<Device>& all) {
     if (received.second_fd >= 0)
         ::close(received.second_fd);
     return nlohmann::json::parse(text, nullptr, false);
+}
+
+// LinkAdd or LinkDelete for device `name` (LinkAdd: on interface `netdev`): the engine's
+// answer, 0 or a positive errno; EIO when it cannot be reached or its answer is not a
+// reply, as for the status document.
+int engine_link(const std::vector<Device>& all, di::Opcode opcode, const std::string& name,
+                const std::string& netdev) {
+    di::LinkRequest request{};
+    request.header = control_header(opcode, sizeof(request));
+    // The callers checked both fit with their NUL.
+    std::memcpy(request.device_name, name.data(),
+                std::min(name.size(), sizeof(request.device_name) - 1));
+    std::memcpy(request.netdev, netdev.data(), std::min(netdev.size(), sizeof(request.netdev) - 1));
+    di::ReplyHeader reply{};
+    const di::ReceivedMessage received =
+        engine_call(all, &request, sizeof(request), &reply, sizeof(reply));
+    if (received.fd >= 0)
+        ::close(received.fd);
+    if (received.second_fd >= 0)
+        ::close(received.second_fd);
+    if (received.size != static_cast<ssize_t>(sizeof(reply)) || received.truncated)
+        return EIO;
+    // A status that is no errno is not passed on as one.
+    return reply.status >= 0 && reply.status < 4096 ? reply.status : EIO;
 }
 
 // The document is read defensively: this library has no exceptions, and a value of
@@ -764,9 +833,51 @@ void answer_message(const char* root, const nlmsghdr* header, uint32_t portid,
         }
         break;
     }
+    case RDMA_NLDEV_CMD_NEWLINK: {
+        // nldev_newlink (rdma link add NAME type TYPE netdev IF): the engine makes the
+        // device. Refused here as the kernel refuses them: an attribute missing or not a
+        // NUL-terminated string, a name empty or with '%' (a pattern the kernel numbers,
+        // not a name) or longer than the control message holds (63 bytes: the kernel's
+        // IB_DEVICE_NAME_MAX with its NUL; an interface name IFNAMSIZ with its NUL):
+        // EINVAL; no interface name: ENODEV, as no interface has it; a link type other
+        // than softhca's: EINVAL, the kernel's answer for a type no module provides. A
+        // dump: EINVAL (nldev has no dump for links). What remains is the engine's to
+        // answer: its errno, or EIO when it cannot be reached.
+        const StringAttribute& name = request.device_name;
+        const StringAttribute& netdev = request.netdev_name;
+        int error = 0;
+        if (dump || !name.terminated || !request.link_type.terminated || !netdev.terminated ||
+            name.text.empty() || name.text.find('%') != std::string::npos ||
+            name.text.size() >= di::kMaxDeviceName || netdev.text.size() >= di::kMaxNetdevName)
+            error = EINVAL;
+        else if (netdev.text.empty())
+            error = ENODEV;
+        else if (request.link_type.text != "softhca")
+            error = EINVAL;
+        else
+            error = engine_link(all, di::Opcode::LinkAdd, name.text, netdev.text);
+        if (error) {
+            out.push_back(error_message(header, error, portid));
+            return;
+        }
+        break;
+    }
+    case RDMA_NLDEV_CMD_DELLINK: {
+        // nldev_dellink (rdma link delete NAME, the name looked up by a device dump
+        // first): the device of that index, removed by the engine. No index, or one no
+        // device has: EINVAL, as the kernel answers both (the engine answers ENODEV for a
+        // device removed since the index was looked up); a dump: EINVAL.
+        const int error =
+            dump || !device ? EINVAL : engine_link(all, di::Opcode::LinkDelete, device->name, {});
+        if (error) {
+            out.push_back(error_message(header, error, portid));
+            return;
+        }
+        break;
+    }
     default:
         // Operations the kernel has but this does not offer yet: setting devices and
-        // ports, links (rdma link add) and counter modes.
+        // ports, and counter modes.
         out.push_back(error_message(header, EOPNOTSUPP, portid));
         return;
     }

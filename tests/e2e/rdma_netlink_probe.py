@@ -1,6 +1,7 @@
 """Bad input on the RDMA netlink socket softhca's preload answers (run under softhca exec):
-requests the kernel does not know or softhca does not offer, truncated and unpadded
-messages and messages that are not requests each get the kernel's answer; 400 requests
+requests the kernel does not know or softhca does not offer, link adds and deletes the
+kernel refuses (checked before the engine is asked), truncated and unpadded messages and
+messages that are not requests each get the kernel's answer; 400 requests
 in one datagram get all their 800 answers though they are more than the socket holds;
 the socket still answers a device dump afterwards; and a descriptor number reused behind
 the library's back (dup2) is a plain socket again. Prints what it saw; exits 1 on a
@@ -60,11 +61,44 @@ def expect_error(got, code, what):
     print("%s: %s" % (what, errno.errorcode[code]))
 
 
-# An operation nldev does not have, and one softhca does not offer (a new link).
+# An operation nldev does not have, and one softhca does not offer (setting a device).
 sock.send(message(nl_type(RDMA_NL_NLDEV, 99), NLM_F_REQUEST | NLM_F_ACK, 1))
 expect_error(replies(sock), EINVAL, "an unknown operation")
-sock.send(message(nl_type(RDMA_NL_NLDEV, 3), NLM_F_REQUEST | NLM_F_ACK, 1))  # NEWLINK
-expect_error(replies(sock), EOPNOTSUPP, "rdma link add")
+sock.send(message(nl_type(RDMA_NL_NLDEV, 2), NLM_F_REQUEST | NLM_F_ACK, 1))  # SET
+expect_error(replies(sock), EOPNOTSUPP, "rdma dev set")
+
+
+def strz(kind, text):
+    value = text.encode() + b"\0"
+    attr = struct.pack("=HH", 4 + len(value), kind) + value
+    return attr + b"\0" * (-len(attr) % 4)
+
+
+# rdma link add NAME type TYPE netdev IF (NEWLINK, op 3: DEV_NAME 2, LINK_TYPE 65,
+# NDEV_NAME 51) as the kernel refuses it, and rdma link delete (DELLINK, op 4) of an
+# index no device has: none of them reaches the engine.
+def link_add(name, kind, netdev):
+    attrs = b""
+    if name is not None:
+        attrs += strz(2, name)
+    if kind is not None:
+        attrs += strz(65, kind)
+    if netdev is not None:
+        attrs += strz(51, netdev)
+    return message(nl_type(RDMA_NL_NLDEV, 3), NLM_F_REQUEST | NLM_F_ACK, 1, attrs)
+
+
+for what, name, kind, netdev in (("no attributes", None, None, None),
+                                 ("no netdev", "probe0", "softhca", None),
+                                 ("type rxe", "probe0", "rxe", "lo"),
+                                 ("a name with '%'", "probe%d", "softhca", "lo"),
+                                 ("an empty name", "", "softhca", "lo"),
+                                 ("a 64-byte name", "p" * 64, "softhca", "lo")):
+    sock.send(link_add(name, kind, netdev))
+    expect_error(replies(sock), EINVAL, "rdma link add with " + what)
+sock.send(message(nl_type(RDMA_NL_NLDEV, 4), NLM_F_REQUEST | NLM_F_ACK, 1,
+                  struct.pack("=HHI", 8, 1, 999)))
+expect_error(replies(sock), EINVAL, "rdma link delete of device 999")
 # A message whose length is not padded (18 bytes): no device named, so refused.
 sock.send(struct.pack("=IHHII", 18, nl_type(RDMA_NL_NLDEV, 1), NLM_F_REQUEST, 7, 0) + b"\x01\x02")
 expect_error(replies(sock), EINVAL, "an unpadded get without a device")

@@ -10,7 +10,7 @@ namespace di = softhca::device_interface;
 using softhca::engine::ControlServer;
 
 TEST_CASE("control table: one method per opcode, its request's size, and which need a device") {
-    constexpr uint16_t kLast = static_cast<uint16_t>(di::Opcode::GrantRemoteMemory);
+    constexpr uint16_t kLast = static_cast<uint16_t>(di::Opcode::LinkDelete);
     std::set<const ControlServer::Method*> seen;
     for (uint16_t opcode = 1; opcode <= kLast; ++opcode) {
         INFO("opcode " << opcode);
@@ -24,7 +24,9 @@ TEST_CASE("control table: one method per opcode, its request's size, and which n
         const auto op = static_cast<di::Opcode>(opcode);
         const bool before_open = op == di::Opcode::OpenDevice || op == di::Opcode::EngineStatus ||
                                  op == di::Opcode::EngineStatusJson ||
-                                 op == di::Opcode::SetPortState || op == di::Opcode::SetFabricLink;
+                                 op == di::Opcode::SetPortState ||
+                                 op == di::Opcode::SetFabricLink || op == di::Opcode::LinkAdd ||
+                                 op == di::Opcode::LinkDelete;
         CHECK(m->needs_device == !before_open);
     }
     CHECK(seen.size() == kLast);
@@ -34,4 +36,6 @@ TEST_CASE("control table: one method per opcode, its request's size, and which n
           sizeof(di::RegMrRequest));
     CHECK(ControlServer::method_for(static_cast<uint16_t>(di::Opcode::CreateQp))->request_size ==
           sizeof(di::CreateQpRequest));
+    CHECK(ControlServer::method_for(static_cast<uint16_t>(di::Opcode::LinkAdd))->request_size ==
+          sizeof(di::LinkRequest));
 }

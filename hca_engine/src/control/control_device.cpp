@@ -36,7 +36,7 @@ void ControlServer::open_device(Call& call) {
                            strnlen(request.device_name, sizeof(request.device_name)));
     int index = -1;
     for (size_t i = 0; i < devices_.size(); ++i)
-        if (devices_[i].name == name)
+        if (devices_[i].name == name && !devices_[i].removed)
             index = static_cast<int>(i);
     if (index < 0) {
         reply_status(call, ENODEV);
@@ -151,7 +151,7 @@ void ControlServer::set_port_state(Call& call) {
     const std::string name(request.device_name,
                            strnlen(request.device_name, sizeof(request.device_name)));
     for (size_t i = 0; i < devices_.size(); ++i) {
-        if (devices_[i].name != name)
+        if (devices_[i].name != name || devices_[i].removed)
             continue;
         if (request.port_num != 1 || request.up > 1) {
             reply_status(call, EINVAL);
@@ -193,11 +193,32 @@ void ControlServer::set_fabric_link(Call& call) {
     // A NIC's link is its device's port: PORT_ERR and PORT_ACTIVE as with `softhca port`.
     for (size_t i = 0; i < devices_.size(); ++i) {
         const size_t port = devices_[i].port_index;
-        if (ports_.info(port).link_up != was_up[port])
+        if (!devices_[i].removed && ports_.info(port).link_up != was_up[port])
             raise_device_event(
                 i, 1, ports_.info(port).link_up ? di::kEventPortActive : di::kEventPortErr);
     }
     reply_status(call, 0);
+}
+
+void ControlServer::link(Call& call) {
+    const auto& request = call.request<di::LinkRequest>();
+    if (call.c.uid != 0 && call.c.uid != ::geteuid()) {
+        reply_status(call, EPERM);
+        return;
+    }
+    const size_t name_length = strnlen(request.device_name, sizeof(request.device_name));
+    const size_t netdev_length = strnlen(request.netdev, sizeof(request.netdev));
+    if (name_length == sizeof(request.device_name) || netdev_length == sizeof(request.netdev)) {
+        reply_status(call, EINVAL); // not NUL-terminated
+        return;
+    }
+    if (!link_handler_) {
+        reply_status(call, EOPNOTSUPP);
+        return;
+    }
+    const bool add = call.header.opcode == static_cast<uint16_t>(di::Opcode::LinkAdd);
+    reply_status(call, link_handler_(add, std::string(request.device_name, name_length),
+                                     std::string(request.netdev, netdev_length)));
 }
 
 } // namespace softhca::engine

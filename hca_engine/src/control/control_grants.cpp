@@ -61,7 +61,7 @@ int ControlServer::grant(const Connection& c, const di::GrantRequest& request, d
     EngineQp* responder = nullptr;
     for (size_t d = 0; d < devices_.size() && !responder; ++d) {
         const PortInfo& port = ports_.info(devices_[d].port_index);
-        if (!single_copy_port(port) ||
+        if (devices_[d].removed || !single_copy_port(port) ||
             std::find(port.gids.begin(), port.gids.end(), dgid) == port.gids.end())
             continue;
         const auto& qps = keys_.qps_by_device.at(d);

@@ -28,6 +28,8 @@ const ControlServer::Method* ControlServer::method_for(uint16_t opcode) {
         {Op::EngineStatusJson, sizeof(Header), false, &S::engine_status},
         {Op::SetPortState, sizeof(di::SetPortStateRequest), false, &S::set_port_state},
         {Op::SetFabricLink, sizeof(di::SetFabricLinkRequest), false, &S::set_fabric_link},
+        {Op::LinkAdd, sizeof(di::LinkRequest), false, &S::link},
+        {Op::LinkDelete, sizeof(di::LinkRequest), false, &S::link},
         {Op::QueryDevice, sizeof(Header), true, &S::query_device},
         {Op::QueryPort, sizeof(di::QueryPortRequest), true, &S::query_port},
         {Op::MapDoorbells, sizeof(Header), true, &S::map_doorbells},

@@ -59,6 +59,25 @@ ControlServer::ControlServer(const std::string& socket_path, const std::vector<D
     spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
+void ControlServer::add_device() {
+    wakeups_.push_back(::epoll_create1(EPOLL_CLOEXEC));
+    keys_.set_device_count(devices_.size());
+}
+
+void ControlServer::remove_device(size_t device) {
+    for (auto it = connections_.begin(); it != connections_.end();) {
+        if (it->second.device == static_cast<int>(device)) {
+            close_connection(it->second);
+            connections_by_user_.give_back(it->second.account);
+            it = connections_.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    if (wakeups_[device] >= 0)
+        ::close(std::exchange(wakeups_[device], -1));
+}
+
 ControlServer::~ControlServer() {
     for (auto& [fd, connection] : connections_)
         close_connection(connection);

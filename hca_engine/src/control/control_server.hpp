@@ -63,6 +63,22 @@ class ControlServer {
     std::vector<int> resumed();
     bool has_paused() const { return !paused_.empty(); }
 
+    // Devices added and removed at run time (`rdma link add` and `delete`, under the
+    // world; daemon/device_links.hpp). add_device: the last of the device list is new:
+    // its tables and doorbell wake-up set. remove_device: every context open on it is
+    // closed as if its process had gone (every object destroyed; its provider sees the
+    // connection end and reports IBV_EVENT_DEVICE_FATAL, later verbs fail with EIO, as
+    // after the kernel's disassociation), and its wake-up set closed (the caller stopped
+    // watching it).
+    void add_device();
+    void remove_device(size_t device);
+    // LinkAdd and LinkDelete from the engine's user or root, their names checked for
+    // length: the engine's loop does the rest (daemon/device_links.hpp) and answers an
+    // errno value or 0.
+    using LinkHandler =
+        std::function<int(bool add, const std::string& device, const std::string& netdev)>;
+    void set_link_handler(LinkHandler handler) { link_handler_ = std::move(handler); }
+
     // Writes an async event record to every context open on the device.
     void raise_device_event(size_t device_index, uint64_t element, uint32_t event_type);
 
@@ -160,6 +176,7 @@ class ControlServer {
     void engine_status(Call& call);
     void set_port_state(Call& call);
     void set_fabric_link(Call& call);
+    void link(Call& call); // LinkAdd and LinkDelete
     // control_memory.cpp: protection and XRC domains, MRs, windows, device memory.
     void alloc_pd(Call& call);
     void dealloc_pd(Call& call);
@@ -196,6 +213,7 @@ class ControlServer {
     int listen_fd_ = -1;
     std::string socket_path_;
     const std::vector<Device>& devices_;
+    LinkHandler link_handler_;
     PortSet& ports_;
     std::string prefix_;
     KeySpace keys_;

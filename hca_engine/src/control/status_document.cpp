@@ -250,6 +250,8 @@ StatusDocument ControlServer::status_document_for(const Connection* viewer) cons
     Json& devices = doc["devices"] = Json::array();
     for (size_t index = 0; index < devices_.size(); ++index) {
         const Device& d = devices_[index];
+        if (d.removed)
+            continue; // `rdma link delete`
         const PortInfo& p = ports_.info(d.port_index);
         const transport::QpCounters qp_counters = keys_.qp_counters_of_device(index);
         const auto attr = port_attributes(p);

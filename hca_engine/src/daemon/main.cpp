@@ -10,6 +10,7 @@
 #include "datapath.hpp"
 #include "datapath_threads.hpp"
 #include "descriptor_sink.hpp"
+#include "device_links.hpp"
 #include "device_model.hpp"
 #include "doorbells.hpp"
 #include "dpdk_ports.hpp"
@@ -90,17 +91,8 @@ make_registration(const EngineConfig& config, const std::vector<Device>& devices
     reg.cdev_dir = config.cdev_dir;
     reg.driver_file = config.driver_dir + "/" + config.prefix + ".driver";
     reg.provider_prefix = config.provider_prefix;
-    for (const auto& device : devices) {
-        const PortInfo& port = ports.info(device.port_index);
-        device_interface::DeviceRegistration d;
-        d.ibdev_name = device.name;
-        d.uverbs_name = device.name + "_uverbs";
-        d.node_guid = device.node_guid;
-        d.fw_ver = kFirmwareVersion;
-        d.engine_socket = config.socket_path();
-        d.ports.push_back({port.gids, port.netdev, port.global_traffic_class});
-        reg.devices.push_back(d);
-    }
+    for (const auto& device : devices)
+        reg.devices.push_back(device_registration(config, device, ports.info(device.port_index)));
     reg.rdma_cm_socket = config.rdma_cm_socket_path();
     // A fabric's hosts in namespaces of their own: each sees its NICs, on its interfaces.
     reg.host_views_dir = host_views_dir(config);
@@ -169,7 +161,10 @@ int run(const EngineConfig& config) {
     // A client's FUSE page under an MR must not hold a thread that serves others
     // (stall_watch.hpp).
     StallWatch::start();
+    // Room for the devices `rdma link add` makes (device_links.hpp): what refers to one
+    // stays valid.
     std::vector<Device> devices;
+    devices.reserve(device_interface::kMaxDevices);
     for (size_t i = 0; i < ports.size(); ++i)
         devices.push_back(
             {config.prefix + std::to_string(i), i, transport::guid_from_mac(ports.info(i).mac)});
@@ -226,15 +221,12 @@ int run(const EngineConfig& config) {
     }
     // The ports' counters in every device tree (port_counter_files.hpp).
     std::vector<PortCounterFiles::Target> counter_targets;
-    const auto port_dir = [](const std::string& root, const Device& device) {
-        return root + "/class/infiniband/" + device.name + "/ports/1";
-    };
     for (size_t d = 0; d < devices.size(); ++d)
         counter_targets.push_back(
-            {port_dir(config.sysfs_root(), devices[d]), devices[d].port_index, d});
+            {port_folder(config.sysfs_root(), devices[d]), devices[d].port_index, d});
     for (const fabric::HostNamespace& host : hosts)
         for (uint32_t nic : host.nics)
-            counter_targets.push_back({port_dir(host_view_root(config, host.host), devices[nic]),
+            counter_targets.push_back({port_folder(host_view_root(config, host.host), devices[nic]),
                                        devices[nic].port_index, nic});
     PortCounterFiles counter_files(std::move(counter_targets));
     {
@@ -269,6 +261,20 @@ int run(const EngineConfig& config) {
     }
     for (int fd : own_doorbells)
         watch(fd);
+    // `rdma link add` and `delete` (device_links.hpp): an added device's doorbells are this
+    // loop's to sleep on.
+    DeviceLinks links({config, devices, ports, server, threads, rdma_cm, manifest,
+                       [&](int fd) {
+                           own_doorbells.push_back(fd);
+                           watch(fd);
+                       },
+                       [&](int fd) {
+                           std::erase(own_doorbells, fd);
+                           unwatch(fd);
+                       }});
+    server.set_link_handler([&links](bool add, const std::string& name, const std::string& netdev) {
+        return add ? links.add(name, netdev) : links.remove(name);
+    });
     // Another data-path thread sent this loop's ports frames or MADs while it slept.
     const int kicked = threads.main_kick_fd();
     watch(kicked);
@@ -311,6 +317,10 @@ int run(const EngineConfig& config) {
             counter_files.collect(now, ports, [&server](size_t device) {
                 return server.tables().qp_counters_of_device(device);
             });
+        }
+        {
+            const auto world = threads.world();
+            links.collect_counters(now, server);
         }
         if (busy)
             last_busy = now;

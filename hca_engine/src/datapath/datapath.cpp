@@ -55,11 +55,33 @@ Datapath::Datapath(PortSet& ports, const std::vector<Device>& devices, QueueDire
         if (std::find(own_ports_.begin(), own_ports_.end(), devices_[device].port_index) !=
             own_ports_.end())
             own_devices_.push_back(device);
+    neighbors_.reserve(kMaxPorts);
+    gsi_psn_.reserve(kMaxPorts);
+    rx_priorities_.reserve(kMaxPorts);
     // Room for a busy engine's lists, so that rounds do not allocate.
     active_.reserve(1024);
     round_.reserve(1024);
     timers_.reserve(1024);
     tables_.schedule = this;
+}
+
+void Datapath::add_port(size_t port) {
+    neighbors_.resize(ports_.size());
+    gsi_psn_.resize(ports_.size());
+    rx_priorities_.resize(ports_.size());
+    own_ports_.push_back(port);
+    for (size_t device = 0; device < devices_.size(); ++device)
+        if (devices_[device].port_index == port)
+            own_devices_.push_back(device);
+    owns_every_port_ = own_ports_.size() == ports_.size();
+}
+
+void Datapath::remove_port(size_t port) {
+    std::erase(own_ports_, port);
+    std::erase_if(own_devices_, [&](size_t device) { return devices_[device].port_index == port; });
+    std::erase_if(local_mads_, [&](const LocalMad& m) { return m.port == port; });
+    neighbors_[port] = NeighborTable();
+    owns_every_port_ = false;
 }
 
 Datapath::~Datapath() {

@@ -52,6 +52,12 @@ class Datapath final : public QpSchedule, public MadSender {
     Datapath(const Datapath&) = delete;
     Datapath& operator=(const Datapath&) = delete;
 
+    // Ports added and removed at run time (`rdma link add` and `delete`, under the
+    // world): this data path serves the port, and its device, from its next round; or
+    // serves them no more (the device's queues are gone already).
+    void add_port(size_t port);
+    void remove_port(size_t port);
+
     // One round. Returns true when anything happened (the loop keeps spinning then).
     bool poll(uint64_t now);
     bool has_qps() const { return tables_.qps > 0; }

@@ -25,8 +25,11 @@ DatapathThreads::DatapathThreads(PortSet& ports, const std::vector<Device>& devi
     threads = std::clamp<size_t>(threads, 1, std::max<size_t>(ports.size(), 1));
     for (size_t t = 0; t < threads; ++t)
         paths_.push_back(std::make_unique<Path>());
-    for (size_t port = 0; port < ports.size(); ++port)
+    thread_of_port_.reserve(kMaxPorts);
+    for (size_t port = 0; port < ports.size(); ++port) {
+        thread_of_port_.push_back(port % threads);
         paths_[thread_of_port(port)]->ports.push_back(port);
+    }
     for (auto& path : paths_) {
         path->datapath = std::make_unique<Datapath>(ports, devices, tables, path->ports);
         path->kick = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -52,6 +55,19 @@ void DatapathThreads::start(const Loop& loop, const std::vector<int>& doorbell_p
                 pipes.push_back(doorbell_pipes[device]);
         path.thread = std::thread([this, t, loop, pipes] { run(t, loop, pipes); });
     }
+}
+
+void DatapathThreads::add_port(size_t port) {
+    thread_of_port_.resize(port + 1, 0);
+    thread_of_port_[port] = 0;
+    paths_[0]->ports.push_back(port);
+    paths_[0]->datapath->add_port(port);
+}
+
+void DatapathThreads::remove_port(size_t port) {
+    Path& path = *paths_[thread_of_port(port)];
+    std::erase(path.ports, port);
+    path.datapath->remove_port(port);
 }
 
 void DatapathThreads::stop() {

@@ -49,7 +49,7 @@ class DatapathThreads final : public QpSchedule, public MadSender {
     // The main loop's data path (0), and the one serving `port`.
     Datapath& main() { return *paths_[0]->datapath; }
     Datapath& path(size_t thread) { return *paths_[thread]->datapath; }
-    size_t thread_of_port(size_t port) const { return port % paths_.size(); }
+    size_t thread_of_port(size_t port) const { return thread_of_port_[port]; }
     const std::vector<size_t>& ports_of(size_t thread) const { return paths_[thread]->ports; }
 
     // How a thread of its own spins and sleeps (the main loop's rules, main.cpp).
@@ -116,6 +116,12 @@ class DatapathThreads final : public QpSchedule, public MadSender {
                   uint64_t now) override;
     bool neighbor_resolved(size_t port, const transport::Gid& peer, uint64_t now) override;
 
+    // A port added at run time (`rdma link add`, under the world; its device already in
+    // the device list): the main loop's data path serves it, which sleeps on its device's
+    // doorbell pipe (main.cpp). A port removed: nobody serves it any more.
+    void add_port(size_t port);
+    void remove_port(size_t port);
+
     // Rounds each thread has run (status, tests).
     uint64_t rounds(size_t thread) const {
         return paths_[thread]->rounds.load(std::memory_order_relaxed);
@@ -161,6 +167,7 @@ class DatapathThreads final : public QpSchedule, public MadSender {
     const std::vector<Device>& devices_;
     QueueDirectory& tables_;
     std::vector<std::unique_ptr<Path>> paths_;
+    std::vector<size_t> thread_of_port_; // port p: p mod N from the start, 0 if added later
     std::atomic<unsigned> world_wanted_{0};
     std::atomic<bool> stopping_{false};
     std::atomic<bool> failed_{false};

@@ -27,9 +27,15 @@ constexpr uint32_t kVendorPartId = 0x0001;
 constexpr const char* kFirmwareVersion = "0.1.0";
 
 struct Device {
-    std::string name;      // <prefix><N>
+    std::string name;      // <prefix><N>, or the name `rdma link add` gave
     size_t port_index = 0; // into the PortSet; the device's port 1
     uint64_t node_guid = 0;
+    // Made by `rdma link add` (daemon/device_links.hpp), which `rdma link delete` may
+    // remove; the engine's own devices stay while it runs (the kernel's
+    // IBK_ALLOW_USER_UNREG is for rxe's and siw's alike).
+    bool added = false;
+    // Removed by `rdma link delete`: its slot stays (indices never move), nothing finds it.
+    bool removed = false;
 };
 
 device_interface::DeviceAttributes device_attributes(const Device& device);

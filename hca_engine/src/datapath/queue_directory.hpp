@@ -7,6 +7,7 @@
 
 #include "doorbells.hpp"
 #include "multicast_groups.hpp"
+#include "ports.hpp"
 #include "qp_number_table.hpp"
 
 #include <cstddef>
@@ -41,8 +42,13 @@ struct QueueDirectory {
     // work queues have new requests (each data-path thread reads its devices' pages).
     std::vector<std::vector<Doorbells*>> doorbell_pages_by_device;
     QpSchedule* schedule = nullptr; // the data path, while there is one
-    // Sizes the per-device tables.
+    // Sizes the per-device tables; devices added at run time grow them (kMaxPorts at
+    // most, room kept from the start: what points into them stays valid).
     void set_device_count(size_t count) {
+        qp_numbers_by_device.reserve(kMaxPorts);
+        srqs_by_device.reserve(kMaxPorts);
+        mcast_by_device.reserve(kMaxPorts);
+        doorbell_pages_by_device.reserve(kMaxPorts);
         qp_numbers_by_device.resize(count);
         srqs_by_device.resize(count);
         mcast_by_device.resize(count);

@@ -1,8 +1,19 @@
 #include "port_config.hpp"
 
 #include <cstdio>
+#include <stdexcept>
 
 namespace softhca::engine {
+
+std::shared_ptr<PcapWriter> PortsConfig::capture_for(size_t port) const {
+    if (pcap_prefix.empty())
+        return nullptr;
+    auto capture = std::make_shared<PcapWriter>();
+    const std::string path = pcap_prefix + "-" + prefix + std::to_string(port) + ".pcap";
+    if (!capture->open(path))
+        throw std::runtime_error("cannot write the capture " + path);
+    return capture;
+}
 
 bool is_pci_devargs(const std::string& devargs) {
     const std::string id = devargs.substr(0, devargs.find(','));

@@ -5,12 +5,14 @@
 
 #include "congestion_point.hpp"
 #include "fault_injector.hpp"
+#include "pcap_writer.hpp"
 #include "softhca/transport/roce_address.hpp"
 #include "softhca/transport/service_levels.hpp"
 #include "softhca/transport/vl_arbiter.hpp"
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -47,6 +49,9 @@ struct PortsConfig {
         auto it = arbitration_by_port.find(port);
         return it == arbitration_by_port.end() ? congestion_point.arbitration : it->second;
     }
+    // Port `port`'s capture (--pcap): <pcap_prefix>-<prefix><port>.pcap opened, or null
+    // without one. Throws std::runtime_error when the file cannot be written.
+    std::shared_ptr<PcapWriter> capture_for(size_t port) const;
     const transport::SlToVlTable& sl_to_vl_for(size_t port) const {
         auto it = sl_to_vl_by_port.find(port);
         return it == sl_to_vl_by_port.end() ? sl_to_vl : it->second;

@@ -18,6 +18,7 @@
 #include "congestion_point.hpp"
 #include "fault_injector.hpp"
 #include "pcap_writer.hpp"
+#include "port_config.hpp"
 #include "softhca/transport/roce_address.hpp"
 #include "softhca/transport/service_levels.hpp"
 
@@ -109,6 +110,10 @@ struct PortInfo {
     bool holds_senders_back = false;
     bool link_up = false; // the link as DPDK reports it, and the port administratively up
     bool admin_up = true;
+    // Removed at run time (`rdma link delete`, PortSet::remove_port): the port sends and
+    // receives nothing and its index is never used again; its addresses stay as they were
+    // (what still names them finds a port that is down) but no lookup picks it.
+    bool removed = false;
     PortCounters counters;
     // The shaped link and ECN marking at this port's transmitter (congestion_point.hpp),
     // as configured, and what they did. Off by default.
@@ -166,10 +171,14 @@ struct FabricStatus {
     std::vector<Switch> switches;
 };
 
+// The most ports a port set holds, those added at run time included (PortSet::add_port):
+// room is kept for them from the start, so what refers to a port's PortInfo stays valid.
+constexpr size_t kMaxPorts = 64;
+
 class PortSet {
   public:
     virtual ~PortSet() = default;
-    PortSet() = default;
+    PortSet() { ports_.reserve(kMaxPorts); }
     PortSet(const PortSet&) = delete;
     PortSet& operator=(const PortSet&) = delete;
 
@@ -262,11 +271,30 @@ class PortSet {
         return EOPNOTSUPP;
     }
 
+    // A port added at run time (`rdma link add`, daemon/device_links.hpp), of this set's
+    // kind, on `port.netdev` with the addresses of `port`; the caller holds the world.
+    // Returns its index, or a negative errno value (EOPNOTSUPP: this kind of port set
+    // takes none; ENOSPC: kMaxPorts reached) with `why` saying it in words.
+    virtual long add_port(const PortConfig& port, std::string& why) {
+        (void)port;
+        why = "this engine's ports cannot be added to";
+        return -EOPNOTSUPP;
+    }
+    // Stops a port for good (`rdma link delete`), under the world: it is marked removed,
+    // its link down, and what it holds is freed; nothing is sent or received on it again.
+    virtual void remove_port(size_t index) { mark_removed(index); }
+
     // Descriptors that become readable when a port has received something, for the
     // engine to sleep on (drained by reading 8 bytes); none for polled ports.
     virtual std::vector<int> wakeup_fds() const { return {}; }
 
   protected:
+    void mark_removed(size_t index) {
+        PortInfo& port = ports_[index];
+        port.removed = true;
+        port.link_up = false;
+        port.admin_up = false;
+    }
     std::vector<PortInfo> ports_;
 };
 

@@ -441,6 +441,12 @@ void RdmaCmServer::queue_event(CmId& owner, const CmEvent& event) {
     [[maybe_unused]] ssize_t w = ::write(owner.file->pipe, &token, 1);
 }
 
+void RdmaCmServer::device_removed(size_t device) {
+    for (auto& [handle, id] : ids_)
+        if (id->device == static_cast<int>(device) && id->file)
+            queue_event(*id, kEventDeviceRemoval, 0);
+}
+
 void RdmaCmServer::queue_event(CmId& owner, uint32_t type, int32_t status, uint32_t reported_id) {
     CmEvent event = event_for(owner, type, status);
     if (reported_id)

@@ -50,6 +50,10 @@ class RdmaCmServer final : public MadReceiver, private transport::CmConsumer {
     // maxima (kEngineMaxima): a file past a cap is refused (its open fails), an id past
     // one is ENOMEM (CREATE_ID) or a rejected connection request.
     void set_limits(const ResourceLimits& limits) { limits_ = limits; }
+    // `rdma link delete` removed `device` (marked removed already, under the world): each
+    // id bound to it gets RDMA_CM_EVENT_DEVICE_REMOVAL, as the kernel's cma tells the ids
+    // of a device that goes (its port is down and deaf: what the ids do next fails).
+    void device_removed(size_t device);
 
     int listen_fd() const { return listen_fd_; }
     std::vector<int> accept_pending();
@@ -196,6 +200,8 @@ class RdmaCmServer final : public MadReceiver, private transport::CmConsumer {
     int device_for_address(const sockaddr* addr, int host) const;
     int device_toward(const transport::Gid& destination, int host) const;
     bool device_in_host(size_t device, int host) const {
+        if (devices_[device].removed)
+            return false;
         return device_host_.empty() ||
                (device < device_host_.size() && device_host_[device] == host);
     }

@@ -13,7 +13,7 @@
 namespace softhca::device_interface {
 
 constexpr uint16_t kControlMagic = 0x5348; // "SH"
-constexpr uint16_t kControlVersion = 7;
+constexpr uint16_t kControlVersion = 8;
 constexpr size_t kMaxControlMessage = 4096;
 
 enum class Opcode : uint16_t {
@@ -52,6 +52,8 @@ enum class Opcode : uint16_t {
     RegDmMr = 33,           // RegDmMrRequest, reply RegMrReply
     SetFabricLink = 34,     // administrator takes a fabric link down or up; without OpenDevice
     GrantRemoteMemory = 35, // GrantRequest, reply GrantReply with the grant page's memfd
+    LinkAdd = 36,           // LinkRequest: administrator adds a device; without OpenDevice
+    LinkDelete = 37,        // LinkRequest: administrator removes a device; without OpenDevice
 };
 
 struct MessageHeader {
@@ -544,6 +546,26 @@ struct SetFabricLinkRequest {
     uint32_t reserved;
 };
 static_assert(sizeof(SetFabricLinkRequest) == 88);
+
+// LinkAdd and LinkDelete: what `rdma link add NAME type softhca netdev IF` and `rdma link
+// delete NAME` ask (the kernel's RDMA_NLDEV_CMD_NEWLINK and DELLINK). LinkAdd makes
+// device `device_name` with one port of the engine's kind (a DPDK af_packet port, or a
+// kernel UDP socket port) on network interface `netdev` of the engine's network
+// namespace, the interface's addresses its GIDs; LinkDelete removes the device, its open
+// contexts getting IBV_EVENT_DEVICE_FATAL. Only the engine's own user or root may send
+// them (EPERM). The reply is a bare ReplyHeader; errors as the kernel's link add gives
+// them: EINVAL (a name empty, with '%' or not NUL-terminated), ENODEV (no such
+// interface; LinkDelete: no such device), EEXIST (the name taken, or the interface
+// already a port's), EADDRNOTAVAIL (the interface has no address), EOPNOTSUPP (the
+// engine runs a fabric), ENOSPC (the engine's kMaxDevices devices exist).
+constexpr uint32_t kMaxNetdevName = 16; // IFNAMSIZ
+constexpr uint32_t kMaxDevices = 64;
+struct LinkRequest {
+    MessageHeader header;
+    char device_name[kMaxDeviceName];
+    char netdev[kMaxNetdevName]; // LinkAdd only
+};
+static_assert(sizeof(LinkRequest) == 96);
 
 // EngineStatus and EngineStatusJson replies: StatusReply, and a memfd passed with it
 // whose first `bytes` bytes are the UTF-8 text (not NUL terminated): the text report, or

@@ -76,4 +76,12 @@ inline bool valid_instance_prefix(const std::string& prefix) {
 // std::system_error on failure (whatever was already created stays recorded).
 void register_instance(const InstanceRegistration& instance, Manifest& manifest);
 
+// A device added to a registered instance (`rdma link add`, as ib_register_device adds
+// one to a running system): its tree and node, each recorded. Throws as above.
+void register_device(const InstanceRegistration& instance, const DeviceRegistration& device,
+                     Manifest& manifest);
+// Takes away what register_device made (`rdma link delete`): libibverbs no longer lists
+// it. What stays in the manifest is gone already, which removal tolerates.
+void unregister_device(const InstanceRegistration& instance, const DeviceRegistration& device);
+
 } // namespace softhca::device_interface

@@ -6,6 +6,7 @@
 #include "softhca/transport/path_mtu.hpp"
 #include "softhca/transport/priority_flow_control.hpp"
 
+#include <rte_bus_vdev.h>
 #include <rte_eal.h>
 #include <rte_eth_ring.h>
 #include <rte_ethdev.h>
@@ -142,6 +143,22 @@ PortPlan plan_port(const PortConfig& port, uint32_t configured_mtu) {
     return plan;
 }
 
+// A port DPDK made from devargs (--port, or add_port): its addresses as configured, its
+// MAC as the PMD reports it.
+PortInfo named_port(uint16_t id, const PortConfig& port) {
+    PortInfo info;
+    info.dpdk_port = id;
+    info.devargs = port.devargs;
+    info.ipv4 = port.ipv4;
+    info.ipv6 = port.ipv6;
+    info.netdev = port.netdev;
+    rte_ether_addr mac{};
+    rte_eth_macaddr_get(id, &mac);
+    for (int b = 0; b < 6; ++b)
+        info.mac[static_cast<size_t>(b)] = mac.addr_bytes[b];
+    return info;
+}
+
 } // namespace
 
 struct DpdkPortSet::Dpdk {
@@ -158,9 +175,15 @@ struct DpdkPortSet::Dpdk {
     };
     std::vector<TxQueue> tx;
     bool eal_up = false;
+    PortsConfig config;                  // what every port is made with
+    unsigned links_added = 0;            // ports added at run time (add_port)
+    std::vector<std::string> vdev_names; // by port: the vdev add_port made, else empty
 };
 
 DpdkPortSet::DpdkPortSet(const PortsConfig& config) : dpdk_(std::make_unique<Dpdk>()) {
+    dpdk_->config = config;
+    dpdk_->tx.reserve(kMaxPorts);
+    dpdk_->pools.reserve(kMaxPorts);
     const std::string file_prefix = "softhca-" + config.prefix + "-" + std::to_string(getpid());
     const std::string memory = std::to_string(config.memory_mb);
     // No hugepages, no shared config, no PCI scan (--in-memory cannot be combined with
@@ -224,126 +247,183 @@ DpdkPortSet::DpdkPortSet(const PortsConfig& config) : dpdk_(std::make_unique<Dpd
             if (rte_eth_dev_get_port_by_name(name.c_str(), &id) != 0)
                 throw std::runtime_error("DPDK has no port named '" + name + "' (devargs '" +
                                          port.devargs + "')");
-            PortInfo info;
-            info.dpdk_port = id;
-            info.devargs = port.devargs;
-            info.ipv4 = port.ipv4;
-            info.ipv6 = port.ipv6;
-            info.netdev = port.netdev;
-            rte_ether_addr mac{};
-            rte_eth_macaddr_get(id, &mac);
-            for (int b = 0; b < 6; ++b)
-                info.mac[static_cast<size_t>(b)] = mac.addr_bytes[b];
-            wanted.push_back(info);
+            wanted.push_back(named_port(id, port));
         }
     }
 
     for (size_t i = 0; i < wanted.size(); ++i) {
-        PortInfo& info = wanted[i];
         const PortPlan plan = i < plans.size() ? plans[i] : PortPlan{};
-        const uint16_t id = info.dpdk_port;
-        rte_eth_dev_info dev_info{};
-        if (rte_eth_dev_info_get(id, &dev_info) != 0)
-            throw std::runtime_error("cannot query DPDK port " + std::to_string(id));
-        info.pmd = dev_info.driver_name ? dev_info.driver_name : "?";
-        info.max_eth_mtu = dev_info.max_mtu;
-        info.eth_mtu = std::min<uint32_t>(config.eth_mtu, dev_info.max_mtu);
-        if (plan.kernel_mtu) {
-            // The interface's MTU is the link's: the port follows it and never changes it.
-            info.max_eth_mtu = std::min(info.max_eth_mtu, plan.kernel_mtu);
-            info.eth_mtu = std::min(info.eth_mtu, plan.kernel_mtu);
-        }
-        if (info.devargs.starts_with("net_af_xdp")) {
-            // The kernel keeps the interface's ARP and ND (the XDP program passes them).
-            info.kernel_neighbors = true;
-            info.kernel_ifindex = static_cast<int>(dev_info.if_index);
-        }
-        // Never more than af_packet's ring frames hold (devargs may have made them small).
-        if (plan.ring_frame && plan.ring_frame - kAfPacketFrameOverhead < kLargestRoceMtu)
-            info.eth_mtu = std::min(info.eth_mtu, plan.ring_frame - kAfPacketFrameOverhead);
-        info.gids = build_gid_table(info.ipv4, info.ipv6, info.mac);
-
-        // An mbuf holds the largest frame of the MTU, and never less than the default data
-        // room: PMDs size their own receive buffers from it (af_packet needs 2016 bytes for
-        // its default 2048-byte ring frames, whatever the MTU).
-        const uint32_t frame = std::max<uint32_t>(
-            {info.eth_mtu + RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN, RTE_MBUF_DEFAULT_DATAROOM,
-             dev_info.min_rx_bufsize, plan.ring_frame});
-        const std::string pool_name = "shp" + std::to_string(getpid()) + "_" + std::to_string(id);
-        rte_mempool* pool = rte_pktmbuf_pool_create(
-            pool_name.c_str(), kPoolMbufs, 256, 0,
-            static_cast<uint16_t>(std::min<uint32_t>(frame + RTE_PKTMBUF_HEADROOM, 65535)),
-            static_cast<int>(rte_socket_id()));
-        if (!pool)
-            throw std::runtime_error("cannot create the packet pool for port " +
-                                     std::to_string(id) + ": " + rte_strerror(rte_errno));
-        dpdk_->pools.push_back(pool);
-
-        rte_eth_conf conf{};
-        if (rte_eth_dev_configure(id, 1, 1, &conf) != 0 ||
-            rte_eth_rx_queue_setup(id, 0, kRxDescriptors, rte_eth_dev_socket_id(id), nullptr,
-                                   pool) != 0 ||
-            rte_eth_tx_queue_setup(id, 0, kTxDescriptors, rte_eth_dev_socket_id(id), nullptr) !=
-                0) {
-            std::string why = "cannot configure DPDK port " + std::to_string(id);
-            if (info.devargs.starts_with("net_af_xdp") && plan.kernel_mtu > dev_info.max_mtu)
-                why += " (af_xdp: XDP takes frames of up to a page, so the interface's MTU must "
-                       "be at most " +
-                       std::to_string(dev_info.max_mtu) + "; it is " +
-                       std::to_string(plan.kernel_mtu) + ")";
-            throw std::runtime_error(why);
-        }
-        if (info.devargs.empty()) {
-            rte_ether_addr mac{};
-            for (int b = 0; b < 6; ++b)
-                mac.addr_bytes[b] = info.mac[static_cast<size_t>(b)];
-            rte_eth_dev_default_mac_addr_set(id, &mac);
-        } else if (!on_kernel_interface(info.devargs)) {
-            // Best effort: a PMD may refuse an MTU change.
-            rte_eth_dev_set_mtu(id, static_cast<uint16_t>(info.eth_mtu));
-            uint16_t mtu = 0;
-            if (rte_eth_dev_get_mtu(id, &mtu) == 0 && mtu)
-                info.eth_mtu = mtu;
-        }
-        if (rte_eth_dev_start(id) != 0)
-            throw std::runtime_error("cannot start DPDK port " + std::to_string(id));
-        rte_eth_link link{};
-        rte_eth_link_get_nowait(id, &link);
-        info.link_up = link.link_status == RTE_ETH_LINK_UP;
-        info.link_speed_mbps = link.link_speed;
-        info.faults = FaultInjector(config.faults, ports_.size());
-        info.congestion_point = config.congestion_point;
-        info.sl_to_vl = config.sl_to_vl_for(ports_.size());
-        info.global_traffic_class = config.traffic_class;
-        info.priority_tag = config.priority_tag;
-        info.pfc = config.pfc;
-        info.pfc_priorities = config.pfc_priorities;
-        if (!config.pcap_prefix.empty()) {
-            info.capture = std::make_shared<PcapWriter>();
-            const std::string path =
-                config.pcap_prefix + "-" + config.prefix + std::to_string(ports_.size()) + ".pcap";
-            if (!info.capture->open(path))
-                throw std::runtime_error("cannot write the capture " + path);
-        }
-        // The built-in wire's rings are this engine's own: ICRC offload unless a capture
-        // or the fault injector sees the frames, or SOFTHCA_WIRE_ICRC=1 asks for it.
-        const char* wire_icrc = std::getenv("SOFTHCA_WIRE_ICRC");
-        info.in_engine_wire = info.devargs.empty();
-        info.icrc_offload = info.in_engine_wire && !info.capture && !info.faults.enabled() &&
-                            !(wire_icrc && std::string(wire_icrc) == "1");
-        ports_.push_back(info);
+        bring_up(wanted[i], plan.kernel_mtu, plan.ring_frame);
     }
-    dpdk_->tx.resize(ports_.size());
-    for (size_t i = 0; i < ports_.size(); ++i) {
-        dpdk_->tx[i].pauses = transport::PfcPauses(config.pfc_priorities);
-        dpdk_->tx[i].requester = transport::PfcRequester(config.pfc_priorities);
-        if (config.congestion_point.shaper.enabled()) {
-            CongestionPointConfig point = config.congestion_point;
-            point.arbitration = config.arbitration_for(i); // the port's own, if it has them
-            ports_[i].congestion_point = point;
-            dpdk_->tx[i].link = CongestionPoint<rte_mbuf*>(point, config.faults.seed * 31 + i);
-        }
+}
+
+void DpdkPortSet::bring_up(PortInfo& info, uint32_t kernel_mtu, uint32_t ring_frame) {
+    const PortsConfig& config = dpdk_->config;
+    const size_t index = ports_.size();
+    const uint16_t id = info.dpdk_port;
+    rte_eth_dev_info dev_info{};
+    if (rte_eth_dev_info_get(id, &dev_info) != 0)
+        throw std::runtime_error("cannot query DPDK port " + std::to_string(id));
+    info.pmd = dev_info.driver_name ? dev_info.driver_name : "?";
+    info.max_eth_mtu = dev_info.max_mtu;
+    info.eth_mtu = std::min<uint32_t>(config.eth_mtu, dev_info.max_mtu);
+    if (kernel_mtu) {
+        // The interface's MTU is the link's: the port follows it and never changes it.
+        info.max_eth_mtu = std::min(info.max_eth_mtu, kernel_mtu);
+        info.eth_mtu = std::min(info.eth_mtu, kernel_mtu);
     }
+    if (info.devargs.starts_with("net_af_xdp")) {
+        // The kernel keeps the interface's ARP and ND (the XDP program passes them).
+        info.kernel_neighbors = true;
+        info.kernel_ifindex = static_cast<int>(dev_info.if_index);
+    }
+    // Never more than af_packet's ring frames hold (devargs may have made them small).
+    if (ring_frame && ring_frame - kAfPacketFrameOverhead < kLargestRoceMtu)
+        info.eth_mtu = std::min(info.eth_mtu, ring_frame - kAfPacketFrameOverhead);
+    info.gids = build_gid_table(info.ipv4, info.ipv6, info.mac);
+
+    // An mbuf holds the largest frame of the MTU, and never less than the default data
+    // room: PMDs size their own receive buffers from it (af_packet needs 2016 bytes for
+    // its default 2048-byte ring frames, whatever the MTU).
+    const uint32_t frame =
+        std::max<uint32_t>({info.eth_mtu + RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN,
+                            RTE_MBUF_DEFAULT_DATAROOM, dev_info.min_rx_bufsize, ring_frame});
+    const std::string pool_name = "shp" + std::to_string(getpid()) + "_" + std::to_string(id);
+    rte_mempool* pool = rte_pktmbuf_pool_create(
+        pool_name.c_str(), kPoolMbufs, 256, 0,
+        static_cast<uint16_t>(std::min<uint32_t>(frame + RTE_PKTMBUF_HEADROOM, 65535)),
+        static_cast<int>(rte_socket_id()));
+    if (!pool)
+        throw std::runtime_error("cannot create the packet pool for port " + std::to_string(id) +
+                                 ": " + rte_strerror(rte_errno));
+    // Kept with the port from here on, so that a port that fails to come up is freed
+    // whole (add_port).
+    dpdk_->pools.push_back(pool);
+
+    rte_eth_conf conf{};
+    if (rte_eth_dev_configure(id, 1, 1, &conf) != 0 ||
+        rte_eth_rx_queue_setup(id, 0, kRxDescriptors, rte_eth_dev_socket_id(id), nullptr, pool) !=
+            0 ||
+        rte_eth_tx_queue_setup(id, 0, kTxDescriptors, rte_eth_dev_socket_id(id), nullptr) != 0) {
+        std::string why = "cannot configure DPDK port " + std::to_string(id);
+        if (info.devargs.starts_with("net_af_xdp") && kernel_mtu > dev_info.max_mtu)
+            why += " (af_xdp: XDP takes frames of up to a page, so the interface's MTU must "
+                   "be at most " +
+                   std::to_string(dev_info.max_mtu) + "; it is " + std::to_string(kernel_mtu) + ")";
+        throw std::runtime_error(why);
+    }
+    if (info.devargs.empty()) {
+        rte_ether_addr mac{};
+        for (int b = 0; b < 6; ++b)
+            mac.addr_bytes[b] = info.mac[static_cast<size_t>(b)];
+        rte_eth_dev_default_mac_addr_set(id, &mac);
+    } else if (!on_kernel_interface(info.devargs)) {
+        // Best effort: a PMD may refuse an MTU change.
+        rte_eth_dev_set_mtu(id, static_cast<uint16_t>(info.eth_mtu));
+        uint16_t mtu = 0;
+        if (rte_eth_dev_get_mtu(id, &mtu) == 0 && mtu)
+            info.eth_mtu = mtu;
+    }
+    if (rte_eth_dev_start(id) != 0)
+        throw std::runtime_error("cannot start DPDK port " + std::to_string(id));
+    rte_eth_link link{};
+    rte_eth_link_get_nowait(id, &link);
+    info.link_up = link.link_status == RTE_ETH_LINK_UP;
+    info.link_speed_mbps = link.link_speed;
+    info.faults = FaultInjector(config.faults, index);
+    info.congestion_point = config.congestion_point;
+    info.sl_to_vl = config.sl_to_vl_for(index);
+    info.global_traffic_class = config.traffic_class;
+    info.priority_tag = config.priority_tag;
+    info.pfc = config.pfc;
+    info.pfc_priorities = config.pfc_priorities;
+    info.capture = config.capture_for(index);
+    // The built-in wire's rings are this engine's own: ICRC offload unless a capture
+    // or the fault injector sees the frames, or SOFTHCA_WIRE_ICRC=1 asks for it.
+    const char* wire_icrc = std::getenv("SOFTHCA_WIRE_ICRC");
+    info.in_engine_wire = info.devargs.empty();
+    info.icrc_offload = info.in_engine_wire && !info.capture && !info.faults.enabled() &&
+                        !(wire_icrc && std::string(wire_icrc) == "1");
+    Dpdk::TxQueue& queue = dpdk_->tx.emplace_back();
+    queue.pauses = transport::PfcPauses(config.pfc_priorities);
+    queue.requester = transport::PfcRequester(config.pfc_priorities);
+    if (config.congestion_point.shaper.enabled()) {
+        CongestionPointConfig point = config.congestion_point;
+        point.arbitration = config.arbitration_for(index); // the port's own, if it has them
+        info.congestion_point = point;
+        queue.link = CongestionPoint<rte_mbuf*>(point, config.faults.seed * 31 + index);
+    }
+    ports_.push_back(info);
+}
+
+long DpdkPortSet::add_port(const PortConfig& port, std::string& why) {
+    if (ports_.size() >= kMaxPorts) {
+        why = "the engine has " + std::to_string(kMaxPorts) + " ports";
+        return -ENOSPC;
+    }
+    // An af_packet port on the interface, with a vdev name of its own.
+    const std::string name = "net_af_packet_link" + std::to_string(++dpdk_->links_added);
+    PortPlan plan;
+    try {
+        plan =
+            plan_port({name + ",iface=" + port.netdev, 0, {}, port.netdev}, dpdk_->config.eth_mtu);
+    } catch (const std::exception& e) {
+        why = e.what();
+        return -EINVAL;
+    }
+    const std::string args = plan.devargs.substr(plan.devargs.find(',') + 1);
+    if (const int rc = rte_vdev_init(name.c_str(), args.c_str()); rc != 0) {
+        why = "DPDK could not make an af_packet port on " + port.netdev + ": " + rte_strerror(-rc);
+        return rc < 0 ? rc : -EIO;
+    }
+    uint16_t id = 0;
+    if (rte_eth_dev_get_port_by_name(name.c_str(), &id) != 0) {
+        rte_vdev_uninit(name.c_str());
+        why = "DPDK made no port named " + name;
+        return -EIO;
+    }
+    PortInfo info = named_port(id, port);
+    info.devargs = plan.devargs;
+    const size_t pools = dpdk_->pools.size();
+    try {
+        bring_up(info, plan.kernel_mtu, plan.ring_frame);
+    } catch (const std::exception& e) {
+        why = e.what();
+        rte_eth_dev_stop(id);
+        rte_eth_dev_close(id);
+        rte_vdev_uninit(name.c_str());
+        if (dpdk_->pools.size() > pools) {
+            rte_mempool_free(dpdk_->pools.back());
+            dpdk_->pools.pop_back();
+        }
+        return -EIO;
+    }
+    dpdk_->vdev_names.resize(ports_.size());
+    dpdk_->vdev_names.back() = name;
+    return static_cast<long>(ports_.size() - 1);
+}
+
+void DpdkPortSet::remove_port(size_t index) {
+    flush_port(index);
+    auto& queue = dpdk_->tx[index];
+    if (queue.held)
+        rte_pktmbuf_free(std::exchange(queue.held, nullptr));
+    if (queue.pfc_frame)
+        rte_pktmbuf_free(std::exchange(queue.pfc_frame, nullptr));
+    CongestionPointCounters ignored;
+    queue.link.release(UINT64_MAX, ignored, [](rte_mbuf* m) { rte_pktmbuf_free(m); });
+    for (uint16_t k = 0; k < queue.count; ++k)
+        rte_pktmbuf_free(queue.burst[k]);
+    queue.count = 0;
+    const uint16_t id = ports_[index].dpdk_port;
+    rte_eth_dev_stop(id);
+    rte_eth_dev_close(id);
+    if (index < dpdk_->vdev_names.size() && !dpdk_->vdev_names[index].empty())
+        rte_vdev_uninit(dpdk_->vdev_names[index].c_str());
+    // Every frame of the port's pool is back: its receive queue is closed, and the data
+    // path gives back what it received within the round it took it.
+    rte_mempool_free(std::exchange(dpdk_->pools[index], nullptr));
+    mark_removed(index);
 }
 
 DpdkPortSet::~DpdkPortSet() {
@@ -357,6 +437,8 @@ DpdkPortSet::~DpdkPortSet() {
     }
     flush();
     for (const auto& info : ports_) {
+        if (info.removed)
+            continue;
         rte_eth_dev_stop(info.dpdk_port);
         rte_eth_dev_close(info.dpdk_port);
     }
@@ -368,7 +450,7 @@ std::vector<size_t> DpdkPortSet::refresh_links() {
     std::vector<size_t> changed;
     for (size_t i = 0; i < ports_.size(); ++i) {
         rte_eth_link link{};
-        if (rte_eth_link_get_nowait(ports_[i].dpdk_port, &link) != 0)
+        if (ports_[i].removed || rte_eth_link_get_nowait(ports_[i].dpdk_port, &link) != 0)
             continue;
         const bool up = link.link_status == RTE_ETH_LINK_UP && ports_[i].admin_up;
         if (up != ports_[i].link_up) {
@@ -398,6 +480,8 @@ bool DpdkPortSet::set_admin_state(size_t index, bool up) {
 
 size_t DpdkPortSet::receive(size_t index, RxFrame* frames, size_t max) {
     PortInfo& info = ports_[index];
+    if (info.removed)
+        return 0;
     rte_mbuf* burst[kBurst];
     const uint16_t n = rte_eth_rx_burst(info.dpdk_port, 0, burst,
                                         static_cast<uint16_t>(std::min<size_t>(max, kBurst)));
@@ -447,7 +531,8 @@ void DpdkPortSet::release(void* handle) {
 }
 
 bool DpdkPortSet::tx_alloc(size_t index, TxFrame& frame) {
-    rte_mbuf* m = rte_pktmbuf_alloc(dpdk_->pools[index]);
+    rte_mempool* pool = dpdk_->pools[index];
+    rte_mbuf* m = pool ? rte_pktmbuf_alloc(pool) : nullptr; // none: the port was removed
     if (!m)
         return false;
     frame.data = rte_pktmbuf_mtod(m, uint8_t*);

@@ -41,8 +41,14 @@ class DpdkPortSet final : public PortSet {
     bool tx_paused(size_t index, uint8_t priority, uint64_t now) override;
     void after_receive_round(size_t index, bool backlogged, uint8_t priorities,
                              uint64_t now) override;
+    // `rdma link add`: a net_af_packet port on the interface, as --port would make one.
+    long add_port(const PortConfig& port, std::string& why) override;
+    void remove_port(size_t index) override;
 
   private:
+    // Configures and starts port `info.dpdk_port` (its pool, queues, MTU, transmitter)
+    // and appends it; `kernel_mtu` and `ring_frame` as its plan says (af_packet, af_xdp).
+    void bring_up(PortInfo& info, uint32_t kernel_mtu, uint32_t ring_frame);
     // Writes a frame the port sends to its capture, if it has one.
     void capture(size_t index, const ::rte_mbuf* m);
     // flush(): the port's flow-control frame, when link-level credits want one sent.

@@ -53,13 +53,7 @@ FabricPortSet::FabricPortSet(const PortsConfig& config, const fabric::FabricSpec
         info.in_engine_wire = true; // what arrives is in the receive queue at the flush
         info.sl_to_vl = config.sl_to_vl_for(i);
         info.global_traffic_class = config.traffic_class;
-        if (!config.pcap_prefix.empty()) {
-            info.capture = std::make_shared<PcapWriter>();
-            const std::string path =
-                config.pcap_prefix + "-" + config.prefix + std::to_string(i) + ".pcap";
-            if (!info.capture->open(path))
-                throw std::runtime_error("cannot write the capture " + path);
-        }
+        info.capture = config.capture_for(i);
         // The frames cross only this engine, but a fabric may damage them (--faults): the
         // ICRC is computed and checked unless nothing can.
         info.icrc_offload = !config.faults.enabled() && !info.capture;

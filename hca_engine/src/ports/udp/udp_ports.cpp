@@ -184,13 +184,7 @@ UdpPortSet::UdpPortSet(const PortsConfig& config) : uring_(std::make_unique<Urin
         // The kernel owns the interface's link-local address: only the port's own.
         info.gids = build_gid_table(info.ipv4, info.ipv6, info.mac, false);
         info.faults = FaultInjector(config.faults, index);
-        if (!config.pcap_prefix.empty()) {
-            info.capture = std::make_shared<PcapWriter>();
-            const std::string path =
-                config.pcap_prefix + "-" + config.prefix + std::to_string(index) + ".pcap";
-            if (!info.capture->open(path))
-                throw std::runtime_error("cannot write the capture " + path);
-        }
+        info.capture = config.capture_for(index);
         u.socket_of_port.push_back({-1, -1});
         for (const tp::Gid& address : addresses) {
             UdpSocket s;
