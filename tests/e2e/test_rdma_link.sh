@@ -118,4 +118,27 @@ pids+=($!)
 wait_listening "$port" || fail "the pingpong server on ${SOFTHCA_PREFIX}0 does not listen"
 sx ibv_rc_pingpong -d "${SOFTHCA_PREFIX}1" -g 0 -p "$port" -n 50 127.0.0.1 >/dev/null 2>&1 ||
     fail "the engine's own devices no longer serve a pingpong"
+wait "${pids[-1]}" || fail "the pingpong server on ${SOFTHCA_PREFIX}0 failed"
+
+# An engine on kernel UDP socket ports adds ports of its kind: sockets on the interface's
+# addresses, the kernel's stack between them.
+in_ns "$SOFTHCA" down >/dev/null
+in_ns "$SOFTHCA" up --port udp@127.0.0.1 >/dev/null || fail "softhca up on a udp port failed"
+sx rdma link add "$a" type softhca netdev shla || fail "rdma link add $a (udp) failed"
+sx rdma link add "$b" type softhca netdev shlb || fail "rdma link add $b (udp) failed"
+in_ns "$SOFTHCA" status | grep -q "^device $a port 1: ACTIVE ipv4 198.18.9.1 .*pmd kernel udp" ||
+    fail "$a is not a udp port on 198.18.9.1: $(in_ns "$SOFTHCA" status | grep "^device")"
+port=$(free_port)
+sx ibv_rc_pingpong -d "$a" -g 0 -p "$port" -n 100 -s 4096 >"$watch_out" 2>&1 &
+pids+=($!)
+wait_listening "$port" || fail "the pingpong server on $a (udp) does not listen"
+out=$(sx ibv_rc_pingpong -d "$b" -g 0 -p "$port" -n 100 -s 4096 198.18.9.1 2>&1) ||
+    fail "ibv_rc_pingpong between $a and $b (udp): $out $(cat "$watch_out")"
+echo "$out"
+wait "${pids[-1]}" || fail "the pingpong server on $a (udp) failed: $(cat "$watch_out")"
+sx rdma link delete "$a" || fail "rdma link delete $a (udp) failed"
+# Its sockets are closed: the address's port 4791 is free again for a new one.
+sx rdma link add "$a" type softhca netdev shla || fail "rdma link add $a (udp) again failed"
+sx rdma link delete "$a" || fail "rdma link delete $a (udp) again failed"
+sx ibv_devinfo -d "$b" | grep -qE "state:\s+PORT_ACTIVE" || fail "$b went with $a"
 echo PASS

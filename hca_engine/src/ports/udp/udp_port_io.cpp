@@ -174,15 +174,21 @@ void UdpPortSet::reap() {
                 continue;
             }
             const size_t socket = c->user_data;
+            if (c->user_data == kCancelTag)
+                continue; // a cancellation's own completion (remove_port)
             if (!(c->flags & IORING_CQE_F_MORE))
                 u.sockets[socket].armed = false; // out of buffers or an error: start again
-            if (c->flags & IORING_CQE_F_BUFFER)
+            if (!(c->flags & IORING_CQE_F_BUFFER))
+                continue;
+            if (u.sockets[socket].closed)
+                u.give_buffer(c->flags >> IORING_CQE_BUFFER_SHIFT); // its port was removed
+            else
                 land(socket, c->flags >> IORING_CQE_BUFFER_SHIFT, c->res);
         }
         io_uring_cq_advance(&u.ring, n);
     }
     for (size_t i = 0; i < u.sockets.size(); ++i)
-        if (!u.sockets[i].armed)
+        if (!u.sockets[i].armed && !u.sockets[i].closed)
             u.arm(i);
 }
 
@@ -239,6 +245,8 @@ void UdpPortSet::release(void* handle) {
 
 bool UdpPortSet::tx_alloc(size_t index, TxFrame& frame) {
     Uring& u = *uring_;
+    if (ports_[index].removed)
+        return false;
     if (u.tx_free.empty())
         reap(); // sends that completed give their slots back
     if (u.tx_free.empty())

@@ -45,7 +45,8 @@ constexpr uint32_t kTxFrameBytes = kFrameBytes;
 // what one IP packet's length can carry before the kernel segments it.
 constexpr unsigned kMaxSegments = 64;
 constexpr uint32_t kMaxRunBytes = 65000;
-constexpr uint64_t kSendTag = 1ull << 63; // user_data of sends: the tag and the run
+constexpr uint64_t kSendTag = 1ull << 63;   // user_data of sends: the tag and the run
+constexpr uint64_t kCancelTag = 1ull << 62; // user_data of a cancellation (remove_port)
 // Frame handles: a landing buffer's id + 1, or a copy's index + 1 with this bit.
 constexpr uintptr_t kCopyTag = uintptr_t{1} << 20;
 static_assert(kRxBuffers < kCopyTag && kRxCopies < kCopyTag);
@@ -64,6 +65,7 @@ struct UdpSocket {
     transport::Gid address{};
     msghdr receive_template{}; // name and control sizes for the multishot recvmsg
     bool armed = false;
+    bool closed = false; // its port was removed: never armed again, what lands goes back
 };
 
 // What a received datagram's ancillary data says.
@@ -108,6 +110,7 @@ struct TxRun {
 };
 
 struct UdpPortSet::Uring {
+    PortsConfig config; // what every port is made with (add_port too)
     io_uring ring{};
     bool ring_up = false;
     int eventfd = -1;

@@ -9,6 +9,7 @@
 #include "softhca/transport/roce_frame.hpp"
 
 #include <arpa/inet.h>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -24,6 +25,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <utility>
 
 namespace softhca::engine {
 
@@ -158,103 +160,119 @@ UdpPortSet::UdpPortSet(const PortsConfig& config) : uring_(std::make_unique<Urin
     u.runs.resize(kTxSlots); // a run holds one slot at least
     for (uint32_t i = kTxSlots; i-- > 0;)
         u.runs_free.push_back(i);
-    // Segmentation offload both ways (SOFTHCA_UDP_GSO=0, SOFTHCA_UDP_GRO=0 turn them off).
-    static const bool gso = environment_switch_on("SOFTHCA_UDP_GSO");
-    static const bool gro = environment_switch_on("SOFTHCA_UDP_GRO");
-
-    for (const PortConfig& port : config.ports) {
-        const size_t index = ports_.size();
-        PortInfo info;
-        info.devargs = port.devargs;
-        info.pmd = "kernel udp (io_uring)";
-        info.kernel_udp = true;
-        info.ipv4 = port.ipv4;
-        info.ipv6 = port.ipv6;
-        std::vector<tp::Gid> addresses;
-        if (port.ipv4)
-            addresses.push_back(tp::gid_from_ipv4(port.ipv4));
-        addresses.insert(addresses.end(), port.ipv6.begin(), port.ipv6.end());
-        const Interface interface = interface_of(addresses.front());
-        info.netdev = port.netdev.empty() ? interface.name : port.netdev;
-        info.mac = interface.mac;
-        info.max_eth_mtu = interface.mtu;
-        info.eth_mtu = std::min<uint32_t>(config.eth_mtu, interface.mtu);
-        info.link_up = interface_running(interface.name, u.ioctl_fd);
-        info.global_traffic_class = config.traffic_class;
-        // The kernel owns the interface's link-local address: only the port's own.
-        info.gids = build_gid_table(info.ipv4, info.ipv6, info.mac, false);
-        info.faults = FaultInjector(config.faults, index);
-        info.capture = config.capture_for(index);
-        u.socket_of_port.push_back({-1, -1});
-        for (const tp::Gid& address : addresses) {
-            UdpSocket s;
-            s.port = index;
-            s.address = address;
-            s.ipv6 = !tp::gid_is_ipv4_mapped(address);
-            s.fd =
-                socket(s.ipv6 ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-            if (s.fd < 0)
-                fail("udp port: socket", errno);
-            sockaddr_storage bound{};
-            socklen_t bound_length = 0;
-            if (s.ipv6) {
-                auto* a = reinterpret_cast<sockaddr_in6*>(&bound);
-                a->sin6_family = AF_INET6;
-                a->sin6_port = htons(tp::kRoceV2UdpPort);
-                std::memcpy(&a->sin6_addr, address.data(), 16);
-                bound_length = sizeof(*a);
-                set_option(s.fd, IPPROTO_IPV6, IPV6_V6ONLY, 1, "IPV6_V6ONLY");
-                set_option(s.fd, IPPROTO_IPV6, IPV6_RECVHOPLIMIT, 1, "IPV6_RECVHOPLIMIT");
-                set_option(s.fd, IPPROTO_IPV6, IPV6_RECVTCLASS, 1, "IPV6_RECVTCLASS");
-                set_option(s.fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, IPV6_PMTUDISC_DO,
-                           "IPV6_MTU_DISCOVER");
-                // Linux rxe sends RoCEv2 over IPv6 with a zero UDP checksum (the ICRC
-                // covers the packet); a plain socket would drop those.
-                set_option(s.fd, IPPROTO_UDP, UDP_NO_CHECK6_RX, 1, "UDP_NO_CHECK6_RX");
-            } else {
-                auto* a = reinterpret_cast<sockaddr_in*>(&bound);
-                a->sin_family = AF_INET;
-                a->sin_port = htons(tp::kRoceV2UdpPort);
-                std::memcpy(&a->sin_addr, address.data() + 12, 4);
-                bound_length = sizeof(*a);
-                set_option(s.fd, IPPROTO_IP, IP_RECVTTL, 1, "IP_RECVTTL");
-                set_option(s.fd, IPPROTO_IP, IP_RECVTOS, 1, "IP_RECVTOS");
-                // DF, and (unconnected) identification 0: what the ICRC was computed with.
-                set_option(s.fd, IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO, "IP_MTU_DISCOVER");
-            }
-            // GSO: the option is there (Linux 4.18); a send the kernel still refuses
-            // turns it off for the socket (udp_port_io.cpp). GRO: runs arrive coalesced.
-            int none = 0;
-            s.gso = gso && setsockopt(s.fd, IPPROTO_UDP, UDP_SEGMENT, &none, sizeof(none)) == 0;
-            int on = 1;
-            if (gro)
-                setsockopt(s.fd, IPPROTO_UDP, UDP_GRO, &on, sizeof(on));
-            const int buffer_bytes = 8 << 20;
-            if (setsockopt(s.fd, SOL_SOCKET, SO_RCVBUFFORCE, &buffer_bytes, sizeof(int)) != 0)
-                setsockopt(s.fd, SOL_SOCKET, SO_RCVBUF, &buffer_bytes, sizeof(int));
-            if (setsockopt(s.fd, SOL_SOCKET, SO_SNDBUFFORCE, &buffer_bytes, sizeof(int)) != 0)
-                setsockopt(s.fd, SOL_SOCKET, SO_SNDBUF, &buffer_bytes, sizeof(int));
-            if (bind(s.fd, reinterpret_cast<sockaddr*>(&bound), bound_length) != 0)
-                fail("udp port: bind to UDP port 4791 of " + info.netdev +
-                         "'s address (another RoCE stack or instance there?)",
-                     errno);
-            s.receive_template.msg_namelen = kNameBytes;
-            s.receive_template.msg_controllen = kControlBytes;
-            u.socket_of_port.back()[s.ipv6 ? 1 : 0] = static_cast<int>(u.sockets.size());
-            u.sockets.push_back(s);
-        }
-        ports_.push_back(info);
-    }
-    u.pending.resize(ports_.size());
-    for (auto& queue : u.pending)
-        queue.reserve(kRxBuffers);
-    u.open_run.assign(ports_.size(), -1);
-    u.pending_head.assign(ports_.size(), 0);
-    u.held.assign(ports_.size(), -1);
+    u.config = config;
+    u.sockets.reserve(2 * kMaxPorts); // the kernel reads each one's receive template
+    u.pending.reserve(kMaxPorts);
+    for (const PortConfig& port : config.ports)
+        open_port(port);
     for (size_t i = 0; i < u.sockets.size(); ++i)
         u.arm(i);
     io_uring_submit(&u.ring);
     u.queued = 0;
+}
+
+void UdpPortSet::open_port(const PortConfig& port) {
+    Uring& u = *uring_;
+    const PortsConfig& config = u.config;
+    static const bool gso = environment_switch_on("SOFTHCA_UDP_GSO");
+    static const bool gro = environment_switch_on("SOFTHCA_UDP_GRO");
+    const size_t index = ports_.size();
+    PortInfo info;
+    info.devargs = port.devargs;
+    info.pmd = "kernel udp (io_uring)";
+    info.kernel_udp = true;
+    info.ipv4 = port.ipv4;
+    info.ipv6 = port.ipv6;
+    std::vector<tp::Gid> addresses;
+    if (port.ipv4)
+        addresses.push_back(tp::gid_from_ipv4(port.ipv4));
+    addresses.insert(addresses.end(), port.ipv6.begin(), port.ipv6.end());
+    const Interface interface = interface_of(addresses.front());
+    info.netdev = port.netdev.empty() ? interface.name : port.netdev;
+    info.mac = interface.mac;
+    info.max_eth_mtu = interface.mtu;
+    info.eth_mtu = std::min<uint32_t>(config.eth_mtu, interface.mtu);
+    info.link_up = interface_running(interface.name, u.ioctl_fd);
+    info.global_traffic_class = config.traffic_class;
+    // The kernel owns the interface's link-local address: only the port's own.
+    info.gids = build_gid_table(info.ipv4, info.ipv6, info.mac, false);
+    info.faults = FaultInjector(config.faults, index);
+    info.capture = config.capture_for(index);
+    // The port's sockets, closed again if one of them cannot be made.
+    std::vector<UdpSocket> made;
+    struct CloseUnlessKept {
+        std::vector<UdpSocket>& sockets;
+        ~CloseUnlessKept() {
+            for (const UdpSocket& s : sockets)
+                ::close(s.fd);
+        }
+    } guard{made};
+    std::array<int, 2> of_port{-1, -1};
+    for (const tp::Gid& address : addresses) {
+        UdpSocket s;
+        s.port = index;
+        s.address = address;
+        s.ipv6 = !tp::gid_is_ipv4_mapped(address);
+        s.fd = socket(s.ipv6 ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (s.fd < 0)
+            fail("udp port: socket", errno);
+        made.push_back(s); // closed with the others on a failure below
+        sockaddr_storage bound{};
+        socklen_t bound_length = 0;
+        if (s.ipv6) {
+            auto* a = reinterpret_cast<sockaddr_in6*>(&bound);
+            a->sin6_family = AF_INET6;
+            a->sin6_port = htons(tp::kRoceV2UdpPort);
+            std::memcpy(&a->sin6_addr, address.data(), 16);
+            bound_length = sizeof(*a);
+            set_option(s.fd, IPPROTO_IPV6, IPV6_V6ONLY, 1, "IPV6_V6ONLY");
+            set_option(s.fd, IPPROTO_IPV6, IPV6_RECVHOPLIMIT, 1, "IPV6_RECVHOPLIMIT");
+            set_option(s.fd, IPPROTO_IPV6, IPV6_RECVTCLASS, 1, "IPV6_RECVTCLASS");
+            set_option(s.fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, IPV6_PMTUDISC_DO,
+                       "IPV6_MTU_DISCOVER");
+            // Linux rxe sends RoCEv2 over IPv6 with a zero UDP checksum (the ICRC
+            // covers the packet); a plain socket would drop those.
+            set_option(s.fd, IPPROTO_UDP, UDP_NO_CHECK6_RX, 1, "UDP_NO_CHECK6_RX");
+        } else {
+            auto* a = reinterpret_cast<sockaddr_in*>(&bound);
+            a->sin_family = AF_INET;
+            a->sin_port = htons(tp::kRoceV2UdpPort);
+            std::memcpy(&a->sin_addr, address.data() + 12, 4);
+            bound_length = sizeof(*a);
+            set_option(s.fd, IPPROTO_IP, IP_RECVTTL, 1, "IP_RECVTTL");
+            set_option(s.fd, IPPROTO_IP, IP_RECVTOS, 1, "IP_RECVTOS");
+            // DF, and (unconnected) identification 0: what the ICRC was computed with.
+            set_option(s.fd, IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO, "IP_MTU_DISCOVER");
+        }
+        // GSO: the option is there (Linux 4.18); a send the kernel still refuses
+        // turns it off for the socket (udp_port_io.cpp). GRO: runs arrive coalesced.
+        int none = 0;
+        s.gso = gso && setsockopt(s.fd, IPPROTO_UDP, UDP_SEGMENT, &none, sizeof(none)) == 0;
+        int on = 1;
+        if (gro)
+            setsockopt(s.fd, IPPROTO_UDP, UDP_GRO, &on, sizeof(on));
+        const int buffer_bytes = 8 << 20;
+        if (setsockopt(s.fd, SOL_SOCKET, SO_RCVBUFFORCE, &buffer_bytes, sizeof(int)) != 0)
+            setsockopt(s.fd, SOL_SOCKET, SO_RCVBUF, &buffer_bytes, sizeof(int));
+        if (setsockopt(s.fd, SOL_SOCKET, SO_SNDBUFFORCE, &buffer_bytes, sizeof(int)) != 0)
+            setsockopt(s.fd, SOL_SOCKET, SO_SNDBUF, &buffer_bytes, sizeof(int));
+        if (bind(s.fd, reinterpret_cast<sockaddr*>(&bound), bound_length) != 0)
+            fail("udp port: bind to UDP port 4791 of " + info.netdev +
+                     "'s address (another RoCE stack or instance there?)",
+                 errno);
+        s.receive_template.msg_namelen = kNameBytes;
+        s.receive_template.msg_controllen = kControlBytes;
+        of_port[s.ipv6 ? 1 : 0] = static_cast<int>(u.sockets.size() + made.size() - 1);
+        made.back() = s;
+    }
+    u.socket_of_port.push_back(of_port);
+    u.sockets.insert(u.sockets.end(), made.begin(), made.end());
+    made.clear(); // kept
+    ports_.push_back(info);
+    u.pending.emplace_back().reserve(kRxBuffers);
+    u.open_run.push_back(-1);
+    u.pending_head.push_back(0);
+    u.held.push_back(-1);
 }
 
 UdpPortSet::~UdpPortSet() {
@@ -262,7 +280,8 @@ UdpPortSet::~UdpPortSet() {
     if (u.ring_up)
         io_uring_queue_exit(&u.ring);
     for (const UdpSocket& s : u.sockets)
-        ::close(s.fd);
+        if (s.fd >= 0)
+            ::close(s.fd);
     if (u.buffers)
         munmap(u.buffers, u.buffers_bytes);
     if (u.eventfd >= 0)
@@ -275,9 +294,60 @@ std::vector<int> UdpPortSet::wakeup_fds() const {
     return {uring_->eventfd};
 }
 
+long UdpPortSet::add_port(const PortConfig& port, std::string& why) {
+    if (ports_.size() >= kMaxPorts) {
+        why = "the engine has " + std::to_string(kMaxPorts) + " ports";
+        return -ENOSPC;
+    }
+    Uring& u = *uring_;
+    const size_t first_socket = u.sockets.size();
+    try {
+        PortConfig udp = port;
+        udp.devargs = "udp";
+        open_port(udp);
+    } catch (const std::exception& e) {
+        why = e.what();
+        return -EIO;
+    }
+    for (size_t i = first_socket; i < u.sockets.size(); ++i)
+        u.arm(i);
+    io_uring_submit(&u.ring);
+    u.queued = 0;
+    return static_cast<long>(ports_.size() - 1);
+}
+
+void UdpPortSet::remove_port(size_t index) {
+    Uring& u = *uring_;
+    flush(); // what the port queued leaves first
+    if (u.held[index] >= 0)
+        u.tx_free.push_back(static_cast<uint32_t>(std::exchange(u.held[index], -1) & 0xffffffff));
+    // Its receives are cancelled; what lands for them from here on goes back (reap).
+    for (const int socket : u.socket_of_port[index]) {
+        if (socket < 0)
+            continue;
+        UdpSocket& s = u.sockets[static_cast<size_t>(socket)];
+        s.closed = true;
+        if (io_uring_sqe* entry = u.sqe()) {
+            io_uring_prep_cancel64(entry, static_cast<uint64_t>(socket), 0);
+            io_uring_sqe_set_data64(entry, kCancelTag);
+        }
+        ::close(std::exchange(s.fd, -1)); // the ring holds the file until its requests end
+    }
+    io_uring_submit(&u.ring);
+    u.queued = 0;
+    // Datagrams that landed and were never taken: their buffers go back.
+    for (size_t k = u.pending_head[index]; k < u.pending[index].size(); ++k)
+        u.give_buffer(u.pending[index][k].buffer);
+    u.pending[index].clear();
+    u.pending_head[index] = 0;
+    mark_removed(index);
+}
+
 std::vector<size_t> UdpPortSet::refresh_links() {
     std::vector<size_t> changed;
     for (size_t i = 0; i < ports_.size(); ++i) {
+        if (ports_[i].removed)
+            continue;
         const bool up = ports_[i].admin_up && interface_running(ports_[i].netdev, uring_->ioctl_fd);
         if (up != ports_[i].link_up) {
             ports_[i].link_up = up;

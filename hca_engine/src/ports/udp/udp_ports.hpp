@@ -56,10 +56,16 @@ class UdpPortSet final : public PortSet {
     void tx_abort(TxFrame& frame) override;
     size_t flush() override;
     std::vector<int> wakeup_fds() const override;
+    // `rdma link add`: sockets on the interface's addresses, as --port udp@... makes them.
+    long add_port(const PortConfig& port, std::string& why) override;
+    void remove_port(size_t index) override;
 
   private:
     struct Uring;
     std::unique_ptr<Uring> uring_;
+    // Opens port `port`'s sockets (not yet armed) and appends it. Throws as the
+    // constructor does, with nothing of the port left open.
+    void open_port(const PortConfig& port);
     // Takes every completion: received datagrams wait for receive(), sent runs free their
     // slots; receives that ended are started again.
     void reap();
