@@ -123,7 +123,7 @@ wait "$pingpong_server" || fail "ibv_rc_pingpong's server failed"
 wait_until "[ \$((\$(counter $client hw_counters/rdma_sends) - $sends_before)) -ge 200 ] &&
     [ \$((\$(counter $server hw_counters/rdma_recvs) - $recvs_before)) -ge 200 ]" 5 ||
     fail "rdma_sends grew by $(($(counter "$client" hw_counters/rdma_sends) - sends_before)), rdma_recvs by $(($(counter "$server" hw_counters/rdma_recvs) - recvs_before)) over 200 exchanges"
-for name in rcvd_seq_err retry_exceeded_err retry_rnr_exceeded_err; do
+for name in rcvd_seq_err retry_exceeded_err retry_rnr_exceeded_err completer_retry_err; do
     [ -n "$(counter "$client" "hw_counters/$name")" ] || fail "no hw_counters/$name"
 done
 wait_until settled 5 || fail "the counter files do not agree with softhca status after the pingpong"

@@ -228,10 +228,11 @@ TEST_CASE("RC: mixed traffic over a clean wire completes in order with every byt
                      << " ooo " << c.out_of_sequence << " b.dup "
                      << link.b().qp.counters().duplicates);
     CHECK(c.retransmitted_packets == 0);
+    CHECK(c.retries == 0);
 }
 
 TEST_CASE("RC: 100000 messages over lossy, duplicating, reordering, corrupting wires") {
-    uint64_t total = 0, retransmits = 0, rejected = 0;
+    uint64_t total = 0, retransmits = 0, rejected = 0, retries = 0;
     for (uint64_t seed = 1; seed <= 20; ++seed) {
         INFO("seed " << seed);
         WireFaults faults{0.01 * static_cast<double>(seed % 4), 0.02, 0.005, 1500};
@@ -243,11 +244,14 @@ TEST_CASE("RC: 100000 messages over lossy, duplicating, reordering, corrupting w
         traffic.run(5000, 1 + static_cast<uint32_t>(seed % 24), max_length);
         total += 5000;
         retransmits += link.a().qp.counters().retransmitted_packets;
+        retries += link.a().qp.counters().retries;
         rejected += link.rejected_frames;
     }
     CHECK(total == 100000);
     CHECK(retransmits > 0);
-    CHECK(rejected > 0); // corrupted frames were caught by the ICRC, never delivered
+    CHECK(retries > 0);
+    CHECK(retries <= retransmits); // a retry resends one packet at least
+    CHECK(rejected > 0);           // corrupted frames were caught by the ICRC, never delivered
 }
 
 TEST_CASE("RC: a receive too small gives LOC_LEN_ERR there and REM_INV_REQ_ERR here") {
@@ -370,6 +374,7 @@ TEST_CASE("RC: RNR with rnr_retry 0 fails with RNR_RETRY_EXC_ERR, with 7 it wait
         link.run(3000);
         CHECK(link.a().sink.sends.empty());
         CHECK(link.a().qp.counters().rnr_naks_received > 3);
+        CHECK(link.a().qp.counters().retries == 0); // an RNR NAK's wait is no retry
         RecvWqe r = one_sge_receive(5, bm, dst, 64);
         REQUIRE(link.b().qp.post_recv(r));
         REQUIRE(link.run_until([&] { return !link.a().sink.sends.empty(); }));
@@ -512,6 +517,7 @@ TEST_CASE("RC: retries run out when the peer is gone: RETRY_EXC_ERR") {
     REQUIRE(link.run_until([&] { return !link.a().sink.sends.empty(); }));
     CHECK(link.a().sink.sends[0].status == WcStatus::RetryExceededError);
     CHECK(link.a().qp.counters().timeouts == 8);         // retry_cnt 7: first try + 7 retries
+    CHECK(link.a().qp.counters().retries == 7);          // rxe's completer_retry_err
     CHECK(link.a().qp.counters().retries_exceeded == 1); // rxe's retry_exceeded_err
     CHECK(link.a().qp.counters().sends_completed == 0);
 }

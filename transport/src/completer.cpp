@@ -138,6 +138,7 @@ void QueuePair::handle_ack_psn(uint32_t psn, Nanoseconds now) {
             if (!comp_.gap_rewound || comp_.gap_psn != missing) {
                 comp_.gap_rewound = true;
                 comp_.gap_psn = missing;
+                ++counters_.retries;
                 rewind_to(missing);
             }
             break;
@@ -215,6 +216,7 @@ void QueuePair::on_nak(uint32_t psn, uint8_t syndrome, Nanoseconds now) {
         ++counters_.sequence_naks_received;
         // The responder saw a gap and names the PSN it expects (9.7.5.2.2). Only
         // timeouts count against retry_cnt: a NAK proves the peer is alive.
+        ++counters_.retries;
         rewind_to(psn);
         break;
     case aeth::kNakInvalidRequest:
@@ -268,6 +270,7 @@ void QueuePair::on_read_response(const IbPacket& packet, Nanoseconds now) {
         if (!comp_.gap_rewound || comp_.gap_psn != expected) {
             comp_.gap_rewound = true;
             comp_.gap_psn = expected;
+            ++counters_.retries;
             rewind_to(expected);
         }
         return;

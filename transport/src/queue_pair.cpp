@@ -268,6 +268,7 @@ void QueuePair::on_timer(Nanoseconds now) {
         if (!is_read_or_atomic(entry.wqe) && psn_diff(comp_.acked_psn, from) >= 0 &&
             psn_diff(comp_.acked_psn, last) < 0)
             from = psn_add(comp_.acked_psn, 1);
+        ++counters_.retries;
         rewind_to(from);
         return;
     }

@@ -119,6 +119,7 @@ constexpr CounterFile kFiles[] = {
     {"hw_counters/rcvd_seq_err", [](K k) { return k.qps.sequence_naks_received; }},
     {"hw_counters/retry_exceeded_err", [](K k) { return k.qps.retries_exceeded; }},
     {"hw_counters/retry_rnr_exceeded_err", [](K k) { return k.qps.rnr_retries_exceeded; }},
+    {"hw_counters/completer_retry_err", [](K k) { return k.qps.retries; }},
     {"hw_counters/rdma_sends", [](K k) { return k.qps.sends_completed; }},
     {"hw_counters/rdma_recvs", [](K k) { return k.qps.receives_completed; }},
     {"hw_counters/local_ack_timeout_err", [](K k) { return k.qps.timeouts; }},

@@ -181,6 +181,7 @@ Json qp_document(const EngineQp& qp) {
               {"sequence_naks_received", k.sequence_naks_received},
               {"retries_exceeded", k.retries_exceeded},
               {"rnr_retries_exceeded", k.rnr_retries_exceeded},
+              {"retries", k.retries},
               {"sends_completed", k.sends_completed},
               {"receives_completed", k.receives_completed},
               {"placed_messages", k.placed_messages},

@@ -80,10 +80,12 @@ struct QpCounters {
     uint64_t sequence_naks_received = 0; // NAKs for a PSN sequence error (9.7.5.2.2)
     uint64_t retries_exceeded = 0;       // requests failed with retry_cnt spent
     uint64_t rnr_retries_exceeded = 0;   // requests failed with rnr_retry spent
-    uint64_t sends_completed = 0;        // SEND requests completed, in error too (not flushed)
-    uint64_t receives_completed = 0;     // receive WQEs completed successfully
-    uint64_t placed_messages = 0;        // RDMA WRITEs and READs the initiator placed itself
-    uint64_t placed_bytes = 0;           // their bytes
+    uint64_t retries = 0; // go-back-N retries started: a local ACK timeout, a sequence-error
+                          // NAK, a missing read response (not an RNR NAK's wait)
+    uint64_t sends_completed = 0;    // SEND requests completed, in error too (not flushed)
+    uint64_t receives_completed = 0; // receive WQEs completed successfully
+    uint64_t placed_messages = 0;    // RDMA WRITEs and READs the initiator placed itself
+    uint64_t placed_bytes = 0;       // their bytes
 
     // Sums (a device's QPs, those destroyed and those alive).
     QpCounters& operator+=(const QpCounters& o) {
@@ -103,6 +105,7 @@ struct QpCounters {
         sequence_naks_received += o.sequence_naks_received;
         retries_exceeded += o.retries_exceeded;
         rnr_retries_exceeded += o.rnr_retries_exceeded;
+        retries += o.retries;
         sends_completed += o.sends_completed;
         receives_completed += o.receives_completed;
         placed_messages += o.placed_messages;
@@ -110,7 +113,7 @@ struct QpCounters {
         return *this;
     }
 };
-static_assert(sizeof(QpCounters) == 20 * sizeof(uint64_t), "operator+= sums every counter");
+static_assert(sizeof(QpCounters) == 21 * sizeof(uint64_t), "operator+= sums every counter");
 
 // Time in nanoseconds, from any fixed origin.
 using Nanoseconds = uint64_t;
