@@ -47,8 +47,9 @@ struct Engine {
         made->set_link_handler(
             [this](bool add, const std::string& name, const std::string& netdev) {
                 size_t device = 0;
-                const int error = add ? DeviceLinks::check_add(devices, ports, name, netdev)
-                                      : DeviceLinks::check_remove(devices, name, device);
+                const int error =
+                    add ? DeviceLinks::check_add(devices, ports, "/nonexistent", name, netdev)
+                        : DeviceLinks::check_remove(devices, name, device);
                 return error ? error : EOPNOTSUPP;
             });
         return made;
@@ -98,7 +99,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     size_t at = 0;
     bool status_asked = false;
     for (int n = 0; n < 48 && at + 4 <= size; ++n) {
-        uint8_t opcode = data[at] % 38;
+        uint8_t opcode = data[at] % 39;
         if (opcode == static_cast<uint8_t>(di::Opcode::EngineStatus) ||
             opcode == static_cast<uint8_t>(di::Opcode::EngineStatusJson)) {
             if (status_asked)

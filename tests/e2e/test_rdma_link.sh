@@ -76,6 +76,8 @@ refused "link add of type rxe" "Invalid argument" \
     sx rdma link add "${SOFTHCA_PREFIX}x" type rxe netdev shlc
 refused "link add of a name with /" "Invalid argument" \
     sx rdma link add "x/y" type softhca netdev shlc
+refused "link add of a name too long for its node" "Invalid argument" \
+    sx rdma link add "$(printf 'n%.0s' $(seq 57))" type softhca netdev shlc
 refused "link add on an interface with no address" "Cannot assign requested address" \
     sx rdma link add "${SOFTHCA_PREFIX}x" type softhca netdev shlc
 refused "link delete of the engine's own device" "Invalid argument" \
@@ -104,11 +106,20 @@ out=$(sx rdma link show)
 [ ! -e "$tree/class/infiniband/$a" ] || fail "$a is still in the device tree"
 [ ! -e "/dev/infiniband/${a}_uverbs" ] || fail "/dev/infiniband/${a}_uverbs is still there"
 ! in_ns "$SOFTHCA" status | grep -q "^device $a " || fail "status still shows $a"
-refused "ibv_devinfo of the deleted device" "" sx ibv_devinfo -d "$a"
-refused "link delete of a deleted device" "" sx rdma link delete "$a"
+refused "ibv_devinfo of the deleted device" "wasn't found" sx ibv_devinfo -d "$a"
+refused "link delete of a deleted device" "Wrong device name" sx rdma link delete "$a"
 
 # The name and the interface are free again; the engine's own devices still serve.
 sx rdma link add "$a" type softhca netdev shla || fail "rdma link add $a again failed"
+# An rdma_cm listener on the device: DEVICE_REMOVAL when it goes (rping says so).
+sx rping -s -a 198.18.9.1 -p 7174 -C 1 -v >"$watch_out" 2>&1 &
+pids+=($!)
+wait_until "sx rdma resource show cm_id | grep -q 'state LISTEN'" 10 ||
+    fail "rping's listener is not bound: $(sx rdma resource show cm_id)"
+sx rdma link delete "$a" || fail "rdma link delete $a with a listener failed"
+wait_until "grep -q 'device removal' '$watch_out'" 10 ||
+    fail "the listener got no DEVICE_REMOVAL: $(cat "$watch_out")"
+sx rdma link add "$a" type softhca netdev shla || fail "rdma link add $a a third time failed"
 sx ibv_devinfo -d "$a" | grep -qE "state:\s+PORT_ACTIVE" || fail "$a again is not ACTIVE"
 sx rdma link delete "$a" || fail "rdma link delete $a again failed"
 sx rdma link delete "$b" || fail "rdma link delete $b failed"
@@ -123,6 +134,9 @@ wait "${pids[-1]}" || fail "the pingpong server on ${SOFTHCA_PREFIX}0 failed"
 # An engine on kernel UDP socket ports adds ports of its kind: sockets on the interface's
 # addresses, the kernel's stack between them.
 in_ns "$SOFTHCA" down >/dev/null
+# Every address of the interface gets a socket, and a delete closes them all.
+ip -n "$ns" -6 addr add 2001:2:0:9::1/64 dev shla nodad
+ip -n "$ns" -6 addr add 2001:2:0:9::11/64 dev shla nodad
 in_ns "$SOFTHCA" up --port udp@127.0.0.1 >/dev/null || fail "softhca up on a udp port failed"
 sx rdma link add "$a" type softhca netdev shla || fail "rdma link add $a (udp) failed"
 sx rdma link add "$b" type softhca netdev shlb || fail "rdma link add $b (udp) failed"
@@ -137,7 +151,9 @@ out=$(sx ibv_rc_pingpong -d "$b" -g 0 -p "$port" -n 100 -s 4096 198.18.9.1 2>&1)
 echo "$out"
 wait "${pids[-1]}" || fail "the pingpong server on $a (udp) failed: $(cat "$watch_out")"
 sx rdma link delete "$a" || fail "rdma link delete $a (udp) failed"
-# Its sockets are closed: the address's port 4791 is free again for a new one.
+# Its sockets are closed: the addresses' port 4791 is free again for a new one.
+! in_ns ss -Hulpn "sport = :4791" | grep -qE "2001:2:0:9::1?1\]" ||
+    fail "a socket of the deleted $a is still bound: $(in_ns ss -Hulpn "sport = :4791")"
 sx rdma link add "$a" type softhca netdev shla || fail "rdma link add $a (udp) again failed"
 sx rdma link delete "$a" || fail "rdma link delete $a (udp) again failed"
 sx ibv_devinfo -d "$b" | grep -qE "state:\s+PORT_ACTIVE" || fail "$b went with $a"

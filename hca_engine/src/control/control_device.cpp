@@ -4,6 +4,8 @@
 #include "client_descriptors.hpp"
 #include "control_messages.hpp"
 #include "control_server.hpp"
+
+#include "engine_qp.hpp"
 #include "shared_memory.hpp"
 #include "softhca/device_interface/async_event.hpp"
 
@@ -11,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <string>
 #include <sys/epoll.h>
 #include <system_error>
@@ -200,10 +203,22 @@ void ControlServer::set_fabric_link(Call& call) {
     reply_status(call, 0);
 }
 
+bool ControlServer::network_administrator(const Connection& c) {
+    // The engine's own user when that is not root, or root with CAP_NET_ADMIN, which the
+    // kernel's RDMA netlink asks of these requests (RDMA_NL_ADMIN_PERM).
+    return (c.uid != 0 && c.uid == ::geteuid()) || c.peer.root_with_capability(CAP_NET_ADMIN);
+}
+
 void ControlServer::link(Call& call) {
     const auto& request = call.request<di::LinkRequest>();
-    if (call.c.uid != 0 && call.c.uid != ::geteuid()) {
+    if (!network_administrator(call.c)) {
         reply_status(call, EPERM);
+        return;
+    }
+    // Not on a connection that has a device open: deleting that device would close the
+    // connection the reply goes out on.
+    if (call.c.device >= 0) {
+        reply_status(call, EINVAL);
         return;
     }
     const size_t name_length = strnlen(request.device_name, sizeof(request.device_name));
@@ -219,6 +234,57 @@ void ControlServer::link(Call& call) {
     const bool add = call.header.opcode == static_cast<uint16_t>(di::Opcode::LinkAdd);
     reply_status(call, link_handler_(add, std::string(request.device_name, name_length),
                                      std::string(request.netdev, netdev_length)));
+}
+
+bool ControlServer::qp_owner(size_t device, uint32_t qpn, QpCounterSets::Owner& owner,
+                             const EngineQp*& qp) const {
+    for (const auto& [fd, c] : connections_) {
+        if (!c.resources || c.device != static_cast<int>(device))
+            continue;
+        for (const auto& [handle, owned] : c.resources->qps())
+            if (owned->qp_num() == qpn) {
+                owner = {c.pid, c.uid, c.pidns, c.ns_pid, c.command};
+                qp = owned.get();
+                return true;
+            }
+    }
+    return false;
+}
+
+void ControlServer::qp_counter(Call& call) {
+    const auto& request = call.request<di::QpCounterRequest>();
+    di::QpCounterReply r{};
+    r.reply.header = reply_header(call.header, sizeof(r));
+    r.qpn = request.qpn;
+    const auto answer = [&](int status) {
+        r.reply.status = status;
+        reply(call, &r, sizeof(r));
+    };
+    if (!network_administrator(call.c))
+        return answer(EPERM);
+    const std::string name(request.device_name,
+                           strnlen(request.device_name, sizeof(request.device_name)));
+    size_t device = devices_.size();
+    for (size_t i = 0; i < devices_.size(); ++i)
+        if (devices_[i].name == name && !devices_[i].removed)
+            device = i;
+    if (device == devices_.size())
+        return answer(ENODEV);
+    QpCounterSets& sets = keys_.qp_counter_sets;
+    if (request.op == di::kQpCounterSetAuto)
+        return answer(sets.set_auto(device, request.auto_mask));
+    if (request.op != di::kQpCounterBind && request.op != di::kQpCounterUnbind)
+        return answer(EINVAL);
+    QpCounterSets::Owner owner;
+    const EngineQp* qp = nullptr;
+    if (!qp_owner(device, request.qpn, owner, qp))
+        return answer(ENOENT);
+    if (request.op == di::kQpCounterUnbind)
+        return answer(
+            sets.unbind(device, request.qpn, request.counter_id, qp->transport().counters()));
+    const int status = sets.bind(device, request.qpn, qp->type(), owner, qp->transport().counters(),
+                                 request.new_counter != 0, request.counter_id, r.counter_id);
+    answer(status);
 }
 
 } // namespace softhca::engine

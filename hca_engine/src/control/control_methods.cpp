@@ -30,6 +30,7 @@ const ControlServer::Method* ControlServer::method_for(uint16_t opcode) {
         {Op::SetFabricLink, sizeof(di::SetFabricLinkRequest), false, &S::set_fabric_link},
         {Op::LinkAdd, sizeof(di::LinkRequest), false, &S::link},
         {Op::LinkDelete, sizeof(di::LinkRequest), false, &S::link},
+        {Op::QpCounter, sizeof(di::QpCounterRequest), false, &S::qp_counter},
         {Op::QueryDevice, sizeof(Header), true, &S::query_device},
         {Op::QueryPort, sizeof(di::QueryPortRequest), true, &S::query_port},
         {Op::MapDoorbells, sizeof(Header), true, &S::map_doorbells},

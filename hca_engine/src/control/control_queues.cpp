@@ -128,7 +128,21 @@ void ControlServer::modify_qp(Call& call) {
         reply_status(call, EPERM);
         return;
     }
-    reply_status(call, qp ? qp->modify(request, port_of(call.c), monotonic_ns()) : EINVAL);
+    if (!qp) {
+        reply_status(call, EINVAL);
+        return;
+    }
+    const transport::QpState before = qp->transport().state();
+    const int status = qp->modify(request, port_of(call.c), monotonic_ns());
+    // Reaching INIT binds the QP to a counter in auto mode (`rdma statistic qp`), as the
+    // kernel's modify does when the QP gets its port.
+    if (status == 0 && before == transport::QpState::Reset &&
+        qp->transport().state() == transport::QpState::Init)
+        keys_.qp_counter_sets.qp_ready(
+            static_cast<size_t>(call.c.device), qp->qp_num(), qp->type(),
+            {call.c.pid, call.c.uid, call.c.pidns, call.c.ns_pid, call.c.command},
+            qp->transport().counters());
+    reply_status(call, status);
 }
 
 void ControlServer::query_qp(Call& call) {

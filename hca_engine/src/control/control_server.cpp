@@ -67,6 +67,7 @@ void ControlServer::add_device() {
 void ControlServer::remove_device(size_t device) {
     for (auto it = connections_.begin(); it != connections_.end();) {
         if (it->second.device == static_cast<int>(device)) {
+            paused_.forget(it->first);
             close_connection(it->second);
             connections_by_user_.give_back(it->second.account);
             it = connections_.erase(it);

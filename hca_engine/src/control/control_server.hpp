@@ -152,6 +152,9 @@ class ControlServer {
     // PIDs as that namespace numbers them (as the kernel's restrack filters). nullptr:
     // everything.
     StatusDocument status_document_for(const Connection* viewer) const;
+    // A device's per-QP counters (`rdma statistic qp`) as the viewer may see them.
+    StatusDocument qp_counters_document(size_t device, bool sees_all,
+                                        const Connection* viewer) const;
     // Checks the header, finds the method, checks the device and the size, calls it.
     void dispatch(Connection& c, const void* message, size_t size, int received_fd, int second_fd);
     void reply(Connection& c, const void* message, size_t size, int fd_to_pass = -1);
@@ -176,7 +179,15 @@ class ControlServer {
     void engine_status(Call& call);
     void set_port_state(Call& call);
     void set_fabric_link(Call& call);
-    void link(Call& call); // LinkAdd and LinkDelete
+    // Whether the connection's process may administer the network (LinkAdd, LinkDelete,
+    // QpCounter): the engine's own user, or root with CAP_NET_ADMIN.
+    static bool network_administrator(const Connection& c);
+    void link(Call& call);       // LinkAdd and LinkDelete
+    void qp_counter(Call& call); // QpCounter (qp_counter_sets.hpp)
+    // The process that owns a QP of `device` as a counter shows it, and the QP's counts:
+    // false when the device has no such QP.
+    bool qp_owner(size_t device, uint32_t qpn, QpCounterSets::Owner& owner,
+                  const EngineQp*& qp) const;
     // control_memory.cpp: protection and XRC domains, MRs, windows, device memory.
     void alloc_pd(Call& call);
     void dealloc_pd(Call& call);

@@ -1,5 +1,7 @@
 #include "port_counter_files.hpp"
 
+#include "qp_hw_counters.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -108,31 +110,20 @@ constexpr CounterFile kFiles[] = {
     {"hw_counters/cnp_send_dropped", [](K k) { return k.port.tx_cnps_dropped; }},
     {"hw_counters/rx_pfc_frames", [](K k) { return k.port.rx_pfc_frames; }},
     {"hw_counters/tx_pfc_frames", [](K k) { return k.port.tx_pfc_frames; }},
-    // The device's QPs: rxe's names (mlx5's for the ACK timer) where the meaning is the
-    // same: duplicate and out-of-sequence requests the responders saw, RNR NAKs received
-    // and sent, sequence-error NAKs received, requests failed with their retries spent,
-    // SENDs and receives completed, local ACK timeouts; then softhca's own.
-    {"hw_counters/duplicate_request", [](K k) { return k.qps.duplicates; }},
-    {"hw_counters/out_of_seq_request", [](K k) { return k.qps.out_of_sequence; }},
-    {"hw_counters/rcvd_rnr_err", [](K k) { return k.qps.rnr_naks_received; }},
-    {"hw_counters/send_rnr_err", [](K k) { return k.qps.rnr_naks_sent; }},
-    {"hw_counters/rcvd_seq_err", [](K k) { return k.qps.sequence_naks_received; }},
-    {"hw_counters/retry_exceeded_err", [](K k) { return k.qps.retries_exceeded; }},
-    {"hw_counters/retry_rnr_exceeded_err", [](K k) { return k.qps.rnr_retries_exceeded; }},
-    {"hw_counters/completer_retry_err", [](K k) { return k.qps.retries; }},
-    {"hw_counters/rdma_sends", [](K k) { return k.qps.sends_completed; }},
-    {"hw_counters/rdma_recvs", [](K k) { return k.qps.receives_completed; }},
-    {"hw_counters/local_ack_timeout_err", [](K k) { return k.qps.timeouts; }},
-    {"hw_counters/retransmitted_pkts", [](K k) { return k.qps.retransmitted_packets; }},
-    {"hw_counters/sent_naks", [](K k) { return k.qps.naks_sent; }},
-    {"hw_counters/rcvd_naks", [](K k) { return k.qps.naks_received; }},
-    {"hw_counters/rcvd_qkey_err", [](K k) { return k.qps.qkey_violations; }},
-    {"hw_counters/dropped_msgs", [](K k) { return k.qps.dropped_messages; }},
-    // RDMA WRITEs and READs whose initiator copied the bytes itself (single copy): they
-    // never cross the port, so the counters above do not see them.
-    {"hw_counters/placed_msgs", [](K k) { return k.qps.placed_messages; }},
-    {"hw_counters/placed_bytes", [](K k) { return k.qps.placed_bytes; }},
 };
+// Then the device's QPs' counters, summed (qp_hw_counters.hpp), in hw_counters/.
+constexpr size_t kFileCount = std::size(kFiles) + std::size(kQpHwCounters);
+
+std::string file_name(size_t i) {
+    return i < std::size(kFiles)
+               ? std::string(kFiles[i].name)
+               : "hw_counters/" + std::string(kQpHwCounters[i - std::size(kFiles)].name);
+}
+
+uint64_t file_value(size_t i, const Counts& counts) {
+    return i < std::size(kFiles) ? kFiles[i].value(counts)
+                                 : counts.qps.*(kQpHwCounters[i - std::size(kFiles)].value);
+}
 
 } // namespace
 
@@ -142,19 +133,19 @@ PortCounterFiles::PortCounterFiles(std::vector<Target> targets)
         make_dir(targets[t].port_dir + "/counters");
         make_dir(targets[t].port_dir + "/hw_counters");
         Written w{std::move(targets[t]), {}, {}, {}, kDefaultLifespanMs};
-        for (const CounterFile& file : kFiles) {
-            w.paths.push_back(w.target.port_dir + "/" + file.name);
+        for (size_t i = 0; i < kFileCount; ++i) {
+            w.paths.push_back(w.target.port_dir + "/" + file_name(i));
             write_number(w.paths.back(), 0);
         }
-        w.values.assign(std::size(kFiles), 0);
-        w.fresh.assign(std::size(kFiles), 0);
+        w.values.assign(kFileCount, 0);
+        w.fresh.assign(kFileCount, 0);
         // Writable by root, as the kernel's (0644).
         const std::string lifespan = w.target.port_dir + "/hw_counters/lifespan";
         write_number(lifespan, kDefaultLifespanMs);
         ::chmod(lifespan.c_str(), 0644);
         lifespan_ns_[t].store(kDefaultLifespanMs * 1'000'000ull);
-        shown_.push_back({0, 0, std::vector<uint64_t>(std::size(kFiles), 0)});
-        handed_.emplace_back(std::size(kFiles), 0);
+        shown_.push_back({0, 0, std::vector<uint64_t>(kFileCount, 0)});
+        handed_.emplace_back(kFileCount, 0);
         handed_new_.push_back(0);
         written_.push_back(std::move(w));
     }
@@ -183,8 +174,8 @@ void PortCounterFiles::collect(uint64_t now_ns, PortSet& ports,
             const Target& target = written_[t].target; // set before the writer started
             const transport::QpCounters qps = qp_counters(target.device_index);
             const Counts counts{ports.counters(target.port_index), qps};
-            for (size_t i = 0; i < std::size(kFiles); ++i)
-                shown.snapshot[i] = kFiles[i].value(counts);
+            for (size_t i = 0; i < kFileCount; ++i)
+                shown.snapshot[i] = file_value(i, counts);
             shown.published_ns = now_ns;
             shown.next_ns = now_ns + lifespan_ns_[t].load();
             collected = true;

@@ -67,6 +67,7 @@ void KeySpace::set_device_count(size_t count) {
     QueueDirectory::set_device_count(count);
     qps_by_device.resize(count);
     retired_qp_counters_by_device.resize(count);
+    qp_counter_sets.set_device_count(count);
     dm_bytes_by_device.resize(count);
 }
 
@@ -702,6 +703,7 @@ void ContextResources::destroy_owned_qp(
         context->close_opened(opened);
     const QpBinding& b = qp.binding();
     keys_.retired_qp_counters_by_device[device_] += qp.transport().counters();
+    keys_.qp_counter_sets.qp_destroyed(device_, qp.qp_num(), qp.transport().counters());
     keys_.qps_by_device[device_].erase(qp.qp_num());
     keys_.qp_numbers_by_device[device_].erase(qp.qp_num());
     if (b.pd_handle)

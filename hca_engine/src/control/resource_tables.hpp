@@ -4,6 +4,8 @@
 // Keys (lkey/rkey) and device-wide limits live in KeySpace, shared by all contexts.
 #pragma once
 
+#include "qp_counter_sets.hpp"
+
 #include "client_process.hpp"
 #include "completion_queue.hpp"
 #include "grant_page.hpp"
@@ -47,6 +49,8 @@ class KeySpace : public QueueDirectory {
     std::vector<transport::QpCounters> retired_qp_counters_by_device;
     // Every QP counter of a device: the destroyed QPs' and the live ones'.
     transport::QpCounters qp_counters_of_device(size_t device) const;
+    // The per-QP counters of each device's port (`rdma statistic qp`).
+    QpCounterSets qp_counter_sets;
     // Device memory in use on each device (of kDeviceMemoryPoolBytes each).
     std::vector<uint64_t> dm_bytes_by_device;
     // Registered (pinned) bytes of each process, over all its contexts, charged against

@@ -4,6 +4,7 @@
 #include "control_server.hpp"
 #include "engine_qp.hpp"
 #include "engine_srq.hpp"
+#include "qp_hw_counters.hpp"
 #include "shared_mapping.hpp"
 #include "softhca/transport/path_mtu.hpp"
 #include "softhca/transport/priority_flow_control.hpp"
@@ -236,6 +237,39 @@ Json fabric_document(const FabricStatus& f) {
 
 } // namespace
 
+StatusDocument ControlServer::qp_counters_document(size_t device, bool sees_all,
+                                                   const Connection* viewer) const {
+    const QpCounterSets& sets = keys_.qp_counter_sets;
+    static constexpr const char* kModes[] = {"none", "auto", "manual"};
+    Json counters = Json::array();
+    const auto live = [&](uint32_t qpn) -> const transport::QpCounters* {
+        const auto& qps = keys_.qps_by_device.at(device);
+        const auto it = qps.find(qpn);
+        return it == qps.end() ? nullptr : &it->second->transport().counters();
+    };
+    for (const auto& [id, counter] : sets.counters(device)) {
+        const QpCounterSets::Owner& owner = counter.owner;
+        if (!sees_all && (owner.uid != viewer->uid || owner.pidns != viewer->pidns))
+            continue;
+        Json qps = Json::array();
+        for (const auto& [qpn, at_bind] : counter.qps)
+            qps.push_back(qpn);
+        const transport::QpCounters counted = QpCounterSets::counted(counter, live);
+        Json values = Json::object();
+        for (const QpHwCounter& c : kQpHwCounters)
+            values[c.name] = counted.*c.value;
+        counters.push_back({{"id", id},
+                            {"qp_type", qp_type_name(counter.qp_type)},
+                            {"pid", sees_all ? owner.pid : owner.ns_pid},
+                            {"command", owner.command},
+                            {"qps", qps},
+                            {"counters", values}});
+    }
+    return {{"qp_counter_mode", kModes[static_cast<size_t>(sets.mode(device))]},
+            {"qp_counter_mask", sets.mask(device)},
+            {"qp_counters", counters}};
+}
+
 StatusDocument ControlServer::status_document_for(const Connection* viewer) const {
     static const ino_t engine_pidns = [] {
         struct stat st {};
@@ -284,6 +318,7 @@ StatusDocument ControlServer::status_document_for(const Connection* viewer) cons
             {"pfc", pfc_document(p)},
             {"placed",
              {{"messages", qp_counters.placed_messages}, {"bytes", qp_counters.placed_bytes}}}};
+        device.update(qp_counters_document(index, sees_all, viewer));
         if (p.faults.enabled())
             device["faults"] = {{"dropped", p.faults.dropped},
                                 {"duplicated", p.faults.duplicated},

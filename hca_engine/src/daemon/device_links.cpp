@@ -14,6 +14,7 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <unistd.h>
 
 namespace softhca::engine {
 
@@ -44,7 +45,8 @@ namespace {
 // as a folder of the tree and a node of /dev/infiniband: letters, digits, '_', '-' and
 // '.', not starting with '.'.
 bool valid_device_name(const std::string& name) {
-    if (name.empty() || name.front() == '.')
+    // Its node NAME_uverbs must fit libibverbs' names (IBV_SYSFS_NAME_MAX, 64 with the NUL).
+    if (name.empty() || name.front() == '.' || name.size() > 56)
         return false;
     for (const char ch : name)
         if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_' && ch != '-' && ch != '.')
@@ -80,12 +82,19 @@ PortConfig port_on(const std::string& netdev) {
 } // namespace
 
 int DeviceLinks::check_add(const std::vector<Device>& devices, const PortSet& ports,
-                           const std::string& name, const std::string& netdev) {
+                           const std::string& cdev_dir, const std::string& name,
+                           const std::string& netdev) {
     if (!valid_device_name(name))
         return EINVAL;
     for (const Device& d : devices)
         if (!d.removed && d.name == name)
             return EEXIST; // as ib_register_device for a name in use
+    // Another instance's device, or the kernel's: their nodes share /dev/infiniband.
+    if (::access((cdev_dir + "/" + name + "_uverbs").c_str(), F_OK) == 0)
+        return EEXIST;
+    // A DPDK port names its interface in its device arguments, where ',' and '=' separate.
+    if (netdev.find_first_of(",=") != std::string::npos)
+        return EINVAL;
     if (netdev.empty() || ::if_nametoindex(netdev.c_str()) == 0)
         return ENODEV; // the kernel: dev_get_by_name found nothing
     for (const Device& d : devices)
@@ -111,7 +120,7 @@ int DeviceLinks::check_remove(const std::vector<Device>& devices, const std::str
 
 int DeviceLinks::add(const std::string& name, const std::string& netdev) {
     std::vector<Device>& devices = parts_.devices;
-    if (const int error = check_add(devices, parts_.ports, name, netdev))
+    if (const int error = check_add(devices, parts_.ports, parts_.config.cdev_dir, name, netdev))
         return error;
     const PortConfig port = port_on(netdev);
     if (port.ipv4 == 0 && port.ipv6.empty())
@@ -150,6 +159,7 @@ int DeviceLinks::add(const std::string& name, const std::string& netdev) {
         return EIO;
     }
     parts_.watch_doorbells(parts_.server.wakeup_fd(device));
+    parts_.port_added(info);
     std::fprintf(stderr, "softhca-engine: link add %s on %s (%s)\n", name.c_str(), netdev.c_str(),
                  info.pmd.c_str());
     return 0;
@@ -177,6 +187,13 @@ int DeviceLinks::remove(const std::string& name) {
     di::unregister_device(instance, registration);
     std::fprintf(stderr, "softhca-engine: link delete %s\n", name.c_str());
     return 0;
+}
+
+bool DeviceLinks::counters_due(uint64_t now) const {
+    for (const auto& [device, files] : counter_files_)
+        if (files->due(now))
+            return true;
+    return false;
 }
 
 void DeviceLinks::collect_counters(uint64_t now, ControlServer& server) {

@@ -58,6 +58,8 @@ class DeviceLinks {
         // The main loop starts or stops sleeping on a device's doorbell wake-up set.
         std::function<void(int)> watch_doorbells;
         std::function<void(int)> unwatch_doorbells;
+        // A port was added: the main loop learns what it must wake for.
+        std::function<void(const PortInfo&)> port_added;
     };
     explicit DeviceLinks(Parts parts) : parts_(std::move(parts)) {}
 
@@ -69,12 +71,14 @@ class DeviceLinks {
     // a valid name not in use, an interface that exists and has no port, room for one
     // more; a device of that name that `rdma link add` made (set in `device`).
     static int check_add(const std::vector<Device>& devices, const PortSet& ports,
-                         const std::string& name, const std::string& netdev);
+                         const std::string& cdev_dir, const std::string& name,
+                         const std::string& netdev);
     static int check_remove(const std::vector<Device>& devices, const std::string& name,
                             size_t& device);
 
     // The added devices' port counters in their trees (port_counter_files.hpp): the main
-    // loop collects them beside the start-up devices'.
+    // loop collects them beside the start-up devices', when one is due (cheap to ask).
+    bool counters_due(uint64_t now) const;
     void collect_counters(uint64_t now, ControlServer& server);
 
   private:

@@ -261,8 +261,13 @@ int run(const EngineConfig& config) {
     }
     for (int fd : own_doorbells)
         watch(fd);
+    // Ports of a PMD (not the built-in wire) receive what wakes nothing: the loop sleeps
+    // 1 ms at most then, as the data-path threads do.
+    bool external_ports = false;
+    for (size_t i = 0; i < ports.size(); ++i)
+        external_ports |= !ports.info(i).devargs.empty();
     // `rdma link add` and `delete` (device_links.hpp): an added device's doorbells are this
-    // loop's to sleep on.
+    // loop's to sleep on, and an added PMD port's frames too.
     DeviceLinks links({config, devices, ports, server, threads, rdma_cm, manifest,
                        [&](int fd) {
                            own_doorbells.push_back(fd);
@@ -271,7 +276,8 @@ int run(const EngineConfig& config) {
                        [&](int fd) {
                            std::erase(own_doorbells, fd);
                            unwatch(fd);
-                       }});
+                       },
+                       [&](const PortInfo& port) { external_ports |= !port.devargs.empty(); }});
     server.set_link_handler([&links](bool add, const std::string& name, const std::string& netdev) {
         return add ? links.add(name, netdev) : links.remove(name);
     });
@@ -281,9 +287,6 @@ int run(const EngineConfig& config) {
     const std::vector<int> port_wakeups = ports.wakeup_fds(); // udp ports: one thread
     for (int fd : port_wakeups)
         watch(fd);
-    bool external_ports = false;
-    for (size_t i = 0; i < ports.size(); ++i)
-        external_ports |= !ports.info(i).devargs.empty();
 
     // Scheduling on few cores (SCHEDULING above): the applications, their provider's polling
     // and this loop share the cores. While spinning with nothing to do the loop yields,
@@ -318,7 +321,7 @@ int run(const EngineConfig& config) {
                 return server.tables().qp_counters_of_device(device);
             });
         }
-        {
+        if (links.counters_due(now)) {
             const auto world = threads.world();
             links.collect_counters(now, server);
         }

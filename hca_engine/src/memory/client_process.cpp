@@ -97,6 +97,18 @@ void read_effective_caps(const PeerProcess& peer, uint32_t caps[2]) {
     }
 }
 
+} // namespace
+
+bool PeerProcess::root_with_capability(int capability) const {
+    uint32_t caps[2] = {0, 0};
+    if (uid != 0 || proc_dir < 0 || capability < 0 || capability >= 64)
+        return false;
+    read_effective_caps(*this, caps);
+    return (caps[capability / 32] >> (capability % 32)) & 1;
+}
+
+namespace {
+
 // RLIMIT_MEMLOCK of the process (its soft limit, from its pinned limits file, which
 // needs no capability to read), or unlimited with CAP_IPC_LOCK.
 uint64_t read_memlock_limit(const PeerProcess& peer, const uint32_t caps[2]) {

@@ -61,6 +61,11 @@ struct PeerProcess {
     bool pin_process(pid_t pid);
     // "/proc/self/fd/N/NAME": NAME in the pinned /proc/PID directory.
     std::string path(const char* name) const;
+    // Whether it is root (uid 0 as the engine sees it) with `capability` in its effective
+    // set (its pinned status file): an administrator's request (`rdma link add`, counter
+    // modes) asks what the kernel's netlink asks, CAP_NET_ADMIN. Anyone else's CapEff may
+    // be its own user namespace's: never trusted.
+    bool root_with_capability(int capability) const;
     // When the process started, in clock ticks since boot (/proc/PID/stat, field 22); 0
     // when it cannot be read. With the PID it names one process for good: a process that
     // takes the PID later started later.

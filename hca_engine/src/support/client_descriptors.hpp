@@ -82,6 +82,9 @@ class PausedConnections {
     // one the server closed meanwhile (forgotten).
     std::vector<int> resumed(const std::function<std::optional<uid_t>(int)>& account_of);
     bool empty() const { return fds_.empty(); }
+    // A paused connection the server closes itself (its device removed): its descriptor
+    // number, reused, must not be taken for it.
+    void forget(int fd) { std::erase(fds_, fd); }
 
   private:
     std::vector<int> fds_;

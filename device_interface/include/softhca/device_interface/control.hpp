@@ -54,6 +54,7 @@ enum class Opcode : uint16_t {
     GrantRemoteMemory = 35, // GrantRequest, reply GrantReply with the grant page's memfd
     LinkAdd = 36,           // LinkRequest: administrator adds a device; without OpenDevice
     LinkDelete = 37,        // LinkRequest: administrator removes a device; without OpenDevice
+    QpCounter = 38,         // QpCounterRequest, reply QpCounterReply; without OpenDevice
 };
 
 struct MessageHeader {
@@ -566,6 +567,42 @@ struct LinkRequest {
     char netdev[kMaxNetdevName]; // LinkAdd only
 };
 static_assert(sizeof(LinkRequest) == 96);
+
+// QpCounter: per-QP counters as the kernel's rdma_counter keeps them (`rdma statistic qp
+// set|bind|unbind`, RDMA_NLDEV_CMD_STAT_SET and STAT_DEL). A port's mode is none (no
+// counter), auto (every QP that reaches INIT is bound to a counter of QPs alike: of its
+// type with kCounterMaskQpType, of its process with kCounterMaskPid) or manual (counters
+// made by binding a QP). A counter counts what its QPs did while bound, and goes when its
+// last QP leaves it. The counters are in the status document (devices[].qp_counters).
+// Only the engine's own user or root may send it (EPERM), as the kernel asks for
+// CAP_NET_ADMIN. Errors as the kernel's: ENODEV (no such device), EINVAL (a mask bit
+// unknown; bind or unbind while the port is in auto mode; a QP bound already, or not to
+// that counter; another port), EBUSY (auto mode while counters exist), ENOENT (no such QP
+// or counter).
+enum QpCounterOp : uint32_t {
+    kQpCounterSetAuto = 1, // auto_mask: 0 turns auto mode off
+    kQpCounterBind = 2,    // qpn to counter_id, or to a new counter when new_counter is 1
+    kQpCounterUnbind = 3,  // qpn from counter_id
+};
+constexpr uint32_t kCounterMaskQpType = 1; // RDMA_COUNTER_MASK_QP_TYPE
+constexpr uint32_t kCounterMaskPid = 2;    // RDMA_COUNTER_MASK_PID
+struct QpCounterRequest {
+    MessageHeader header;
+    char device_name[kMaxDeviceName];
+    uint32_t op; // QpCounterOp
+    uint32_t auto_mask;
+    uint32_t qpn;
+    uint32_t counter_id;
+    uint32_t new_counter;
+    uint32_t reserved;
+};
+static_assert(sizeof(QpCounterRequest) == 104);
+struct QpCounterReply {
+    ReplyHeader reply;
+    uint32_t counter_id; // Bind: the counter the QP is bound to
+    uint32_t qpn;
+};
+static_assert(sizeof(QpCounterReply) == 32);
 
 // EngineStatus and EngineStatusJson replies: StatusReply, and a memfd passed with it
 // whose first `bytes` bytes are the UTF-8 text (not NUL terminated): the text report, or

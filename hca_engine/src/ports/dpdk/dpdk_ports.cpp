@@ -559,6 +559,10 @@ void DpdkPortSet::capture(size_t index, const rte_mbuf* m) {
 
 void DpdkPortSet::tx_queue(size_t index, TxFrame& frame, uint32_t length) {
     auto* m = static_cast<rte_mbuf*>(frame.handle);
+    if (ports_[index].removed) { // no frame is allocated for one (tx_alloc): never so
+        tx_abort(frame);
+        return;
+    }
     frame.handle = nullptr;
     const uint8_t vl = frame.vl;
     m->data_len = static_cast<uint16_t>(length);
@@ -642,6 +646,8 @@ size_t DpdkPortSet::flush() {
 }
 
 size_t DpdkPortSet::flush_port(size_t i) {
+    if (ports_[i].removed)
+        return 0;
     size_t sent = 0;
     auto& queue = dpdk_->tx[i];
     auto send_burst = [&](size_t port) {
@@ -680,6 +686,8 @@ bool DpdkPortSet::tx_paused(size_t index, uint8_t priority, uint64_t now) {
 void DpdkPortSet::after_receive_round(size_t index, bool backlogged, uint8_t priorities,
                                       uint64_t now) {
     PortInfo& info = ports_[index];
+    if (info.removed)
+        return;
     auto& queue = dpdk_->tx[index];
     // The frame's buffer first: the requester's state moves on only when there is a
     // buffer for its frame (an XON lost to an empty pool would leave the peer paused; one

@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <liburing.h>
 #include <memory>
 #include <netinet/in.h>
@@ -115,7 +116,9 @@ struct UdpPortSet::Uring {
     bool ring_up = false;
     int eventfd = -1;
     int ioctl_fd = -1;
-    std::vector<UdpSocket> sockets;
+    // Never moved (a deque grows at its end in place): the kernel reads each one's receive
+    // template while its receive is armed.
+    std::deque<UdpSocket> sockets;
     std::vector<std::array<int, 2>> socket_of_port; // [IPv4, IPv6] index into sockets, -1
     io_uring_buf_ring* buffers = nullptr;
     size_t buffers_bytes = 0;

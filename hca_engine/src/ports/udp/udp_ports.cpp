@@ -161,7 +161,6 @@ UdpPortSet::UdpPortSet(const PortsConfig& config) : uring_(std::make_unique<Urin
     for (uint32_t i = kTxSlots; i-- > 0;)
         u.runs_free.push_back(i);
     u.config = config;
-    u.sockets.reserve(2 * kMaxPorts); // the kernel reads each one's receive template
     u.pending.reserve(kMaxPorts);
     for (const PortConfig& port : config.ports)
         open_port(port);
@@ -321,11 +320,12 @@ void UdpPortSet::remove_port(size_t index) {
     flush(); // what the port queued leaves first
     if (u.held[index] >= 0)
         u.tx_free.push_back(static_cast<uint32_t>(std::exchange(u.held[index], -1) & 0xffffffff));
-    // Its receives are cancelled; what lands for them from here on goes back (reap).
-    for (const int socket : u.socket_of_port[index]) {
-        if (socket < 0)
+    // Every socket of the port (one per address: an interface may have several IPv6
+    // ones): its receive is cancelled, and what lands for it from here on goes back (reap).
+    for (size_t socket = 0; socket < u.sockets.size(); ++socket) {
+        UdpSocket& s = u.sockets[socket];
+        if (s.port != index || s.closed)
             continue;
-        UdpSocket& s = u.sockets[static_cast<size_t>(socket)];
         s.closed = true;
         if (io_uring_sqe* entry = u.sqe()) {
             io_uring_prep_cancel64(entry, static_cast<uint64_t>(socket), 0);
