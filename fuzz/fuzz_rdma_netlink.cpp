@@ -1,11 +1,13 @@
 // libFuzzer target: the preload's RDMA netlink answers (kernel_shim/preload/
 // rdma_netlink_replies.cpp), fed whole request datagrams, over a device tree of two
 // devices the target makes at start (its engine socket names nothing, so the resource
-// requests and link add and delete take their error path: no engine is ever reached).
-// Invariants: no crash or sanitizer report; every answer is one whole netlink message
-// (its length says its size, at least a header); an answer never names another sequence
-// number than a request of the datagram had; a link add or delete is never acknowledged
-// as done (there is no engine to do it).
+// requests, link add and delete and the QP counter requests take their error path: no
+// engine is ever reached). Invariants: no crash or sanitizer report; every answer is one
+// whole netlink message (its length says its size, at least a header); an answer never
+// names another sequence number than a request of the datagram had; a link add or delete
+// or a QP counter set, bind or unbind is never acknowledged or answered as done (there is
+// no engine to do it: only a STAT_SET that names hw counters and no mode, which asks
+// nothing of the engine, may be).
 #include "rdma_netlink_replies.hpp"
 
 #include <algorithm>
@@ -93,9 +95,17 @@ std::string attr_string(uint16_t type, const std::string& value) {
     return out;
 }
 
+std::string nest(uint16_t type, const std::string& inner) {
+    nlattr a{static_cast<uint16_t>(4 + inner.size()), static_cast<uint16_t>(type | NLA_F_NESTED)};
+    return std::string(reinterpret_cast<const char*>(&a), 4) + inner;
+}
+
 // What the rdma tool and libibverbs send, each a seed of its own.
 void write_seeds(const std::string& dir) {
     const uint16_t req = NLM_F_REQUEST, dump = NLM_F_REQUEST | NLM_F_DUMP, ack = NLM_F_ACK;
+    const std::string link =
+        attr_u32(RDMA_NLDEV_ATTR_DEV_INDEX, 1) + attr_u32(RDMA_NLDEV_ATTR_PORT_INDEX, 1);
+    const std::string qp = attr_u32(RDMA_NLDEV_ATTR_STAT_RES, RDMA_NLDEV_ATTR_RES_QP);
     const std::vector<std::pair<std::string, std::string>> seeds = {
         {"dev-dump", request(RDMA_NLDEV_CMD_GET, dump, 1)},
         {"dev-get",
@@ -123,6 +133,31 @@ void write_seeds(const std::string& dir) {
         {"link-delete",
          request(RDMA_NLDEV_CMD_GET, dump, 12) + request(RDMA_NLDEV_CMD_DELLINK, req | ack, 13,
                                                          attr_u32(RDMA_NLDEV_ATTR_DEV_INDEX, 2))},
+        // rdma statistic qp mode|show|set|bind|unbind link fz0/1, as the tool sends them.
+        {"stat-qp-mode",
+         request(RDMA_NLDEV_CMD_STAT_GET, req | ack, 14,
+                 link + attr_u32(RDMA_NLDEV_ATTR_STAT_MODE, RDMA_COUNTER_MODE_MANUAL) + qp)},
+        {"stat-qp-show", request(RDMA_NLDEV_CMD_STAT_GET, dump | ack, 15, link + qp)},
+        {"stat-qp-counter", request(RDMA_NLDEV_CMD_STAT_GET, req | ack, 16,
+                                    link + qp + attr_u32(RDMA_NLDEV_ATTR_STAT_COUNTER_ID, 4))},
+        {"stat-qp-auto",
+         request(RDMA_NLDEV_CMD_STAT_SET, req | ack, 17,
+                 link + qp + attr_u32(RDMA_NLDEV_ATTR_STAT_MODE, RDMA_COUNTER_MODE_AUTO) +
+                     attr_u32(RDMA_NLDEV_ATTR_STAT_AUTO_MODE_MASK, RDMA_COUNTER_MASK_QP_TYPE))},
+        {"stat-qp-bind", request(RDMA_NLDEV_CMD_STAT_SET, req | ack, 18,
+                                 attr_u32(RDMA_NLDEV_ATTR_STAT_MODE, RDMA_COUNTER_MODE_MANUAL) +
+                                     qp + link + attr_u32(RDMA_NLDEV_ATTR_RES_LQPN, 17) +
+                                     attr_u32(RDMA_NLDEV_ATTR_STAT_COUNTER_ID, 4))},
+        {"stat-qp-unbind", request(RDMA_NLDEV_CMD_STAT_DEL, req | ack, 19,
+                                   attr_u32(RDMA_NLDEV_ATTR_STAT_MODE, RDMA_COUNTER_MODE_MANUAL) +
+                                       qp + link + attr_u32(RDMA_NLDEV_ATTR_STAT_COUNTER_ID, 4) +
+                                       attr_u32(RDMA_NLDEV_ATTR_RES_LQPN, 17))},
+        // rdma statistic set link fz0/1 optional-counters with one index, and none.
+        {"stat-optional", request(RDMA_NLDEV_CMD_STAT_SET, req | ack, 20,
+                                  link + nest(RDMA_NLDEV_ATTR_STAT_HWCOUNTERS,
+                                              attr_u32(RDMA_NLDEV_ATTR_STAT_HWCOUNTER_INDEX, 0)))},
+        {"stat-optional-none", request(RDMA_NLDEV_CMD_STAT_SET, req | ack, 21,
+                                       link + nest(RDMA_NLDEV_ATTR_STAT_HWCOUNTERS, {}))},
     };
     for (const auto& [name, bytes] : seeds)
         put_file(dir + "/" + name, bytes);
@@ -131,6 +166,20 @@ void write_seeds(const std::string& dir) {
 [[noreturn]] void fail(const char* what) {
     std::fprintf(stderr, "fuzz_rdma_netlink: %s\n", what);
     std::abort();
+}
+
+// Whether a message's attributes, walked as the preload walks them, name hw counters.
+bool names_hwcounters(const uint8_t* message, size_t length) {
+    for (size_t at = NLMSG_HDRLEN; length >= at && length - at >= NLA_HDRLEN;) {
+        nlattr a;
+        std::memcpy(&a, message + at, sizeof(a));
+        if (a.nla_len < NLA_HDRLEN || a.nla_len > length - at)
+            return false;
+        if ((a.nla_type & NLA_TYPE_MASK) == RDMA_NLDEV_ATTR_STAT_HWCOUNTERS)
+            return true;
+        at += NLA_ALIGN(a.nla_len);
+    }
+    return false;
 }
 
 } // namespace
@@ -145,16 +194,22 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    // The sequence numbers the datagram's messages carry, as far as headers can be read.
+    // The sequence numbers the datagram's messages carry, as far as headers can be read;
+    // how many of its messages are counter sets that need no engine (hw counters named).
     std::set<uint32_t> sequences;
+    size_t engineless_sets = 0;
+    const uint16_t stat_set = RDMA_NL_GET_TYPE(RDMA_NL_NLDEV, RDMA_NLDEV_CMD_STAT_SET);
     for (size_t at = 0; at + sizeof(nlmsghdr) <= size;) {
         nlmsghdr h;
         std::memcpy(&h, data + at, sizeof(h));
         sequences.insert(h.nlmsg_seq);
         if (h.nlmsg_len < sizeof(h) || h.nlmsg_len > size - at)
             break;
+        if (h.nlmsg_type == stat_set && names_hwcounters(data + at, h.nlmsg_len))
+            ++engineless_sets;
         at += std::min<size_t>(NLMSG_ALIGN(static_cast<size_t>(h.nlmsg_len)), size - at);
     }
+    size_t stat_set_answers = 0, stat_set_acks = 0;
     const auto answers = softhca::preload::answer_rdma_netlink(tree().c_str(), data, size, 4242);
     for (const std::string& answer : answers) {
         if (answer.size() < sizeof(nlmsghdr))
@@ -167,16 +222,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             fail("an answer to a sequence number no request had");
         if (h.nlmsg_pid != 4242)
             fail("an answer to another port");
-        // An ACK carries the request it answers: a link request's is never success.
+        // An ACK carries the request it answers: a link request's or a counter unbind's
+        // is never success. A counter set, bind or unbind is answered (typed STAT_SET, an
+        // unbind's too) or acknowledged as done only when it asked nothing of the engine.
+        if (h.nlmsg_type == stat_set)
+            ++stat_set_answers;
         nlmsgerr e;
         if (h.nlmsg_type == NLMSG_ERROR && answer.size() >= sizeof(h) + sizeof(e)) {
             std::memcpy(&e, answer.data() + sizeof(h), sizeof(e));
             const uint16_t newlink = RDMA_NL_GET_TYPE(RDMA_NL_NLDEV, RDMA_NLDEV_CMD_NEWLINK);
             const uint16_t dellink = RDMA_NL_GET_TYPE(RDMA_NL_NLDEV, RDMA_NLDEV_CMD_DELLINK);
-            if (e.error == 0 && (e.msg.nlmsg_flags & NLM_F_REQUEST) &&
-                (e.msg.nlmsg_type == newlink || e.msg.nlmsg_type == dellink))
-                fail("a link request acknowledged without an engine");
+            const uint16_t stat_del = RDMA_NL_GET_TYPE(RDMA_NL_NLDEV, RDMA_NLDEV_CMD_STAT_DEL);
+            const bool request = (e.msg.nlmsg_flags & NLM_F_REQUEST) != 0;
+            if (e.error == 0 && request &&
+                (e.msg.nlmsg_type == newlink || e.msg.nlmsg_type == dellink ||
+                 e.msg.nlmsg_type == stat_del))
+                fail("a link request or counter unbind acknowledged without an engine");
+            if (e.error == 0 && request && e.msg.nlmsg_type == stat_set)
+                ++stat_set_acks;
         }
     }
+    if (stat_set_answers > engineless_sets || stat_set_acks > engineless_sets)
+        fail("a QP counter set or bind answered as done without an engine");
     return 0;
 }

@@ -32,6 +32,10 @@
 namespace softhca::preload {
 namespace {
 
+// The status document keeps its objects' members in the order the engine wrote them: a
+// QP counter's hw counters are listed in the engine's order, as a driver lists its own.
+using Json = nlohmann::ordered_json;
+
 // The tree's files are read with the C library's own open: the interposed one would
 // send /sys/class/... paths back into the tree, and these are the tree's paths already.
 std::string read_file(const std::string& path) {
@@ -138,6 +142,9 @@ class Message {
             bytes_.resize(at + NLA_HDRLEN);
         reinterpret_cast<nlattr*>(&bytes_[at])->nla_len = static_cast<uint16_t>(bytes_.size() - at);
     }
+    size_t size() const { return bytes_.size(); }
+    // Drops what was put from `at` on (a nest begun there, and what it holds).
+    void cut(size_t at) { bytes_.resize(at); }
     std::string finish() {
         reinterpret_cast<nlmsghdr*>(&bytes_[0])->nlmsg_len = static_cast<uint32_t>(bytes_.size());
         return std::move(bytes_);
@@ -160,9 +167,35 @@ struct Request {
     bool has_device = false, has_port = false;
     uint32_t device = 0, port = 0;
     std::string chardev_type;
-    bool stat_res = false; // a per-resource counter request (statistic qp ...)
     // rdma link add NAME type TYPE netdev IF.
     StringAttribute device_name, link_type, netdev_name;
+    // Per-resource counters (rdma statistic qp ...): which resource (RDMA_NLDEV_ATTR_RES_QP
+    // for QPs), the counter mode set or asked for, the auto mode's mask, the QP and the
+    // counter; the hw counters a request would turn on or off (statistic set ...
+    // optional-counters), how many it names.
+    bool has_stat_res = false, has_stat_mode = false, has_auto_mask = false;
+    bool has_lqpn = false, has_counter_id = false, has_hwcounters = false;
+    uint32_t stat_res = 0, stat_mode = 0, auto_mask = 0, lqpn = 0, counter_id = 0;
+    size_t hwcounter_count = 0;
+    // A u32 attribute of another length than 4: the kernel's strict parsing (the counter
+    // requests') refuses the request.
+    bool bad_u32 = false;
+};
+
+// The u32 attributes of requests, and where each goes.
+struct U32Attribute {
+    uint16_t type;
+    bool Request::*present;
+    uint32_t Request::*value;
+};
+constexpr U32Attribute kU32Attributes[] = {
+    {RDMA_NLDEV_ATTR_DEV_INDEX, &Request::has_device, &Request::device},
+    {RDMA_NLDEV_ATTR_PORT_INDEX, &Request::has_port, &Request::port},
+    {RDMA_NLDEV_ATTR_STAT_RES, &Request::has_stat_res, &Request::stat_res},
+    {RDMA_NLDEV_ATTR_STAT_MODE, &Request::has_stat_mode, &Request::stat_mode},
+    {RDMA_NLDEV_ATTR_STAT_AUTO_MODE_MASK, &Request::has_auto_mask, &Request::auto_mask},
+    {RDMA_NLDEV_ATTR_RES_LQPN, &Request::has_lqpn, &Request::lqpn},
+    {RDMA_NLDEV_ATTR_STAT_COUNTER_ID, &Request::has_counter_id, &Request::counter_id},
 };
 
 StringAttribute string_attribute(const uint8_t* value, size_t length) {
@@ -185,25 +218,35 @@ Request parse(const nlmsghdr* header) {
             break;
         const uint8_t* value = at + NLA_HDRLEN;
         const size_t length = attr.nla_len - NLA_HDRLEN;
-        switch (attr.nla_type & NLA_TYPE_MASK) {
-        case RDMA_NLDEV_ATTR_DEV_INDEX:
-            if (length >= 4) {
-                std::memcpy(&r.device, value, 4);
-                r.has_device = true;
-            }
-            break;
-        case RDMA_NLDEV_ATTR_PORT_INDEX:
-            if (length >= 4) {
-                std::memcpy(&r.port, value, 4);
-                r.has_port = true;
-            }
-            break;
+        // A u32 attribute: read when it holds 4 bytes at least (the lenient parsing of
+        // the other requests), noted when it is not exactly 4.
+        const auto u32 = [&](uint32_t& out) {
+            r.bad_u32 |= length != 4;
+            if (length < 4)
+                return false;
+            std::memcpy(&out, value, 4);
+            return true;
+        };
+        const uint16_t type = attr.nla_type & NLA_TYPE_MASK;
+        for (const U32Attribute& a : kU32Attributes)
+            if (type == a.type)
+                r.*a.present |= u32(r.*a.value);
+        switch (type) {
         case RDMA_NLDEV_ATTR_CHARDEV_TYPE:
             r.chardev_type.assign(reinterpret_cast<const char*>(value),
                                   strnlen(reinterpret_cast<const char*>(value), length));
             break;
-        case RDMA_NLDEV_ATTR_STAT_RES:
-            r.stat_res = true;
+        case RDMA_NLDEV_ATTR_STAT_HWCOUNTERS:
+            // A nest of u32 indices: counted, whatever they say.
+            r.has_hwcounters = true;
+            for (size_t offset = 0; length - offset >= NLA_HDRLEN;) {
+                nlattr inner;
+                std::memcpy(&inner, value + offset, sizeof(inner));
+                if (inner.nla_len < NLA_HDRLEN || inner.nla_len > length - offset)
+                    break;
+                ++r.hwcounter_count;
+                offset += std::min<size_t>(NLA_ALIGN(inner.nla_len), length - offset);
+            }
             break;
         case RDMA_NLDEV_ATTR_DEV_NAME:
             r.device_name = string_attribute(value, length);
@@ -357,11 +400,19 @@ di::MessageHeader control_header(di::Opcode opcode, uint32_t length) {
     return {di::kControlMagic, di::kControlVersion, static_cast<uint16_t>(opcode), 0, length, 1};
 }
 
+// Descriptors that came with an answer nobody keeps.
+void close_passed(const di::ReceivedMessage& received) {
+    if (received.fd >= 0)
+        ::close(received.fd);
+    if (received.second_fd >= 0)
+        ::close(received.second_fd);
+}
+
 // The engine's status document, as `softhca status --json` gets it: only what the
 // caller may see (its own processes; root in the engine's PID namespace sees every one),
 // as the kernel's resource tracker shows a PID namespace its own. Discarded when the
 // engine does not answer.
-nlohmann::json engine_status(const std::vector<Device>& all) {
+Json engine_status(const std::vector<Device>& all) {
     const di::MessageHeader request =
         control_header(di::Opcode::EngineStatusJson, sizeof(di::MessageHeader));
     di::StatusReply reply{};
@@ -381,11 +432,8 @@ nlohmann::json engine_status(const std::vector<Device>& all) {
         }
         text.resize(at);
     }
-    if (received.fd >= 0)
-        ::close(received.fd);
-    if (received.second_fd >= 0)
-        ::close(received.second_fd);
-    return nlohmann::json::parse(text, nullptr, false);
+    close_passed(received);
+    return Json::parse(text, nullptr, false);
 }
 
 // LinkAdd or LinkDelete for device `name` (LinkAdd: on interface `netdev`): the engine's
@@ -402,34 +450,62 @@ int engine_link(const std::vector<Device>& all, di::Opcode opcode, const std::st
     di::ReplyHeader reply{};
     const di::ReceivedMessage received =
         engine_call(all, &request, sizeof(request), &reply, sizeof(reply));
-    if (received.fd >= 0)
-        ::close(received.fd);
-    if (received.second_fd >= 0)
-        ::close(received.second_fd);
+    close_passed(received);
     if (received.size != static_cast<ssize_t>(sizeof(reply)) || received.truncated)
         return EIO;
     // A status that is no errno is not passed on as one.
     return reply.status >= 0 && reply.status < 4096 ? reply.status : EIO;
 }
 
+// QpCounter for device `name` (rdma statistic qp set|bind|unbind): op, with the auto
+// mode's mask, or the QP and its counter (`new_counter`: a counter made for it). The
+// engine's answer, 0 or a positive errno, and the counter a bound QP went to; EIO when it
+// cannot be reached or its answer is neither a QpCounterReply nor an error's ReplyHeader.
+int engine_qp_counter(const std::vector<Device>& all, const std::string& name, di::QpCounterOp op,
+                      uint32_t mask, uint32_t qpn, uint32_t counter, bool new_counter,
+                      uint32_t& bound) {
+    di::QpCounterRequest request{};
+    request.header = control_header(di::Opcode::QpCounter, sizeof(request));
+    std::memcpy(request.device_name, name.data(),
+                std::min(name.size(), sizeof(request.device_name) - 1));
+    request.op = op;
+    request.auto_mask = mask;
+    request.qpn = qpn;
+    request.counter_id = counter;
+    request.new_counter = new_counter ? 1 : 0;
+    di::QpCounterReply reply{};
+    const di::ReceivedMessage received =
+        engine_call(all, &request, sizeof(request), &reply, sizeof(reply));
+    close_passed(received);
+    const int status = reply.reply.status;
+    if (received.truncated || status < 0 || status >= 4096)
+        return EIO;
+    if (received.size == static_cast<ssize_t>(sizeof(reply))) {
+        bound = reply.counter_id;
+        return status;
+    }
+    // An error may come as the reply header alone.
+    return received.size == static_cast<ssize_t>(sizeof(di::ReplyHeader)) && status ? status : EIO;
+}
+
 // The document is read defensively: this library has no exceptions, and a value of
 // another type than expected would abort the application.
-uint64_t count_of(const nlohmann::json& object, const char* key) {
+uint64_t count_of(const Json& object, const char* key) {
     if (!object.is_object())
         return 0;
     const auto it = object.find(key);
     return it != object.end() && it->is_number_unsigned() ? it->get<uint64_t>() : 0;
 }
 
-std::string string_of(const nlohmann::json& object, const char* key) {
+std::string string_of(const Json& object, const char* key) {
     if (!object.is_object())
         return {};
     const auto it = object.find(key);
     return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
-const nlohmann::json& list_of(const nlohmann::json& object, const char* key) {
-    static const nlohmann::json empty = nlohmann::json::array();
+const Json& list_of(const Json& object, const char* key) {
+    static const Json empty = Json::array();
     if (!object.is_object())
         return empty;
     const auto it = object.find(key);
@@ -437,15 +513,15 @@ const nlohmann::json& list_of(const nlohmann::json& object, const char* key) {
 }
 
 // RDMA_NLDEV_CMD_RES_GET: how many of each object the device's contexts hold.
-void fill_resource_summary(Message& m, const Device& d, const nlohmann::json& status) {
+void fill_resource_summary(Message& m, const Device& d, const Json& status) {
     put_device_handle(m, d);
     uint64_t contexts = 0, pd = 0, cq = 0, qp = 0, mr = 0;
     for (const auto& c : list_of(status, "contexts")) {
         if (string_of(c, "device") != d.name)
             continue;
         ++contexts;
-        const nlohmann::json& objects =
-            c.is_object() && c.contains("objects") ? c["objects"] : nlohmann::json::object();
+        const Json& objects =
+            c.is_object() && c.contains("objects") ? c["objects"] : Json::object();
         pd += count_of(objects, "pd");
         cq += count_of(objects, "cq");
         qp += count_of(objects, "qp");
@@ -483,7 +559,7 @@ uint8_t qp_state_code(const std::string& state) {
 
 // RDMA_NLDEV_CMD_RES_QP_GET: one message per QP of the device (the kernel's dumpit
 // does the same), with its numbers, type, state, PSNs and owning process.
-void resource_qps(const Device& d, const nlohmann::json& status,
+void resource_qps(const Device& d, const Json& status,
                   const std::function<void(const std::function<void(Message&)>&)>& reply) {
     for (const auto& c : list_of(status, "contexts")) {
         if (string_of(c, "device") != d.name)
@@ -521,9 +597,9 @@ void resource_qps(const Device& d, const nlohmann::json& status,
 // RDMA_NLDEV_CMD_RES_CQ_GET, _MR_GET, _PD_GET: one message per object of the device,
 // numbered by its context's handle with the context's number beside it (ctxn: handles
 // are a context's own), with its owning process.
-void resource_objects(uint32_t op, const Device& d, const nlohmann::json& status,
+void resource_objects(uint32_t op, const Device& d, const Json& status,
                       const std::function<void(const std::function<void(Message&)>&)>& reply) {
-    const auto u32 = [](const nlohmann::json& o, const char* key) {
+    const auto u32 = [](const Json& o, const char* key) {
         return static_cast<uint32_t>(count_of(o, key));
     };
     const char* list = op == RDMA_NLDEV_CMD_RES_CQ_GET   ? "cqs"
@@ -569,7 +645,7 @@ void resource_objects(uint32_t op, const Device& d, const nlohmann::json& status
 }
 
 // RDMA_NLDEV_CMD_RES_CTX_GET: each verbs context open on the device, with its process.
-void resource_contexts(const Device& d, const nlohmann::json& status,
+void resource_contexts(const Device& d, const Json& status,
                        const std::function<void(const std::function<void(Message&)>&)>& reply) {
     for (const auto& c : list_of(status, "contexts")) {
         if (string_of(c, "device") != d.name)
@@ -589,7 +665,7 @@ void resource_contexts(const Device& d, const nlohmann::json& status,
 // RDMA_NLDEV_CMD_RES_SRQ_GET: each SRQ of the device (type BASIC or XRC, an XRC SRQ's
 // CQ), numbered by its context's handle for its PD and CQ, with the QPs that receive from
 // it (the tool shows none without that table) and its owning process.
-void resource_srqs(const Device& d, const nlohmann::json& status,
+void resource_srqs(const Device& d, const Json& status,
                    const std::function<void(const std::function<void(Message&)>&)>& reply) {
     for (const auto& c : list_of(status, "contexts")) {
         if (string_of(c, "device") != d.name)
@@ -637,7 +713,7 @@ uint8_t cm_state_code(const std::string& state) {
 
 // An address of the status ({"address", "port"}) as the kernel's sockaddr_storage;
 // false when there is none.
-bool socket_address(const nlohmann::json& a, sockaddr_storage& out) {
+bool socket_address(const Json& a, sockaddr_storage& out) {
     out = {};
     const std::string text = string_of(a, "address");
     const auto port = static_cast<uint16_t>(count_of(a, "port"));
@@ -659,10 +735,10 @@ bool socket_address(const nlohmann::json& a, sockaddr_storage& out) {
 // RDMA_NLDEV_CMD_RES_CM_ID_GET: the rdma_cm ids bound to the device (a listener on every
 // address is listed on each device, as the kernel lists its per-device listeners), with
 // their QP, state, port space, addresses and owning process.
-void resource_cm_ids(const Device& d, const nlohmann::json& status,
+void resource_cm_ids(const Device& d, const Json& status,
                      const std::function<void(const std::function<void(Message&)>&)>& reply) {
-    const nlohmann::json& rdma_cm =
-        status.is_object() && status.contains("rdma_cm") ? status["rdma_cm"] : nlohmann::json();
+    const Json& rdma_cm =
+        status.is_object() && status.contains("rdma_cm") ? status["rdma_cm"] : Json();
     for (const auto& id : list_of(rdma_cm, "cm_ids")) {
         const std::string device = string_of(id, "device");
         const std::string state = string_of(id, "state");
@@ -690,6 +766,162 @@ void resource_cm_ids(const Device& d, const nlohmann::json& status,
             m.end(table);
         });
     }
+}
+
+// Per-QP counters (rdma statistic qp), as the kernel's rdma_counter keeps them for a
+// driver with counters (mlx5): the status document's device entry names the port's mode
+// ("none", "auto" or "manual", qp_counter_mode), the auto mode's mask (qp_counter_mask)
+// and the counters (qp_counters[]: id, the type and PID of the QP that made it, its QPs,
+// its hw counters by name). A softhca device has one port: its counters are port 1's.
+const Json& device_status(const Json& status, const std::string& name) {
+    static const Json none = Json::object();
+    for (const auto& d : list_of(status, "devices"))
+        if (string_of(d, "name") == name)
+            return d;
+    return none;
+}
+
+uint32_t counter_mode_code(const std::string& mode) {
+    return mode == "auto"     ? RDMA_COUNTER_MODE_AUTO
+           : mode == "manual" ? RDMA_COUNTER_MODE_MANUAL
+                              : RDMA_COUNTER_MODE_NONE;
+}
+
+// RDMA_NLDEV_CMD_STAT_GET for a port's mode (stat_get_doit_qp): the mode, and the auto
+// mode's mask when the port is in auto mode.
+void fill_counter_mode(Message& m, const Device& d, uint32_t port, const Json& status) {
+    const Json& device = device_status(status, d.name);
+    const uint32_t mode = counter_mode_code(string_of(device, "qp_counter_mode"));
+    put_device_handle(m, d);
+    m.put_u32(RDMA_NLDEV_ATTR_PORT_INDEX, port);
+    m.put_u32(RDMA_NLDEV_ATTR_STAT_MODE, mode);
+    if (mode == RDMA_COUNTER_MODE_AUTO)
+        m.put_u32(RDMA_NLDEV_ATTR_STAT_AUTO_MODE_MASK,
+                  static_cast<uint32_t>(count_of(device, "qp_counter_mask")));
+}
+
+// A u32 of the document (a QP or counter number): false when it is none.
+bool u32_of(const Json& value, uint32_t& out) {
+    if (!value.is_number_unsigned() || value.get<uint64_t>() > UINT32_MAX)
+        return false;
+    out = value.get<uint32_t>();
+    return true;
+}
+
+// Whether an entry of qp_counters[] is a counter (an object with a number), and which.
+bool counter_number(const Json& counter, uint32_t& id) {
+    return counter.is_object() && counter.contains("id") && u32_of(counter["id"], id);
+}
+
+// One counter (fill_res_counter_entry): its port, number and mode; a counter the auto
+// mode made, what its QPs share by the mask (their type; their process, its PID as the
+// caller sees it and none when it sees none: the tool reads the name from /proc); the
+// QPs bound to it; its hw counters in the engine's order. The mode and mask are the
+// counter's own where its entry names them ("mode", "mask": an auto counter kept when
+// auto mode was turned off), else the port's.
+void fill_counter(Message& m, const Json& device, const Json& counter) {
+    const auto has = [&](const char* key) { return counter.is_object() && counter.contains(key); };
+    const uint32_t mode = counter_mode_code(
+        string_of(has("mode") ? counter : device, has("mode") ? "mode" : "qp_counter_mode"));
+    const uint64_t mask =
+        has("mask") ? count_of(counter, "mask") : count_of(device, "qp_counter_mask");
+    uint32_t id = 0;
+    counter_number(counter, id);
+    m.put_u32(RDMA_NLDEV_ATTR_PORT_INDEX, 1);
+    m.put_u32(RDMA_NLDEV_ATTR_STAT_COUNTER_ID, id);
+    m.put_u32(RDMA_NLDEV_ATTR_STAT_MODE, mode);
+    if (mode == RDMA_COUNTER_MODE_AUTO) {
+        if (mask & RDMA_COUNTER_MASK_QP_TYPE)
+            m.put_u8(RDMA_NLDEV_ATTR_RES_TYPE, qp_type_code(string_of(counter, "qp_type")));
+        const auto pid = static_cast<uint32_t>(count_of(counter, "pid"));
+        if ((mask & RDMA_COUNTER_MASK_PID) && pid)
+            m.put_u32(RDMA_NLDEV_ATTR_RES_PID, pid);
+    }
+    const size_t qps = m.begin(RDMA_NLDEV_ATTR_RES_QP);
+    for (const auto& value : list_of(counter, "qps")) {
+        uint32_t qpn = 0;
+        if (!u32_of(value, qpn))
+            continue;
+        const size_t entry = m.begin(RDMA_NLDEV_ATTR_RES_QP_ENTRY);
+        m.put_u32(RDMA_NLDEV_ATTR_RES_LQPN, qpn);
+        m.end(entry);
+    }
+    m.end(qps);
+    const size_t table = m.begin(RDMA_NLDEV_ATTR_STAT_HWCOUNTERS);
+    static const Json none = Json::object();
+    const Json& values = has("counters") ? counter["counters"] : none;
+    if (values.is_object()) {
+        for (auto it = values.begin(); it != values.end(); ++it) {
+            if (!it.value().is_number_unsigned() || it.key().empty())
+                continue;
+            const size_t entry = m.begin(RDMA_NLDEV_ATTR_STAT_HWCOUNTER_ENTRY);
+            m.put_string(RDMA_NLDEV_ATTR_STAT_HWCOUNTER_ENTRY_NAME, it.key());
+            m.put_u64(RDMA_NLDEV_ATTR_STAT_HWCOUNTER_ENTRY_VALUE, it.value().get<uint64_t>());
+            m.end(entry);
+        }
+    }
+    m.end(table);
+}
+
+// The counter numbered `id` of the device's entry; null when there is none.
+const Json* find_counter(const Json& device, uint32_t id) {
+    uint32_t number = 0;
+    for (const auto& c : list_of(device, "qp_counters"))
+        if (counter_number(c, number) && number == id)
+            return &c;
+    return nullptr;
+}
+
+// The most bytes a message of a counter dump is filled to (the kernel's NLMSG_GOODSIZE
+// on 4 KiB pages, as a datagram is packed in rdma_netlink.cpp): libmnl reads a page.
+constexpr size_t kMessageBytes = 3776;
+
+// RDMA_NLDEV_CMD_STAT_GET dump of QP counters (nldev_res_get_counter_dumpit): after the
+// device's handle, a STAT_COUNTER table of its counters on `port` (0: every port), one
+// entry each. A message is filled up to kMessageBytes and the rest go on in another for
+// the same device, as the kernel's dump goes on in its next buffer. A counter too big for
+// a message (more than about 240 QPs) goes alone in one longer than libmnl reads (the
+// tool fails with ENOSPC): the kernel cannot send it either (its dump sends empty tables
+// for it without end). No message when the device has no counter; an empty table when
+// none is on that port.
+void counter_dump(const Device& d, const Json& status, uint32_t port,
+                  const std::function<Message()>& start, std::vector<std::string>& out) {
+    const Json& device = device_status(status, d.name);
+    const Json& counters = list_of(device, "qp_counters");
+    if (counters.empty())
+        return;
+    Message m = start();
+    size_t table = 0;
+    bool filled = false; // the message holds an entry
+    const auto open = [&] {
+        m = start();
+        put_device_handle(m, d);
+        table = m.begin(RDMA_NLDEV_ATTR_STAT_COUNTER);
+        filled = false;
+    };
+    const auto add = [&](const Json& counter) {
+        const size_t entry = m.begin(RDMA_NLDEV_ATTR_STAT_COUNTER_ENTRY);
+        fill_counter(m, device, counter);
+        m.end(entry);
+        return entry;
+    };
+    open();
+    for (const auto& counter : counters) {
+        uint32_t id = 0;
+        if (port > 1 || !counter_number(counter, id))
+            continue;
+        const size_t entry = add(counter);
+        if (m.size() > kMessageBytes && filled) {
+            m.cut(entry);
+            m.end(table);
+            out.push_back(m.finish());
+            open();
+            add(counter);
+        }
+        filled = true;
+    }
+    m.end(table);
+    out.push_back(m.finish());
 }
 
 const Device* find_device(const std::vector<Device>& all, uint32_t index) {
@@ -739,6 +971,53 @@ void answer_message(const char* root, const nlmsghdr* header, uint32_t portid,
         return request.has_port && request.port >= 1 && request.port <= d.ports;
     };
 
+    // The QP counters the engine keeps (rdma statistic qp show: a dump naming a device, a
+    // port too as the tool sends it; nldev_res_get_counter_dumpit): its counters, those
+    // of another port left out. No device, or a port it does not have: EINVAL.
+    const auto qp_counter_dump = [&]() -> int {
+        if (!device || (request.has_port && !port_ok(*device)))
+            return EINVAL;
+        const Json status = engine_status(all);
+        if (status.is_discarded())
+            return EIO;
+        counter_dump(
+            *device, status, request.has_port ? request.port : 0,
+            [&] { return Message(type, NLM_F_MULTI, header->nlmsg_seq, portid); }, out);
+        return 0;
+    };
+    // A port's counter mode (rdma statistic qp mode: stat_get_doit_qp, STAT_MODE sent to
+    // ask for it), or one counter by its number (rdma statistic qp unbind without lqpn:
+    // nldev_res_get_counter_doit), on a port named. An attribute missing, a device or
+    // port there is not: EINVAL; no such counter: ENOENT; a counter of another port
+    // (there is none: a device's counters are port 1's): EAGAIN; one too big for a
+    // message: EMSGSIZE.
+    const auto qp_counter_get = [&]() -> int {
+        if (!device || !port_ok(*device) || (!request.has_counter_id && !request.has_stat_mode))
+            return EINVAL;
+        const Json status = engine_status(all);
+        if (status.is_discarded())
+            return EIO;
+        if (!request.has_counter_id) {
+            reply([&](Message& m) { fill_counter_mode(m, *device, request.port, status); });
+            return 0;
+        }
+        const Json& entry = device_status(status, device->name);
+        const Json* counter = find_counter(entry, request.counter_id);
+        if (!counter)
+            return ENOENT;
+        if (request.port != 1)
+            return EAGAIN;
+        // One message, of the kernel's default size at most: a counter of more QPs than
+        // it holds (about 240) is EMSGSIZE, as the kernel's fill fails.
+        Message m(type, 0, header->nlmsg_seq, portid);
+        put_device_handle(m, *device);
+        fill_counter(m, entry, *counter);
+        if (m.size() > kMessageBytes)
+            return EMSGSIZE;
+        out.push_back(m.finish());
+        return 0;
+    };
+
     switch (op) {
     case RDMA_NLDEV_CMD_GET:
         if (dump) {
@@ -753,10 +1032,19 @@ void answer_message(const char* root, const nlmsghdr* header, uint32_t portid,
         break;
     case RDMA_NLDEV_CMD_PORT_GET:
     case RDMA_NLDEV_CMD_STAT_GET: {
-        if (op == RDMA_NLDEV_CMD_STAT_GET && request.stat_res) {
-            // Per-QP and per-MR counters (rdma statistic qp|mr) are not kept here.
-            out.push_back(error_message(header, EOPNOTSUPP, portid));
-            return;
+        if (op == RDMA_NLDEV_CMD_STAT_GET && request.has_stat_res) {
+            // Per-resource counters: QPs' (rdma statistic qp mode|show, and the counter
+            // unbind looks up); MRs' (rdma statistic mr) are not kept here.
+            const int error = request.bad_u32                              ? EINVAL
+                              : request.stat_res == RDMA_NLDEV_ATTR_RES_MR ? EOPNOTSUPP
+                              : request.stat_res != RDMA_NLDEV_ATTR_RES_QP ? EINVAL
+                              : dump                                       ? qp_counter_dump()
+                                                                           : qp_counter_get();
+            if (error) {
+                out.push_back(error_message(header, error, portid));
+                return;
+            }
+            break;
         }
         const auto fill = [&](Message& m, const Device& d, uint32_t port) {
             if (op == RDMA_NLDEV_CMD_PORT_GET)
@@ -806,7 +1094,7 @@ void answer_message(const char* root, const nlmsghdr* header, uint32_t portid,
     case RDMA_NLDEV_CMD_RES_CTX_GET:
     case RDMA_NLDEV_CMD_RES_SRQ_GET:
     case RDMA_NLDEV_CMD_RES_CM_ID_GET: {
-        const nlohmann::json status = engine_status(all);
+        const Json status = engine_status(all);
         if (status.is_discarded()) {
             out.push_back(error_message(header, EIO, portid));
             return;
@@ -875,9 +1163,83 @@ void answer_message(const char* root, const nlmsghdr* header, uint32_t portid,
         }
         break;
     }
+    case RDMA_NLDEV_CMD_STAT_SET: {
+        // nldev_stat_set_doit: rdma statistic qp set link DEV/1 auto CRITERIA|off (mode
+        // auto, its mask; none: off), rdma statistic qp bind link DEV/1 lqpn N [cntn M]
+        // (another mode: the QP to counter M, or to a counter made for it). The engine
+        // keeps the counters. Refused here as the kernel refuses them, before the engine
+        // is asked: a dump; a u32 attribute not 4 bytes; no device or port index, a
+        // device there is not, a port other than 1; neither a mode nor hw counters; a
+        // mode without STAT_RES RES_QP; a bind without a QP: EINVAL. Hw counters to turn
+        // on or off (rdma statistic set ... optional-counters): none is optional here,
+        // so naming any is EINVAL (after the mode, as the kernel does), naming none
+        // changes nothing. What remains is the engine's to answer (EPERM, ENODEV,
+        // EINVAL, EBUSY, ENOENT), or EIO. The answer: the device and port, and for a
+        // bind the counter and the QP.
+        const bool bind = request.has_stat_mode && request.stat_mode != RDMA_COUNTER_MODE_AUTO;
+        int error = 0;
+        uint32_t counter = 0;
+        if (dump || request.bad_u32 || !device || !request.has_port || request.port != 1 ||
+            !port_ok(*device) || (!request.has_stat_mode && !request.has_hwcounters) ||
+            (request.has_stat_mode &&
+             (!request.has_stat_res || request.stat_res != RDMA_NLDEV_ATTR_RES_QP)) ||
+            (bind && !request.has_lqpn))
+            error = EINVAL;
+        else if (bind)
+            error = engine_qp_counter(all, device->name, di::kQpCounterBind, 0, request.lqpn,
+                                      request.counter_id, !request.has_counter_id, counter);
+        else if (request.has_stat_mode)
+            error = engine_qp_counter(all, device->name, di::kQpCounterSetAuto,
+                                      request.has_auto_mask ? request.auto_mask : 0, 0, 0, false,
+                                      counter);
+        if (!error && request.hwcounter_count)
+            error = EINVAL;
+        if (error) {
+            out.push_back(error_message(header, error, portid));
+            return;
+        }
+        reply([&](Message& m) {
+            put_device_handle(m, *device);
+            m.put_u32(RDMA_NLDEV_ATTR_PORT_INDEX, request.port);
+            if (bind) {
+                m.put_u32(RDMA_NLDEV_ATTR_STAT_COUNTER_ID, counter);
+                m.put_u32(RDMA_NLDEV_ATTR_RES_LQPN, request.lqpn);
+            }
+        });
+        break;
+    }
+    case RDMA_NLDEV_CMD_STAT_DEL: {
+        // nldev_stat_del_doit: rdma statistic qp unbind link DEV/1 cntn M lqpn N (without
+        // lqpn the tool asks for the counter's QPs and unbinds each). Refused here: a
+        // dump; a u32 attribute not 4 bytes; STAT_RES, a device or port index, the
+        // counter or the QP missing; STAT_RES other than RES_QP; a device there is not, a
+        // port other than 1: EINVAL. Else the engine's answer, or EIO. The answer, typed
+        // STAT_SET as the kernel's is: the device, port, counter and QP.
+        int error = 0;
+        uint32_t counter = 0;
+        if (dump || request.bad_u32 || !request.has_stat_res || !request.has_counter_id ||
+            !request.has_lqpn || request.stat_res != RDMA_NLDEV_ATTR_RES_QP || !device ||
+            !request.has_port || request.port != 1 || !port_ok(*device))
+            error = EINVAL;
+        else
+            error = engine_qp_counter(all, device->name, di::kQpCounterUnbind, 0, request.lqpn,
+                                      request.counter_id, false, counter);
+        if (error) {
+            out.push_back(error_message(header, error, portid));
+            return;
+        }
+        Message m(static_cast<uint16_t>(RDMA_NL_GET_TYPE(RDMA_NL_NLDEV, RDMA_NLDEV_CMD_STAT_SET)),
+                  0, header->nlmsg_seq, portid);
+        put_device_handle(m, *device);
+        m.put_u32(RDMA_NLDEV_ATTR_PORT_INDEX, request.port);
+        m.put_u32(RDMA_NLDEV_ATTR_STAT_COUNTER_ID, request.counter_id);
+        m.put_u32(RDMA_NLDEV_ATTR_RES_LQPN, request.lqpn);
+        out.push_back(m.finish());
+        break;
+    }
     default:
         // Operations the kernel has but this does not offer yet: setting devices and
-        // ports, and counter modes.
+        // ports.
         out.push_back(error_message(header, EOPNOTSUPP, portid));
         return;
     }

@@ -1,6 +1,7 @@
 """Bad input on the RDMA netlink socket softhca's preload answers (run under softhca exec):
-requests the kernel does not know or softhca does not offer, link adds and deletes the
-kernel refuses (checked before the engine is asked), truncated and unpadded messages and
+requests the kernel does not know or softhca does not offer, link adds and deletes and
+QP counter sets, binds, unbinds and lookups the kernel refuses (checked before the engine
+is asked, so none changes a counter), truncated and unpadded messages and
 messages that are not requests each get the kernel's answer; 400 requests
 in one datagram get all their 800 answers though they are more than the socket holds;
 the socket still answers a device dump afterwards; and a descriptor number reused behind
@@ -99,6 +100,59 @@ for what, name, kind, netdev in (("no attributes", None, None, None),
 sock.send(message(nl_type(RDMA_NL_NLDEV, 4), NLM_F_REQUEST | NLM_F_ACK, 1,
                   struct.pack("=HHI", 8, 1, 999)))
 expect_error(replies(sock), EINVAL, "rdma link delete of device 999")
+
+
+# rdma statistic qp set|bind (STAT_SET, op 16), unbind (STAT_DEL, op 18) and mode|show
+# (STAT_GET, op 17) as nldev refuses them: EINVAL, the engine never asked. Attributes:
+# DEV_INDEX 1, PORT_INDEX 3, RES_LQPN 21, STAT_MODE 74 (AUTO 1, MANUAL 2), STAT_RES 75
+# (RES_QP 19, RES_MR 37), STAT_AUTO_MODE_MASK 76, STAT_COUNTER_ID 79, STAT_HWCOUNTERS 80.
+def u32(kind, value):
+    return struct.pack("=HHI", 8, kind, value)
+
+
+def counter_request(op, what, flags=NLM_F_REQUEST | NLM_F_ACK):
+    return message(nl_type(RDMA_NL_NLDEV, op), flags, 1, b"".join(what))
+
+
+dev, port, qp = u32(1, 1), u32(3, 1), u32(75, 19)
+auto, manual, lqpn, cntn = u32(74, 1), u32(74, 2), u32(21, 17), u32(79, 1)
+for what, op, attrs, flags in (
+        ("a counter set without attributes", 16, [], None),
+        ("a counter set without a port", 16, [dev, qp, auto, u32(76, 1)], None),
+        ("a counter set of device 999", 16, [u32(1, 999), port, qp, auto, u32(76, 1)], None),
+        ("a counter set of port 2", 16, [dev, u32(3, 2), qp, auto, u32(76, 1)], None),
+        ("a counter set of port 0", 16, [dev, u32(3, 0), qp, auto, u32(76, 1)], None),
+        ("a counter set without a mode", 16, [dev, port, qp, u32(76, 1)], None),
+        ("a counter set without STAT_RES", 16, [dev, port, auto, u32(76, 1)], None),
+        ("a counter set for MRs", 16, [dev, port, u32(75, 37), auto, u32(76, 1)], None),
+        ("a counter bind without a QP", 16, [manual, qp, dev, port, cntn], None),
+        ("a counter bind with a 2-byte mode", 16,
+         [struct.pack("=HHH2x", 6, 74, 2), qp, dev, port, lqpn], None),
+        ("a counter bind with an 8-byte QP", 16,
+         [manual, qp, dev, port, struct.pack("=HHQ", 12, 21, 17)], None),
+        ("a counter set naming an optional counter", 16,
+         [dev, port, struct.pack("=HH", 12, 80 | 0x8000) + u32(94, 0)], None),
+        ("a counter bind as a dump", 16, [manual, qp, dev, port, lqpn],
+         NLM_F_REQUEST | NLM_F_ACK | NLM_F_DUMP),
+        ("a counter unbind without attributes", 18, [], None),
+        ("a counter unbind without a counter", 18, [manual, qp, dev, port, lqpn], None),
+        ("a counter unbind without a QP", 18, [manual, qp, dev, port, cntn], None),
+        ("a counter unbind without STAT_RES", 18, [manual, dev, port, cntn, lqpn], None),
+        ("a counter unbind for MRs", 18, [manual, u32(75, 37), dev, port, cntn, lqpn], None),
+        ("a counter unbind of device 999", 18, [manual, qp, u32(1, 999), port, cntn, lqpn], None),
+        ("a counter unbind of port 2", 18, [manual, qp, dev, u32(3, 2), cntn, lqpn], None),
+        ("a counter unbind as a dump", 18, [manual, qp, dev, port, cntn, lqpn],
+         NLM_F_REQUEST | NLM_F_ACK | NLM_F_DUMP),
+        ("a counter mode without a port", 17, [dev, manual, qp], None),
+        ("a counter get without a mode or counter", 17, [dev, port, qp], None),
+        ("a counter get without a port", 17, [dev, qp, cntn], None),
+        ("a counter get of resource 999", 17, [dev, port, u32(75, 999), manual], None),
+        ("a counter dump without a device", 17, [qp], NLM_F_REQUEST | NLM_F_ACK | NLM_F_DUMP),
+        ("a counter dump of port 2", 17, [dev, u32(3, 2), qp],
+         NLM_F_REQUEST | NLM_F_ACK | NLM_F_DUMP)):
+    sock.send(counter_request(op, attrs, flags or NLM_F_REQUEST | NLM_F_ACK))
+    expect_error(replies(sock), EINVAL, what)
+
 # A message whose length is not padded (18 bytes): no device named, so refused.
 sock.send(struct.pack("=IHHII", 18, nl_type(RDMA_NL_NLDEV, 1), NLM_F_REQUEST, 7, 0) + b"\x01\x02")
 expect_error(replies(sock), EINVAL, "an unpadded get without a device")

@@ -148,9 +148,57 @@ start_pingpong() {
         >/dev/null 2>&1 &
     pingpongs+=($!)
 }
+# Per-QP counters (rdma statistic qp): none until asked for; auto mode by QP type and
+# process binds the pingpong's QP when it reaches INIT.
+sx() { "$SOFTHCA" exec -- "$@"; }
+sx rdma statistic qp mode link "$client/1" | grep -q "mode qp auto off" ||
+    fail "rdma statistic qp mode: $(sx rdma statistic qp mode link "$client/1")"
+[ -z "$(sx rdma statistic qp show link "$client/1")" ] || fail "per-QP counters before any was asked for"
+if id nobody >/dev/null 2>&1; then
+    said=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$SOFTHCA" exec -- \
+        rdma statistic qp set link "$client/1" auto type on 2>&1) &&
+        fail "another user set the counter mode"
+    grep -q "Operation not permitted" <<<"$said" || fail "another user's set: $said"
+fi
+sx rdma statistic qp set link "$client/1" auto type,pid on || fail "rdma statistic qp set auto type,pid on"
+sx rdma statistic qp mode link "$client/1" | grep -q "mode qp auto type,pid on" ||
+    fail "rdma statistic qp mode after set: $(sx rdma statistic qp mode link "$client/1")"
 start_pingpong ibv_rc_pingpong $((18900 + RANDOM % 100))
 wait_until "\"$SOFTHCA\" exec -- rdma res show qp | grep -q '^link $client/1 .*state RTS'" 10 ||
     fail "no RTS QP of the pingpong in rdma res show qp: $("$SOFTHCA" exec -- rdma res show qp)"
+qp_counter_sends() { # the rdma_sends of the client's counter
+    sx rdma statistic qp show link "$client/1" | sed -n 's/.* rdma_sends \([0-9]*\) .*/\1/p'
+}
+out=$(sx rdma statistic qp show link "$client/1") || fail "rdma statistic qp show: $out"
+echo "$out"
+client_qpn=$(sx rdma res show qp link "$client/1" | sed -n 's/.* lqpn \([0-9]*\) .*/\1/p' | head -1)
+grep -qE "^link $client/1 cntn [0-9]+ qp-type RC pid [0-9]+ comm ibv_rc_pingpong .*rdma_sends [0-9]+ " \
+    <<<"$out" || fail "rdma statistic qp show: no RC counter of the pingpong: $out"
+tr -d '\n' <<<"$out" | grep -q "LQPN: <$client_qpn>" || fail "the counter does not hold QP $client_qpn: $out"
+first=$(qp_counter_sends)
+wait_until "[ \$(qp_counter_sends) -gt $first ]" 5 || fail "the counter's rdma_sends does not grow"
+refused_with() { # TEXT COMMAND...: the command fails saying TEXT
+    local want=$1 said
+    shift
+    if said=$("$@" 2>&1); then fail "$* succeeded"; fi
+    grep -q "$want" <<<"$said" || fail "$*: '$said', expected '$want'"
+}
+refused_with "busy" sx rdma statistic qp set link "$client/1" auto pid on
+refused_with "Invalid argument" sx rdma statistic qp bind link "$client/1" lqpn "$client_qpn"
+if id nobody >/dev/null 2>&1; then
+    theirs=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$SOFTHCA" exec -- \
+        rdma statistic qp show) || fail "rdma statistic qp show as nobody failed"
+    [ -z "$theirs" ] || fail "another user sees root's QP counters: $theirs"
+fi
+# Off with a counter left: manual, where unbind and bind work.
+sx rdma statistic qp set link "$client/1" auto off || fail "rdma statistic qp set auto off"
+cntn=$(sx rdma statistic qp show link "$client/1" | sed -n 's/.* cntn \([0-9]*\) .*/\1/p')
+sx rdma statistic qp unbind link "$client/1" cntn "$cntn" lqpn "$client_qpn" || fail "unbind"
+[ -z "$(sx rdma statistic qp show link "$client/1")" ] || fail "the counter outlived its last QP"
+sx rdma statistic qp bind link "$client/1" lqpn "$client_qpn" || fail "bind to a new counter"
+sx rdma statistic qp show link "$client/1" | grep -q "LQPN: <$client_qpn>" ||
+    fail "bind: $(sx rdma statistic qp show link "$client/1")"
+refused_with "No such file" sx rdma statistic qp bind link "$client/1" lqpn 999999
 out=$("$SOFTHCA" exec -- rdma res show qp) || fail "rdma res show qp: $out"
 echo "$out"
 line=$(grep "^link $client/1 " <<<"$out") || fail "no QP on $client/1"

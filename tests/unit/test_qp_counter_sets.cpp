@@ -53,6 +53,8 @@ TEST_CASE("QP counters: auto mode by type binds QPs alike, each counts from its 
     const auto& rc = sets.counters(1).begin()->second;
     CHECK(rc.qps.size() == 2);
     CHECK(rc.owner.pid == 100);
+    CHECK(rc.mode == Mode::Auto);
+    CHECK(rc.mask == di::kCounterMaskQpType);
     qps.live[10] = sends(8);
     qps.live[11] = sends(4);
     CHECK(QpCounterSets::counted(rc, qps.lookup()).sends_completed == 7); // 3 + 4
@@ -96,6 +98,7 @@ TEST_CASE("QP counters: manual bind and unbind, with the kernel's refusals") {
     uint32_t first = 99, again = 99;
     REQUIRE(sets.bind(0, 7, QpType::RC, kProcess1, qps.live[7] = sends(1), true, 0, first) == 0);
     CHECK(sets.mode(0) == Mode::Manual);
+    CHECK(sets.counters(0).at(first).mode == Mode::Manual);
     CHECK(sets.bind(0, 7, QpType::RC, kProcess1, {}, true, 0, again) == EINVAL); // bound already
     CHECK(sets.bind(0, 8, QpType::RC, kProcess1, {}, false, first + 1, again) == ENOENT);
     REQUIRE(sets.bind(0, 8, QpType::RC, kProcess2, qps.live[8] = sends(2), false, first, again) ==

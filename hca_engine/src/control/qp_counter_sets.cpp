@@ -53,6 +53,8 @@ QpCounterSets::Counter& QpCounterSets::make_counter(Port& port, uint32_t qpn, tp
         ++port.next_id; // ids wrap after 2^32 counters: skip those still in use
     Counter& counter = port.counters[port.next_id];
     counter.id = port.next_id++;
+    counter.mode = port.mode == Mode::Auto ? Mode::Auto : Mode::Manual;
+    counter.mask = port.mode == Mode::Auto ? port.mask : 0;
     counter.qp_type = type;
     counter.owner = owner;
     counter.qps[qpn] = now;

@@ -41,6 +41,10 @@ class QpCounterSets {
     };
     struct Counter {
         uint32_t id = 0;
+        // Auto (with the port's mask when made: its QPs share those criteria) or manual;
+        // it keeps them when the port's mode changes, as the kernel's counters do.
+        Mode mode = Mode::Manual;
+        uint32_t mask = 0;
         transport::QpType qp_type = transport::QpType::RC; // the QP that made it
         Owner owner;
         std::map<uint32_t, transport::QpCounters> qps; // bound: their counts when bound

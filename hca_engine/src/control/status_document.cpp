@@ -259,6 +259,8 @@ StatusDocument ControlServer::qp_counters_document(size_t device, bool sees_all,
         for (const QpHwCounter& c : kQpHwCounters)
             values[c.name] = counted.*c.value;
         counters.push_back({{"id", id},
+                            {"mode", kModes[static_cast<size_t>(counter.mode)]},
+                            {"mask", counter.mask},
                             {"qp_type", qp_type_name(counter.qp_type)},
                             {"pid", sees_all ? owner.pid : owner.ns_pid},
                             {"command", owner.command},
