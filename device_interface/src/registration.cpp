@@ -125,6 +125,8 @@ void write_device_tree(const fs::path& root, const DeviceRegistration& device) {
     write_file(ib_dir / "board_id", "softhca\n");
     write_file(ib_dir / "node_desc", device.ibdev_name + " softhca\n");
     write_file(ib_dir / kEngineSocketFile, device.engine_socket + "\n");
+    if (device.index)
+        write_file(ib_dir / kDeviceIndexFile, std::to_string(device.index) + "\n");
     for (size_t i = 0; i < device.ports.size(); ++i) {
         write_port(ib_dir / "ports" / std::to_string(i + 1), device.ports[i]);
         // tc/PORT/traffic_class as MLNX_OFED's mlx5 has it (NVSHMEM reads it): "Global

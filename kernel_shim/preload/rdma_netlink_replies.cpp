@@ -2,7 +2,7 @@
 
 #include "next_symbol.hpp"
 #include "softhca/device_interface/control.hpp"
-#include "softhca/device_interface/registration.hpp" // kEngineSocketFile
+#include "softhca/device_interface/registration.hpp" // kEngineSocketFile, kDeviceIndexFile
 #include "softhca/device_interface/socket_io.hpp"
 #include "softhca/transport/roce_address.hpp" // GUIDs as sysfs writes them
 
@@ -73,11 +73,11 @@ uint64_t number(const std::string& text) {
     return std::strtoull(text.c_str(), nullptr, 0);
 }
 
-// A device of the tree as nldev numbers it: devices in name order from 1. Devices come
-// and go while the engine runs (rdma link add and delete), so an index is the device's
-// place in name order when the request is answered, not for the device's life: the
-// kernel's never-reused indices are not kept. That is enough for iproute2, which looks a
-// name up (a device dump) and uses its index within the one command.
+// A device of the tree as nldev numbers it: by the index the engine wrote in its folder
+// (registration.hpp's kDeviceIndexFile: its slot + 1, never reused while the engine runs,
+// as the kernel's), else (a tree without one) by its place in name order from 1. Devices
+// come and go (rdma link add and delete): iproute2 looks a name up (a device dump) and
+// sends its index, which then names the same device or none.
 struct Device {
     uint32_t index = 0;
     std::string name;
@@ -90,9 +90,11 @@ std::vector<Device> devices(const char* root) {
     const std::string cls = std::string(root) + "/class/infiniband";
     for (const std::string& name : list_folder(cls)) {
         Device d;
-        d.index = static_cast<uint32_t>(out.size() + 1);
         d.name = name;
         d.dir = cls + "/" + name;
+        const uint64_t index = number(read_file(d.dir + "/" + device_interface::kDeviceIndexFile));
+        d.index = index > 0 && index < UINT32_MAX ? static_cast<uint32_t>(index)
+                                                  : static_cast<uint32_t>(out.size() + 1);
         d.ports = static_cast<uint32_t>(list_folder(d.dir + "/ports").size());
         out.push_back(std::move(d));
     }

@@ -92,6 +92,9 @@ if id nobody >/dev/null 2>&1; then
         rdma link delete "$a"
 fi
 
+dev_index() { sx rdma dev show | sed -n "s/^\([0-9]*\): $1:.*/\1/p"; }
+first_index=$(dev_index "$a")
+[ -n "$first_index" ] && [ "$first_index" != "$(dev_index "$b")" ] || fail "rdma dev show: $a's index"
 # Delete with a context open: it gets DEVICE_FATAL, and the device is gone everywhere.
 sx stdbuf -oL ibv_asyncwatch -d "$a" >"$watch_out" 2>&1 &
 pids+=($!)
@@ -111,6 +114,8 @@ refused "link delete of a deleted device" "Wrong device name" sx rdma link delet
 
 # The name and the interface are free again; the engine's own devices still serve.
 sx rdma link add "$a" type softhca netdev shla || fail "rdma link add $a again failed"
+# A new device: a new index, as the kernel never gives a deleted device's to another.
+[ "$(dev_index "$a")" != "$first_index" ] || fail "$a again has the deleted device's index"
 # An rdma_cm listener on the device: DEVICE_REMOVAL when it goes (rping says so).
 sx rping -s -a 198.18.9.1 -p 7174 -C 1 -v >"$watch_out" 2>&1 &
 pids+=($!)

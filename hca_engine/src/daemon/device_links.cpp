@@ -31,6 +31,7 @@ di::DeviceRegistration device_registration(const EngineConfig& config, const Dev
     d.node_guid = device.node_guid;
     d.fw_ver = kFirmwareVersion;
     d.engine_socket = config.socket_path();
+    d.index = static_cast<uint32_t>(device.port_index + 1); // a device per port, its slot
     d.ports.push_back({port.gids, port.netdev, port.global_traffic_class});
     return d;
 }

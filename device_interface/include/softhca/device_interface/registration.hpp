@@ -24,6 +24,10 @@ constexpr int kUverbsAbiVersion = 6;
 // File in the device directory naming the engine's control socket; the provider reads
 // it, and its presence is how the provider recognises a softhca device.
 constexpr const char* kEngineSocketFile = "softhca_engine_socket";
+// File in the device directory with the device's index as RDMA netlink gives it (the
+// kernel's ib_device index): its engine slot + 1, never another device's while the engine
+// runs, as the kernel never reuses one.
+constexpr const char* kDeviceIndexFile = "softhca_device_index";
 
 struct PortRegistration {
     std::vector<transport::Gid> gids; // the GID table from index 0, every entry RoCE v2
@@ -37,6 +41,7 @@ struct DeviceRegistration {
     uint64_t node_guid = 0;
     std::string fw_ver;
     std::string engine_socket;
+    uint32_t index = 0; // kDeviceIndexFile's (0: not written)
     std::vector<PortRegistration> ports;
     // The netdev lives in another network namespace than the engine's (a fabric host's
     // interface): the device link is a virtual device of the tree, never the engine's
