@@ -50,6 +50,7 @@ std::string make_tree() {
         put_file(dev + "/node_guid", "0053:48ff:fe60:ae0" + std::to_string(d) + "\n");
         put_file(dev + "/sys_image_guid", "0053:48ff:fe60:ae0" + std::to_string(d) + "\n");
         put_file(dev + "/softhca_engine_socket", root + "/no-engine.sock\n");
+        put_file(dev + "/softhca_device_index", std::to_string(d + 1) + "\n");
         put_file(dev + "/ports/1/cap_mask", "0x00010000\n");
         put_file(dev + "/ports/1/state", "4: ACTIVE\n");
         put_file(dev + "/ports/1/phys_state", "5: LinkUp\n");

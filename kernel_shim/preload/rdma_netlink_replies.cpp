@@ -75,9 +75,8 @@ uint64_t number(const std::string& text) {
 
 // A device of the tree as nldev numbers it: by the index the engine wrote in its folder
 // (registration.hpp's kDeviceIndexFile: its slot + 1, never reused while the engine runs,
-// as the kernel's), else (a tree without one) by its place in name order from 1. Devices
-// come and go (rdma link add and delete): iproute2 looks a name up (a device dump) and
-// sends its index, which then names the same device or none.
+// as the kernel's). Devices come and go (rdma link add and delete): iproute2 looks a name
+// up (a device dump) and sends its index, which then names the same device or none.
 struct Device {
     uint32_t index = 0;
     std::string name;
@@ -92,9 +91,12 @@ std::vector<Device> devices(const char* root) {
         Device d;
         d.name = name;
         d.dir = cls + "/" + name;
+        // A device whose index is not written yet is not registered yet (its tree is
+        // being made): nldev would not know it either.
         const uint64_t index = number(read_file(d.dir + "/" + device_interface::kDeviceIndexFile));
-        d.index = index > 0 && index < UINT32_MAX ? static_cast<uint32_t>(index)
-                                                  : static_cast<uint32_t>(out.size() + 1);
+        if (index == 0 || index >= UINT32_MAX)
+            continue;
+        d.index = static_cast<uint32_t>(index);
         d.ports = static_cast<uint32_t>(list_folder(d.dir + "/ports").size());
         out.push_back(std::move(d));
     }

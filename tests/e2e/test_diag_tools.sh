@@ -153,7 +153,8 @@ start_pingpong() {
 sx() { "$SOFTHCA" exec -- "$@"; }
 sx rdma statistic qp mode link "$client/1" | grep -q "mode qp auto off" ||
     fail "rdma statistic qp mode: $(sx rdma statistic qp mode link "$client/1")"
-[ -z "$(sx rdma statistic qp show link "$client/1")" ] || fail "per-QP counters before any was asked for"
+out=$(sx rdma statistic qp show link "$client/1") || fail "rdma statistic qp show: $out"
+[ -z "$out" ] || fail "per-QP counters before any was asked for: $out"
 if id nobody >/dev/null 2>&1; then
     said=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$SOFTHCA" exec -- \
         rdma statistic qp set link "$client/1" auto type on 2>&1) &&
@@ -194,7 +195,8 @@ fi
 sx rdma statistic qp set link "$client/1" auto off || fail "rdma statistic qp set auto off"
 cntn=$(sx rdma statistic qp show link "$client/1" | sed -n 's/.* cntn \([0-9]*\) .*/\1/p')
 sx rdma statistic qp unbind link "$client/1" cntn "$cntn" lqpn "$client_qpn" || fail "unbind"
-[ -z "$(sx rdma statistic qp show link "$client/1")" ] || fail "the counter outlived its last QP"
+out=$(sx rdma statistic qp show link "$client/1") || fail "rdma statistic qp show: $out"
+[ -z "$out" ] || fail "the counter outlived its last QP: $out"
 sx rdma statistic qp bind link "$client/1" lqpn "$client_qpn" || fail "bind to a new counter"
 sx rdma statistic qp show link "$client/1" | grep -q "LQPN: <$client_qpn>" ||
     fail "bind: $(sx rdma statistic qp show link "$client/1")"

@@ -120,3 +120,38 @@ TEST_CASE("QP counters: manual bind and unbind, with the kernel's refusals") {
     REQUIRE(sets.bind(0, 7, QpType::RC, kProcess1, {}, true, 0, next) == 0);
     CHECK(next != first); // ids are not reused at once
 }
+
+TEST_CASE("QP counters: a counter never holds two users' QPs") {
+    QpCounterSets sets;
+    sets.set_device_count(1);
+    const QpCounterSets::Owner other_user{300, 2000, 1, 300, "three"};
+    const QpCounterSets::Owner other_namespace{400, 1000, 2, 4, "four"};
+    REQUIRE(sets.set_auto(0, di::kCounterMaskQpType) == 0);
+    sets.qp_ready(0, 1, QpType::RC, kProcess1, {});
+    sets.qp_ready(0, 2, QpType::RC, kProcess2, {});       // the same user: shared
+    sets.qp_ready(0, 3, QpType::RC, other_user, {});      // another user: its own
+    sets.qp_ready(0, 4, QpType::RC, other_namespace, {}); // another PID namespace: too
+    REQUIRE(sets.counters(0).size() == 3);
+    CHECK(sets.counters(0).begin()->second.qps.size() == 2);
+    REQUIRE(sets.set_auto(0, 0) == 0); // manual, the counters left
+    uint32_t id = 0;
+    const uint32_t first = sets.counters(0).begin()->first;
+    CHECK(sets.bind(0, 5, QpType::RC, other_user, {}, false, first, id) == EINVAL);
+    CHECK(sets.bind(0, 5, QpType::RC, kProcess2, {}, false, first, id) == 0);
+}
+
+TEST_CASE("QP counters: a QP reset keeps what it counted on its counter") {
+    QpCounterSets sets;
+    sets.set_device_count(1);
+    Qps qps;
+    uint32_t id = 0;
+    REQUIRE(sets.bind(0, 7, QpType::RC, kProcess1, qps.live[7] = sends(100), true, 0, id) == 0);
+    qps.live[7] = sends(110);
+    sets.qp_reset(0, 7, qps.live[7]); // RESET zeroes the QP's counts
+    qps.live[7] = sends(0);
+    CHECK(QpCounterSets::counted(sets.counters(0).at(id), qps.lookup()).sends_completed == 10);
+    qps.live[7] = sends(5);
+    CHECK(QpCounterSets::counted(sets.counters(0).at(id), qps.lookup()).sends_completed == 15);
+    sets.qp_destroyed(0, 7, qps.live[7]);
+    CHECK(sets.counters(0).empty());
+}

@@ -133,15 +133,25 @@ void ControlServer::modify_qp(Call& call) {
         return;
     }
     const transport::QpState before = qp->transport().state();
+    const transport::QpCounters counted = qp->transport().counters(); // RESET zeroes them
     const int status = qp->modify(request, port_of(call.c), monotonic_ns());
+    const transport::QpState after = qp->transport().state();
+    const auto device = static_cast<size_t>(call.c.device);
+    if (status == 0 && after == transport::QpState::Reset && before != after) {
+        // What it counted stays in the device's totals and its counter's, as a destroyed
+        // QP's does: hw counters never go back.
+        keys_.retired_qp_counters_by_device[device] += counted;
+        keys_.qp_counter_sets.qp_reset(device, qp->qp_num(), counted);
+    }
     // Reaching INIT binds the QP to a counter in auto mode (`rdma statistic qp`), as the
-    // kernel's modify does when the QP gets its port.
-    if (status == 0 && before == transport::QpState::Reset &&
-        qp->transport().state() == transport::QpState::Init)
-        keys_.qp_counter_sets.qp_ready(
-            static_cast<size_t>(call.c.device), qp->qp_num(), qp->type(),
-            {call.c.pid, call.c.uid, call.c.pidns, call.c.ns_pid, call.c.command},
-            qp->transport().counters());
+    // kernel's modify does when the QP gets its port; the counter is its creator's (an
+    // XRC target QP may be moved by another process that opened it).
+    QpCounterSets::Owner owner;
+    const EngineQp* created = nullptr;
+    if (status == 0 && before == transport::QpState::Reset && after == transport::QpState::Init &&
+        qp_owner(device, qp->qp_num(), owner, created))
+        keys_.qp_counter_sets.qp_ready(device, qp->qp_num(), qp->type(), owner,
+                                       qp->transport().counters());
     reply_status(call, status);
 }
 

@@ -12,6 +12,11 @@ namespace tp = transport;
 
 namespace {
 
+// Whether two processes are one user's, as status shows a user its own.
+bool same_user(const QpCounterSets::Owner& a, const QpCounterSets::Owner& b) {
+    return a.uid == b.uid && a.pidns == b.pidns;
+}
+
 // What a QP counted from `then` to `now`, added to `sum` (the hw counters' fields).
 void add_since(tp::QpCounters& sum, const tp::QpCounters& now, const tp::QpCounters& then) {
     for (const QpHwCounter& c : kQpHwCounters)
@@ -68,6 +73,8 @@ void QpCounterSets::qp_ready(size_t device, uint32_t qpn, tp::QpType type, const
     if (port.mode != Mode::Auto || port.counter_of_qp.count(qpn))
         return;
     for (auto& [id, counter] : port.counters) {
+        if (!same_user(counter.owner, owner))
+            continue;
         if ((port.mask & di::kCounterMaskQpType) && counter.qp_type != type)
             continue;
         if ((port.mask & di::kCounterMaskPid) && counter.owner.pid != owner.pid)
@@ -94,7 +101,10 @@ int QpCounterSets::bind(size_t device, uint32_t qpn, tp::QpType type, const Owne
         port.mode = Mode::Manual;
         return 0;
     }
-    port.counters[counter_id].qps[qpn] = now;
+    Counter& counter = port.counters[counter_id];
+    if (!same_user(counter.owner, owner))
+        return EINVAL; // its counts would show one user another's
+    counter.qps[qpn] = now;
     port.counter_of_qp[qpn] = counter_id;
     bound_to = counter_id;
     return 0;
@@ -113,6 +123,19 @@ int QpCounterSets::unbind(size_t device, uint32_t qpn, uint32_t counter_id,
 void QpCounterSets::qp_destroyed(size_t device, uint32_t qpn, const tp::QpCounters& last) {
     if (device < ports_.size() && ports_[device].counter_of_qp.count(qpn))
         leave(ports_[device], qpn, last);
+}
+
+void QpCounterSets::qp_reset(size_t device, uint32_t qpn, const tp::QpCounters& last) {
+    if (device >= ports_.size())
+        return;
+    Port& port = ports_[device];
+    const auto it = port.counter_of_qp.find(qpn);
+    if (it == port.counter_of_qp.end())
+        return;
+    Counter& counter = port.counters.at(it->second);
+    tp::QpCounters& at_bind = counter.qps.at(qpn);
+    add_since(counter.left, last, at_bind);
+    at_bind = {};
 }
 
 void QpCounterSets::leave(Port& port, uint32_t qpn, const tp::QpCounters& now) {

@@ -11,6 +11,9 @@
 //   counter goes with its last QP, and a manual port with no counter left is none again.
 // - Auto mode may be turned on only while the port has no counter (EBUSY); turned off with
 //   counters left the port is manual.
+// - Unlike the kernel's, a counter never holds QPs of two users (two accounts, or two PID
+//   namespaces): its counts and QP numbers are shown to its user (status_document.cpp),
+//   so auto mode keeps users apart and a manual bind across users is EINVAL.
 //
 // The control path keeps it, under the world; no per-packet cost: a counter's values are
 // summed from its QPs' own counts when status asks.
@@ -68,7 +71,8 @@ class QpCounterSets {
     void qp_ready(size_t device, uint32_t qpn, transport::QpType type, const Owner& owner,
                   const transport::QpCounters& now);
     // `bind`: to counter `counter_id`, or to a new counter when `new_counter`; its id in
-    // `bound_to`. EINVAL in auto mode or for a QP bound already, ENOENT for no such counter.
+    // `bound_to`. EINVAL in auto mode, for a QP bound already or another user's counter,
+    // ENOENT for no such counter.
     int bind(size_t device, uint32_t qpn, transport::QpType type, const Owner& owner,
              const transport::QpCounters& now, bool new_counter, uint32_t counter_id,
              uint32_t& bound_to);
@@ -76,6 +80,9 @@ class QpCounterSets {
     int unbind(size_t device, uint32_t qpn, uint32_t counter_id, const transport::QpCounters& now);
     // A QP destroyed: it leaves its counter, if any.
     void qp_destroyed(size_t device, uint32_t qpn, const transport::QpCounters& last);
+    // A QP moved to RESET, which zeroes its counts (`last`: them before): what it counted
+    // while bound stays with its counter, and it counts from zero on.
+    void qp_reset(size_t device, uint32_t qpn, const transport::QpCounters& last);
 
   private:
     struct Port {
