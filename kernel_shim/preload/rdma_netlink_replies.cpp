@@ -1132,7 +1132,8 @@ void answer_message(const char* root, const nlmsghdr* header, uint32_t portid,
         // not a name) or longer than the control message holds (63 bytes: the kernel's
         // IB_DEVICE_NAME_MAX with its NUL; an interface name IFNAMSIZ with its NUL):
         // EINVAL; no interface name: ENODEV, as no interface has it; a link type other
-        // than softhca's: EINVAL, the kernel's answer for a type no module provides. A
+        // than softhca's: EINVAL, the kernel's answer for a type no module provides (ENODEV
+        // first when the interface is missing too). A
         // dump: EINVAL (nldev has no dump for links). What remains is the engine's to
         // answer: its errno, or EIO when it cannot be reached.
         const StringAttribute& name = request.device_name;
@@ -1145,7 +1146,10 @@ void answer_message(const char* root, const nlmsghdr* header, uint32_t portid,
         else if (netdev.text.empty())
             error = ENODEV;
         else if (request.link_type.text != "softhca")
-            error = EINVAL;
+            // The kernel looks the interface up (in the caller's network namespace) before
+            // the type: a missing one is ENODEV whatever the type. softhca's own interface
+            // is the engine's to look up, in its namespace.
+            error = ::if_nametoindex(netdev.text.c_str()) == 0 ? ENODEV : EINVAL;
         else
             error = engine_link(all, di::Opcode::LinkAdd, name.text, netdev.text);
         if (error) {

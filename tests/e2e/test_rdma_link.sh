@@ -74,6 +74,8 @@ refused "link add on a missing interface" "No such device" \
     sx rdma link add "${SOFTHCA_PREFIX}x" type softhca netdev nosuch0
 refused "link add of type rxe" "Invalid argument" \
     sx rdma link add "${SOFTHCA_PREFIX}x" type rxe netdev shlc
+refused "link add of type rxe on a missing interface" "No such device" \
+    sx rdma link add "${SOFTHCA_PREFIX}x" type rxe netdev nosuch0
 refused "link add of a name with /" "Invalid argument" \
     sx rdma link add "x/y" type softhca netdev shlc
 refused "link add of a name too long for its node" "Invalid argument" \
