@@ -14,6 +14,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <optional>
 #include <string>
 #include <sys/epoll.h>
 #include <system_error>
@@ -23,6 +24,14 @@
 namespace softhca::engine {
 
 namespace di = device_interface;
+
+std::optional<size_t> ControlServer::device_named(const char (&field)[di::kMaxDeviceName]) const {
+    const std::string name(field, strnlen(field, sizeof(field)));
+    for (size_t i = 0; i < devices_.size(); ++i)
+        if (devices_[i].name == name && !devices_[i].removed)
+            return i;
+    return std::nullopt;
+}
 
 void ControlServer::open_device(Call& call) {
     const auto& request = call.request<di::OpenDeviceRequest>();
@@ -35,16 +44,12 @@ void ControlServer::open_device(Call& call) {
         reply_status(call, EPROTO);
         return;
     }
-    const std::string name(request.device_name,
-                           strnlen(request.device_name, sizeof(request.device_name)));
-    int index = -1;
-    for (size_t i = 0; i < devices_.size(); ++i)
-        if (devices_[i].name == name && !devices_[i].removed)
-            index = static_cast<int>(i);
-    if (index < 0) {
+    const std::optional<size_t> found = device_named(request.device_name);
+    if (!found) {
         reply_status(call, ENODEV);
         return;
     }
+    const int index = static_cast<int>(*found);
     // The async event pipe must come along; the engine writes through a description of
     // its own (client_descriptors.hpp).
     const int async_fd = adopt_client_pipe(std::exchange(call.fd, -1),
@@ -151,27 +156,24 @@ void ControlServer::set_port_state(Call& call) {
         reply_status(call, EPERM);
         return;
     }
-    const std::string name(request.device_name,
-                           strnlen(request.device_name, sizeof(request.device_name)));
-    for (size_t i = 0; i < devices_.size(); ++i) {
-        if (devices_[i].name != name || devices_[i].removed)
-            continue;
-        if (request.port_num != 1 || request.up > 1) {
-            reply_status(call, EINVAL);
-            return;
-        }
-        const size_t port = devices_[i].port_index;
-        // Grants hold while the path is as it was when they were given.
-        for (auto& [fd, other] : connections_)
-            if (other.resources)
-                other.resources->revoke_grants();
-        if (ports_.set_admin_state(port, request.up != 0))
-            raise_device_event(
-                i, 1, ports_.info(port).link_up ? di::kEventPortActive : di::kEventPortErr);
-        reply_status(call, 0);
+    const std::optional<size_t> device = device_named(request.device_name);
+    if (!device) {
+        reply_status(call, ENODEV);
         return;
     }
-    reply_status(call, ENODEV);
+    if (request.port_num != 1 || request.up > 1) {
+        reply_status(call, EINVAL);
+        return;
+    }
+    const size_t port = devices_[*device].port_index;
+    // Grants hold while the path is as it was when they were given.
+    for (auto& [fd, other] : connections_)
+        if (other.resources)
+            other.resources->revoke_grants();
+    if (ports_.set_admin_state(port, request.up != 0))
+        raise_device_event(*device, 1,
+                           ports_.info(port).link_up ? di::kEventPortActive : di::kEventPortErr);
+    reply_status(call, 0);
 }
 
 void ControlServer::set_fabric_link(Call& call) {
@@ -262,14 +264,10 @@ void ControlServer::qp_counter(Call& call) {
     };
     if (!network_administrator(call.c))
         return answer(EPERM);
-    const std::string name(request.device_name,
-                           strnlen(request.device_name, sizeof(request.device_name)));
-    size_t device = devices_.size();
-    for (size_t i = 0; i < devices_.size(); ++i)
-        if (devices_[i].name == name && !devices_[i].removed)
-            device = i;
-    if (device == devices_.size())
+    const std::optional<size_t> found = device_named(request.device_name);
+    if (!found)
         return answer(ENODEV);
+    const size_t device = *found;
     QpCounterSets& sets = keys_.qp_counter_sets;
     if (request.op == di::kQpCounterSetAuto)
         return answer(sets.set_auto(device, request.auto_mask));

@@ -144,14 +144,20 @@ void ControlServer::modify_qp(Call& call) {
         keys_.qp_counter_sets.qp_reset(device, qp->qp_num(), counted);
     }
     // Reaching INIT binds the QP to a counter in auto mode (`rdma statistic qp`), as the
-    // kernel's modify does when the QP gets its port; the counter is its creator's (an
-    // XRC target QP may be moved by another process that opened it).
-    QpCounterSets::Owner owner;
-    const EngineQp* created = nullptr;
+    // kernel's modify does when the QP gets its port; the counter is its creator's: the
+    // caller's context, unless it only opened the QP (an XRC target), then looked up.
     if (status == 0 && before == transport::QpState::Reset && after == transport::QpState::Init &&
-        qp_owner(device, qp->qp_num(), owner, created))
-        keys_.qp_counter_sets.qp_ready(device, qp->qp_num(), qp->type(), owner,
-                                       qp->transport().counters());
+        keys_.qp_counter_sets.mode(device) == QpCounterSets::Mode::Auto) {
+        const auto& owned = call.resources().qps();
+        const auto mine = owned.find(request.qp_handle);
+        QpCounterSets::Owner owner{call.c.pid, call.c.uid, call.c.pidns, call.c.ns_pid,
+                                   call.c.command};
+        const EngineQp* created = nullptr;
+        if ((mine != owned.end() && mine->second.get() == qp) ||
+            qp_owner(device, qp->qp_num(), owner, created))
+            keys_.qp_counter_sets.qp_ready(device, qp->qp_num(), qp->type(), owner,
+                                           qp->transport().counters());
+    }
     reply_status(call, status);
 }
 

@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <sys/types.h>
 #include <unistd.h>
@@ -182,6 +183,8 @@ class ControlServer {
     // Whether the connection's process may administer the network (LinkAdd, LinkDelete,
     // QpCounter): the engine's own user, or root with CAP_NET_ADMIN.
     static bool network_administrator(const Connection& c);
+    // The device a request names (its NUL-padded name field), if it is one not removed.
+    std::optional<size_t> device_named(const char (&field)[device_interface::kMaxDeviceName]) const;
     void link(Call& call);       // LinkAdd and LinkDelete
     void qp_counter(Call& call); // QpCounter (qp_counter_sets.hpp)
     // The process that owns a QP of `device` as a counter shows it, and the QP's counts:

@@ -42,6 +42,14 @@ std::string port_folder(const std::string& sysfs_root, const Device& device) {
 
 namespace {
 
+// Where the instance's tree and nodes are: what registering one device needs of it.
+di::InstanceRegistration instance_paths(const EngineConfig& config) {
+    di::InstanceRegistration instance;
+    instance.sysfs_root = config.sysfs_root();
+    instance.cdev_dir = config.cdev_dir;
+    return instance;
+}
+
 // A name the kernel's link add takes (not empty, no '%': nldev_newlink) that is also safe
 // as a folder of the tree and a node of /dev/infiniband: letters, digits, '_', '-' and
 // '.', not starting with '.'.
@@ -141,9 +149,7 @@ int DeviceLinks::add(const std::string& name, const std::string& netdev) {
     parts_.threads.add_port(port_index);
     const di::DeviceRegistration registration =
         device_registration(parts_.config, devices[device], info);
-    di::InstanceRegistration instance;
-    instance.sysfs_root = parts_.config.sysfs_root();
-    instance.cdev_dir = parts_.config.cdev_dir;
+    const di::InstanceRegistration instance = instance_paths(parts_.config);
     try {
         di::register_device(instance, registration, parts_.manifest);
         counter_files_[device] =
@@ -182,9 +188,7 @@ int DeviceLinks::remove(const std::string& name) {
     parts_.threads.remove_port(port);
     parts_.ports.remove_port(port);
     counter_files_.erase(device); // its writer stops before the folders go
-    di::InstanceRegistration instance;
-    instance.sysfs_root = parts_.config.sysfs_root();
-    instance.cdev_dir = parts_.config.cdev_dir;
+    const di::InstanceRegistration instance = instance_paths(parts_.config);
     di::unregister_device(instance, registration);
     std::fprintf(stderr, "softhca-engine: link delete %s\n", name.c_str());
     return 0;
